@@ -1,0 +1,67 @@
+"""hfexport: export any Hugging Face transformers model to torch.export, ONNX, ExecuTorch and OpenVINO.
+
+```python
+from hfexport import DynamoExporter, DynamoConfig
+
+exported = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+outputs = exported.module()(**inputs)
+```
+
+Importing `hfexport` loads no backend package (onnx, executorch, openvino, nncf); each is imported
+when its exporter is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "HfExporter": "hfexport.exporter",
+    "DynamoExporter": "hfexport.backends.dynamo.exporter",
+    "OnnxExporter": "hfexport.backends.onnx.exporter",
+    "ExecutorchExporter": "hfexport.backends.executorch.exporter",
+    "OpenVINOExporter": "hfexport.backends.openvino.exporter",
+    "ExportConfig": "hfexport.config",
+    "ExportFormat": "hfexport.config",
+    "DynamoConfig": "hfexport.backends.dynamo.config",
+    "OnnxConfig": "hfexport.backends.onnx.config",
+    "ExecutorchConfig": "hfexport.backends.executorch.config",
+    "OpenVINOConfig": "hfexport.backends.openvino.config",
+    "AutoExportConfig": "hfexport.auto",
+    "AutoHfExporter": "hfexport.auto",
+    "register_backend": "hfexport.registry",
+    "register_patch": "hfexport.registry",
+    "register_fx_node_fix": "hfexport.registry",
+    "register_fx_program_fix": "hfexport.registry",
+    "register_pytree_node": "hfexport.capture.pytree",
+    "validate": "hfexport.validation",
+    "ValidationReport": "hfexport.validation",
+    "record_of": "hfexport.record",
+    "ExportRecord": "hfexport.record",
+    "ExportError": "hfexport.errors",
+    "PrepareError": "hfexport.errors",
+    "CaptureError": "hfexport.errors",
+    "ConversionError": "hfexport.errors",
+    "SerializationError": "hfexport.errors",
+    "RuntimeLoadError": "hfexport.errors",
+    "ValidationError": "hfexport.errors",
+    "TESTED_VERSIONS": "hfexport._versions",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hfexport' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,120 @@
+"""The tested set of upstream versions, the extras that install them, and the checks built on both.
+
+# NOTE: this module is the one place that records which versions hfexport was validated with.
+# `pyproject.toml` pins the same numbers; `hfexport env` prints both. We warn on drift rather than
+# refuse: users on a newer release usually still work, and a warning says where to look first.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+from dataclasses import dataclass
+
+from packaging.version import InvalidVersion, Version
+
+logger = logging.getLogger("hfexport")
+
+#: Distribution name -> the version the test suite was validated with.
+TESTED_VERSIONS: dict[str, str] = {
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "onnx": "1.23.2",
+    "onnxscript": "0.7.2",
+    "onnxruntime": "1.32.0",
+    "executorch": "1.4.1",
+    "openvino": "2026.4.1",
+    "nncf": "3.4.0",
+    "torchao": "0.18.0",
+}
+
+#: Extra name -> distributions it installs (mirrors `[project.optional-dependencies]`).
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "dynamo": (),
+    "onnx": ("onnx", "onnxscript", "onnxruntime"),
+    "executorch": ("executorch",),
+    "openvino": ("openvino",),
+    "quantization": ("nncf", "torchao"),
+}
+
+#: Distribution name -> top-level import name, where they differ.
+_IMPORT_NAMES = {"onnxruntime": "onnxruntime"}
+
+
+@dataclass(frozen=True)
+class PackageStatus:
+    """What is installed of one distribution, against the tested version."""
+
+    name: str
+    tested: str
+    installed: str | None
+
+    @property
+    def is_installed(self) -> bool:
+        return self.installed is not None
+
+    @property
+    def has_drift(self) -> bool:
+        if self.installed is None:
+            return False
+        try:
+            return Version(self.installed).base_version != Version(self.tested).base_version
+        except InvalidVersion:
+            return self.installed != self.tested
+
+
+def installed_version(name: str) -> str | None:
+    """Return the installed version of distribution `name`, or `None`; imports nothing."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def package_status(name: str) -> PackageStatus:
+    return PackageStatus(name, TESTED_VERSIONS[name], installed_version(name))
+
+
+def is_importable(name: str) -> bool:
+    """Whether the top-level module of distribution `name` can be found, without importing it."""
+    return importlib.util.find_spec(_IMPORT_NAMES.get(name, name)) is not None
+
+
+def pip_line(extra: str) -> str:
+    return f'pip install "hfexport[{extra}]"'
+
+
+def require_extra(extra: str, *, purpose: str) -> None:
+    """Raise `ImportError` naming the pip line when a package of `extra` is missing.
+
+    Args:
+        extra: the extra that installs what is needed (`onnx`, `openvino`, ...).
+        purpose: what needs it, for the message (`"OnnxExporter"`).
+    """
+    missing = [name for name in EXTRAS[extra] if not is_importable(name)]
+    if missing:
+        pins = " ".join(f'"{name}=={TESTED_VERSIONS[name]}"' for name in missing)
+        raise ImportError(
+            f"{purpose} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed. "
+            f"Install it with: {pip_line(extra)}   (or: pip install {pins})"
+        )
+
+
+_warned: set[str] = set()
+
+
+def warn_on_drift(extra: str, *, owner: str) -> list[PackageStatus]:
+    """Log one warning per `owner` naming each package of `extra` (plus torch/transformers) that drifted."""
+    names = ("torch", "transformers", *EXTRAS[extra])
+    drifted = [status for status in map(package_status, names) if status.has_drift]
+    if drifted and owner not in _warned:
+        _warned.add(owner)
+        listing = ", ".join(f"{s.name} {s.installed} (tested {s.tested})" for s in drifted)
+        logger.warning(
+            "%s was validated with another version of: %s. Exports usually still work; if one fails, "
+            "try the tested versions first.",
+            owner,
+            listing,
+        )
+    return drifted

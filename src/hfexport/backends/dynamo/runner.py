@@ -1,0 +1,28 @@
+"""`DynamoRunner`: runs an `ExportedProgram` through `.module()`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from ...runner import Runner
+
+__all__ = ["DynamoRunner"]
+
+
+class DynamoRunner(Runner):
+    runtime = "torch.export ExportedProgram.module()"
+
+    def __init__(self, artifact, record):
+        super().__init__(artifact, record)
+        self.module = artifact.module()
+
+    @property
+    def precision(self) -> str:
+        return "as exported (PyTorch eager kernels)"
+
+    def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return pytree.tree_leaves(self.module(**inputs))

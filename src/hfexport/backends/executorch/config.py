@@ -1,0 +1,42 @@
+"""`ExecutorchConfig`: options of the ExecuTorch backend."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...config import ExportConfig, _check_choice, _check_type
+
+__all__ = ["ExecutorchConfig"]
+
+BACKENDS = ("xnnpack", "cuda", "mlx")
+
+
+@dataclasses.dataclass
+class ExecutorchConfig(ExportConfig):
+    """Export to an `executorch.exir.ExecutorchProgramManager` (save with `.save("model.pte")`).
+
+    Args:
+        backend: the delegate: `"xnnpack"` (CPU, default), `"cuda"` (needs CUDA) or `"mlx"`
+            (Apple Silicon, macOS 14+).
+        alloc_graph_input: let memory planning allocate graph inputs; `False` makes the caller's
+            input tensors the storage (in-place static cache).
+        alloc_graph_output: likewise for graph outputs (bind them with `set_output_data_ptr`).
+        alloc_mutable_buffers: likewise for mutable buffers.
+        max_batch_size: upper bound given to memory planning for a dynamic batch dimension.
+    """
+
+    export_format = "executorch"
+
+    backend: str = "xnnpack"
+    alloc_graph_input: bool = True
+    alloc_graph_output: bool = True
+    alloc_mutable_buffers: bool = True
+    max_batch_size: int = 8
+
+    def _validate(self) -> None:
+        _check_choice("ExecutorchConfig", "backend", self.backend, BACKENDS)
+        for name in ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"):
+            _check_type("ExecutorchConfig", name, getattr(self, name), bool)
+        _check_type("ExecutorchConfig", "max_batch_size", self.max_batch_size, int)
+        if self.max_batch_size < 1:
+            raise ValueError(f"ExecutorchConfig.max_batch_size must be >= 1; got {self.max_batch_size}")

@@ -1,0 +1,37 @@
+"""`OnnxConfig`: options of the ONNX backend."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...config import ExportConfig, _check_type
+
+__all__ = ["OnnxConfig"]
+
+#: Opsets the converter is tested with.
+SUPPORTED_OPSETS = tuple(range(18, 24))
+
+
+@dataclasses.dataclass
+class OnnxConfig(ExportConfig):
+    """Export to a `torch.onnx.ONNXProgram` (save with `.save("model.onnx")`, run in ONNX Runtime).
+
+    Args:
+        opset: the ONNX opset to target (18 to 23).
+        optimize: run onnxscript's graph optimizer after conversion (constant folding, fusions).
+        external_data: write weights next to the `.onnx` file; `None` decides by size (over 2 GB).
+    """
+
+    export_format = "onnx"
+
+    opset: int = 18
+    optimize: bool = True
+    external_data: bool | None = None
+
+    def _validate(self) -> None:
+        _check_type("OnnxConfig", "opset", self.opset, int)
+        if self.opset not in SUPPORTED_OPSETS:
+            raise ValueError(f"OnnxConfig.opset must be one of {', '.join(map(str, SUPPORTED_OPSETS))}; got {self.opset}")
+        _check_type("OnnxConfig", "optimize", self.optimize, bool)
+        if self.external_data is not None:
+            _check_type("OnnxConfig", "external_data", self.external_data, bool)

@@ -1,0 +1,144 @@
+"""Step 2, capture: one `torch.export` trace shared by every backend, then the FX fixes.
+
+A fix to tracing here helps all four backends at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import traceback
+from typing import Any
+
+import torch
+
+from ..errors import CaptureError
+from ..registry import FX_NODE_FIXES, FX_PROGRAM_FIXES, FxFix, ordered_fixes
+from .dynamic import plan_dynamic_shapes, size_oblivious_tracing
+from .prepare import model_name
+from .pytree import register_cache_pytree_nodes
+
+__all__ = ["capture", "apply_fx_fixes", "Capture"]
+
+logger = logging.getLogger("hfexport")
+
+
+@dataclasses.dataclass
+class Capture:
+    """What the capture step produced: the program and how it was traced."""
+
+    program: torch.export.ExportedProgram
+    size_oblivious: bool
+    fixes_applied: list[str]
+
+
+def _user_frame(error: BaseException) -> str | None:
+    """The deepest traceback frame outside torch: the model line that triggered `error`."""
+    frames = []
+    current: BaseException | None = error
+    while current is not None:
+        frames.extend(traceback.extract_tb(current.__traceback__))
+        current = current.__cause__ or current.__context__
+    for frame in reversed(frames):
+        if "/torch/" not in frame.filename and "/hfexport/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno} ({frame.name}): {frame.line}"
+    return None
+
+
+def _translate(error: Exception, model: Any, config: Any) -> CaptureError:
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    name = model_name(model)
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    where = _user_frame(error)
+    at = f" at {where}" if where else ""
+    text = str(error)
+    if isinstance(error, GuardOnDataDependentSymNode) or "data-dependent" in text or "data dependent" in text:
+        return CaptureError(
+            f"torch.export hit a data-dependent shape{at}: {first}",
+            model=name,
+            remedy="pass prefer_deferred_runtime_asserts_over_guards=True in the config; if that is not enough, "
+            "add torch._check(...) on the size at that line, or export with static shapes",
+        )
+    if "Constraints violated" in text or "specialized" in text or "specialised" in text:
+        return CaptureError(
+            f"a dimension you marked dynamic cannot be dynamic{at}: {first}",
+            model=name,
+            remedy="use dynamic=True (Dim.AUTO infers the relations), widen the Dim(min=, max=) bounds, "
+            "or make that dimension static; add prefer_deferred_runtime_asserts_over_guards=True for range guards",
+        )
+    return CaptureError(
+        f"torch.export failed{at}: {type(error).__name__}: {first}",
+        model=name,
+        remedy="rerun with --debug (CLI) or logging at DEBUG for the full trace, and report it with the model class "
+        "and versions (`hfexport env`)",
+    )
+
+
+def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool) -> torch.export.ExportedProgram:
+    with size_oblivious_tracing(size_oblivious):
+        return torch.export.export(
+            model,
+            (),
+            kwargs=inputs,
+            dynamic_shapes=dynamic_shapes,
+            strict=config.strict,
+            prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+        )
+
+
+def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, backend: str,
+            fix_order: tuple[str, ...] = ()) -> Capture:
+    """Trace `model(**inputs)` with `torch.export` under `config`'s shape plan, then apply the FX
+    fixes registered for `backend` (those named in `fix_order` first, in that order).
+
+    Raises:
+        CaptureError: with the model line that failed and what to try.
+    """
+    register_cache_pytree_nodes(inputs)
+    dynamic_shapes = plan_dynamic_shapes(inputs, dynamic=config.dynamic, dynamic_shapes=config.dynamic_shapes)
+    # Size-oblivious tracing only matters where every dim is dynamic (explicit Dims say their own min).
+    size_oblivious = config.dynamic and config.dynamic_shapes is None
+    try:
+        program = _export(model, inputs, dynamic_shapes, config, size_oblivious=size_oblivious)
+    except Exception as first_error:  # noqa: BLE001 - retried once, then translated
+        if not size_oblivious:
+            raise _translate(first_error, model, config) from first_error
+        logger.warning(
+            "%s: tracing with size-1 dimensions kept dynamic failed (%s); retrying with torch.export's default, "
+            "which fixes every dimension whose sample size is 1. Use inputs with batch and sequence >= 2 to keep "
+            "them dynamic.",
+            model_name(model),
+            str(first_error).strip().splitlines()[0][:200] if str(first_error).strip() else type(first_error).__name__,
+        )
+        size_oblivious = False
+        try:
+            program = _export(model, inputs, dynamic_shapes, config, size_oblivious=False)
+        except Exception as error:  # noqa: BLE001
+            raise _translate(error, model, config) from error
+    applied = apply_fx_fixes(program, backend, fix_order)
+    return Capture(program, size_oblivious, applied)
+
+
+def _run_node_fix(program: torch.export.ExportedProgram, fix: FxFix) -> bool:
+    changed = False
+    for node in list(program.graph_module.graph.nodes):
+        changed |= bool(fix.fn(node))
+    return changed
+
+
+def apply_fx_fixes(program: torch.export.ExportedProgram, backend: str, order: tuple[str, ...] = ()) -> list[str]:
+    """Apply program fixes, then node fixes, registered for `backend`; return the names that changed the graph."""
+    applied = []
+    for fix in ordered_fixes(FX_PROGRAM_FIXES, backend, order):
+        if fix.fn(program):
+            applied.append(fix.name)
+    node_fixes = ordered_fixes(FX_NODE_FIXES, backend, order)
+    for fix in node_fixes:
+        if _run_node_fix(program, fix):
+            applied.append(fix.name)
+    if applied:
+        program.graph_module.graph.eliminate_dead_code()
+        program.graph_module.recompile()
+        logger.debug("FX fixes applied for %s: %s", backend, ", ".join(applied))
+    return applied

@@ -1,0 +1,88 @@
+"""The dynamic-shapes plan handed to `torch.export.export`.
+
+# NOTE: `dynamic=True` marks every dimension of every tensor leaf (cache leaves included) as
+# `Dim.AUTO`. On its own that is not enough: `torch.export` specialises any dimension whose sample
+# size is 0 or 1, so the usual batch-1 sample would give a program that rejects batch 3. We trace
+# under `backed_size_oblivious`, which makes the tracer reason about size-1 dimensions as it does
+# about any other size (a guard `s == 1` becomes a guard that holds for every size), rather than
+# enlarging the sample inputs: there is no generic way to enlarge inputs whose sizes are tied to
+# each other (a decode step's mask is one longer than its cache). When a model really branches
+# on a size being 1, the capture falls back to a plain trace and says which dimension it fixed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "describe_dims"]
+
+
+def _auto_shape(tensor: torch.Tensor) -> dict[int, Any] | None:
+    if tensor.dim() == 0:
+        return None
+    return {axis: torch.export.Dim.AUTO for axis in range(tensor.dim())}
+
+
+def _plan_for(value: Any) -> Any:
+    """Mirror `value`'s structure the way `torch.export` reads `dynamic_shapes` for it."""
+    if isinstance(value, torch.Tensor):
+        return _auto_shape(value)
+    node_type = type(value)
+    if node_type in (list, tuple):
+        return node_type(_plan_for(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plan_for(v) for k, v in value.items()}
+    if node_type in pytree.SUPPORTED_NODES:
+        # torch.export reads the dynamic shapes of a custom pytree node as the list of its children.
+        children, _ = pytree.SUPPORTED_NODES[node_type].flatten_fn(value)
+        return [_plan_for(child) for child in children]
+    return None
+
+
+def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes: Any) -> Any:
+    """Return the `dynamic_shapes` argument for `torch.export.export`.
+
+    Args:
+        inputs: the forward kwargs, already normalised.
+        dynamic: mark every dimension of every tensor leaf `Dim.AUTO`.
+        dynamic_shapes: explicit shapes from the user; passed through untouched when given.
+    """
+    if dynamic_shapes is not None:
+        return dynamic_shapes
+    if not dynamic:
+        return None
+    return {name: _plan_for(value) for name, value in inputs.items()}
+
+
+@contextlib.contextmanager
+def size_oblivious_tracing(enabled: bool):
+    """Trace with size-1 dimensions treated like any other size (see the module note)."""
+    if not enabled:
+        yield
+        return
+    from torch.fx.experimental import _config as fx_config
+
+    with fx_config.patch(backed_size_oblivious=True):
+        yield
+
+
+def describe_dims(program: torch.export.ExportedProgram) -> dict[str, tuple[Any, ...]]:
+    """Return each user input leaf's shape in `program`, symbols as strings (`('s0', 's1')`)."""
+    from .pytree import leaf_names
+
+    specs = program.graph_signature.input_specs
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    user = [s for s in specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+    _, kwargs = program.example_inputs if program.example_inputs else ((), {})
+    names = leaf_names(kwargs) if kwargs else [s.arg.name for s in user]
+    out = {}
+    for name, spec in zip(names, user):
+        node = placeholders.get(getattr(spec.arg, "name", None))
+        val = node.meta.get("val") if node is not None else None
+        if isinstance(val, torch.Tensor):
+            out[name] = tuple(d if isinstance(d, int) else str(d) for d in val.shape)
+    return out

@@ -1,0 +1,276 @@
+"""Pytree registration for transformers' `Cache` classes, and names for flattened leaves.
+
+# NOTE: one generic flattening serves every `Cache` subclass rather than a function per class.
+# A cache is a list of layer objects whose tensor attributes (`keys`, `values`, the static
+# cache's `cumulative_length` counter, linear-attention states, ...) become leaves; everything
+# else (layer classes, `max_cache_len`, `is_initialized`, dtypes) goes into the context, so the
+# unflattened object is the same class with the same state. A new cache class in transformers
+# therefore exports the day it lands, without code here. Sub-caches (`EncoderDecoderCache`) are
+# children, so they flatten recursively.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+__all__ = ["register_pytree_node", "register_cache_pytree_nodes", "leaf_names", "flatten_with_names"]
+
+_registered: set[type] = set()
+
+_LIST, _DICT, _TUPLE = "__list__", "__dict__", "__tuple__"
+
+
+def _freeze(value: Any) -> Any:
+    """Make `value` hashable and comparable, keeping enough to rebuild it (`_thaw`)."""
+    if isinstance(value, list):
+        return (_LIST, tuple(_freeze(v) for v in value))
+    if isinstance(value, tuple):
+        return (_TUPLE, tuple(_freeze(v) for v in value))
+    if isinstance(value, dict):
+        return (_DICT, tuple((k, _freeze(v)) for k, v in value.items()))
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, tuple) and len(value) == 2 and value[0] in (_LIST, _TUPLE, _DICT):
+        kind, items = value
+        if kind == _LIST:
+            return [_thaw(v) for v in items]
+        if kind == _TUPLE:
+            return tuple(_thaw(v) for v in items)
+        return {k: _thaw(v) for k, v in items}
+    return value
+
+
+def _is_cache(obj: Any) -> bool:
+    from transformers.cache_utils import Cache
+
+    return isinstance(obj, Cache)
+
+
+def _split_state(obj: Any) -> tuple[list[str], tuple]:
+    """Split `vars(obj)` into tensor attribute names (sorted) and the frozen non-tensor rest."""
+    tensor_names, state = [], []
+    for name, value in sorted(vars(obj).items()):
+        if isinstance(value, torch.Tensor):
+            tensor_names.append(name)
+        elif name not in ("layers",) and not _is_cache(value):
+            if isinstance(value, torch.Stream):
+                raise TypeError(
+                    f"{type(obj).__name__} was built with offloading=True, which cannot be exported. "
+                    "Build the cache with offloading=False."
+                )
+            state.append((name, _freeze(value)))
+    return tensor_names, tuple(state)
+
+
+def _flatten_cache(cache: Any) -> tuple[list[Any], tuple]:
+    children, keys = _flatten_cache_with_names(cache)
+    return children, keys[1]
+
+
+def _flatten_cache_with_names(cache: Any) -> tuple[list[Any], tuple[list[str], tuple]]:
+    children: list[Any] = []
+    names: list[str] = []
+    layer_specs = []
+    for index, layer in enumerate(getattr(cache, "layers", None) or []):
+        tensor_names, state = _split_state(layer)
+        layer_specs.append((type(layer), tuple(tensor_names), state))
+        for name in tensor_names:
+            children.append(getattr(layer, name))
+            names.append(f"{index}.{name}")
+    sub_caches = []
+    for name, value in sorted(vars(cache).items()):
+        if _is_cache(value):
+            sub_caches.append(name)
+            children.append(value)
+            names.append(name.removesuffix("_cache"))
+    tensor_names, state = _split_state(cache)
+    for name in tensor_names:
+        children.append(getattr(cache, name))
+        names.append(name)
+    has_layers = hasattr(cache, "layers")
+    context = (type(cache), has_layers, tuple(layer_specs), tuple(sub_caches), tuple(tensor_names), state)
+    return children, (names, context)
+
+
+def _unflatten_cache(children: list[Any], context: tuple) -> Any:
+    cls, has_layers, layer_specs, sub_caches, tensor_names, state = context
+    cache = cls.__new__(cls)
+    for name, value in state:
+        setattr(cache, name, _thaw(value))
+    it = iter(children)
+    if has_layers:
+        layers = []
+        for layer_cls, layer_tensor_names, layer_state in layer_specs:
+            layer = layer_cls.__new__(layer_cls)
+            for name, value in layer_state:
+                setattr(layer, name, _thaw(value))
+            for name in layer_tensor_names:
+                setattr(layer, name, next(it))
+            layers.append(layer)
+        cache.layers = layers
+    for name in sub_caches:
+        setattr(cache, name, next(it))
+    for name in tensor_names:
+        setattr(cache, name, next(it))
+    return cache
+
+
+def _flatten_cache_with_keys(cache: Any) -> tuple[list[tuple[Any, Any]], tuple]:
+    children, (names, context) = _flatten_cache_with_names(cache)
+    return [(pytree.MappingKey(name), child) for name, child in zip(names, children)], context
+
+
+# -- JSON form of the context, for `torch.export.save` / `load` ------------------------------------
+
+
+def _qualname(obj: type) -> str:
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+def _import_qualname(path: str) -> Any:
+    module_name, _, qualname = path.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _dump_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return {"t": [_dump_value(v) for v in value]}
+    if isinstance(value, type):
+        return {"class": _qualname(value)}
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot serialize cache attribute value {value!r} of type {type(value).__name__}")
+
+
+def _load_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        (kind, payload), = value.items()
+        if kind == "t":
+            return tuple(_load_value(v) for v in payload)
+        if kind == "class":
+            return _import_qualname(payload)
+        if kind == "dtype":
+            return getattr(torch, payload)
+        if kind == "device":
+            return torch.device(payload)
+    return value
+
+
+def _to_dumpable_context(context: tuple) -> str:
+    import json
+
+    return json.dumps(_dump_value(context))
+
+
+def _from_dumpable_context(dumped: str) -> tuple:
+    import json
+
+    return _load_value(json.loads(dumped))
+
+
+def register_pytree_node(cls: type) -> type:
+    """Register a transformers `Cache` class as a pytree node, so it can be an export input or output.
+
+    Needed before `torch.export.load` of a program whose inputs hold a cache (the loader rebuilds
+    the cache object from the saved tree spec). Registering twice is a no-op.
+
+    Args:
+        cls: a subclass of `transformers.cache_utils.Cache`.
+
+    Returns:
+        `cls`, so it can be used as a class decorator.
+    """
+    from transformers.cache_utils import Cache
+
+    if not (isinstance(cls, type) and issubclass(cls, Cache)):
+        raise TypeError(f"register_pytree_node expects a transformers Cache class, got {cls!r}")
+    if cls in _registered or cls in pytree.SUPPORTED_NODES:
+        _registered.add(cls)
+        return cls
+    pytree.register_pytree_node(
+        cls,
+        _flatten_cache,
+        _unflatten_cache,
+        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+        to_dumpable_context=_to_dumpable_context,
+        from_dumpable_context=_from_dumpable_context,
+        flatten_with_keys_fn=_flatten_cache_with_keys,
+    )
+    import torch.fx._pytree as fx_pytree
+
+    fx_pytree.register_pytree_flatten_spec(cls, lambda cache, spec: _flatten_cache(cache)[0])
+    _allow_in_weights_only_load(cls)
+    _registered.add(cls)
+    return cls
+
+
+def _allow_in_weights_only_load(cls: type) -> None:
+    """Let `torch.load(weights_only=True)` rebuild `cls` and every cache layer class.
+
+    `torch.export.save` pickles a program's `example_inputs`; without this, `torch.export.load`
+    of a program whose inputs hold a cache falls back to `weights_only=False` with a warning.
+    Cache classes only carry tensors and plain values, so allowing them adds no code execution.
+    """
+    from transformers.cache_utils import CacheLayerMixin
+
+    torch.serialization.add_safe_globals([cls, CacheLayerMixin, *_all_subclasses(CacheLayerMixin)])
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+def register_cache_pytree_nodes(tree: Any = None) -> None:
+    """Register every `Cache` class known now, and any cache class found inside `tree`."""
+    from transformers.cache_utils import Cache
+
+    for cls in (Cache, *_all_subclasses(Cache)):
+        register_pytree_node(cls)
+    if tree is not None:
+        for leaf in pytree.tree_leaves(tree, is_leaf=_is_cache):
+            if _is_cache(leaf):
+                register_pytree_node(type(leaf))
+
+
+# -- Leaf names ----------------------------------------------------------------------------------
+
+
+def _key_name(key: Any) -> str:
+    if isinstance(key, pytree.MappingKey):
+        return str(key.key)
+    if isinstance(key, pytree.SequenceKey):
+        return str(key.idx)
+    if isinstance(key, pytree.GetAttrKey):
+        return key.name
+    return str(key).strip(".[]'\"")
+
+
+def flatten_with_names(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Flatten `tree` to `(dotted name, leaf)` pairs: `logits`, `cache.0.keys`, `input_ids`."""
+    pairs, _ = pytree.tree_flatten_with_path(tree)
+    out = []
+    for path, leaf in pairs:
+        name = ".".join(_key_name(k) for k in path)
+        out.append((f"{prefix}{name}" if name else prefix.rstrip(".") or "output", leaf))
+    return out
+
+
+def leaf_names(tree: Any, prefix: str = "") -> list[str]:
+    return [name for name, _ in flatten_with_names(tree, prefix)]

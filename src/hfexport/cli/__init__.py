@@ -1,0 +1,1 @@
+"""The `hfexport` command line: `export`, `env`, `patches`."""

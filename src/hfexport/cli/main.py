@@ -1,0 +1,60 @@
+"""`hfexport` entry point: parses arguments, runs a command, turns errors into one clear line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+
+from ..errors import ExportError, ValidationError
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ..presets import preset_names
+
+    parser = argparse.ArgumentParser(prog="hfexport", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    export = sub.add_parser("export", help="export a model, validate it against eager, write artifact + report")
+    export.add_argument("model", help=f"a local folder, a hub id, or a preset: {', '.join('tiny:' + n for n in preset_names())}")
+    export.add_argument("--format", "-f", default="dynamo", help="dynamo | onnx | executorch | openvino")
+    export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
+    export.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
+    export.add_argument("--backend", help="ExecuTorch delegate: xnnpack | cuda | mlx")
+    export.add_argument("--overwrite", action="store_true", help="replace an output folder that holds files")
+    export.add_argument("--no-validate", action="store_true", help="skip the comparison with eager")
+    export.add_argument("--tolerance", type=float, default=None, help="absolute tolerance (default per format)")
+    export.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per format)")
+    export.add_argument("--prompt", default="Hello, world!", help="sample prompt when the model has a tokenizer")
+    export.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+
+    sub.add_parser("env", help="installed backends, versions, drift from the tested set")
+    patches = sub.add_parser("patches", help="list registered patches and FX fixes")
+    patches.add_argument("--backend", help="only those of this backend")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="hfexport: %(levelname)s: %(message)s")
+    from . import env, export, patches
+
+    command = {"export": export.run, "env": env.run, "patches": patches.run}[args.command]
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        print("hfexport: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except (ExportError, ImportError, ValueError, TypeError) as error:
+        if args.debug:
+            traceback.print_exc()
+        message = str(error).replace("\n", " ")
+        print(f"hfexport: error: {message}", file=sys.stderr)
+        return export.VALIDATION_FAILED if isinstance(error, ValidationError) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,157 @@
+"""`ExportConfig`, the options every backend shares, and their dict/JSON form.
+
+Each backend's config (`DynamoConfig`, `OnnxConfig`, ...) is a dataclass deriving from
+`ExportConfig` in `hfexport/backends/<format>/config.py`; it adds that backend's own fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any, ClassVar
+
+__all__ = ["ExportFormat", "ExportConfig"]
+
+
+class ExportFormat(str, enum.Enum):
+    """The built-in export formats (more can be added with `register_backend`)."""
+
+    DYNAMO = "dynamo"
+    ONNX = "onnx"
+    EXECUTORCH = "executorch"
+    OPENVINO = "openvino"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _check_choice(owner: str, field: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{owner}.{field} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+
+
+def _check_type(owner: str, field: str, value: Any, types: type | tuple[type, ...]) -> None:
+    if not isinstance(value, types) or (types is int and isinstance(value, bool)):
+        names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
+        raise ValueError(f"{owner}.{field} must be a {names}; got {value!r} ({type(value).__name__})")
+
+
+# -- Dims in JSON: {"__dim__": "batch", "min": 1, "max": 32} or {"__dim__": "AUTO"} --------------
+
+
+def _dim_to_json(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, dict):
+        return {str(k): _dim_to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_dim_to_json(v) for v in value]
+    if value is None or isinstance(value, (int, str)):
+        return value
+    for name in ("AUTO", "STATIC", "DYNAMIC"):
+        if value is getattr(torch.export.Dim, name, object()):
+            return {"__dim__": name}
+    if hasattr(value, "__name__") and hasattr(value, "min") and hasattr(value, "max"):
+        return {"__dim__": value.__name__, "min": int(value.min), "max": int(value.max)}
+    raise ValueError(f"dynamic_shapes holds {value!r}, which has no JSON form; use torch.export.Dim values")
+
+
+def _dim_from_json(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, list):
+        return [_dim_from_json(v) for v in value]
+    if isinstance(value, dict):
+        if "__dim__" in value:
+            name = value["__dim__"]
+            if name in ("AUTO", "STATIC", "DYNAMIC") and "min" not in value:
+                return getattr(torch.export.Dim, name)
+            return torch.export.Dim(name, min=value["min"], max=value["max"])
+        return {(int(k) if k.isdigit() else k): _dim_from_json(v) for k, v in value.items()}
+    return value
+
+
+@dataclasses.dataclass
+class ExportConfig:
+    """Options shared by every exporter.
+
+    Args:
+        dynamic: mark every dimension of every tensor input, cache leaves included, as dynamic
+            (`Dim.AUTO`); the artifact then accepts inputs of any size. Size-1 sample dimensions
+            (a batch of one) stay dynamic too.
+        dynamic_shapes: explicit `dynamic_shapes`, passed to `torch.export.export` unchanged;
+            wins over `dynamic`.
+        prefer_deferred_runtime_asserts_over_guards: turn data-dependent guards into runtime
+            asserts instead of failing the export (passed to `torch.export.export`).
+        strict: trace with TorchDynamo (`strict=True`) rather than the default non-strict mode.
+        quantizer: a quantizer applied during export (see the quantization docs).
+    """
+
+    export_format: ClassVar[str] = ""
+
+    dynamic: bool = False
+    dynamic_shapes: Any = None
+    prefer_deferred_runtime_asserts_over_guards: bool = False
+    strict: bool = False
+    quantizer: Any = None
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for name in ("dynamic", "prefer_deferred_runtime_asserts_over_guards", "strict"):
+            _check_type(owner, name, getattr(self, name), bool)
+        if self.dynamic_shapes is not None and not isinstance(self.dynamic_shapes, (dict, list, tuple)):
+            raise ValueError(
+                f"{owner}.dynamic_shapes must be a dict (or tuple) like torch.export's; "
+                f"got {type(self.dynamic_shapes).__name__}"
+            )
+        self._validate()
+
+    def _validate(self) -> None:
+        """Check backend-specific fields; subclasses override."""
+
+    # -- dict / JSON ------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-compatible dict, with `export_format` first; `from_dict` reverses it."""
+        out: dict[str, Any] = {"export_format": self.export_format}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "dynamic_shapes" and value is not None:
+                value = _dim_to_json(value)
+            elif field.name == "quantizer" and value is not None:
+                if not hasattr(value, "to_dict"):
+                    raise ValueError(f"quantizer {value!r} has no to_dict(); it cannot be serialized")
+                value = value.to_dict()
+            out[field.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExportConfig:
+        """Build a config of this class from `data` (as written by `to_dict`)."""
+        data = dict(data)
+        fmt = data.pop("export_format", cls.export_format)
+        if cls.export_format and fmt != cls.export_format:
+            raise ValueError(f"{cls.__name__} is for export_format={cls.export_format!r}, got {fmt!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        if data.get("dynamic_shapes") is not None:
+            data["dynamic_shapes"] = _dim_from_json(data["dynamic_shapes"])
+        if data.get("quantizer") is not None:
+            raise ValueError(
+                f"{cls.__name__}.from_dict got a quantizer; quantizers cannot be rebuilt from a dict yet. "
+                "Pass the quantizer object to the config instead."
+            )
+        return cls(**data)
+
+    def to_json(self, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> ExportConfig:
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> ExportConfig:
+        return dataclasses.replace(self, **changes)

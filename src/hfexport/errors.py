@@ -1,0 +1,81 @@
+"""Errors raised by hfexport, one class per step of an export.
+
+Every message names the model (or component), the step, and ends with one concrete remedy.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ExportError",
+    "PrepareError",
+    "CaptureError",
+    "ConversionError",
+    "QuantizationError",
+    "SerializationError",
+    "RuntimeLoadError",
+    "ValidationError",
+    "RegistryError",
+]
+
+
+class ExportError(Exception):
+    """Base class of every error hfexport raises about an export."""
+
+    step = "export"
+
+    def __init__(self, message: str, *, model: str | None = None, remedy: str | None = None):
+        self.model = model
+        self.remedy = remedy
+        where = f"{model}: " if model else ""
+        text = f"[{self.step}] {where}{message}"
+        if remedy:
+            text += f"\nWhat to do: {remedy}"
+        super().__init__(text)
+
+
+class PrepareError(ExportError, ValueError):
+    """The model or inputs cannot be exported as given (attention implementation, bad inputs)."""
+
+    step = "prepare"
+
+
+class CaptureError(ExportError):
+    """`torch.export` could not trace the model."""
+
+    step = "capture"
+
+
+class ConversionError(ExportError):
+    """The traced program could not be converted for the target runtime."""
+
+    step = "convert"
+
+
+class QuantizationError(ExportError):
+    """The quantizer could not be applied."""
+
+    step = "quantize"
+
+
+class SerializationError(ExportError):
+    """The artifact could not be written (or would overwrite something)."""
+
+    step = "save"
+
+
+class RuntimeLoadError(ExportError):
+    """The artifact could not be loaded or run in its runtime."""
+
+    step = "run"
+
+
+class ValidationError(ExportError):
+    """The artifact's outputs differ from eager PyTorch beyond the tolerance."""
+
+    step = "validate"
+
+
+class RegistryError(ExportError, ValueError):
+    """A registry entry is malformed: unknown backend, unresolvable patch target, duplicate name."""
+
+    step = "register"

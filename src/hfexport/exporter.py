@@ -1,0 +1,163 @@
+"""`HfExporter`: the export pipeline every backend shares.
+
+```
+export(model, inputs, config)
+  1. prepare   normalise inputs, check attention, eval + no_grad, enter the backend's patches
+  2. capture   torch.export with the dynamic-shapes plan, then the backend's FX fixes
+  3. convert   backend-specific (`_convert`)
+  4. return    the backend's own artifact, with an `ExportRecord` attached
+```
+The model is left exactly as it was (training flags, patched attributes), also when a step raises.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from ._versions import require_extra, warn_on_drift
+from .capture import capture, check_attention, inference_mode, normalize_inputs
+from .capture.capture import Capture
+from .capture.prepare import model_name
+from .config import ExportConfig
+from .errors import ConversionError, ExportError, PrepareError, SerializationError
+from .record import ExportRecord, attach_record, record_from_program
+from .registry import applied_patches
+
+__all__ = ["HfExporter"]
+
+logger = logging.getLogger("hfexport")
+
+
+class HfExporter:
+    """Base class of the exporters. A backend subclasses it and implements `_convert`.
+
+    Class attributes a backend sets:
+        format: its `export_format`.
+        config_class: its `ExportConfig` subclass.
+        extra: the `hfexport[extra]` that installs its packages (`None`: torch only).
+        fix_order: the order of its built-in FX fixes, by name.
+    """
+
+    format: ClassVar[str] = ""
+    config_class: ClassVar[type[ExportConfig]] = ExportConfig
+    extra: ClassVar[str | None] = None
+    fix_order: ClassVar[tuple[str, ...]] = ()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def export(self, model: torch.nn.Module, inputs: Any, config: ExportConfig | None = None) -> Any:
+        """Export `model` called with `inputs` and return the backend's artifact.
+
+        Args:
+            model: a `PreTrainedModel` (or any `nn.Module` taking keyword arguments).
+            inputs: forward keyword arguments: a dict or a tokenizer/processor `BatchEncoding`.
+            config: this exporter's config class; defaults to a static export.
+
+        Returns:
+            The backend's native artifact (`ExportedProgram`, `ONNXProgram`, ...).
+
+        Raises:
+            ImportError: a package the backend needs is missing (the message has the pip line).
+            ExportError: a step failed; the subclass names the step (`CaptureError`, ...).
+        """
+        config = self._check_config(config)
+        self._check_environment(config)
+        kwargs = normalize_inputs(inputs, model=model)
+        if not isinstance(model, torch.nn.Module):
+            raise PrepareError(f"expected a torch.nn.Module, got {type(model).__name__}",
+                               remedy="load the model with transformers (AutoModel...from_pretrained)")
+        check_attention(model)
+        self._check_model(model, kwargs, config)
+        self._load_workarounds()
+        if config.quantizer is not None:
+            raise ExportError(
+                "quantization during export is not available in this version of hfexport",
+                model=model_name(model), remedy="export without quantizer=",
+            )
+        start = time.perf_counter()
+        with inference_mode(model), applied_patches(self.format) as patches:
+            captured = capture(model, kwargs, config, backend=self.format, fix_order=self.fix_order)
+            artifact = self._convert_checked(captured, model, kwargs, config)
+        record = self._record(captured, model, artifact, config)
+        record.details["patches"] = [p.name for p in patches]
+        record.details["fx_fixes"] = captured.fixes_applied
+        record.details["export_seconds"] = round(time.perf_counter() - start, 3)
+        attach_record(artifact, record)
+        return artifact
+
+    def save(self, artifact: Any, directory: str | os.PathLike, name: str = "model") -> list[Path]:
+        """Write `artifact` into `directory` as `<name>.<suffix>` (and companions); return the files."""
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise SerializationError(f"{directory} is not a directory", remedy="create it first")
+        return self._save(artifact, directory / name)
+
+    # -- steps a backend customises --------------------------------------------------------------
+
+    def _save(self, artifact: Any, stem: Path) -> list[Path]:
+        raise NotImplementedError
+
+    def _check_environment(self, config: ExportConfig) -> None:
+        """Fail before any work when a package is missing; warn once on version drift."""
+        if self.extra:
+            require_extra(self.extra, purpose=type(self).__name__)
+        warn_on_drift(self.extra or "dynamo", owner=type(self).__name__)
+
+    def _check_model(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig) -> None:
+        """Backend-specific refusals before tracing (e.g. a cache type a delegate cannot take)."""
+
+    def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig) -> Any:
+        raise NotImplementedError
+
+    def _record(self, captured: Capture, model: torch.nn.Module, artifact: Any, config: ExportConfig) -> ExportRecord:
+        record = record_from_program(captured.program, format=self.format, model_class=model_name(model))
+        record.details["size_oblivious"] = captured.size_oblivious
+        record.details["config"] = _config_summary(config)
+        return record
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _check_config(self, config: ExportConfig | None) -> ExportConfig:
+        if config is None:
+            return self.config_class()
+        if not isinstance(config, self.config_class):
+            raise TypeError(
+                f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}; "
+                "use AutoHfExporter.from_config(config) to get the exporter that matches a config"
+            )
+        return config
+
+    def _load_workarounds(self) -> None:
+        """Import this backend's `patches` module, where its patches and fixes register."""
+        module = f"{type(self).__module__.rpartition('.')[0]}.patches"
+        if importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+        importlib.import_module("hfexport.models")
+
+    def _convert_checked(self, captured: Capture, model, kwargs, config) -> Any:
+        try:
+            return self._convert(captured, model, kwargs, config)
+        except (ExportError, ImportError):
+            raise
+        except Exception as error:  # noqa: BLE001 - translated, original chained
+            raise ConversionError(
+                f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}",
+                model=model_name(model),
+                remedy="rerun with --debug for the full trace; if the Dynamo export of the same model works, "
+                "this is a conversion bug worth a patch (see `hfexport patches`)",
+            ) from error
+
+
+def _config_summary(config: ExportConfig) -> dict[str, Any]:
+    try:
+        return config.to_dict()
+    except ValueError:
+        return {"export_format": config.export_format, "dynamic": config.dynamic}

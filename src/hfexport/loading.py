@@ -1,0 +1,97 @@
+"""Turn what a user names on the CLI into a model and sample inputs.
+
+`tiny:<preset>` builds a random model offline; a local folder written by `save_pretrained`
+(or a hub id, when online) goes through `from_pretrained` with the class its config names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from typing import Any
+
+import torch
+
+from .errors import PrepareError
+from .presets import PRESETS, build_preset
+
+__all__ = ["LoadedModel", "load_model", "sample_inputs_for"]
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    source: str
+    tokenizer: Any = None
+
+
+def _first_input_name(model: torch.nn.Module) -> str:
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return params[0].name if params else "input_ids"
+
+
+def sample_inputs_for(model: torch.nn.Module, tokenizer: Any = None, prompt: str = "Hello, world!") -> dict[str, Any]:
+    """Small sample inputs for `model`, derived from its config and forward signature."""
+    from . import presets
+
+    config = model.config
+    first = _first_input_name(model)
+    if first == "input_ids":
+        if tokenizer is not None:
+            inputs = dict(tokenizer(prompt, return_tensors="pt"))
+        else:
+            inputs = presets._text_inputs(config)
+        if getattr(config, "is_encoder_decoder", False):
+            start = getattr(config, "decoder_start_token_id", None) or 0
+            inputs["decoder_input_ids"] = torch.tensor([[start]], dtype=torch.long).repeat(1, 3)
+        if "token_type_ids" in inspect.signature(model.forward).parameters and "token_type_ids" not in inputs:
+            inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
+        return inputs
+    if first == "pixel_values":
+        return presets._image_inputs(config)
+    if first == "input_features":
+        return presets._whisper_inputs(config)
+    if first == "input_values":
+        return presets._audio_inputs(config)
+    raise PrepareError(
+        f"cannot make sample inputs for a model whose forward starts with {first!r}",
+        model=type(model).__name__,
+        remedy="export from Python with exporter.export(model, inputs) and your own inputs",
+    )
+
+
+def load_model(spec: str, *, prompt: str = "Hello, world!") -> LoadedModel:
+    """Load `spec` (`tiny:<preset>`, a local folder, or a hub id) with sample inputs."""
+    if spec.startswith("tiny:"):
+        model, inputs = build_preset(spec)
+        return LoadedModel(model, inputs, spec)
+    import transformers
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(spec)
+    except (OSError, ValueError) as error:
+        hint = (f"'{spec}' is neither a folder with a config.json nor a reachable hub id; "
+                f"presets work offline: {', '.join('tiny:' + n for n in PRESETS)}")
+        raise PrepareError(f"cannot load {spec!r}: {str(error).splitlines()[0]}", remedy=hint) from error
+    architectures = getattr(config, "architectures", None) or []
+    model_class = next((getattr(transformers, a) for a in architectures if hasattr(transformers, a)), None)
+    if model_class is None:
+        raise PrepareError(
+            f"{spec!r} names no model class transformers knows (architectures={architectures})",
+            remedy="save the model with save_pretrained so config.json records its class",
+        )
+    model = model_class.from_pretrained(spec).eval()
+    tokenizer = None
+    if os.path.isdir(spec) and not any(
+        os.path.exists(os.path.join(spec, f)) for f in ("tokenizer.json", "tokenizer_config.json")
+    ):
+        tokenizer = None
+    else:
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(spec)
+        except (OSError, ValueError, TypeError):
+            tokenizer = None
+    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer)

@@ -1,0 +1,271 @@
+"""Run an artifact in its runtime, compare with eager PyTorch, and report per output.
+
+`validate(artifact, model, inputs)` checks the sample inputs and, when the artifact has dynamic
+dimensions, a second set of inputs where every symbolic size moves (batch 1 -> 3, sequence 7 -> 9):
+a dimension that was silently specialised then shows up as a failure, not a pass.
+
+An output passes when `max|artifact - eager| <= atol + rtol * max|eager|`; the report states
+`atol` and `rtol`. Integer and boolean outputs must match exactly; a wrong shape fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from .capture.prepare import inference_mode, normalize_inputs
+from .capture.pytree import flatten_with_names, register_cache_pytree_nodes
+from .record import ExportRecord, record_of
+from .runner import runner_for
+
+__all__ = ["validate", "ValidationReport", "CaseReport", "OutputDiff", "resize_inputs", "DEFAULT_TOLERANCE"]
+
+#: (atol, rtol) per format for fp32 artifacts.
+DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
+    "dynamo": (1e-5, 1e-5),
+    "onnx": (1e-4, 1e-4),
+    "openvino": (1e-4, 1e-4),
+    "executorch": (1e-4, 1e-4),
+}
+
+
+@dataclasses.dataclass
+class OutputDiff:
+    """One output of one case: its shape and its distance from eager."""
+
+    name: str
+    shape: list[int]
+    max_abs: float
+    max_rel: float
+    passed: bool
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class CaseReport:
+    """One set of inputs run through the artifact and eager."""
+
+    label: str
+    input_shapes: dict[str, list[int]]
+    outputs: list[OutputDiff]
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(o.passed for o in self.outputs)
+
+
+@dataclasses.dataclass
+class ValidationReport:
+    """The result of `validate`: every case, the tolerance used, and where it ran."""
+
+    format: str
+    model_class: str
+    runtime: str
+    precision: str
+    atol: float
+    rtol: float
+    cases: list[CaseReport]
+    note: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def max_abs(self) -> float:
+        values = [o.max_abs for c in self.cases for o in c.outputs if not math.isnan(o.max_abs)]
+        return max(values, default=float("nan"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["passed"] = self.passed
+        out["rule"] = "pass if max|artifact - eager| <= atol + rtol * max|eager| (exact for int/bool)"
+        for case, raw in zip(self.cases, out["cases"]):
+            raw["passed"] = case.passed
+        return out
+
+    def to_table(self) -> str:
+        """A readable table: one row per case and output."""
+        lines = [
+            f"validation of {self.model_class} ({self.format}) in {self.runtime}, precision {self.precision}",
+            f"tolerance: atol={self.atol:g}, rtol={self.rtol:g}  (max|diff| <= atol + rtol*max|eager|)",
+        ]
+        width = max([len(o.name) for c in self.cases for o in c.outputs] + [6])
+        lines.append(f"  {'case':<10} {'output':<{width}} {'shape':<18} {'max abs':>10} {'max rel':>10}  result")
+        for case in self.cases:
+            if case.error:
+                lines.append(f"  {case.label:<10} {'-':<{width}} {'-':<18} {'-':>10} {'-':>10}  FAIL: {case.error}")
+            for o in case.outputs:
+                verdict = "ok" if o.passed else f"FAIL{': ' + o.error if o.error else ''}"
+                lines.append(
+                    f"  {case.label:<10} {o.name:<{width}} {str(o.shape):<18} {o.max_abs:>10.3g} {o.max_rel:>10.3g}  {verdict}"
+                )
+        lines.append(f"result: {'PASSED' if self.passed else 'FAILED'}" + (f" ({self.note})" if self.note else ""))
+        return "\n".join(lines)
+
+
+# -- second-size inputs ---------------------------------------------------------------------------
+
+
+def _tile(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Resize `tensor` to `shape` by repeating (or cutting) its values along each dim."""
+    out = tensor
+    for axis, size in enumerate(shape):
+        current = out.shape[axis]
+        if size == current:
+            continue
+        if current == 0:
+            new_shape = list(out.shape)
+            new_shape[axis] = size
+            out = torch.zeros(new_shape, dtype=out.dtype, device=out.device)
+            continue
+        repeats = [1] * out.dim()
+        repeats[axis] = -(-size // current)
+        out = out.repeat(*repeats).narrow(axis, 0, size)
+    return out.contiguous()
+
+
+def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -> dict[str, Any] | None:
+    """Return `inputs` with every symbolic size moved by `step` (within the program's ranges), or
+    `None` when the artifact has no symbolic input dimension."""
+    import sympy
+
+    leaves, spec = pytree.tree_flatten(inputs)
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    if len(tensors) != len(record.input_shapes):
+        return None
+    values: dict[str, int] = {}
+    for tensor, shape in zip(tensors, record.input_shapes):
+        for size, dim in zip(tensor.shape, shape):
+            if isinstance(dim, str) and dim.isidentifier():
+                values[dim] = int(size)
+    if not values:
+        return None
+    new_values = {}
+    for symbol, value in values.items():
+        low, high = record.symbol_ranges.get(symbol, (0, None))
+        target = value + step
+        if high is not None and target > high:
+            target = max(low, value - 1)
+        new_values[symbol] = target
+    symbols = {name: sympy.Symbol(name) for name in new_values}
+    substitution = {symbols[name]: v for name, v in new_values.items()}
+
+    def size_of(dim: int | str, current: int) -> int:
+        if isinstance(dim, int):
+            return dim
+        if dim in new_values:
+            return new_values[dim]
+        try:
+            return int(sympy.sympify(dim, locals=symbols).subs(substitution))
+        except (TypeError, ValueError, sympy.SympifyError):
+            return current
+
+    shapes = iter(record.input_shapes)
+    resized = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            shape = next(shapes)
+            resized.append(_tile(leaf, tuple(size_of(d, s) for d, s in zip(shape, leaf.shape))))
+        else:
+            resized.append(leaf)
+    return pytree.tree_unflatten(resized, spec)
+
+
+# -- comparison -----------------------------------------------------------------------------------
+
+
+def _compare(name: str, got: Any, want: Any, atol: float, rtol: float) -> OutputDiff:
+    if not isinstance(want, torch.Tensor):
+        same = got == want
+        return OutputDiff(name, [], 0.0 if same else float("inf"), 0.0, bool(same), None if same else f"{got!r} != {want!r}")
+    got = torch.as_tensor(got)
+    shape = list(want.shape)
+    if tuple(got.shape) != tuple(want.shape):
+        return OutputDiff(name, list(got.shape), float("nan"), float("nan"), False,
+                          f"shape {list(got.shape)} but eager gives {shape}")
+    if not want.is_floating_point():
+        mismatches = int((got.to(want.dtype) != want).sum())
+        return OutputDiff(name, shape, float(mismatches), 0.0, mismatches == 0,
+                          None if mismatches == 0 else f"{mismatches} values differ")
+    if want.numel() == 0:
+        return OutputDiff(name, shape, 0.0, 0.0, True)
+    got, want = got.double(), want.double()
+    finite = torch.isfinite(want)
+    if not torch.equal(torch.isfinite(got), finite):
+        return OutputDiff(name, shape, float("inf"), float("inf"), False, "non-finite values differ from eager")
+    diff = (got - want).abs()[finite]
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    scale = float(want[finite].abs().max()) if diff.numel() else 0.0
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+    return OutputDiff(name, shape, max_abs, max_rel, max_abs <= atol + rtol * scale)
+
+
+def _shapes(inputs: dict[str, Any]) -> dict[str, list[int]]:
+    return {name: list(leaf.shape) for name, leaf in flatten_with_names(inputs) if isinstance(leaf, torch.Tensor)}
+
+
+def _run_case(label: str, runner, model, inputs, record, atol, rtol) -> CaseReport:
+    with inference_mode(model):
+        eager = model(**copy.deepcopy(inputs))
+    expected = flatten_with_names(eager)
+    try:
+        got = runner.run(copy.deepcopy(inputs))
+    except Exception as error:  # noqa: BLE001 - a runtime failure is a validation result, reported
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return CaseReport(label, _shapes(inputs), [], f"{type(error).__name__}: {first[:300]}")
+    if len(got) != len(expected):
+        return CaseReport(label, _shapes(inputs), [],
+                          f"artifact returned {len(got)} outputs, eager {len(expected)}")
+    names = record.output_names if len(record.output_names) == len(expected) else [n for n, _ in expected]
+    outputs = [_compare(name, g, w, atol, rtol) for name, g, (_, w) in zip(names, got, expected)]
+    return CaseReport(label, _shapes(inputs), outputs)
+
+
+def validate(
+    artifact: Any,
+    model: torch.nn.Module,
+    inputs: Any,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    resized: bool | None = None,
+) -> ValidationReport:
+    """Run `artifact` in its runtime on `inputs` and compare every output with `model(**inputs)`.
+
+    Args:
+        artifact: what an hfexport exporter returned (or a loaded `ExportedProgram`).
+        model: the eager model it was exported from.
+        inputs: the forward kwargs to compare on.
+        atol, rtol: tolerance; defaults per format (`DEFAULT_TOLERANCE`).
+        resized: also run at a second batch size and sequence length; default: when the artifact
+            has dynamic dimensions.
+
+    Returns:
+        A `ValidationReport`; `report.passed` says whether every output of every case passed.
+    """
+    record = record_of(artifact)
+    kwargs = normalize_inputs(inputs, model=model)
+    register_cache_pytree_nodes(kwargs)
+    default_atol, default_rtol = DEFAULT_TOLERANCE.get(record.format, (1e-4, 1e-4))
+    atol = default_atol if atol is None else atol
+    rtol = default_rtol if rtol is None else rtol
+    runner = runner_for(artifact, record)
+    cases = [_run_case("sample", runner, model, kwargs, record, atol, rtol)]
+    note = ""
+    if resized is None:
+        resized = record.is_dynamic
+    if resized:
+        second = resize_inputs(kwargs, record)
+        if second is None:
+            note = "no symbolic input dimension: only the sample shape was checked"
+        else:
+            cases.append(_run_case("resized", runner, model, second, record, atol, rtol))
+    return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
+                            atol, rtol, cases, note)
