@@ -1,0 +1,102 @@
+"""DynamoExporter: the architecture panel, dynamic shapes, and the seed's snippets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfexport import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, validate
+from hfexport.presets import build_preset
+from tests.harness import assert_close_to_eager, export_and_validate
+
+#: The architecture panel (hfexport.presets): decoder-only, sliding window, MoE, encoders,
+#: encoder-decoder (text and speech), vision and audio.
+PANEL = ["llama", "qwen3", "gpt2", "mistral", "qwen3_moe", "bert", "t5", "vit", "whisper", "wav2vec2"]
+
+
+@pytest.mark.parametrize("name", PANEL)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_panel_matches_eager(name, dynamic):
+    program, report, _, _ = export_and_validate(DynamoExporter(), DynamoConfig(dynamic=dynamic), name)
+    assert isinstance(program, torch.export.ExportedProgram)
+    assert [c.label for c in report.cases] == (["sample", "resized"] if dynamic else ["sample"])
+    if dynamic and name in ("llama", "bert", "t5"):
+        # the resized case really moved batch and sequence (1 -> 3, n -> n + 2)
+        resized = report.cases[1].input_shapes["input_ids"]
+        assert resized[0] == 3 and resized[1] == report.cases[0].input_shapes["input_ids"][1] + 2
+
+
+def test_mistral_sliding_window_is_shorter_than_the_input():
+    model, inputs = build_preset("mistral")
+    assert model.config.sliding_window < inputs["input_ids"].shape[1]
+
+
+def test_batch_one_capture_serves_batch_three_at_other_lengths():
+    model, inputs = build_preset("llama")
+    assert inputs["input_ids"].shape[0] == 1
+    program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+    module = program.module()
+    for batch, length in [(3, 5), (3, 13), (2, 2)]:
+        ids = torch.randint(3, 128, (batch, length), generator=torch.Generator().manual_seed(length))
+        kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        with torch.no_grad():
+            assert_close_to_eager(module(**kwargs).logits, model(**kwargs).logits, atol=1e-5)
+
+
+def test_static_export_rejects_another_batch_size_and_validation_says_so():
+    model, inputs = build_preset("llama")
+    program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=False))
+    report = validate(program, model, inputs, resized=False)
+    assert report.passed
+    from hfexport.validation import resize_inputs
+    from hfexport import record_of
+
+    assert resize_inputs(inputs, record_of(program)) is None  # static: nothing to resize
+    ids = torch.randint(3, 128, (3, 8))
+    with pytest.raises(Exception, match="Guard failed|Expected input"):
+        program.module()(input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
+def test_seed_dynamic_shapes_snippet_with_padded_batch():
+    model, _ = build_preset("llama")
+    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding, as a tokenizer pads a shorter prompt
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    batch = torch.export.Dim("batch", min=1, max=32)
+    seq = torch.export.Dim("seq", min=1, max=2048)
+    config = DynamoConfig(
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        prefer_deferred_runtime_asserts_over_guards=True,
+    )
+    exported = DynamoExporter().export(model, inputs, config=config)
+    report = validate(exported, model, inputs)
+    assert report.passed and len(report.cases) == 2, report.to_table()
+    ranges = sorted((int(v.lower), int(v.upper)) for v in exported.range_constraints.values())
+    assert ranges == [(1, 32), (1, 2048)]  # the Dims' bounds, kept as stated
+
+
+def test_seed_export_snippet():
+    model, inputs = build_preset("qwen3")
+    exporter = DynamoExporter()
+    config = DynamoConfig(dynamic=True)
+    exported = exporter.export(model, inputs, config=config)
+    outputs = exported.module()(**inputs)
+    with torch.no_grad():
+        assert_close_to_eager(outputs.logits, model(**inputs).logits, atol=1e-5)
+
+
+def test_seed_auto_classes_with_dynamo_format():
+    model, inputs = build_preset("qwen3")
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    exported = exporter.export(model, inputs, config=config)
+    assert validate(exported, model, inputs).passed
+
+
+def test_saved_program_round_trips(tmp_path):
+    program, _, model, inputs = export_and_validate(DynamoExporter(), DynamoConfig(dynamic=True), "gpt2")
+    files = DynamoExporter().save(program, tmp_path)
+    loaded = torch.export.load(files[0])
+    report = validate(loaded, model, inputs)  # a loaded program carries its own shapes
+    assert report.passed and len(report.cases) == 2, report.to_table()

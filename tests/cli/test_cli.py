@@ -1,0 +1,101 @@
+"""The CLI end to end, in a subprocess like a user runs it, and fail-closed behaviour in process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hfexport.cli.main import main
+
+
+def _hfexport(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hfexport", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def exported_llama(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "llama"
+    result = _hfexport("export", "tiny:llama", "--format", "dynamo", "-o", str(out))
+    return out, result
+
+
+def test_export_writes_artifact_and_report(exported_llama):
+    out, result = exported_llama
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "export_config.json", "model.pt2", "report.json"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["model_class"] == "LlamaForCausalLM" and report["format"] == "dynamo"
+    assert report["artifact_bytes"] == (out / "model.pt2").stat().st_size > 0
+    assert report["export_seconds"] > 0
+    validation = report["validation"]
+    assert validation["passed"] and [c["label"] for c in validation["cases"]] == ["sample", "resized"]
+    assert all(o["max_abs"] <= validation["atol"] for c in validation["cases"] for o in c["outputs"])
+    assert "[2/4] exporting LlamaForCausalLM to dynamo" in result.stderr  # progress on stderr
+    assert "result: PASSED" in result.stdout
+
+
+def test_the_saved_program_matches_the_reports_model(exported_llama):
+    out, _ = exported_llama
+    from hfexport.presets import build_preset
+
+    model, inputs = build_preset("llama")  # same seed as the CLI's preset
+    program = torch.export.load(out / "model.pt2")
+    with torch.no_grad():
+        assert torch.allclose(program.module()(**inputs).logits, model(**inputs).logits, atol=1e-5)
+
+
+def test_existing_output_is_refused_without_overwrite(exported_llama):
+    out, _ = exported_llama
+    before = (out / "model.pt2").stat().st_mtime_ns
+    result = _hfexport("export", "tiny:bert", "-o", str(out))
+    assert result.returncode == 1
+    assert "already holds files" in result.stderr and "--overwrite" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (out / "model.pt2").stat().st_mtime_ns == before
+
+
+def test_unknown_format_and_model_are_one_line_errors(tmp_path):
+    result = _hfexport("export", "tiny:llama", "--format", "tflite", "-o", str(tmp_path / "x"))
+    assert result.returncode == 1 and "unknown export_format 'tflite'" in result.stderr
+    result = _hfexport("export", "tiny:nope", "-o", str(tmp_path / "y"))
+    assert result.returncode == 1 and "unknown preset" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_failed_validation_exits_nonzero_and_writes_nothing(tmp_path, capsys):
+    from hfexport.registry import PATCHES, register_patch
+
+    @register_patch("dynamo", "torch.nn.functional.silu", reason="test: make the export wrong on purpose")
+    def patch_torch_silu_wrong(original):
+        return lambda x, inplace=False: original(x) + 0.25
+
+    try:
+        code = main(["export", "tiny:llama", "-o", str(tmp_path / "out"), "--quiet"])
+    finally:
+        PATCHES.remove("patch_torch_silu_wrong")
+    captured = capsys.readouterr()
+    assert code == 3
+    assert "FAIL" in captured.out and "differs from eager" in captured.err
+    assert list(tmp_path.iterdir()) == []  # no artifact, no partial folder
+
+
+def test_local_folder_written_by_save_pretrained(tmp_path):
+    from hfexport.presets import build_preset
+
+    model, _ = build_preset("gpt2")
+    model.save_pretrained(tmp_path / "gpt2")
+    code = main(["export", str(tmp_path / "gpt2"), "-o", str(tmp_path / "out"), "--quiet"])
+    assert code == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["model_class"] == "GPT2LMHeadModel" and report["validation"]["passed"]
+
+
+def test_env_and_patches_commands():
+    result = _hfexport("env")
+    assert result.returncode == 0 and "transformers" in result.stdout and "tested" in result.stdout
+    result = _hfexport("patches")
+    assert result.returncode == 0

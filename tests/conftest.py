@@ -1,0 +1,26 @@
+"""Shared test helpers: tiny models from the preset table, and one export→run→compare harness."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+
+
+@pytest.fixture(autouse=True)
+def _quiet_hfexport_logs(caplog):
+    caplog.set_level(logging.WARNING, logger="hfexport")
+    yield
+
+
+def build(name: str):
+    """A fresh tiny model and its sample inputs (`hfexport.presets`)."""
+    from hfexport.presets import build_preset
+
+    return build_preset(name)

@@ -1,0 +1,32 @@
+"""`import hfexport` stays light: no backend package is imported until its backend is used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+BACKEND_PACKAGES = ("onnx", "onnxscript", "onnxruntime", "executorch", "openvino", "nncf", "torchao")
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
+                         capture_output=True, text=True, check=True)
+    return {name.split(".")[0] for name in out.stdout.split()}
+
+
+def test_import_hfexport_loads_no_backend_package():
+    loaded = _modules_after("import hfexport; hfexport.DynamoConfig; hfexport.OnnxConfig; hfexport.AutoExportConfig")
+    assert not loaded & set(BACKEND_PACKAGES), loaded & set(BACKEND_PACKAGES)
+    assert "torch" not in loaded and "transformers" not in loaded
+
+
+def test_public_names_of_the_seed_resolve():
+    import hfexport
+    import hfexport.exporter_dynamo
+    import hfexport.utils
+
+    for name in ("HfExporter", "DynamoExporter", "DynamoConfig", "OnnxConfig", "ExecutorchConfig",
+                 "OpenVINOConfig", "ExportFormat", "AutoExportConfig", "AutoHfExporter", "register_backend"):
+        assert getattr(hfexport, name) is not None
+    assert hfexport.exporter_dynamo.register_pytree_node is hfexport.register_pytree_node
+    assert set(hfexport.__all__) >= {"DynamoExporter", "validate", "register_patch"}
