@@ -25,6 +25,7 @@ import torch
 from ._versions import require_extra, warn_on_drift
 from .capture import capture, check_attention, inference_mode, normalize_inputs
 from .capture.capture import Capture
+from .capture.dynamic import size_oblivious_tracing
 from .capture.prepare import model_name
 from .config import ExportConfig
 from .errors import ConversionError, ExportError, PrepareError, SerializationError
@@ -85,7 +86,11 @@ class HfExporter:
         start = time.perf_counter()
         with inference_mode(model), applied_patches(self.format) as patches:
             captured = capture(model, kwargs, config, backend=self.format, fix_order=self.fix_order)
-            artifact = self._convert_checked(captured, model, kwargs, config)
+            # Conversions re-trace the program (run_decompositions); without the same size-oblivious
+            # setting a decomposition can silently fold a size-1 sample dim (measured: BERT's linear
+            # decomposed to view([seq, hidden]), dropping the batch).
+            with size_oblivious_tracing(captured.size_oblivious):
+                artifact = self._convert_checked(captured, model, kwargs, config)
         record = self._record(captured, model, artifact, config)
         record.details["patches"] = [p.name for p in patches]
         record.details["fx_fixes"] = captured.fixes_applied

@@ -24,8 +24,28 @@ _registered: set[type] = set()
 _LIST, _DICT, _TUPLE = "__list__", "__dict__", "__tuple__"
 
 
+class _Traced:
+    """Stands for a Python number that was symbolic while tracing (a cache counter that grew with a
+    dynamic size). Its traced value means nothing at run time, so it is not carried: the rebuilt
+    cache gets `None` there."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Traced)
+
+    def __hash__(self) -> int:
+        return hash(_Traced)
+
+    def __repr__(self) -> str:
+        return f"<traced {self.text}>"
+
+
 def _freeze(value: Any) -> Any:
     """Make `value` hashable and comparable, keeping enough to rebuild it (`_thaw`)."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return _Traced(str(value))
     if isinstance(value, list):
         return (_LIST, tuple(_freeze(v) for v in value))
     if isinstance(value, tuple):
@@ -36,6 +56,8 @@ def _freeze(value: Any) -> Any:
 
 
 def _thaw(value: Any) -> Any:
+    if isinstance(value, _Traced):
+        return None
     if isinstance(value, tuple) and len(value) == 2 and value[0] in (_LIST, _TUPLE, _DICT):
         kind, items = value
         if kind == _LIST:
@@ -152,6 +174,8 @@ def _dump_value(value: Any) -> Any:
         return {"device": str(value)}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, _Traced):
+        return {"traced": value.text}
     raise TypeError(f"cannot serialize cache attribute value {value!r} of type {type(value).__name__}")
 
 
@@ -166,6 +190,8 @@ def _load_value(value: Any) -> Any:
             return getattr(torch, payload)
         if kind == "device":
             return torch.device(payload)
+        if kind == "traced":
+            return _Traced(payload)
     return value
 
 

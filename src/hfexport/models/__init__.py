@@ -1,4 +1,7 @@
 """Model-family workarounds (`models/<family>.py`), kept apart from the backends.
 
-Each module registers patches or fixes for one model family; this package imports them all.
+Each module registers patches or fixes for one family or one transformers integration; importing
+this package registers them all (the exporter does so before it applies them).
 """
+
+from . import moe  # noqa: F401

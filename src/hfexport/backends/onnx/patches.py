@@ -1,0 +1,1 @@
+"""Patches and FX fixes for the ONNX backend (none needed with the tested versions)."""

@@ -1,0 +1,38 @@
+"""`OnnxRunner`: runs an ONNX program in ONNX Runtime (CPU), fed by input name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from ...runner import Runner
+
+__all__ = ["OnnxRunner"]
+
+
+class OnnxRunner(Runner):
+    runtime = "ONNX Runtime (CPUExecutionProvider)"
+
+    def __init__(self, artifact, record):
+        super().__init__(artifact, record)
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(artifact.model_proto.SerializeToString(), options,
+                                            providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    @property
+    def precision(self) -> str:
+        return "f32 (ONNX Runtime CPU runs the model's own dtypes)"
+
+    def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
+        leaves = [leaf for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.Tensor)]
+        if len(leaves) != len(self.input_names):
+            raise ValueError(f"the ONNX model takes {len(self.input_names)} inputs, got {len(leaves)} tensors")
+        feed = {name: np.ascontiguousarray(leaf.detach().cpu().numpy()) for name, leaf in zip(self.input_names, leaves)}
+        return [torch.from_numpy(np.asarray(out)) for out in self.session.run(None, feed)]

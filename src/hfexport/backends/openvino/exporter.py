@@ -1,0 +1,69 @@
+"""`OpenVINOExporter`: the captured `torch.export` program converted by OpenVINO's converter.
+
+# NOTE: we convert the `torch.export` program directly (`openvino.convert_model(program)`) rather
+# than going through ONNX: it keeps one trace for all backends, avoids a second conversion, and
+# names follow the same scheme as ONNX (`input.cache.*` / `output.cache.*`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...capture.capture import Capture
+from ...exporter import HfExporter
+from ...record import ExportRecord
+from ..onnx.io_names import onnx_io_names
+from .config import OpenVINOConfig
+
+__all__ = ["OpenVINOExporter"]
+
+
+class OpenVINOExporter(HfExporter):
+    """Export to an `openvino.Model` (with `.save(path)`).
+
+    ```python
+    ov_model = OpenVINOExporter().export(model, inputs, config=OpenVINOConfig(dynamic=True))
+    ov_model.save("model.xml")
+    compiled = openvino.Core().compile_model(ov_model, "CPU")
+    outputs = compiled({k: v.numpy() for k, v in inputs.items()})
+    ```
+    An fp32 export records `INFERENCE_PRECISION_HINT=f32` in its `rt_info` and, in a process that
+    used this exporter, a plain `compile_model` honours it (see `precision.py` for why a hook is
+    needed); the CPU plugin would otherwise pick bf16 on processors that support it.
+    """
+
+    format = "openvino"
+    config_class = OpenVINOConfig
+    extra = "openvino"
+    fix_order = ("fix_cat_empty_legacy_input",)
+
+    def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: OpenVINOConfig):
+        import openvino as ov
+
+        from .model import HfOpenVINOModel
+        from .precision import PRECISION_RT_INFO, install_precision_hook
+
+        install_precision_hook()
+
+        program = captured.program
+        ov_model = ov.convert_model(program)
+        input_names, output_names = onnx_io_names(program)
+        for port, name in zip(ov_model.inputs, input_names):
+            port.get_tensor().set_names({name})
+        for port, name in zip(ov_model.outputs, output_names):
+            port.get_tensor().set_names({name})
+        if config.inference_precision is not None:
+            ov_model.set_rt_info(config.inference_precision, PRECISION_RT_INFO)
+        return HfOpenVINOModel.wrap(ov_model, compress_to_fp16=config.compress_to_fp16)
+
+    def _record(self, captured: Capture, model, artifact, config: OpenVINOConfig) -> ExportRecord:
+        record = super()._record(captured, model, artifact, config)
+        record.details["openvino_inputs"] = {p.get_any_name(): str(p.get_partial_shape()) for p in artifact.inputs}
+        record.details["inference_precision"] = config.inference_precision or "plugin default"
+        return record
+
+    def _save(self, artifact, stem: Path) -> list[Path]:
+        return artifact.save(stem.with_suffix(".xml"))

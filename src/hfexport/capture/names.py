@@ -1,0 +1,93 @@
+"""Readable names for a program's inputs, outputs and symbolic dimensions.
+
+Cache leaves get names that pair up across inputs and outputs (`cache.0.keys`), whatever the
+forward calls its cache argument (`cache`, `past_key_values`) or output field. Runtimes with
+named I/O (ONNX, OpenVINO) prefix them `input.` / `output.` so a cache tensor fed in and its
+updated value coming out form a pair. Symbolic dimensions are named by their role (`batch`,
+`sequence`, `cache_length`) instead of `s0`, `s1`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch.utils._pytree as pytree
+
+from .pytree import _is_cache, _key_name
+
+__all__ = ["io_leaf_names", "dim_names", "CACHE_PREFIX"]
+
+CACHE_PREFIX = "cache"
+
+
+def io_leaf_names(tree: dict[str, Any] | Any, *, side: str | None = None) -> list[str]:
+    """Name every leaf of `tree` (a kwargs dict or a model output); cache leaves become
+    `cache.<layer>.<tensor>`, prefixed `input.`/`output.` when `side` is given."""
+    pairs, _ = pytree.tree_flatten_with_path(tree, is_leaf=lambda x: False)
+    caches = _top_level_caches(tree)
+    names = []
+    for path, _leaf in pairs:
+        parts = [_key_name(k) for k in path]
+        if parts and parts[0] in caches:
+            name = ".".join([CACHE_PREFIX, *parts[1:]])
+            names.append(f"{side}.{name}" if side else name)
+        else:
+            names.append(".".join(parts) or "output")
+    return names
+
+
+def _top_level_caches(tree: Any) -> set[str]:
+    if hasattr(tree, "items"):
+        return {str(k) for k, v in tree.items() if _is_cache(v)}
+    return set()
+
+
+_ROLES_BY_NAME = {
+    "input_ids": ("batch", "sequence"),
+    "attention_mask": ("batch", "sequence"),
+    "token_type_ids": ("batch", "sequence"),
+    "position_ids": ("batch", "sequence"),
+    "inputs_embeds": ("batch", "sequence", None),
+    "decoder_input_ids": ("batch", "decoder_sequence"),
+    "decoder_attention_mask": ("batch", "decoder_sequence"),
+    "pixel_values": ("batch", "channels", "height", "width"),
+    "input_features": ("batch", "features", "frames"),
+    "input_values": ("batch", "samples"),
+    "cache_position": ("sequence",),
+}
+_CACHE_ROLES = ("batch", "heads", "cache_length", None)
+
+
+def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
+    if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank == 4:
+        return _CACHE_ROLES
+    roles = _ROLES_BY_NAME.get(leaf_name.split(".")[-1], ())
+    return tuple(roles) + (None,) * max(0, rank - len(roles))
+
+
+def dim_names(names: list[str], shapes: list[tuple[int | str, ...]]) -> dict[str, str]:
+    """Map each symbol (`s0`) to a readable, unique name, from the first input dim that uses it.
+
+    A symbol first seen at a role another symbol already took gets the leaf's name in front
+    (`attention_mask_batch`), so two different sizes never share a name.
+    """
+    mapping: dict[str, str] = {}
+    taken: set[str] = set()
+    for name, shape in zip(names, shapes):
+        clean = name.removeprefix("input.")
+        for axis, (dim, role) in enumerate(zip(shape, _roles(clean, len(shape)))):
+            if not (isinstance(dim, str) and dim.isidentifier()) or dim in mapping:
+                continue
+            base = role or f"{clean.replace('.', '_')}_dim{axis}"
+            readable = base if base not in taken else f"{clean.replace('.', '_')}_{base}"
+            while readable in taken:
+                readable += "_"
+            mapping[dim] = readable
+            taken.add(readable)
+    return mapping
+
+
+def rename_expression(expression: str, mapping: dict[str, str]) -> str:
+    """`"s0 + 1"` -> `"sequence + 1"`."""
+    return re.sub(r"\b[a-z]+\d+\b", lambda m: mapping.get(m.group(0), m.group(0)), expression)
