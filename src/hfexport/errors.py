@@ -79,3 +79,19 @@ class RegistryError(ExportError, ValueError):
     """A registry entry is malformed: unknown backend, unresolvable patch target, duplicate name."""
 
     step = "register"
+
+
+_BOILERPLATE = ("Check '", "Exception from src/", "FrontEnd API failed", "Model wasn't fully converted",
+                "Summary:", "[96m", "This is step")
+
+
+def summarize(error: BaseException, limit: int = 400) -> str:
+    """One line saying what went wrong: the deepest cause's type and the informative part of its
+    message (upstream wrappers and C++ check locations dropped)."""
+    root = error
+    while root.__cause__ is not None:
+        root = root.__cause__
+    lines = [line.strip(" -") for line in str(root).splitlines()]
+    kept = [line for line in lines if line and not line.startswith(_BOILERPLATE) and "This is step" not in line]
+    text = " | ".join(kept) or type(root).__name__
+    return f"{type(root).__name__}: {text}"[:limit]

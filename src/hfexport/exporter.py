@@ -28,7 +28,7 @@ from .capture.capture import Capture
 from .capture.dynamic import size_oblivious_tracing
 from .capture.prepare import model_name
 from .config import ExportConfig
-from .errors import ConversionError, ExportError, PrepareError, SerializationError
+from .errors import ConversionError, ExportError, PrepareError, SerializationError, summarize
 from .record import ExportRecord, attach_record, record_from_program
 from .registry import applied_patches
 
@@ -154,7 +154,7 @@ class HfExporter:
             raise
         except Exception as error:  # noqa: BLE001 - translated, original chained
             raise ConversionError(
-                f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}",
+                f"converting to {self.format} failed: {summarize(error)}",
                 model=model_name(model),
                 remedy="rerun with --debug for the full trace; if the Dynamo export of the same model works, "
                 "this is a conversion bug worth a patch (see `hfexport patches`)",

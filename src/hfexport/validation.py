@@ -6,6 +6,11 @@ a dimension that was silently specialised then shows up as a failure, not a pass
 
 An output passes when `max|artifact - eager| <= atol + rtol * max|eager|`; the report states
 `atol` and `rtol`. Integer and boolean outputs must match exactly; a wrong shape fails.
+
+Positions a 2-D `attention_mask` marks as padding (0) are left out of the comparison of outputs
+laid out `[batch, sequence, ...]` or `[batch, heads, sequence, ...]` (logits, hidden states,
+cache tensors): what a model computes for a padding token is undefined, and attention kernels
+differ there (fully masked softmax rows). The report counts the positions left out.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch.utils._pytree as pytree
 
 from .capture.prepare import inference_mode, normalize_inputs
 from .capture.pytree import flatten_with_names, register_cache_pytree_nodes
+from .errors import summarize
 from .record import ExportRecord, record_of
 from .runner import runner_for
 
@@ -54,6 +60,7 @@ class CaseReport:
     input_shapes: dict[str, list[int]]
     outputs: list[OutputDiff]
     error: str | None = None
+    padded_positions: int = 0  # attention_mask == 0 positions left out of the comparison
 
     @property
     def passed(self) -> bool:
@@ -99,6 +106,8 @@ class ValidationReport:
         width = max([len(o.name) for c in self.cases for o in c.outputs] + [6])
         lines.append(f"  {'case':<10} {'output':<{width}} {'shape':<18} {'max abs':>10} {'max rel':>10}  result")
         for case in self.cases:
+            if case.padded_positions:
+                lines.append(f"  {case.label:<10} ({case.padded_positions} padded positions not compared)")
             if case.error:
                 lines.append(f"  {case.label:<10} {'-':<{width}} {'-':<18} {'-':>10} {'-':>10}  FAIL: {case.error}")
             for o in case.outputs:
@@ -181,7 +190,21 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -
 # -- comparison -----------------------------------------------------------------------------------
 
 
-def _compare(name: str, got: Any, want: Any, atol: float, rtol: float) -> OutputDiff:
+def _padding_keep(shape: tuple[int, ...], attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """A boolean mask broadcastable to `shape` that is False at padded positions, or None."""
+    if attention_mask is None or attention_mask.dim() != 2 or bool(attention_mask.all()):
+        return None
+    batch, seq = attention_mask.shape
+    keep = attention_mask.bool()
+    if len(shape) >= 2 and tuple(shape[:2]) == (batch, seq):
+        return keep.view(batch, seq, *([1] * (len(shape) - 2)))
+    if len(shape) >= 3 and shape[0] == batch and shape[2] == seq:
+        return keep.view(batch, 1, seq, *([1] * (len(shape) - 3)))
+    return None
+
+
+def _compare(name: str, got: Any, want: Any, atol: float, rtol: float,
+             attention_mask: torch.Tensor | None = None) -> OutputDiff:
     if not isinstance(want, torch.Tensor):
         same = got == want
         return OutputDiff(name, [], 0.0 if same else float("inf"), 0.0, bool(same), None if same else f"{got!r} != {want!r}")
@@ -197,6 +220,10 @@ def _compare(name: str, got: Any, want: Any, atol: float, rtol: float) -> Output
     if want.numel() == 0:
         return OutputDiff(name, shape, 0.0, 0.0, True)
     got, want = got.double(), want.double()
+    keep = _padding_keep(tuple(want.shape), attention_mask)
+    if keep is not None:
+        region = keep.expand_as(want)
+        got, want = got[region], want[region]
     finite = torch.isfinite(want)
     if not torch.equal(torch.isfinite(got), finite):
         return OutputDiff(name, shape, float("inf"), float("inf"), False, "non-finite values differ from eager")
@@ -218,14 +245,15 @@ def _run_case(label: str, runner, model, inputs, record, atol, rtol) -> CaseRepo
     try:
         got = runner.run(copy.deepcopy(inputs))
     except Exception as error:  # noqa: BLE001 - a runtime failure is a validation result, reported
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return CaseReport(label, _shapes(inputs), [], f"{type(error).__name__}: {first[:300]}")
+        return CaseReport(label, _shapes(inputs), [], summarize(error))
     if len(got) != len(expected):
         return CaseReport(label, _shapes(inputs), [],
                           f"artifact returned {len(got)} outputs, eager {len(expected)}")
     names = record.output_names if len(record.output_names) == len(expected) else [n for n, _ in expected]
-    outputs = [_compare(name, g, w, atol, rtol) for name, g, (_, w) in zip(names, got, expected)]
-    return CaseReport(label, _shapes(inputs), outputs)
+    mask = inputs.get("attention_mask") if isinstance(inputs.get("attention_mask"), torch.Tensor) else None
+    outputs = [_compare(name, g, w, atol, rtol, mask) for name, g, (_, w) in zip(names, got, expected)]
+    padded = int((mask == 0).sum()) if mask is not None and mask.dim() == 2 else 0
+    return CaseReport(label, _shapes(inputs), outputs, padded_positions=padded)
 
 
 def validate(
@@ -236,6 +264,7 @@ def validate(
     atol: float | None = None,
     rtol: float | None = None,
     resized: bool | None = None,
+    steps: tuple[int, ...] = (2,),
 ) -> ValidationReport:
     """Run `artifact` in its runtime on `inputs` and compare every output with `model(**inputs)`.
 
@@ -244,8 +273,9 @@ def validate(
         model: the eager model it was exported from.
         inputs: the forward kwargs to compare on.
         atol, rtol: tolerance; defaults per format (`DEFAULT_TOLERANCE`).
-        resized: also run at a second batch size and sequence length; default: when the artifact
+        resized: also run at other batch sizes and sequence lengths; default: when the artifact
             has dynamic dimensions.
+        steps: how far each symbolic size moves for each resized case (`(2, 5)`: two more cases).
 
     Returns:
         A `ValidationReport`; `report.passed` says whether every output of every case passed.
@@ -261,11 +291,12 @@ def validate(
     note = ""
     if resized is None:
         resized = record.is_dynamic
-    if resized:
-        second = resize_inputs(kwargs, record)
-        if second is None:
+    for step in steps if resized else ():
+        other = resize_inputs(kwargs, record, step)
+        if other is None:
             note = "no symbolic input dimension: only the sample shape was checked"
-        else:
-            cases.append(_run_case("resized", runner, model, second, record, atol, rtol))
+            break
+        label = "resized" if len(steps) == 1 else f"resized+{step}"
+        cases.append(_run_case(label, runner, model, other, record, atol, rtol))
     return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
                             atol, rtol, cases, note)

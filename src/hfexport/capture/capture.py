@@ -5,6 +5,7 @@ A fix to tracing here helps all four backends at once.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import traceback
@@ -12,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CaptureError
+from ..errors import CaptureError, summarize
 from ..registry import FX_NODE_FIXES, FX_PROGRAM_FIXES, FxFix, ordered_fixes
 from .dynamic import plan_dynamic_shapes, size_oblivious_tracing
 from .prepare import model_name
@@ -68,15 +69,49 @@ def _translate(error: Exception, model: Any, config: Any) -> CaptureError:
             "or make that dimension static; add prefer_deferred_runtime_asserts_over_guards=True for range guards",
         )
     return CaptureError(
-        f"torch.export failed{at}: {type(error).__name__}: {first}",
+        f"torch.export failed{at}: {summarize(error)}",
         model=name,
         remedy="rerun with --debug (CLI) or logging at DEBUG for the full trace, and report it with the model class "
         "and versions (`hfexport env`)",
     )
 
 
+@contextlib.contextmanager
+def named_kwargs_forward(model: torch.nn.Module, names: list[str]):
+    """Trace `model` through a front whose signature is exactly `names` (keyword-only); restored after.
+
+    # NOTE: torch.export binds inputs to the forward's signature. transformers models take extra
+    # inputs through `**kwargs` (5.24 renamed `past_key_values` to `cache` and keeps the old name
+    # in `**kwargs`), and torch 2.13 mis-builds range constraints for dynamic shapes of inputs
+    # that arrive through `**kwargs` ("Must provide a tree_name when there might be a mismatch",
+    # pytorch/pytorch#164313, fixed upstream by pytorch/pytorch#186879). A front that names every
+    # input keeps the exported interface exactly the caller's names (`past_key_values=` works on
+    # the program, as in the seed) and never goes through `**kwargs`. Same module: parameter
+    # names do not change.
+    """
+    import inspect
+
+    original = model.forward
+    had_own = "forward" in vars(model)
+
+    def forward(**kwargs):
+        return original(**kwargs)
+
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names]
+    )
+    model.forward = forward
+    try:
+        yield model
+    finally:
+        if had_own:
+            model.forward = original
+        else:
+            del model.forward
+
+
 def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool) -> torch.export.ExportedProgram:
-    with size_oblivious_tracing(size_oblivious):
+    with size_oblivious_tracing(size_oblivious), named_kwargs_forward(model, list(inputs)):
         return torch.export.export(
             model,
             (),

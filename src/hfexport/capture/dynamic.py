@@ -46,12 +46,19 @@ def _plan_for(value: Any) -> Any:
 def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes: Any) -> Any:
     """Return the `dynamic_shapes` argument for `torch.export.export`.
 
+    The capture traces a front whose signature is exactly the input names (see
+    `capture.named_kwargs_forward`), so the plan is `{input name: shapes}`. Explicit
+    `dynamic_shapes` keyed by input names (the seed's form) get `None` for inputs they do not
+    name, which stay static.
+
     Args:
         inputs: the forward kwargs, already normalised.
         dynamic: mark every dimension of every tensor leaf `Dim.AUTO`.
-        dynamic_shapes: explicit shapes from the user; passed through untouched when given.
+        dynamic_shapes: explicit shapes from the user; their values pass through untouched.
     """
     if dynamic_shapes is not None:
+        if isinstance(dynamic_shapes, dict) and set(dynamic_shapes) <= set(inputs):
+            return {name: dynamic_shapes.get(name) for name in inputs}
         return dynamic_shapes
     if not dynamic:
         return None

@@ -7,11 +7,8 @@ import torch
 
 from hfexport import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, validate
 from hfexport.presets import build_preset
+from tests.backends.panel import PANEL
 from tests.harness import assert_close_to_eager, export_and_validate
-
-#: The architecture panel (hfexport.presets): decoder-only, sliding window, MoE, encoders,
-#: encoder-decoder (text and speech), vision and audio.
-PANEL = ["llama", "qwen3", "gpt2", "mistral", "qwen3_moe", "bert", "t5", "vit", "whisper", "wav2vec2"]
 
 
 @pytest.mark.parametrize("name", PANEL)

@@ -1,6 +1,33 @@
 """Patches and FX fixes for the OpenVINO backend.
 
-Registered here: the shared `fix_cat_empty_legacy_input` (see `hfexport/fx_fixes.py`).
+Also registered for it: the shared `fix_cat_empty_legacy_input` (`hfexport/fx_fixes.py`) and the
+MoE experts switch (`hfexport/models/moe.py`).
 """
 
 from ... import fx_fixes  # noqa: F401  (registers the shared FX fixes this backend needs)
+
+import torch
+
+from ...registry import register_patch
+
+
+@register_patch(
+    ("openvino",),
+    "torch.nn.functional.scaled_dot_product_attention",
+    reason="for a query row whose boolean mask is all False (a left-padded position) PyTorch's SDPA "
+    "returns 0 while OpenVINO's translation returns NaN, and the NaN reaches every real token of "
+    "that sequence through the next layer's attention (0 * NaN); make such rows attend to all keys "
+    "and zero their output, which is exactly PyTorch's result",
+    upstream="not filed upstream yet (OpenVINO PyTorch FE SDPA with an all-False boolean mask row)",
+    seen_with={"openvino": "2026.4.1", "torch": "2.13.0"},
+    remove_when="OpenVINO's SDPA returns 0 for fully masked rows",
+)
+def patch_torch_sdpa_fully_masked_rows(original):
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
+        if attn_mask is None or attn_mask.dtype != torch.bool:
+            return original(query, key, value, attn_mask, *args, **kwargs)
+        has_key = attn_mask.any(dim=-1, keepdim=True)
+        out = original(query, key, value, attn_mask | ~has_key, *args, **kwargs)
+        return out.masked_fill(~has_key, 0.0)
+
+    return scaled_dot_product_attention

@@ -1,0 +1,160 @@
+"""OnnxExporter: the panel in ONNX Runtime, names, the seed's snippets, saving."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from hfexport import AutoExportConfig, AutoHfExporter, OnnxConfig, OnnxExporter, record_of, validate
+from hfexport.errors import SerializationError
+from hfexport.presets import build_preset
+from tests.backends.panel import PANEL
+from tests.harness import export_and_validate
+
+ATOL = 1e-4
+
+
+@pytest.mark.parametrize("name", PANEL)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_panel_matches_eager_in_onnxruntime(name, dynamic):
+    program, report, _, _ = export_and_validate(OnnxExporter(), OnnxConfig(dynamic=dynamic), name, steps=(2, 5))
+    assert isinstance(program, torch.onnx.ONNXProgram)
+    assert report.runtime.startswith("ONNX Runtime")
+    assert len(report.cases) == (3 if dynamic else 1)
+
+
+@pytest.fixture(scope="module")
+def llama_onnx(tmp_path_factory):
+    model, inputs = build_preset("llama")
+    program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))
+    path = tmp_path_factory.mktemp("onnx") / "model.onnx"
+    program.save(path)
+    return model, inputs, program, path
+
+
+def test_seed_snippet_plain_inference_session(llama_onnx):
+    model, inputs, _, path = llama_onnx
+    session = ort.InferenceSession(str(path))
+    ort_inputs = {k: v.numpy() for k, v in inputs.items()}
+    outputs = session.run(None, ort_inputs)
+    with torch.no_grad():
+        expected = model(**inputs).logits.numpy()
+    assert np.abs(outputs[0] - expected).max() < ATOL
+
+
+def test_names_follow_kwargs_fields_and_roles(llama_onnx):
+    _, _, _, path = llama_onnx
+    session = ort.InferenceSession(str(path))
+    inputs = {i.name: i.shape for i in session.get_inputs()}
+    outputs = {o.name: o.shape for o in session.get_outputs()}
+    assert list(inputs) == ["input_ids", "attention_mask"]
+    assert inputs["input_ids"] == ["batch", "sequence"]
+    assert list(outputs)[0] == "logits" and outputs["logits"] == ["batch", "sequence", 128]
+    assert "output.cache.0.keys" in outputs and outputs["output.cache.1.values"][0] == "batch"
+    assert not any(isinstance(d, str) and d.startswith("s") and d[1:].isdigit() for d in outputs["logits"])
+
+
+def test_cache_inputs_and_outputs_pair_up_by_name():
+    from transformers import DynamicCache
+
+    model, inputs = build_preset("llama")
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(**inputs, past_key_values=cache)  # fill it with the prompt
+    step = {"input_ids": inputs["input_ids"][:, :1], "attention_mask": torch.ones(1, 9, dtype=torch.long),
+            "past_key_values": cache}
+    program = OnnxExporter().export(model, step, config=OnnxConfig(dynamic=True))
+    names_in = [v.name for v in program.model.graph.inputs]
+    names_out = [v.name for v in program.model.graph.outputs]
+    cache_in = sorted(n.removeprefix("input.") for n in names_in if n.startswith("input."))
+    cache_out = sorted(n.removeprefix("output.") for n in names_out if n.startswith("output."))
+    assert cache_in == cache_out and len(cache_in) == 2 * model.config.num_hidden_layers
+    assert validate(program, model, step, resized=False).passed
+
+
+def test_seed_dynamic_shapes_snippet_with_padded_batch():
+    model, _ = build_preset("llama")
+    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    batch = torch.export.Dim("batch", min=1, max=32)
+    seq = torch.export.Dim("seq", min=1, max=2048)
+    config = OnnxConfig(
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        prefer_deferred_runtime_asserts_over_guards=True,
+    )
+    onnx_program = OnnxExporter().export(model, inputs, config=config)
+    report = validate(onnx_program, model, inputs, steps=(2, 5))
+    assert report.passed and len(report.cases) == 3, report.to_table()
+
+
+def test_seed_auto_classes_with_onnx_format():
+    model, inputs = build_preset("qwen3")
+    config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    assert isinstance(exporter, OnnxExporter)
+    onnx_program = exporter.export(model, inputs, config=config)
+    assert validate(onnx_program, model, inputs).passed
+
+
+def test_save_refuses_missing_parent_and_existing_file(llama_onnx, tmp_path):
+    _, _, program, _ = llama_onnx
+    with pytest.raises(SerializationError, match="does not exist"):
+        program.save(tmp_path / "missing" / "model.onnx")
+    assert not (tmp_path / "missing").exists()
+    target = tmp_path / "model.onnx"
+    target.write_bytes(b"keep me")
+    with pytest.raises(SerializationError, match="(?s)already exists.*overwrite=True"):
+        program.save(target)
+    assert target.read_bytes() == b"keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no partial files left
+    program.save(target, overwrite=True)
+    assert ort.InferenceSession(str(target)).get_inputs()[0].name == "input_ids"
+
+
+def test_external_data_writes_weights_beside_the_model(llama_onnx, tmp_path):
+    model, inputs, program, _ = llama_onnx
+    files = program.save(tmp_path / "model.onnx", external_data=True)
+    assert sorted(f.name for f in files) == ["model.onnx", "model.onnx.data"]
+    outputs = ort.InferenceSession(str(tmp_path / "model.onnx")).run(None, {k: v.numpy() for k, v in inputs.items()})
+    with torch.no_grad():
+        assert np.abs(outputs[0] - model(**inputs).logits.numpy()).max() < ATOL
+
+
+def test_record_lists_readable_dims(llama_onnx):
+    _, _, program, _ = llama_onnx
+    details = record_of(program).details
+    assert details["onnx_inputs"]["input_ids"] == ["batch", "sequence"]
+
+
+def test_grouped_mm_translation_is_needed_and_works():
+    """Minimal reproduction: a module calling transformers' grouped matmul dispatcher."""
+    from transformers.integrations import moe
+
+    from hfexport.errors import ConversionError
+    from hfexport.registry import PATCHES
+
+    class Grouped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(3, 8, 8))  # 16-byte strides for eager grouped_mm
+
+        def forward(self, x, offs):
+            return moe._grouped_mm(x, self.weight, offs)
+
+    x = torch.randn(6, 8)
+    offs = torch.tensor([2, 2, 5], dtype=torch.int32)  # expert 1 empty, row 5 past the last offset
+    inputs = {"x": x, "offs": offs}
+    module = Grouped()
+    program = OnnxExporter().export(module, inputs, config=OnnxConfig())
+    report = validate(program, module, inputs)  # eager runs transformers' own fallback kernel
+    assert report.passed, report.to_table()
+    patch = PATCHES.remove("patch_transformers_moe_grouped_mm")
+    try:
+        with pytest.raises(ConversionError, match="grouped_mm_fallback"):
+            OnnxExporter().export(module, inputs, config=OnnxConfig())
+    finally:
+        PATCHES.add(patch.name, patch)

@@ -1,0 +1,148 @@
+"""OpenVINOExporter: the panel in the OpenVINO CPU plugin, precision, names, the seed's snippets."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import pytest
+import torch
+
+from hfexport import AutoExportConfig, AutoHfExporter, OpenVINOConfig, OpenVINOExporter, validate
+from hfexport.errors import ConversionError, SerializationError
+from hfexport.presets import build_preset
+from tests.backends.panel import PANEL
+from tests.harness import export_and_validate
+
+ATOL = 1e-4
+
+
+@pytest.mark.parametrize("name", PANEL)
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_panel_matches_eager_in_openvino(name, dynamic):
+    model, report, _, _ = export_and_validate(OpenVINOExporter(), OpenVINOConfig(dynamic=dynamic), name, steps=(2, 5))
+    assert isinstance(model, ov.Model)
+    assert report.precision == "<Type: 'float32'>"  # what the compiled model says it ran in
+    assert len(report.cases) == (3 if dynamic else 1)
+
+
+@pytest.fixture(scope="module")
+def llama_ov():
+    model, inputs = build_preset("llama")
+    return model, inputs, OpenVINOExporter().export(model, inputs, config=OpenVINOConfig(dynamic=True))
+
+
+def test_seed_snippet_save_and_plain_compile_model(llama_ov, tmp_path):
+    model, inputs, ov_model = llama_ov
+    ov_model.save(tmp_path / "model.xml")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin", "model.xml"]
+    compiled = ov.Core().compile_model(ov_model, "CPU")
+    ov_inputs = {k: v.numpy() for k, v in inputs.items()}
+    outputs = compiled(ov_inputs)
+    with torch.no_grad():
+        expected = model(**inputs).logits.numpy()
+    assert np.abs(outputs[compiled.outputs[0]] - expected).max() < ATOL
+    # the plain call runs fp32 even on CPUs whose plugin default is bf16
+    assert compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
+    reloaded = ov.Core().compile_model(ov.Core().read_model(tmp_path / "model.xml"), "CPU")
+    assert reloaded.get_property("INFERENCE_PRECISION_HINT") == ov.Type.f32
+
+
+def test_explicit_user_precision_wins(llama_ov):
+    _, _, ov_model = llama_ov
+    core = ov.Core()
+    default = core.get_property("CPU", "INFERENCE_PRECISION_HINT")
+    compiled = core.compile_model(ov_model, "CPU", {"INFERENCE_PRECISION_HINT": default})
+    assert compiled.get_property("INFERENCE_PRECISION_HINT") == default
+
+
+def test_inputs_are_named_and_dynamic(llama_ov):
+    _, _, ov_model = llama_ov
+    assert [p.get_any_name() for p in ov_model.inputs] == ["input_ids", "attention_mask"]
+    assert all(p.get_partial_shape().is_dynamic for p in ov_model.inputs)
+    assert ov_model.outputs[0].get_any_name() == "logits"
+    assert ov_model.outputs[1].get_any_name() == "output.cache.0.keys"
+
+
+def test_seed_dynamic_shapes_snippet_with_padded_batch():
+    model, _ = build_preset("llama")
+    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    batch = torch.export.Dim("batch", min=1, max=32)
+    seq = torch.export.Dim("seq", min=1, max=2048)
+    config = OpenVINOConfig(
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        prefer_deferred_runtime_asserts_over_guards=True,
+    )
+    ov_model = OpenVINOExporter().export(model, inputs, config=config)
+    report = validate(ov_model, model, inputs, steps=(2, 5))
+    assert report.passed and len(report.cases) == 3, report.to_table()
+
+
+def test_seed_auto_classes_with_openvino_format():
+    model, inputs = build_preset("qwen3")
+    config = AutoExportConfig.from_dict({"export_format": "openvino", "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    ov_model = exporter.export(model, inputs, config=config)
+    assert validate(ov_model, model, inputs).passed
+
+
+def test_save_refuses_missing_parent_and_existing_file(llama_ov, tmp_path):
+    _, _, ov_model = llama_ov
+    with pytest.raises(SerializationError, match="does not exist"):
+        ov_model.save(tmp_path / "nope" / "model.xml")
+    (tmp_path / "model.xml").write_text("keep")
+    with pytest.raises(SerializationError, match="already exists"):
+        ov_model.save(tmp_path / "model.xml")
+    assert (tmp_path / "model.xml").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.xml"]
+
+
+def test_fix_cat_empty_legacy_input_is_needed():
+    """Minimal reproduction: a cat with a legacy empty 1-D tensor, as DynamicLayer does."""
+    from hfexport.registry import FX_NODE_FIXES
+
+    class CatEmpty(torch.nn.Module):
+        def forward(self, x):
+            return torch.cat([torch.tensor([]), x], dim=-2) * 2
+
+    module, inputs = CatEmpty(), {"x": torch.randn(1, 2, 3, 4)}
+    assert validate(OpenVINOExporter().export(module, inputs), module, inputs).passed
+    fix = FX_NODE_FIXES.remove("fix_cat_empty_legacy_input")
+    try:
+        with pytest.raises(ConversionError, match="aten.cat"):
+            OpenVINOExporter().export(module, inputs)
+    finally:
+        FX_NODE_FIXES.add(fix.name, fix)
+
+
+def test_moe_needs_the_batched_mm_switch():
+    from hfexport.registry import PATCHES
+
+    model, inputs = build_preset("qwen3_moe")
+    patch = PATCHES.remove("patch_transformers_experts_interface")
+    try:
+        with pytest.raises(ConversionError, match="histc|grouped_mm"):
+            OpenVINOExporter().export(model, inputs)
+    finally:
+        PATCHES.add(patch.name, patch)
+
+
+def test_left_padded_batch_gives_no_nan_in_real_tokens():
+    """Minimal reproduction for `patch_torch_sdpa_fully_masked_rows`: without it OpenVINO turns a
+    left-padded row into NaN everywhere (PyTorch returns 0 for fully masked attention rows)."""
+    from hfexport.registry import PATCHES
+
+    model, _ = build_preset("llama")
+    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    assert validate(OpenVINOExporter().export(model, inputs), model, inputs).passed
+    patch = PATCHES.remove("patch_torch_sdpa_fully_masked_rows")
+    try:
+        report = validate(OpenVINOExporter().export(model, inputs), model, inputs)
+    finally:
+        PATCHES.add(patch.name, patch)
+    assert not report.passed and "non-finite" in (report.cases[0].outputs[0].error or "")
