@@ -85,12 +85,14 @@ class HfExporter:
             )
         start = time.perf_counter()
         with inference_mode(model), applied_patches(self.format) as patches:
-            captured = capture(model, kwargs, config, backend=self.format, fix_order=self.fix_order)
+            sample = self._capture_sample(kwargs, config)
+            captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order,
+                               bounds=self._dim_bounds(model, sample, config))
             # Conversions re-trace the program (run_decompositions); without the same size-oblivious
             # setting a decomposition can silently fold a size-1 sample dim (measured: BERT's linear
             # decomposed to view([seq, hidden]), dropping the batch).
             with size_oblivious_tracing(captured.size_oblivious):
-                artifact = self._convert_checked(captured, model, kwargs, config)
+                artifact = self._convert_checked(captured, model, sample, config)
         record = self._record(captured, model, artifact, config)
         record.details["patches"] = [p.name for p in patches]
         record.details["fx_fixes"] = captured.fixes_applied
@@ -118,6 +120,14 @@ class HfExporter:
 
     def _check_model(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig) -> None:
         """Backend-specific refusals before tracing (e.g. a cache type a delegate cannot take)."""
+
+    def _capture_sample(self, inputs: dict[str, Any], config: ExportConfig) -> dict[str, Any]:
+        """The inputs to trace with (a backend may enlarge size-1 dims it cannot keep dynamic)."""
+        return inputs
+
+    def _dim_bounds(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig):
+        """`(leaf, axis, size) -> (min, max)` for `dynamic=True` dims, or None (unbounded)."""
+        return None
 
     def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig) -> Any:
         raise NotImplementedError

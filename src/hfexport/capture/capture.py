@@ -123,15 +123,17 @@ def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool) -> t
 
 
 def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, backend: str,
-            fix_order: tuple[str, ...] = ()) -> Capture:
+            fix_order: tuple[str, ...] = (), bounds: Any = None) -> Capture:
     """Trace `model(**inputs)` with `torch.export` under `config`'s shape plan, then apply the FX
-    fixes registered for `backend` (those named in `fix_order` first, in that order).
+    fixes registered for `backend` (those named in `fix_order` first, in that order). `bounds`
+    gives `dynamic=True` dimensions a range (see `plan_dynamic_shapes`).
 
     Raises:
         CaptureError: with the model line that failed and what to try.
     """
     register_cache_pytree_nodes(inputs)
-    dynamic_shapes = plan_dynamic_shapes(inputs, dynamic=config.dynamic, dynamic_shapes=config.dynamic_shapes)
+    dynamic_shapes = plan_dynamic_shapes(inputs, dynamic=config.dynamic, dynamic_shapes=config.dynamic_shapes,
+                                         bounds=bounds)
     # Size-oblivious tracing only matters where every dim is dynamic (explicit Dims say their own min).
     size_oblivious = config.dynamic and config.dynamic_shapes is None
     try:

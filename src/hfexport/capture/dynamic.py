@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,29 +22,42 @@ import torch.utils._pytree as pytree
 __all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "describe_dims"]
 
 
-def _auto_shape(tensor: torch.Tensor) -> dict[int, Any] | None:
+#: `bounds(leaf name, axis, sample size) -> (min, max)` or None for an unbounded `Dim.AUTO`.
+Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
+
+
+def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None) -> dict[int, Any] | None:
     if tensor.dim() == 0:
         return None
-    return {axis: torch.export.Dim.AUTO for axis in range(tensor.dim())}
+    shape = {}
+    for axis, size in enumerate(tensor.shape):
+        limit = bounds(name, axis, int(size)) if bounds else None
+        shape[axis] = torch.export.Dim.AUTO(min=limit[0], max=limit[1]) if limit else torch.export.Dim.AUTO
+    return shape
 
 
-def _plan_for(value: Any) -> Any:
+def _plan_for(value: Any, name: str, bounds: Bounds | None) -> Any:
     """Mirror `value`'s structure the way `torch.export` reads `dynamic_shapes` for it."""
     if isinstance(value, torch.Tensor):
-        return _auto_shape(value)
+        return _auto_shape(value, name, bounds)
     node_type = type(value)
     if node_type in (list, tuple):
-        return node_type(_plan_for(v) for v in value)
+        return node_type(_plan_for(v, f"{name}.{i}", bounds) for i, v in enumerate(value))
     if isinstance(value, dict):
-        return {k: _plan_for(v) for k, v in value.items()}
+        return {k: _plan_for(v, f"{name}.{k}", bounds) for k, v in value.items()}
     if node_type in pytree.SUPPORTED_NODES:
         # torch.export reads the dynamic shapes of a custom pytree node as the list of its children.
+        from .names import CACHE_PREFIX
+        from .pytree import _is_cache
+
         children, _ = pytree.SUPPORTED_NODES[node_type].flatten_fn(value)
-        return [_plan_for(child) for child in children]
+        prefix = CACHE_PREFIX if _is_cache(value) else name
+        return [_plan_for(child, f"{prefix}.{i}", bounds) for i, child in enumerate(children)]
     return None
 
 
-def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes: Any) -> Any:
+def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes: Any,
+                        bounds: Bounds | None = None) -> Any:
     """Return the `dynamic_shapes` argument for `torch.export.export`.
 
     The capture traces a front whose signature is exactly the input names (see
@@ -55,6 +69,7 @@ def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes
         inputs: the forward kwargs, already normalised.
         dynamic: mark every dimension of every tensor leaf `Dim.AUTO`.
         dynamic_shapes: explicit shapes from the user; their values pass through untouched.
+        bounds: `(min, max)` for each `Dim.AUTO` (backends whose memory planning needs them).
     """
     if dynamic_shapes is not None:
         if isinstance(dynamic_shapes, dict) and set(dynamic_shapes) <= set(inputs):
@@ -62,7 +77,7 @@ def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes
         return dynamic_shapes
     if not dynamic:
         return None
-    return {name: _plan_for(value) for name, value in inputs.items()}
+    return {name: _plan_for(value, name, bounds) for name, value in inputs.items()}
 
 
 @contextlib.contextmanager
@@ -93,3 +108,30 @@ def describe_dims(program: torch.export.ExportedProgram) -> dict[str, tuple[Any,
         if isinstance(val, torch.Tensor):
             out[name] = tuple(d if isinstance(d, int) else str(d) for d in val.shape)
     return out
+
+
+def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:
+    """Return `inputs` with every batch axis of sample size 1 repeated to `size`.
+
+    Only leaves whose axis 0 is known to be the batch (`input_ids`, `attention_mask`,
+    `pixel_values`, cache tensors, ...; see `names.role_of`) grow, together, so the relations
+    between inputs hold. Used where size-oblivious tracing is not enough (ExecuTorch's edge passes
+    bound a symbol whose sample size is 1 to at most 2).
+    """
+    from .names import role_of
+
+    def grow(name: str, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if value.dim() and value.shape[0] == 1 and role_of(name, value.dim(), 0) == "batch":
+                return value.repeat(size, *([1] * (value.dim() - 1)))
+            return value
+        node_type = type(value)
+        if node_type in pytree.SUPPORTED_NODES and node_type not in (list, tuple, dict):
+            from .names import CACHE_PREFIX
+
+            children, context = pytree.SUPPORTED_NODES[node_type].flatten_fn(value)
+            grown = [grow(f"{CACHE_PREFIX}.{i}", child) for i, child in enumerate(children)]
+            return pytree.SUPPORTED_NODES[node_type].unflatten_fn(grown, context)
+        return value
+
+    return {name: grow(name, value) for name, value in inputs.items()}

@@ -16,7 +16,7 @@ import torch.utils._pytree as pytree
 
 from .pytree import _is_cache, _key_name
 
-__all__ = ["io_leaf_names", "dim_names", "CACHE_PREFIX"]
+__all__ = ["io_leaf_names", "dim_names", "role_of", "CACHE_PREFIX"]
 
 CACHE_PREFIX = "cache"
 
@@ -57,6 +57,12 @@ _ROLES_BY_NAME = {
     "cache_position": ("sequence",),
 }
 _CACHE_ROLES = ("batch", "heads", "cache_length", None)
+
+
+def role_of(leaf_name: str, rank: int, axis: int) -> str | None:
+    """The role of `axis` of input leaf `leaf_name` (`batch`, `sequence`, `cache_length`, ...)."""
+    roles = _roles(leaf_name, rank)
+    return roles[axis] if axis < len(roles) else None
 
 
 def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:

@@ -63,10 +63,11 @@ def patch_transformers_moe_grouped_mm(original):
 
 
 @register_patch(
-    ("openvino",),
+    ("openvino", "executorch"),
     "transformers.integrations.moe.ExpertsInterface.get_interface",
-    reason="the grouped_mm experts route tokens with histc/empty_permuted (and the grouped_mm custom op), "
-    "which OpenVINO's PyTorch frontend cannot convert; use transformers' batched_mm experts instead",
+    reason="the grouped_mm experts route tokens with histc/empty_permuted and the grouped_mm custom op, which "
+    "OpenVINO's PyTorch frontend cannot convert and XNNPACK cannot run; use transformers' batched_mm experts "
+    "(a gather and one bmm) instead, as the seed prescribes for ExecuTorch",
     upstream="OpenVINO PyTorch FE: no conversion rule for aten.histc / aten.empty_permuted (seen 2026.4.1)",
     seen_with={"transformers": "5.24.0", "openvino": "2026.4.1"},
     remove_when="OpenVINO converts aten.histc and aten.empty_permuted",

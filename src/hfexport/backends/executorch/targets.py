@@ -1,0 +1,56 @@
+"""ExecuTorch delegates: which partitioner each `ExecutorchConfig.backend` uses, and whether it can
+run here (checked before any work)."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from typing import Any
+
+__all__ = ["check_target", "partitioners"]
+
+
+def _macos_version() -> tuple[int, ...]:
+    release = platform.mac_ver()[0]
+    return tuple(int(p) for p in release.split(".") if p.isdigit()) if release else ()
+
+
+def check_target(backend: str, model_name: str) -> None:
+    """Raise `RuntimeError` when `backend` cannot be used on this machine, saying what to do."""
+    if backend == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"{model_name}: ExecutorchConfig(backend='cuda') needs CUDA, and torch.cuda.is_available() is False "
+                "here. Use backend='xnnpack' for CPU, or export on a machine with a CUDA GPU and a CUDA build of torch."
+            )
+    elif backend == "mlx":
+        if sys.platform != "darwin" or platform.machine() != "arm64" or _macos_version() < (14,):
+            raise RuntimeError(
+                f"{model_name}: ExecutorchConfig(backend='mlx') needs macOS 14+ on Apple Silicon "
+                f"(this is {sys.platform}/{platform.machine()}). Use backend='xnnpack' here."
+            )
+        try:
+            from executorch.backends.mlx import partitioner  # noqa: F401
+        except ImportError as error:
+            raise RuntimeError(
+                f"{model_name}: the MLX delegate is not in this ExecuTorch build ({error}). Install an ExecuTorch "
+                "macOS arm64 nightly that ships it (see the README), or use backend='xnnpack'."
+            ) from error
+
+
+def partitioners(backend: str) -> list[Any]:
+    """The partitioner list handed to `to_edge_transform_and_lower` for `backend`."""
+    if backend == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        return [XnnpackPartitioner()]
+    if backend == "cuda":
+        from executorch.backends.cuda.cuda_backend import CudaBackend
+        from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
+
+        return [CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])]
+    from executorch.backends.mlx.partitioner import MLXPartitioner
+
+    return [MLXPartitioner()]
