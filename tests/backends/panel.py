@@ -1,5 +1,33 @@
 """The architecture panel every backend's parity tests run (tiny presets from `hfexport.presets`):
 decoder-only, sliding window (Mistral, window 4 < 8 tokens), MoE, encoder, encoder-decoder
-(text and speech), vision and audio."""
+(text and speech), vision and audio — and the one table of known failures.
+
+A known failure is a strict xfail: when upstream fixes it, the test passes unexpectedly and fails
+the run, so the entry gets removed.
+"""
+
+from __future__ import annotations
+
+import pytest
 
 PANEL = ["llama", "qwen3", "gpt2", "mistral", "qwen3_moe", "bert", "t5", "vit", "whisper", "wav2vec2"]
+
+#: (backend, preset) -> (reason, upstream reference)
+KNOWN_FAILURES: dict[tuple[str, str], tuple[str, str]] = {
+    ("executorch", "gpt2"): (
+        "ExecuTorch's edge lowering drops the .contiguous() copy after attention, so GPT-2's Conv1D "
+        "view(-1, d) meets a transposed tensor once the batch is > 1 ('Cannot view a tensor with shape "
+        "[b, s, 32] and strides (32, 32*b, 1)')",
+        "not filed upstream yet; seen with executorch 1.4.1 / torch 2.13.0",
+    ),
+}
+
+
+def panel_params(backend: str) -> list:
+    """`PANEL` as pytest params, known failures of `backend` marked strict xfail with their reason."""
+    params = []
+    for name in PANEL:
+        known = KNOWN_FAILURES.get((backend, name))
+        marks = [pytest.mark.xfail(reason=f"{known[0]} [{known[1]}]", strict=True)] if known else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params

@@ -83,6 +83,13 @@ def _print_summary(summary: dict, report, target: Path) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
     print(f"  export time:    {summary['export_seconds']:.2f} s")
     print(f"  artifact bytes: {summary['artifact_bytes']:,} ({', '.join(summary['artifact_files'])})")
+    details = summary["record"]
+    if details.get("delegation"):
+        d = details["delegation"]
+        print(f"  delegation:     {d['delegated_nodes']} nodes in {d['delegates']} {d['backend']} delegate(s), "
+              f"{d['portable_nodes']} on portable kernels")
+    if details.get("patches") or details.get("fx_fixes"):
+        print(f"  workarounds:    {', '.join(details.get('patches', []) + details.get('fx_fixes', []))}")
     if report is None:
         print("  validation:     skipped (--no-validate)")
     else:

@@ -7,11 +7,11 @@ import torch
 
 from hfexport import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, validate
 from hfexport.presets import build_preset
-from tests.backends.panel import PANEL
+from tests.backends.panel import panel_params
 from tests.harness import assert_close_to_eager, export_and_validate
 
 
-@pytest.mark.parametrize("name", PANEL)
+@pytest.mark.parametrize("name", panel_params("dynamo"))
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_panel_matches_eager(name, dynamic):
     program, report, _, _ = export_and_validate(DynamoExporter(), DynamoConfig(dynamic=dynamic), name)

@@ -10,13 +10,13 @@ import torch
 from hfexport import AutoExportConfig, AutoHfExporter, OnnxConfig, OnnxExporter, record_of, validate
 from hfexport.errors import SerializationError
 from hfexport.presets import build_preset
-from tests.backends.panel import PANEL
+from tests.backends.panel import panel_params
 from tests.harness import export_and_validate
 
 ATOL = 1e-4
 
 
-@pytest.mark.parametrize("name", PANEL)
+@pytest.mark.parametrize("name", panel_params("onnx"))
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_panel_matches_eager_in_onnxruntime(name, dynamic):
     program, report, _, _ = export_and_validate(OnnxExporter(), OnnxConfig(dynamic=dynamic), name, steps=(2, 5))

@@ -10,13 +10,13 @@ import torch
 from hfexport import AutoExportConfig, AutoHfExporter, OpenVINOConfig, OpenVINOExporter, validate
 from hfexport.errors import ConversionError, SerializationError
 from hfexport.presets import build_preset
-from tests.backends.panel import PANEL
+from tests.backends.panel import panel_params
 from tests.harness import export_and_validate
 
 ATOL = 1e-4
 
 
-@pytest.mark.parametrize("name", PANEL)
+@pytest.mark.parametrize("name", panel_params("openvino"))
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_panel_matches_eager_in_openvino(name, dynamic):
     model, report, _, _ = export_and_validate(OpenVINOExporter(), OpenVINOConfig(dynamic=dynamic), name, steps=(2, 5))

@@ -43,9 +43,9 @@ def check_target(backend: str, model_name: str) -> None:
 def partitioners(backend: str) -> list[Any]:
     """The partitioner list handed to `to_edge_transform_and_lower` for `backend`."""
     if backend == "xnnpack":
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from .partitioner import xnnpack_partitioner
 
-        return [XnnpackPartitioner()]
+        return [xnnpack_partitioner()]
     if backend == "cuda":
         from executorch.backends.cuda.cuda_backend import CudaBackend
         from executorch.backends.cuda.cuda_partitioner import CudaPartitioner

@@ -1,0 +1,148 @@
+"""ExecutorchExporter: the panel in the ExecuTorch runtime, the seed's snippets, targets, planning.
+
+ExecuTorch lowering takes ~10-20 s per tiny model, so each architecture is exported once
+(dynamic) and checked at the captured size and a resized one; shared exports are module fixtures.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from executorch.runtime import Runtime
+
+from hfexport import AutoExportConfig, AutoHfExporter, ExecutorchConfig, ExecutorchExporter, record_of, validate
+from hfexport.errors import PrepareError
+from hfexport.presets import build_preset
+from tests.backends.panel import panel_params
+from tests.harness import export_and_validate
+
+ATOL = 1e-4
+
+
+@pytest.mark.parametrize("name", panel_params("executorch"))
+def test_panel_matches_eager_in_executorch_runtime(name):
+    program, report, _, _ = export_and_validate(ExecutorchExporter(), ExecutorchConfig(dynamic=True), name)
+    assert report.runtime.startswith("ExecuTorch")
+    delegation = record_of(program).details["delegation"]
+    assert delegation["backend"] == "xnnpack" and delegation["delegated_nodes"] > 0
+
+
+@pytest.fixture(scope="module")
+def qwen3_pte(tmp_path_factory):
+    model, inputs = build_preset("qwen3")
+    et_program = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="xnnpack", dynamic=True))
+    path = tmp_path_factory.mktemp("pte") / "model.pte"
+    et_program.save(str(path))
+    return model, inputs, et_program, path
+
+
+def test_seed_snippet_save_load_execute(qwen3_pte):
+    model, inputs, _, path = qwen3_pte
+    program = Runtime.get().load_program(str(path))
+    method = program.load_method("forward")
+    outputs = method.execute(list(inputs.values()))
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    assert (outputs[0] - expected).abs().max() < ATOL
+
+
+def test_dynamic_program_takes_other_sizes(qwen3_pte):
+    model, _, _, path = qwen3_pte
+    method = Runtime.get().load_program(str(path)).load_method("forward")
+    for batch, length in [(3, 5), (1, 17)]:
+        ids = torch.randint(3, 128, (batch, length), generator=torch.Generator().manual_seed(length))
+        mask = torch.ones_like(ids)
+        with torch.no_grad():
+            expected = model(input_ids=ids, attention_mask=mask).logits
+        assert (method.execute([ids, mask])[0] - expected).abs().max() < ATOL
+
+
+def test_dynamic_bounds_come_from_the_config(qwen3_pte):
+    model, _, et_program, _ = qwen3_pte
+    bounds = record_of(et_program).details["dim_bounds"]
+    assert any("max_batch_size" in why and "<= 8" in why for why in bounds.values())
+    assert any("max_position_embeddings" in why and f"<= {model.config.max_position_embeddings}" in why
+               for why in bounds.values())
+
+
+def test_explicit_dims_win_over_derived_bounds():
+    model, _ = build_preset("llama")
+    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    batch = torch.export.Dim("batch", min=1, max=4)
+    seq = torch.export.Dim("seq", min=1, max=64)
+    config = ExecutorchConfig(
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        prefer_deferred_runtime_asserts_over_guards=True,
+    )
+    et_program = ExecutorchExporter().export(model, inputs, config=config)
+    ranges = sorted((int(v.lower), int(v.upper)) for v in et_program.exported_program().range_constraints.values())
+    assert (1, 4) in ranges and (1, 64) in ranges
+    assert validate(et_program, model, inputs).passed
+
+
+def test_seed_auto_classes_with_executorch_format():
+    model, inputs = build_preset("gpt2")
+    config = AutoExportConfig.from_dict({"export_format": "executorch", "backend": "xnnpack", "dynamic": False})
+    exporter = AutoHfExporter.from_config(config)
+    assert isinstance(exporter, ExecutorchExporter)
+    assert validate(exporter.export(model, inputs, config=config), model, inputs).passed
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised where CUDA is absent")
+def test_cuda_backend_without_cuda_raises_before_any_work(monkeypatch):
+    traced = []
+    monkeypatch.setattr("hfexport.exporter.capture", lambda *a, **k: traced.append(1))
+    model, inputs = build_preset("bert")
+    with pytest.raises(RuntimeError, match="backend='cuda'.*torch.cuda.is_available"):
+        ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="cuda"))
+    assert traced == []
+
+
+def test_mlx_backend_off_apple_silicon_raises(monkeypatch):
+    import sys
+
+    if sys.platform == "darwin":
+        pytest.skip("this machine may run MLX; the error path is for other platforms")
+    model, inputs = build_preset("bert")
+    with pytest.raises(RuntimeError, match="macOS 14\\+ on Apple Silicon"):
+        ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="mlx"))
+
+
+def test_mlx_refuses_a_static_cache(monkeypatch):
+    from transformers import StaticCache
+
+    monkeypatch.setattr("hfexport.backends.executorch.exporter.check_target", lambda backend, name: None)
+    model, inputs = build_preset("llama")
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    with pytest.raises(PrepareError, match="DynamicCache"):
+        ExecutorchExporter().export(model, dict(inputs, past_key_values=cache), config=ExecutorchConfig(backend="mlx"))
+
+
+def test_memory_planning_flags_change_the_planned_program():
+    model, inputs = build_preset("bert")
+
+    def planned(**flags):
+        program = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(**flags))
+        meta = Runtime.get().load_program(program.buffer).metadata("forward")
+        inputs_planned = [meta.input_tensor_meta(i).is_memory_planned() for i in range(meta.num_inputs())]
+        outputs_planned = [meta.output_tensor_meta(i).is_memory_planned() for i in range(meta.num_outputs())]
+        return inputs_planned, outputs_planned, program, meta
+
+    default_in, default_out, _, _ = planned()
+    caller_in, caller_out, program, _ = planned(alloc_graph_input=False, alloc_graph_output=False,
+                                                alloc_mutable_buffers=False)
+    assert all(default_in) and all(default_out)
+    assert not any(caller_in) and not any(caller_out)
+
+
+def test_save_refuses_to_overwrite(qwen3_pte, tmp_path):
+    from hfexport.backends.executorch.exporter import save_pte
+    from hfexport.errors import SerializationError
+
+    _, _, et_program, _ = qwen3_pte
+    target = tmp_path / "model.pte"
+    target.write_bytes(b"old")
+    with pytest.raises(SerializationError, match="already exists"):
+        save_pte(et_program, target)
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["model.pte"]
