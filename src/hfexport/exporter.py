@@ -86,8 +86,10 @@ class HfExporter:
         start = time.perf_counter()
         with inference_mode(model), applied_patches(self.format) as patches:
             sample = self._capture_sample(kwargs, config)
-            captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order,
-                               bounds=self._dim_bounds(model, sample, config))
+            bounds = self._dim_bounds(model, sample, config)
+            captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order, bounds=bounds)
+            if getattr(bounds, "chosen", None):
+                logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
             # Conversions re-trace the program (run_decompositions); without the same size-oblivious
             # setting a decomposition can silently fold a size-1 sample dim (measured: BERT's linear
             # decomposed to view([seq, hidden]), dropping the batch).
@@ -97,6 +99,8 @@ class HfExporter:
         record.details["patches"] = [p.name for p in patches]
         record.details["fx_fixes"] = captured.fixes_applied
         record.details["export_seconds"] = round(time.perf_counter() - start, 3)
+        if getattr(bounds, "chosen", None):
+            record.details["dim_bounds"] = dict(bounds.chosen)
         attach_record(artifact, record)
         return artifact
 
@@ -126,7 +130,8 @@ class HfExporter:
         return inputs
 
     def _dim_bounds(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig):
-        """`(leaf, axis, size) -> (min, max)` for `dynamic=True` dims, or None (unbounded)."""
+        """`(leaf, axis, size) -> (min, max)` for `dynamic=True` dims, or None (unbounded). A callable
+        with a `chosen` dict (bound -> why) has it logged and recorded in the report."""
         return None
 
     def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig) -> Any:

@@ -84,14 +84,19 @@ def load_model(spec: str, *, prompt: str = "Hello, world!") -> LoadedModel:
             remedy="save the model with save_pretrained so config.json records its class",
         )
     model = model_class.from_pretrained(spec).eval()
-    tokenizer = None
-    if os.path.isdir(spec) and not any(
-        os.path.exists(os.path.join(spec, f)) for f in ("tokenizer.json", "tokenizer_config.json")
-    ):
-        tokenizer = None
-    else:
-        try:
-            tokenizer = transformers.AutoTokenizer.from_pretrained(spec)
-        except (OSError, ValueError, TypeError):
-            tokenizer = None
+    tokenizer = _tokenizer(spec)
     return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer)
+
+
+def _tokenizer(spec: str) -> Any:
+    """The tokenizer saved with `spec`, or None (a folder without tokenizer files has none)."""
+    import transformers
+
+    if os.path.isdir(spec) and not any(
+        os.path.exists(os.path.join(spec, name)) for name in ("tokenizer.json", "tokenizer_config.json")
+    ):
+        return None
+    try:
+        return transformers.AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError, TypeError):
+        return None

@@ -42,6 +42,11 @@ def test_the_saved_program_matches_the_reports_model(exported_llama):
     out, _ = exported_llama
     from hfexport.presets import build_preset
 
+    from transformers import DynamicCache
+
+    from hfexport import register_pytree_node
+
+    register_pytree_node(DynamicCache)  # the program's outputs hold one (as the README says)
     model, inputs = build_preset("llama")  # same seed as the CLI's preset
     program = torch.export.load(out / "model.pt2")
     with torch.no_grad():
@@ -99,3 +104,28 @@ def test_env_and_patches_commands():
     assert result.returncode == 0 and "transformers" in result.stdout and "tested" in result.stdout
     result = _hfexport("patches")
     assert result.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("fmt", "files", "extra"),
+    [
+        ("onnx", ["model.onnx"], []),
+        ("openvino", ["model.bin", "model.xml"], []),
+        ("executorch", ["model.pte"], ["--backend", "xnnpack", "--static"]),
+    ],
+)
+def test_export_to_each_runtime_reports_its_parity(tmp_path, capsys, fmt, files, extra):
+    code = main(["export", "tiny:bert", "--format", fmt, "-o", str(tmp_path / fmt), "--quiet", *extra])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    written = sorted(p.name for p in (tmp_path / fmt).iterdir())
+    assert set(files) <= set(written) and "report.json" in written
+    report = json.loads((tmp_path / fmt / "report.json").read_text())
+    assert report["format"] == fmt and report["validation"]["passed"]
+    runtime = {"onnx": "ONNX Runtime", "openvino": "OpenVINO", "executorch": "ExecuTorch"}[fmt]
+    assert report["validation"]["runtime"].startswith(runtime)
+    assert report["artifact_bytes"] == sum((tmp_path / fmt / f).stat().st_size for f in files)
+    if fmt == "executorch":
+        assert "delegation:" in out and report["record"]["delegation"]["delegated_nodes"] > 0
+    if fmt == "openvino":
+        assert report["validation"]["precision"] == "<Type: 'float32'>"

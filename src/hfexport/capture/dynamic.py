@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "describe_dims"]
+__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch"]
 
 
 #: `bounds(leaf name, axis, sample size) -> (min, max)` or None for an unbounded `Dim.AUTO`.
@@ -90,24 +90,6 @@ def size_oblivious_tracing(enabled: bool):
 
     with fx_config.patch(backed_size_oblivious=True):
         yield
-
-
-def describe_dims(program: torch.export.ExportedProgram) -> dict[str, tuple[Any, ...]]:
-    """Return each user input leaf's shape in `program`, symbols as strings (`('s0', 's1')`)."""
-    from .pytree import leaf_names
-
-    specs = program.graph_signature.input_specs
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-    user = [s for s in specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
-    _, kwargs = program.example_inputs if program.example_inputs else ((), {})
-    names = leaf_names(kwargs) if kwargs else [s.arg.name for s in user]
-    out = {}
-    for name, spec in zip(names, user):
-        node = placeholders.get(getattr(spec.arg, "name", None))
-        val = node.meta.get("val") if node is not None else None
-        if isinstance(val, torch.Tensor):
-            out[name] = tuple(d if isinstance(d, int) else str(d) for d in val.shape)
-    return out
 
 
 def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:

@@ -91,8 +91,8 @@ def _split_state(obj: Any) -> tuple[list[str], tuple]:
 
 
 def _flatten_cache(cache: Any) -> tuple[list[Any], tuple]:
-    children, keys = _flatten_cache_with_names(cache)
-    return children, keys[1]
+    children, (_names, context) = _flatten_cache_with_names(cache)
+    return children, context
 
 
 def _flatten_cache_with_names(cache: Any) -> tuple[list[Any], tuple[list[str], tuple]]:

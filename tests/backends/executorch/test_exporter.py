@@ -60,6 +60,7 @@ def test_dynamic_program_takes_other_sizes(qwen3_pte):
 def test_dynamic_bounds_come_from_the_config(qwen3_pte):
     model, _, et_program, _ = qwen3_pte
     bounds = record_of(et_program).details["dim_bounds"]
+    assert bounds["input_ids[0] (batch)"] == "<= 8: ExecutorchConfig.max_batch_size"
     assert any("max_batch_size" in why and "<= 8" in why for why in bounds.values())
     assert any("max_position_embeddings" in why and f"<= {model.config.max_position_embeddings}" in why
                for why in bounds.values())
@@ -76,9 +77,17 @@ def test_explicit_dims_win_over_derived_bounds():
         prefer_deferred_runtime_asserts_over_guards=True,
     )
     et_program = ExecutorchExporter().export(model, inputs, config=config)
-    ranges = sorted((int(v.lower), int(v.upper)) for v in et_program.exported_program().range_constraints.values())
-    assert (1, 4) in ranges and (1, 64) in ranges
+    # memory planning uses the upper bounds; the user's Dims set them, not max_batch_size (8)
+    uppers = sorted(int(v.upper) for v in et_program.exported_program().range_constraints.values())
+    assert uppers == [4, 64]
     assert validate(et_program, model, inputs).passed
+    method = Runtime.get().load_program(et_program.buffer).load_method("forward")
+    for batch, length in [(1, 5), (3, 11)]:  # within the Dims, batch 1 included
+        ids = torch.randint(3, 128, (batch, length), generator=torch.Generator().manual_seed(batch))
+        mask = torch.ones_like(ids)
+        with torch.no_grad():
+            expected = model(input_ids=ids, attention_mask=mask).logits
+        assert (method.execute([ids, mask])[0] - expected).abs().max() < ATOL
 
 
 def test_seed_auto_classes_with_executorch_format():

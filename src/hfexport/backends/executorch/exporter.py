@@ -8,7 +8,6 @@ Ops the delegate cannot take stay on ExecuTorch's portable kernels; the record c
 
 from __future__ import annotations
 
-import logging
 import os
 import tempfile
 from pathlib import Path
@@ -29,8 +28,6 @@ from .config import ExecutorchConfig
 from .targets import check_target, partitioners
 
 __all__ = ["ExecutorchExporter"]
-
-logger = logging.getLogger("hfexport")
 
 #: Used for a dynamic dimension of unknown role when the config gives no better bound.
 FALLBACK_MAX = 4096
@@ -72,35 +69,13 @@ class ExecutorchExporter(HfExporter):
             return grow_batch(inputs)
         return inputs
 
-    def _dim_bounds(self, model, inputs: dict[str, Any], config: ExecutorchConfig):
-        """Memory planning needs an upper bound for every dynamic dimension: the batch gets
-        `config.max_batch_size`, sequence-like dims the model's `max_position_embeddings`."""
-        text = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
-        max_positions = (getattr(text, "max_position_embeddings", None)
-                         or getattr(model.config, "max_target_positions", None) or FALLBACK_MAX)
-        chosen: dict[str, str] = {}
-
-        def bounds(name: str, axis: int, size: int) -> tuple[int, int]:
-            role = role_of(name, _rank_of(inputs, name), axis)
-            if role == "batch":
-                upper, why = config.max_batch_size, "ExecutorchConfig.max_batch_size"
-            elif role in ("sequence", "decoder_sequence", "cache_length"):
-                upper, why = int(max_positions), "the model config's max_position_embeddings"
-            else:
-                upper, why = max(FALLBACK_MAX, 2 * size), f"no role known; {FALLBACK_MAX} or twice the sample"
-            upper = max(upper, size)
-            chosen[f"{role or 'dim'} (e.g. {name}[{axis}])"] = f"<= {upper}: {why}"
-            return 1, upper
-
-        self._chosen_bounds = chosen
-        return bounds
+    def _dim_bounds(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> ConfigBounds:
+        return ConfigBounds(model, inputs, config)
 
     def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: ExecutorchConfig):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
-        if config.dynamic and getattr(self, "_chosen_bounds", None):
-            logger.info("ExecuTorch memory planning bounds for dynamic dims: %s", self._chosen_bounds)
         edge = to_edge_transform_and_lower(captured.program, partitioner=partitioners(config.backend))
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
@@ -112,12 +87,36 @@ class ExecutorchExporter(HfExporter):
     def _record(self, captured: Capture, model, artifact, config: ExecutorchConfig) -> ExportRecord:
         record = super()._record(captured, model, artifact, config)
         record.details["delegation"] = delegation_summary(artifact, config.backend)
-        if config.dynamic and getattr(self, "_chosen_bounds", None):
-            record.details["dim_bounds"] = dict(self._chosen_bounds)
         return record
 
     def _save(self, artifact, stem: Path) -> list[Path]:
         return [save_pte(artifact, stem.with_suffix(".pte"))]
+
+
+class ConfigBounds:
+    """Upper bounds for dynamic dims, which memory planning needs: the batch gets
+    `ExecutorchConfig.max_batch_size`, sequence-like dims the model's `max_position_embeddings`
+    (or `max_target_positions`), others `FALLBACK_MAX`. `chosen` says what was picked and why."""
+
+    def __init__(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExecutorchConfig):
+        text = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        self.max_positions = int(getattr(text, "max_position_embeddings", None)
+                                 or getattr(model.config, "max_target_positions", None) or FALLBACK_MAX)
+        self.max_batch = config.max_batch_size
+        self.inputs = inputs
+        self.chosen: dict[str, str] = {}
+
+    def __call__(self, name: str, axis: int, size: int) -> tuple[int, int]:
+        role = role_of(name, _rank_of(self.inputs, name), axis)
+        if role == "batch":
+            upper, why = self.max_batch, "ExecutorchConfig.max_batch_size"
+        elif role in ("sequence", "decoder_sequence", "cache_length"):
+            upper, why = self.max_positions, "the model config's max_position_embeddings"
+        else:
+            upper, why = max(FALLBACK_MAX, 2 * size), f"no known role: {FALLBACK_MAX} or twice the sample"
+        upper = max(upper, size)
+        self.chosen[f"{name}[{axis}] ({role or 'dim'})"] = f"<= {upper}: {why}"
+        return 1, upper
 
 
 def _rank_of(inputs: dict[str, Any], name: str) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 
 from ...capture.names import dim_names, io_leaf_names, rename_expression
 from ...record import _placeholder_tree
@@ -44,7 +43,3 @@ def rename_symbolic_dims(model: Any, input_names: list[str], input_shapes: list[
         for value in node.outputs:
             renamed(value)
     return mapping
-
-
-def flat_input_names(kwargs: dict[str, Any]) -> list[str]:
-    return io_leaf_names(kwargs, side="input") if pytree.tree_leaves(kwargs) else []
