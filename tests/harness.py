@@ -25,3 +25,18 @@ def assert_close_to_eager(got: torch.Tensor, want: torch.Tensor, atol: float) ->
     assert got.shape == want.shape, (got.shape, want.shape)
     diff = (got.double() - want.double()).abs().max().item()
     assert diff <= atol, f"max abs difference {diff} > {atol}"
+
+
+def padded_batch(batch: int = 2, length: int = 8, pad: int = 3) -> dict[str, torch.Tensor]:
+    """A left-padded batch for the tiny text presets, as a tokenizer pads a shorter prompt."""
+    ids = torch.randint(3, 128, (batch, length), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :pad] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def seed_dynamic_shapes(batch_max: int = 32, seq_max: int = 2048) -> dict[str, Any]:
+    """The seed's fine-grained `dynamic_shapes`: `Dim("batch")` and `Dim("seq")` on ids and mask."""
+    batch = torch.export.Dim("batch", min=1, max=batch_max)
+    seq = torch.export.Dim("seq", min=1, max=seq_max)
+    return {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}

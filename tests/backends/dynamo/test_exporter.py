@@ -8,7 +8,7 @@ import torch
 from hfexport import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, validate
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
-from tests.harness import assert_close_to_eager, export_and_validate
+from tests.harness import assert_close_to_eager, export_and_validate, padded_batch, seed_dynamic_shapes
 
 
 @pytest.mark.parametrize("name", panel_params("dynamo"))
@@ -56,16 +56,8 @@ def test_static_export_rejects_another_batch_size_and_validation_says_so():
 
 def test_seed_dynamic_shapes_snippet_with_padded_batch():
     model, _ = build_preset("llama")
-    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0  # left padding, as a tokenizer pads a shorter prompt
-    inputs = {"input_ids": ids, "attention_mask": mask}
-    batch = torch.export.Dim("batch", min=1, max=32)
-    seq = torch.export.Dim("seq", min=1, max=2048)
-    config = DynamoConfig(
-        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-        prefer_deferred_runtime_asserts_over_guards=True,
-    )
+    inputs = padded_batch()
+    config = DynamoConfig(dynamic_shapes=seed_dynamic_shapes(), prefer_deferred_runtime_asserts_over_guards=True)
     exported = DynamoExporter().export(model, inputs, config=config)
     report = validate(exported, model, inputs)
     assert report.passed and len(report.cases) == 2, report.to_table()

@@ -14,7 +14,7 @@ from hfexport import AutoExportConfig, AutoHfExporter, ExecutorchConfig, Executo
 from hfexport.errors import PrepareError
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
-from tests.harness import export_and_validate
+from tests.harness import export_and_validate, seed_dynamic_shapes
 
 ATOL = 1e-4
 
@@ -70,12 +70,8 @@ def test_explicit_dims_win_over_derived_bounds():
     model, _ = build_preset("llama")
     ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    batch = torch.export.Dim("batch", min=1, max=4)
-    seq = torch.export.Dim("seq", min=1, max=64)
-    config = ExecutorchConfig(
-        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-        prefer_deferred_runtime_asserts_over_guards=True,
-    )
+    config = ExecutorchConfig(dynamic_shapes=seed_dynamic_shapes(batch_max=4, seq_max=64),
+                              prefer_deferred_runtime_asserts_over_guards=True)
     et_program = ExecutorchExporter().export(model, inputs, config=config)
     # memory planning uses the upper bounds; the user's Dims set them, not max_batch_size (8)
     uppers = sorted(int(v.upper) for v in et_program.exported_program().range_constraints.values())

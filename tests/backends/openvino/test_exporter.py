@@ -11,7 +11,7 @@ from hfexport import AutoExportConfig, AutoHfExporter, OpenVINOConfig, OpenVINOE
 from hfexport.errors import ConversionError, SerializationError
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
-from tests.harness import export_and_validate
+from tests.harness import export_and_validate, padded_batch, seed_dynamic_shapes
 
 ATOL = 1e-4
 
@@ -65,16 +65,8 @@ def test_inputs_are_named_and_dynamic(llama_ov):
 
 def test_seed_dynamic_shapes_snippet_with_padded_batch():
     model, _ = build_preset("llama")
-    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0
-    inputs = {"input_ids": ids, "attention_mask": mask}
-    batch = torch.export.Dim("batch", min=1, max=32)
-    seq = torch.export.Dim("seq", min=1, max=2048)
-    config = OpenVINOConfig(
-        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
-        prefer_deferred_runtime_asserts_over_guards=True,
-    )
+    inputs = padded_batch()
+    config = OpenVINOConfig(dynamic_shapes=seed_dynamic_shapes(), prefer_deferred_runtime_asserts_over_guards=True)
     ov_model = OpenVINOExporter().export(model, inputs, config=config)
     report = validate(ov_model, model, inputs, steps=(2, 5))
     assert report.passed and len(report.cases) == 3, report.to_table()
@@ -135,10 +127,7 @@ def test_left_padded_batch_gives_no_nan_in_real_tokens():
     from hfexport.registry import PATCHES
 
     model, _ = build_preset("llama")
-    ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones_like(ids)
-    mask[1, :3] = 0
-    inputs = {"input_ids": ids, "attention_mask": mask}
+    inputs = padded_batch()
     assert validate(OpenVINOExporter().export(model, inputs), model, inputs).passed
     patch = PATCHES.remove("patch_torch_sdpa_fully_masked_rows")
     try:
