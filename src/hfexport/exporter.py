@@ -104,6 +104,28 @@ class HfExporter:
         attach_record(artifact, record)
         return artifact
 
+    def export_for_generation(
+        self,
+        model: torch.nn.Module,
+        inputs: Any,
+        config: ExportConfig | None = None,
+        generation_config: Any = None,
+        multi_token_decode: bool = False,
+    ) -> dict[str, Any]:
+        """Export each generation component (`prefill`, `decode`, `encoder`, ...) on its own.
+
+        The components come from `decompose_for_generation` (one `generate()` run with hooks);
+        each is exported on its captured kwargs with `config`. They are independent graphs: the
+        caller runs the encoder, feeds the cache back and drives the loop.
+
+        Returns:
+            `{component name: artifact}`.
+        """
+        from .generation.decompose import decompose_for_generation
+
+        components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
+        return {name: self.export(module, kwargs, config=config) for name, (module, kwargs) in components.items()}
+
     def save(self, artifact: Any, directory: str | os.PathLike, name: str = "model") -> list[Path]:
         """Write `artifact` into `directory` as `<name>.<suffix>` (and companions); return the files."""
         directory = Path(directory)

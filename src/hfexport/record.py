@@ -43,6 +43,13 @@ class ExportRecord:
     symbol_ranges: dict[str, tuple[int, int | None]]
     program: torch.export.ExportedProgram | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    input_keys: list[str] = dataclasses.field(default_factory=list)
+
+    def artifact_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The part of forward kwargs the artifact takes (constants like `use_cache` are baked in)."""
+        if not self.input_keys:
+            return inputs
+        return {key: inputs[key] for key in self.input_keys if key in inputs}
 
     @property
     def is_dynamic(self) -> bool:
@@ -81,15 +88,18 @@ def record_from_program(program: torch.export.ExportedProgram, *, format: str = 
         val = node.meta.get("val") if node is not None else None
         shapes.append(tuple(int(d) if isinstance(d, int) or str(d).isdigit() else str(d) for d in val.shape)
                       if isinstance(val, torch.Tensor) else ())
+    input_keys: list[str] = []
     if in_spec is not None:
         args, kwargs = _placeholder_tree(in_spec)
         input_names = leaf_names(args, "arg") + leaf_names(kwargs)
+        input_keys = list(kwargs)
     else:
         input_names = [s.arg.name for s in user_inputs]
     output_names = leaf_names(_placeholder_tree(out_spec)) if out_spec else []
     ranges = {str(sym): (_bound(vr.lower) or 0, _bound(vr.upper)) for sym, vr in program.range_constraints.items()}
     model_class = model_class or getattr(program, "_hfexport_model_class", None) or "ExportedProgram"
-    return ExportRecord(format, model_class, input_names, output_names, shapes, ranges, program)
+    return ExportRecord(format, model_class, input_names, output_names, shapes, ranges, program,
+                        input_keys=input_keys)
 
 
 def _placeholder_tree(spec: pytree.TreeSpec) -> Any:

@@ -1,6 +1,7 @@
 """Helpers the seed imports from `hfexport.utils` (a facade over where they live)."""
 
 from .capture.pytree import register_pytree_node
+from .generation.decompose import decompose_for_generation
 from .validation import validate
 
-__all__ = ["register_pytree_node", "validate"]
+__all__ = ["decompose_for_generation", "register_pytree_node", "validate"]

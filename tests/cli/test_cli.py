@@ -26,15 +26,16 @@ def exported_llama(tmp_path_factory):
 def test_export_writes_artifact_and_report(exported_llama):
     out, result = exported_llama
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "export_config.json", "model.pt2", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "export_config.json", "manifest.json", "model.pt2", "report.json"]
     report = json.loads((out / "report.json").read_text())
     assert report["model_class"] == "LlamaForCausalLM" and report["format"] == "dynamo"
     assert report["artifact_bytes"] == (out / "model.pt2").stat().st_size > 0
     assert report["export_seconds"] > 0
-    validation = report["validation"]
+    validation = report["components"]["model"]["validation"]
     assert validation["passed"] and [c["label"] for c in validation["cases"]] == ["sample", "resized"]
     assert all(o["max_abs"] <= validation["atol"] for c in validation["cases"] for o in c["outputs"])
-    assert "[2/4] exporting LlamaForCausalLM to dynamo" in result.stderr  # progress on stderr
+    assert "[3/5] exporting model (LlamaForCausalLM) to dynamo" in result.stderr  # progress on stderr
     assert "result: PASSED" in result.stdout
 
 
@@ -96,7 +97,7 @@ def test_local_folder_written_by_save_pretrained(tmp_path):
     code = main(["export", str(tmp_path / "gpt2"), "-o", str(tmp_path / "out"), "--quiet"])
     assert code == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert report["model_class"] == "GPT2LMHeadModel" and report["validation"]["passed"]
+    assert report["model_class"] == "GPT2LMHeadModel" and report["components"]["model"]["validation"]["passed"]
 
 
 def test_env_and_patches_commands():
@@ -121,11 +122,28 @@ def test_export_to_each_runtime_reports_its_parity(tmp_path, capsys, fmt, files,
     written = sorted(p.name for p in (tmp_path / fmt).iterdir())
     assert set(files) <= set(written) and "report.json" in written
     report = json.loads((tmp_path / fmt / "report.json").read_text())
-    assert report["format"] == fmt and report["validation"]["passed"]
+    entry = report["components"]["model"]
+    assert report["format"] == fmt and entry["validation"]["passed"]
     runtime = {"onnx": "ONNX Runtime", "openvino": "OpenVINO", "executorch": "ExecuTorch"}[fmt]
-    assert report["validation"]["runtime"].startswith(runtime)
+    assert entry["validation"]["runtime"].startswith(runtime)
     assert report["artifact_bytes"] == sum((tmp_path / fmt / f).stat().st_size for f in files)
     if fmt == "executorch":
-        assert "delegation:" in out and report["record"]["delegation"]["delegated_nodes"] > 0
+        assert "delegation:" in out and entry["record"]["delegation"]["delegated_nodes"] > 0
     if fmt == "openvino":
-        assert report["validation"]["precision"] == "<Type: 'float32'>"
+        assert entry["validation"]["precision"] == "<Type: 'float32'>"
+
+
+@pytest.mark.parametrize("fmt", ["dynamo", "onnx"])
+def test_generate_writes_every_component_and_a_manifest(tmp_path, capsys, fmt):
+    code = main(["export", "tiny:t5", "--generate", "--format", fmt, "-o", str(tmp_path / "t5"), "--quiet"])
+    assert code == 0, capsys.readouterr().out
+    manifest = json.loads((tmp_path / "t5" / "manifest.json").read_text())
+    assert list(manifest["components"]) == ["encoder", "prefill", "decode"]
+    decode = manifest["components"]["decode"]
+    suffix = {"dynamo": ".pt2", "onnx": ".onnx"}[fmt]
+    assert decode["files"] == [f"decode{suffix}"] and (tmp_path / "t5" / f"decode{suffix}").exists()
+    assert "decoder_input_ids" in decode["inputs"] and "cache.self_attention.0.keys" in decode["inputs"]
+    assert decode["outputs"][0] == "logits"
+    report = json.loads((tmp_path / "t5" / "report.json").read_text())
+    assert all(entry["validation"]["passed"] for entry in report["components"].values())
+    assert (tmp_path / "t5" / "generation_config.json").exists()

@@ -12,12 +12,13 @@ import traceback
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from ..errors import CaptureError, summarize
 from ..registry import FX_NODE_FIXES, FX_PROGRAM_FIXES, FxFix, ordered_fixes
 from .dynamic import plan_dynamic_shapes, size_oblivious_tracing
 from .prepare import model_name
-from .pytree import register_cache_pytree_nodes
+from .pytree import _is_cache, register_cache_pytree_nodes
 
 __all__ = ["capture", "apply_fx_fixes", "Capture"]
 
@@ -76,9 +77,21 @@ def _translate(error: Exception, model: Any, config: Any) -> CaptureError:
     )
 
 
+def split_constants(inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split forward kwargs into traced inputs (anything holding a tensor) and constants (`None`,
+    bools, numbers, strings: `use_cache=True`, `logits_to_keep=1`), which are baked into the graph
+    rather than becoming inputs of the artifact."""
+    traced, constants = {}, {}
+    for name, value in inputs.items():
+        holds_tensor = any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value)) or _is_cache(value)
+        (traced if holds_tensor else constants)[name] = value
+    return traced, constants
+
+
 @contextlib.contextmanager
-def named_kwargs_forward(model: torch.nn.Module, names: list[str]):
-    """Trace `model` through a front whose signature is exactly `names` (keyword-only); restored after.
+def named_kwargs_forward(model: torch.nn.Module, names: list[str], constants: dict[str, Any] | None = None):
+    """Trace `model` through a front whose signature is exactly `names` (keyword-only), passing
+    `constants` along unchanged; restored afterwards.
 
     # NOTE: torch.export binds inputs to the forward's signature. transformers models take extra
     # inputs through `**kwargs` (5.24 renamed `past_key_values` to `cache` and keeps the old name
@@ -95,7 +108,7 @@ def named_kwargs_forward(model: torch.nn.Module, names: list[str]):
     had_own = "forward" in vars(model)
 
     def forward(**kwargs):
-        return original(**kwargs)
+        return original(**kwargs, **(constants or {}))
 
     forward.__signature__ = inspect.Signature(
         [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names]
@@ -111,11 +124,14 @@ def named_kwargs_forward(model: torch.nn.Module, names: list[str]):
 
 
 def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool) -> torch.export.ExportedProgram:
-    with size_oblivious_tracing(size_oblivious), named_kwargs_forward(model, list(inputs)):
+    traced, constants = split_constants(inputs)
+    if isinstance(dynamic_shapes, dict):
+        dynamic_shapes = {k: v for k, v in dynamic_shapes.items() if k in traced}
+    with size_oblivious_tracing(size_oblivious), named_kwargs_forward(model, list(traced), constants):
         return torch.export.export(
             model,
             (),
-            kwargs=inputs,
+            kwargs=traced,
             dynamic_shapes=dynamic_shapes,
             strict=config.strict,
             prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,

@@ -26,11 +26,21 @@ __all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch"]
 Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 
 
+#: Roles whose size-1 sample means "one token per step": kept static, so a decode step stays a
+#: single-token graph (SPEC R7) and attention code that branches on `q_len > 1` traces.
+_STEP_ROLES = ("sequence", "decoder_sequence")
+
+
 def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None) -> dict[int, Any] | None:
+    from .names import role_of
+
     if tensor.dim() == 0:
         return None
     shape = {}
     for axis, size in enumerate(tensor.shape):
+        if size == 1 and role_of(name, tensor.dim(), axis) in _STEP_ROLES:
+            shape[axis] = torch.export.Dim.STATIC
+            continue
         limit = bounds(name, axis, int(size)) if bounds else None
         shape[axis] = torch.export.Dim.AUTO(min=limit[0], max=limit[1]) if limit else torch.export.Dim.AUTO
     return shape
@@ -43,9 +53,9 @@ def _plan_for(value: Any, name: str, bounds: Bounds | None) -> Any:
     node_type = type(value)
     if node_type in (list, tuple):
         return node_type(_plan_for(v, f"{name}.{i}", bounds) for i, v in enumerate(value))
-    if isinstance(value, dict):
+    if node_type is dict:
         return {k: _plan_for(v, f"{name}.{k}", bounds) for k, v in value.items()}
-    if node_type in pytree.SUPPORTED_NODES:
+    if node_type in pytree.SUPPORTED_NODES:  # custom nodes (caches, ModelOutput): a list of children
         # torch.export reads the dynamic shapes of a custom pytree node as the list of its children.
         from .names import CACHE_PREFIX
         from .pytree import _is_cache

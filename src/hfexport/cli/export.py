@@ -31,66 +31,107 @@ def _sizes(files: list[Path]) -> int:
     return sum(f.stat().st_size for f in files if f.exists())
 
 
+def _components(args, loaded) -> dict[str, tuple]:
+    """`{name: (module, kwargs)}`: the whole model, or its generation components (`--generate`)."""
+    if not args.generate:
+        return {"model": (loaded.model, loaded.inputs)}
+    from ..generation.decompose import decompose_for_generation
+
+    return decompose_for_generation(loaded.model, loaded.inputs)
+
+
+def _validate_all(artifacts: dict, components: dict, args, target: Path) -> dict:
+    reports = {}
+    for name, artifact in artifacts.items():
+        module, kwargs = components[name]
+        report = validate(artifact, module, kwargs, atol=args.tolerance, rtol=args.rtol)
+        reports[name] = report
+        if not report.passed:
+            print(report.to_table())
+            raise ValidationError(
+                f"the exported {name!r} differs from eager PyTorch (max abs difference {report.max_abs:.3g}); "
+                f"nothing was written to {target}",
+                model=record_of(artifact).model_class,
+                remedy="look at the failing outputs above; pass --tolerance to accept a larger difference, "
+                "or --no-validate to write the artifacts anyway",
+            )
+    return reports
+
+
 def run(args) -> int:
     target = Path(args.output).resolve()
     check_target(target, overwrite=args.overwrite)  # refuse before the slow part
     config = _config_from_args(args)
     exporter = AutoHfExporter.from_config(config)
-    progress = Progress(4 if not args.no_validate else 3, enabled=not args.quiet)
+    progress = Progress(5 if not args.no_validate else 4, enabled=not args.quiet)
 
     with progress.step(f"loading {args.model}"):
         loaded = load_model(args.model, prompt=args.prompt)
-    with progress.step(f"exporting {type(loaded.model).__name__} to {args.format}"):
-        start = time.perf_counter()
-        artifact = exporter.export(loaded.model, loaded.inputs, config=config)
-        export_seconds = time.perf_counter() - start
-    record = record_of(artifact)
-    report = None
+    with progress.step("running generate() to find the components" if args.generate else "preparing inputs"):
+        components = _components(args, loaded)
+    artifacts, seconds = {}, {}
+    for name, (module, kwargs) in components.items():
+        with progress.step(f"exporting {name} ({type(module).__name__}) to {args.format}"):
+            start = time.perf_counter()
+            artifacts[name] = exporter.export(module, kwargs, config=config)
+            seconds[name] = round(time.perf_counter() - start, 3)
+    reports = {}
     if not args.no_validate:
         with progress.step(f"validating in {args.format}'s runtime against eager"):
-            report = validate(artifact, loaded.model, loaded.inputs, atol=args.tolerance, rtol=args.rtol)
-        if not report.passed:
-            print(report.to_table())
-            raise ValidationError(
-                f"the exported artifact differs from eager PyTorch (max abs difference {report.max_abs:.3g}); "
-                f"nothing was written to {target}",
-                model=record.model_class,
-                remedy="look at the failing outputs above; pass --tolerance to accept a larger difference, "
-                "or --no-validate to write the artifact anyway",
-            )
+            reports = _validate_all(artifacts, components, args, target)
     with progress.step(f"writing {target}"), staged_folder(target, overwrite=args.overwrite) as staging:
-        files = exporter.save(artifact, staging)
+        manifest = {}
+        for name, artifact in artifacts.items():
+            files = exporter.save(artifact, staging, name=name)
+            record = record_of(artifact)
+            manifest[name] = {
+                "files": [f.name for f in files],
+                "bytes": _sizes(files),
+                "export_seconds": seconds[name],
+                "inputs": dict(zip(record.input_names, [list(s) for s in record.input_shapes])),
+                "outputs": record.output_names,
+                "record": record.summary(),
+                "validation": reports[name].to_dict() if name in reports else None,
+            }
         summary = {
             "model": args.model,
-            "model_class": record.model_class,
+            "model_class": type(loaded.model).__name__,
             "format": args.format,
-            "export_seconds": round(export_seconds, 3),
-            "artifact_files": [f.name for f in files],
-            "artifact_bytes": _sizes(files),
-            "record": record.summary(),
-            "validation": report.to_dict() if report else None,
+            "generate": bool(args.generate),
+            "export_seconds": round(sum(seconds.values()), 3),
+            "artifact_bytes": sum(entry["bytes"] for entry in manifest.values()),
+            "components": manifest,
         }
         (staging / "report.json").write_text(json.dumps(summary, indent=2, default=str))
+        (staging / "manifest.json").write_text(json.dumps(
+            {"format": args.format, "model_class": summary["model_class"],
+             "components": {n: {k: e[k] for k in ("files", "inputs", "outputs")} for n, e in manifest.items()}},
+            indent=2))
         (staging / "export_config.json").write_text(config.to_json(indent=2))
         loaded.model.config.save_pretrained(staging)
+        generation_config = getattr(loaded.model, "generation_config", None)
+        if args.generate and generation_config is not None:
+            generation_config.save_pretrained(staging)
         if loaded.tokenizer is not None:
             loaded.tokenizer.save_pretrained(staging)
-    _print_summary(summary, report, target)
+    _print_summary(summary, reports, target)
     return 0
 
 
-def _print_summary(summary: dict, report, target: Path) -> None:
+def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
     print(f"  export time:    {summary['export_seconds']:.2f} s")
-    print(f"  artifact bytes: {summary['artifact_bytes']:,} ({', '.join(summary['artifact_files'])})")
-    details = summary["record"]
-    if details.get("delegation"):
-        d = details["delegation"]
-        print(f"  delegation:     {d['delegated_nodes']} nodes in {d['delegates']} {d['backend']} delegate(s), "
-              f"{d['portable_nodes']} on portable kernels")
-    if details.get("patches") or details.get("fx_fixes"):
-        print(f"  workarounds:    {', '.join(details.get('patches', []) + details.get('fx_fixes', []))}")
-    if report is None:
+    print(f"  artifact bytes: {summary['artifact_bytes']:,}")
+    for name, entry in summary["components"].items():
+        details = entry["record"]
+        print(f"  {name}: {', '.join(entry['files'])} ({entry['bytes']:,} bytes, {entry['export_seconds']:.2f} s)")
+        if details.get("delegation"):
+            d = details["delegation"]
+            print(f"    delegation:  {d['delegated_nodes']} nodes in {d['delegates']} {d['backend']} delegate(s), "
+                  f"{d['portable_nodes']} on portable kernels")
+        if details.get("patches") or details.get("fx_fixes"):
+            print(f"    workarounds: {', '.join(details.get('patches', []) + details.get('fx_fixes', []))}")
+    if not reports:
         print("  validation:     skipped (--no-validate)")
-    else:
+    for report in reports.values():
         print(report.to_table())

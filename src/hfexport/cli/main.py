@@ -23,6 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
     export.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
     export.add_argument("--backend", help="ExecuTorch delegate: xnnpack | cuda | mlx")
+    export.add_argument("--generate", action="store_true",
+                        help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--overwrite", action="store_true", help="replace an output folder that holds files")
     export.add_argument("--no-validate", action="store_true", help="skip the comparison with eager")
     export.add_argument("--tolerance", type=float, default=None, help="absolute tolerance (default per format)")

@@ -1,0 +1,73 @@
+"""decompose_for_generation: components found by hooks on generate(), with real kwargs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from hfexport.errors import PrepareError
+from hfexport.presets import build_preset
+from hfexport.utils import decompose_for_generation
+
+
+def _prompt(name: str):
+    model, inputs = build_preset(name)
+    return model, {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
+
+
+@pytest.mark.parametrize(("name", "keys"), [
+    ("llama", ["prefill", "decode"]),
+    ("gpt2", ["prefill", "decode"]),
+    ("t5", ["encoder", "prefill", "decode"]),
+    ("whisper", ["encoder", "prefill", "decode"]),
+])
+def test_components_reproduce_what_generate_computed(name, keys):
+    model, inputs = _prompt(name)
+    components = decompose_for_generation(model, inputs)
+    assert list(components) == keys
+    with torch.no_grad():
+        generated = model.generate(**copy.deepcopy(inputs), max_new_tokens=2, min_new_tokens=2, do_sample=False,
+                                   output_logits=True, return_dict_in_generate=True)
+        for step, component in enumerate(("prefill", "decode")):
+            module, kwargs = components[component]
+            logits = module(**copy.deepcopy(kwargs)).logits[:, -1]
+            assert torch.allclose(logits, generated.logits[step], atol=1e-5), component
+    if "encoder" in components:
+        encoder, kwargs = components["encoder"]
+        assert encoder is model.get_encoder()
+        hidden = encoder(**kwargs).last_hidden_state
+        assert torch.allclose(hidden, components["prefill"][1]["encoder_outputs"].last_hidden_state, atol=1e-6)
+
+
+def test_decode_takes_one_token_and_the_filled_cache():
+    model, inputs = _prompt("llama")
+    components = decompose_for_generation(model, inputs)
+    _, prefill = components["prefill"]
+    _, decode = components["decode"]
+    assert prefill["input_ids"].shape == inputs["input_ids"].shape
+    assert decode["input_ids"].shape == (1, 1)
+    assert decode["cache"].get_seq_length() == inputs["input_ids"].shape[1]
+
+
+def test_the_users_generation_config_is_not_mutated():
+    from transformers import GenerationConfig
+
+    model, inputs = _prompt("llama")
+    config = GenerationConfig(max_new_tokens=50, do_sample=True, temperature=0.7)
+    before = config.to_dict()
+    decompose_for_generation(model, inputs, generation_config=config)
+    assert config.to_dict() == before
+
+
+def test_a_model_that_cannot_generate_gets_a_clear_error():
+    model, inputs = build_preset("bert")
+    with pytest.raises(PrepareError, match="(?s)cannot generate.*exporter.export"):
+        decompose_for_generation(model, inputs)
+
+
+def test_multi_token_decode_is_refused_until_implemented():
+    model, inputs = _prompt("llama")
+    with pytest.raises(NotImplementedError, match="multi_token_decode"):
+        decompose_for_generation(model, inputs, multi_token_decode=True)
