@@ -49,11 +49,11 @@ def grouped_mm_dense(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tens
     ("onnx",),
     "transformers.integrations.moe._grouped_mm",
     reason="with fp32 weights under torch.export transformers calls its custom op "
-    "transformers::grouped_mm_fallback, which torch.onnx and OpenVINO cannot convert; trace the "
-    "grouped matmul as plain ATen ops instead",
-    upstream="transformers: grouped_mm_fallback is a torch.library custom op with no ONNX/OpenVINO lowering",
+    "transformers::grouped_mm_fallback, which torch.onnx cannot convert; trace the grouped matmul "
+    "as plain ATen ops instead",
+    upstream="transformers: grouped_mm_fallback is a torch.library custom op with no ONNX lowering",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
-    remove_when="torch.onnx and OpenVINO translate grouped_mm (or transformers stops using the custom op in export)",
+    remove_when="torch.onnx translates grouped_mm (or transformers stops using the custom op in export)",
 )
 def patch_transformers_moe_grouped_mm(original):
     def _grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
