@@ -63,7 +63,7 @@ class Preset:
     config_class: str
     config: dict[str, Any]
     inputs: Callable[[Any], dict[str, Any]]
-    kind: str  # decoder | encoder-decoder | encoder | vision | audio
+    kind: str  # decoder | ssm | encoder-decoder | encoder | vision | audio
     generative: bool = False
 
     def build(self, seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -85,6 +85,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
            dict(_TEXT, head_dim=8, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
                 decoder_sparse_step=1), _text_inputs, "decoder", True),
+    Preset("mamba", "MambaForCausalLM", "MambaConfig",
+           dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
+                intermediate_size=64), _text_inputs, "ssm", True),
     Preset("bert", "BertModel", "BertConfig",
            dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=128),

@@ -20,6 +20,7 @@ def _prompt(name: str):
 @pytest.mark.parametrize(("name", "keys"), [
     ("llama", ["prefill", "decode"]),
     ("gpt2", ["prefill", "decode"]),
+    ("mamba", ["prefill", "decode"]),
     ("t5", ["encoder", "prefill", "decode"]),
     ("whisper", ["encoder", "prefill", "decode"]),
 ])

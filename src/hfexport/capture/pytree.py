@@ -74,12 +74,62 @@ def _is_cache(obj: Any) -> bool:
     return isinstance(obj, Cache)
 
 
-def _split_state(obj: Any) -> tuple[list[str], tuple]:
-    """Split `vars(obj)` into tensor attribute names (sorted) and the frozen non-tensor rest."""
-    tensor_names, state = [], []
+class _Nested:
+    """A dict/list/tuple attribute holding tensors (linear-attention layers keep
+    `conv_states = {0: tensor}`): its frozen structure, with `_LEAF` where each tensor goes."""
+
+    def __init__(self, frozen: Any):
+        self.frozen = frozen
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Nested) and self.frozen == other.frozen
+
+    def __hash__(self) -> int:
+        return hash(self.frozen)
+
+
+_LEAF = "__tensor__"
+
+
+def _extract(value: Any, path: str, leaves: list[tuple[str, torch.Tensor]]) -> Any:
+    """Freeze `value`, replacing every tensor with `_LEAF` and appending `(path, tensor)` to `leaves`."""
+    if isinstance(value, torch.Tensor):
+        leaves.append((path, value))
+        return _LEAF
+    if isinstance(value, dict):
+        return (_DICT, tuple((k, _extract(v, f"{path}.{k}", leaves)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        kind = _LIST if isinstance(value, list) else _TUPLE
+        return (kind, tuple(_extract(v, f"{path}.{i}", leaves) for i, v in enumerate(value)))
+    return _freeze(value)
+
+
+def _rebuild(frozen: Any, leaves: Any) -> Any:
+    if frozen == _LEAF:
+        return next(leaves)
+    if isinstance(frozen, tuple) and len(frozen) == 2 and frozen[0] in (_LIST, _TUPLE, _DICT):
+        kind, items = frozen
+        if kind == _DICT:
+            return {k: _rebuild(v, leaves) for k, v in items}
+        rebuilt = [_rebuild(v, leaves) for v in items]
+        return rebuilt if kind == _LIST else tuple(rebuilt)
+    return _thaw(frozen)
+
+
+def _holds_tensor(value: Any) -> bool:
+    return isinstance(value, (dict, list, tuple)) and any(
+        isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value))
+
+
+def _split_state(obj: Any) -> tuple[list[str], tuple, list[tuple[str, torch.Tensor]]]:
+    """Split `vars(obj)` into tensor attribute names (sorted), the frozen rest, and the tensors
+    found inside container attributes (as `(name.key, tensor)`, after the direct ones)."""
+    tensor_names, state, nested = [], [], []
     for name, value in sorted(vars(obj).items()):
         if isinstance(value, torch.Tensor):
             tensor_names.append(name)
+        elif _holds_tensor(value):
+            state.append((name, _Nested(_extract(value, name, nested))))
         elif name not in ("layers",) and not _is_cache(value):
             if isinstance(value, torch.Stream):
                 raise TypeError(
@@ -87,7 +137,7 @@ def _split_state(obj: Any) -> tuple[list[str], tuple]:
                     "Build the cache with offloading=False."
                 )
             state.append((name, _freeze(value)))
-    return tensor_names, tuple(state)
+    return tensor_names, tuple(state), nested
 
 
 def _flatten_cache(cache: Any) -> tuple[list[Any], tuple]:
@@ -100,10 +150,13 @@ def _flatten_cache_with_names(cache: Any) -> tuple[list[Any], tuple[list[str], t
     names: list[str] = []
     layer_specs = []
     for index, layer in enumerate(getattr(cache, "layers", None) or []):
-        tensor_names, state = _split_state(layer)
+        tensor_names, state, nested = _split_state(layer)
         layer_specs.append((type(layer), tuple(tensor_names), state))
         for name in tensor_names:
             children.append(getattr(layer, name))
+            names.append(f"{index}.{name}")
+        for name, tensor in nested:
+            children.append(tensor)
             names.append(f"{index}.{name}")
     sub_caches = []
     for name, value in sorted(vars(cache).items()):
@@ -111,9 +164,12 @@ def _flatten_cache_with_names(cache: Any) -> tuple[list[Any], tuple[list[str], t
             sub_caches.append(name)
             children.append(value)
             names.append(name.removesuffix("_cache"))
-    tensor_names, state = _split_state(cache)
+    tensor_names, state, nested = _split_state(cache)
     for name in tensor_names:
         children.append(getattr(cache, name))
+        names.append(name)
+    for name, tensor in nested:
+        children.append(tensor)
         names.append(name)
     has_layers = hasattr(cache, "layers")
     context = (type(cache), has_layers, tuple(layer_specs), tuple(sub_caches), tuple(tensor_names), state)
@@ -123,24 +179,26 @@ def _flatten_cache_with_names(cache: Any) -> tuple[list[Any], tuple[list[str], t
 def _unflatten_cache(children: list[Any], context: tuple) -> Any:
     cls, has_layers, layer_specs, sub_caches, tensor_names, state = context
     cache = cls.__new__(cls)
-    for name, value in state:
-        setattr(cache, name, _thaw(value))
     it = iter(children)
     if has_layers:
         layers = []
         for layer_cls, layer_tensor_names, layer_state in layer_specs:
             layer = layer_cls.__new__(layer_cls)
-            for name, value in layer_state:
-                setattr(layer, name, _thaw(value))
-            for name in layer_tensor_names:
-                setattr(layer, name, next(it))
+            _restore(layer, layer_tensor_names, layer_state, it)
             layers.append(layer)
         cache.layers = layers
     for name in sub_caches:
         setattr(cache, name, next(it))
-    for name in tensor_names:
-        setattr(cache, name, next(it))
+    _restore(cache, tensor_names, state, it)
     return cache
+
+
+def _restore(obj: Any, tensor_names: tuple, state: tuple, children: Any) -> None:
+    """Set `obj`'s attributes in the order `_flatten_cache_with_names` consumed them."""
+    for name in tensor_names:
+        setattr(obj, name, next(children))
+    for name, value in state:
+        setattr(obj, name, _rebuild(value.frozen, children) if isinstance(value, _Nested) else _thaw(value))
 
 
 def _flatten_cache_with_keys(cache: Any) -> tuple[list[tuple[Any, Any]], tuple]:
@@ -176,6 +234,8 @@ def _dump_value(value: Any) -> Any:
         return value
     if isinstance(value, _Traced):
         return {"traced": value.text}
+    if isinstance(value, _Nested):
+        return {"nested": _dump_value(value.frozen)}
     raise TypeError(f"cannot serialize cache attribute value {value!r} of type {type(value).__name__}")
 
 
@@ -192,6 +252,8 @@ def _load_value(value: Any) -> Any:
             return torch.device(payload)
         if kind == "traced":
             return _Traced(payload)
+        if kind == "nested":
+            return _Nested(_load_value(payload))
     return value
 
 
