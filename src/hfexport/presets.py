@@ -54,6 +54,18 @@ def _audio_inputs(config: Any) -> dict[str, torch.Tensor]:
     return {"input_values": torch.randn(1, 800, generator=generator)}
 
 
+def _llava_inputs(config: Any) -> dict[str, torch.Tensor]:
+    """A prompt with one image: its patch tokens (the image token repeated) between text tokens."""
+    generator = torch.Generator().manual_seed(1)
+    vision = config.vision_config
+    patches = (vision.image_size // vision.patch_size) ** 2
+    ids = torch.cat([torch.tensor([[1, 5]]), torch.full((1, patches), config.image_token_index),
+                     torch.tensor([[7, 9, 11]])], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "pixel_values": torch.randn(1, vision.num_channels, vision.image_size, vision.image_size,
+                                        generator=generator)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Preset:
     """A tiny model: which transformers classes, the config kwargs, and how to make sample inputs."""
@@ -63,13 +75,15 @@ class Preset:
     config_class: str
     config: dict[str, Any]
     inputs: Callable[[Any], dict[str, Any]]
-    kind: str  # decoder | ssm | encoder-decoder | encoder | vision | audio
+    kind: str  # decoder | ssm | encoder-decoder | encoder | vision | audio | multimodal
     generative: bool = False
 
     def build(self, seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
         import transformers
 
-        config = getattr(transformers, self.config_class)(**self.config)
+        kwargs = {key: (getattr(transformers, value[0])(**value[1]) if isinstance(value, tuple) else value)
+                  for key, value in self.config.items()}  # ("SubConfigClass", {...}) builds a sub-config
+        config = getattr(transformers, self.config_class)(**kwargs)
         torch.manual_seed(seed)
         model = getattr(transformers, self.model_class)(config).eval()
         return model, self.inputs(model.config)
@@ -88,6 +102,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("mamba", "MambaForCausalLM", "MambaConfig",
            dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
                 intermediate_size=64), _text_inputs, "ssm", True),
+    Preset("llava", "LlavaForConditionalGeneration", "LlavaConfig",
+           dict(vision_config=("CLIPVisionConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                        num_attention_heads=4, image_size=16, patch_size=4)),
+                text_config=("LlamaConfig", dict(_TEXT)), image_token_index=120, vision_feature_layer=-1),
+           _llava_inputs, "multimodal", True),
     Preset("bert", "BertModel", "BertConfig",
            dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=128),

@@ -72,3 +72,20 @@ def test_multi_token_decode_is_refused_until_implemented():
     model, inputs = _prompt("llama")
     with pytest.raises(NotImplementedError, match="multi_token_decode"):
         decompose_for_generation(model, inputs, multi_token_decode=True)
+
+
+def test_multimodal_prefill_splits_into_encoder_projector_language_model_and_head():
+    model, inputs = build_preset("llava")
+    components = decompose_for_generation(model, inputs)
+    assert list(components) == ["image_encoder", "multi_modal_projector", "language_model", "lm_head", "decode"]
+    assert components["image_encoder"][0] is model.get_encoder(modality="image")
+    assert components["language_model"][0] is model.get_decoder()
+    assert components["lm_head"][0] is model.get_output_embeddings()
+    # chained eagerly, the components give generate()'s first token
+    with torch.no_grad():
+        generated = model.generate(**copy.deepcopy(inputs), max_new_tokens=1, do_sample=False,
+                                   output_logits=True, return_dict_in_generate=True)
+        language_model, kwargs = components["language_model"]
+        hidden = language_model(**copy.deepcopy(kwargs)).last_hidden_state
+        logits = components["lm_head"][0](hidden[:, -1])
+    assert torch.allclose(logits, generated.logits[0], atol=1e-5)

@@ -11,7 +11,7 @@ from hfexport.utils import decompose_for_generation
 
 CASES = [
     ("dynamo", "llama"), ("dynamo", "gpt2"), ("dynamo", "mistral"), ("dynamo", "qwen3_moe"),
-    ("dynamo", "t5"), ("dynamo", "whisper"), ("dynamo", "mamba"),
+    ("dynamo", "t5"), ("dynamo", "whisper"), ("dynamo", "mamba"), ("dynamo", "llava"),
     ("onnx", "llama"), ("onnx", "t5"), ("onnx", "mamba"),
     ("openvino", "llama"), ("openvino", "t5"),
     ("executorch", "llama"),

@@ -7,12 +7,19 @@
 # cache); the encoder's call is `encoder`. Whatever a model's `prepare_inputs_for_generation`
 # produces is what gets exported, so decoder-only, SSM and encoder-decoder models all go through
 # the same code.
+#
+# Multimodal models are found the same way: `get_encoder(modality="image"|"audio")` names the
+# towers, a projector is looked up under the fixed names in `PROJECTOR_NAMES`, `get_decoder()` is
+# the language model and `get_output_embeddings()` the head. Their hooks see their own calls
+# wherever `generate` makes them (transformers 5.24 runs the vision tower and projector before
+# the first top-level forward, outside it). Prefill then splits into those components.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +28,10 @@ import torch
 from ..capture.prepare import inference_mode, model_name, normalize_inputs
 from ..errors import PrepareError
 
-__all__ = ["decompose_for_generation", "Component"]
+__all__ = ["decompose_for_generation", "Component", "PROJECTOR_NAMES"]
+
+#: Attribute names under which a multimodal model exposes its projector (SPEC R6).
+PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
 
 #: `(submodule, forward kwargs)` of one component.
 Component = tuple[torch.nn.Module, dict[str, Any]]
@@ -32,9 +42,8 @@ def _recording(module: torch.nn.Module, calls: list[dict[str, Any]]) -> Iterator
     """Append a deep copy of the kwargs of every `module.forward` call to `calls`."""
 
     def hook(_module, args, kwargs):
-        if args:
-            names = list(_module.forward.__code__.co_varnames[1 : 1 + len(args)])
-            kwargs = {**dict(zip(names, args)), **kwargs}
+        if args:  # a positional call (a projector's `forward(image_features)`): name the arguments
+            kwargs = _named_arguments(_module, args, kwargs)
         calls.append(copy.deepcopy({k: v for k, v in kwargs.items() if v is not None}))
 
     handle = module.register_forward_pre_hook(hook, with_kwargs=True)
@@ -42,6 +51,18 @@ def _recording(module: torch.nn.Module, calls: list[dict[str, Any]]) -> Iterator
         yield
     finally:
         handle.remove()
+
+
+def _named_arguments(module: torch.nn.Module, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`args` and `kwargs` of a call, all by parameter name (`**kwargs` entries spread out)."""
+    signature = inspect.signature(module.forward)
+    named: dict[str, Any] = {}
+    for name, value in signature.bind_partial(*args, **kwargs).arguments.items():
+        if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        else:
+            named[name] = value
+    return named
 
 
 def _generation_config(model: torch.nn.Module, generation_config: Any, new_tokens: int) -> Any:
@@ -92,12 +113,13 @@ def decompose_for_generation(
         )
     kwargs = normalize_inputs(inputs, model=model)
     config = _generation_config(model, generation_config, new_tokens=2)
+    watched = _watched_modules(model)
+    calls: dict[str, list[dict[str, Any]]] = {name: [] for name in watched}
     top_calls: list[dict[str, Any]] = []
-    encoder_calls: list[dict[str, Any]] = []
-    encoder = model.get_encoder() if getattr(model.config, "is_encoder_decoder", False) else None
-    with inference_mode(model), _recording(model, top_calls), (
-        _recording(encoder, encoder_calls) if encoder is not None else contextlib.nullcontext()
-    ):
+    with inference_mode(model), contextlib.ExitStack() as stack:
+        stack.enter_context(_recording(model, top_calls))
+        for name, module in watched.items():
+            stack.enter_context(_recording(module, calls[name]))
         model.generate(**copy.deepcopy(kwargs), generation_config=config)
     if len(top_calls) < 2:
         raise PrepareError(
@@ -107,8 +129,37 @@ def decompose_for_generation(
             "exporter.export(submodule, kwargs) instead",
         )
     components: dict[str, Component] = {}
-    if encoder is not None and encoder_calls:
-        components["encoder"] = (encoder, encoder_calls[0])
-    components["prefill"] = (model, top_calls[0])
+    towers = [name for name in ("image_encoder", "audio_encoder") if calls.get(name)]
+    if towers:
+        for name in (*towers, *[p for p in PROJECTOR_NAMES if calls.get(p)], "language_model", "lm_head"):
+            if not calls.get(name):
+                raise PrepareError(f"{name} of {model_name(model)} was not called during generate()",
+                                   model=model_name(model), remedy="report this model class; it needs support")
+            components[name] = (watched[name], calls[name][0])
+    else:
+        if calls.get("encoder"):
+            components["encoder"] = (watched["encoder"], calls["encoder"][0])
+        components["prefill"] = (model, top_calls[0])
     components["decode"] = (model, top_calls[1])
     return components
+
+
+def _watched_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The submodules whose calls name components: towers, projector, language model, head, and
+    the text encoder of an encoder-decoder model."""
+    watched: dict[str, torch.nn.Module] = {}
+    base = getattr(model, "base_model", model)
+    for modality in ("image", "audio"):
+        tower = model.get_encoder(modality=modality)
+        if tower is not model and tower is not base:
+            watched[f"{modality}_encoder"] = tower
+    if watched:
+        for name in PROJECTOR_NAMES:
+            owner = next((m for m in (model, base) if isinstance(getattr(m, name, None), torch.nn.Module)), None)
+            if owner is not None:
+                watched[name] = getattr(owner, name)
+        watched["language_model"] = model.get_decoder()
+        watched["lm_head"] = model.get_output_embeddings()
+    elif getattr(model.config, "is_encoder_decoder", False):
+        watched["encoder"] = model.get_encoder()
+    return watched
