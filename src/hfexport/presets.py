@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Preset", "PRESETS", "build_preset", "preset_names", "sample_inputs"]
+__all__ = ["Preset", "SubConfig", "PRESETS", "build_preset", "preset_names", "sample_inputs"]
 
 _TEXT = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
@@ -67,6 +67,19 @@ def _llava_inputs(config: Any) -> dict[str, torch.Tensor]:
 
 
 @dataclasses.dataclass(frozen=True)
+class SubConfig:
+    """A nested config (a multimodal model's vision or text config), built by class name."""
+
+    config_class: str
+    kwargs: dict[str, Any]
+
+    def build(self) -> Any:
+        import transformers
+
+        return getattr(transformers, self.config_class)(**self.kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
 class Preset:
     """A tiny model: which transformers classes, the config kwargs, and how to make sample inputs."""
 
@@ -81,8 +94,7 @@ class Preset:
     def build(self, seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
         import transformers
 
-        kwargs = {key: (getattr(transformers, value[0])(**value[1]) if isinstance(value, tuple) else value)
-                  for key, value in self.config.items()}  # ("SubConfigClass", {...}) builds a sub-config
+        kwargs = {key: value.build() if isinstance(value, SubConfig) else value for key, value in self.config.items()}
         config = getattr(transformers, self.config_class)(**kwargs)
         torch.manual_seed(seed)
         model = getattr(transformers, self.model_class)(config).eval()
@@ -103,9 +115,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
                 intermediate_size=64), _text_inputs, "ssm", True),
     Preset("llava", "LlavaForConditionalGeneration", "LlavaConfig",
-           dict(vision_config=("CLIPVisionConfig", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                                        num_attention_heads=4, image_size=16, patch_size=4)),
-                text_config=("LlamaConfig", dict(_TEXT)), image_token_index=120, vision_feature_layer=-1),
+           dict(vision_config=SubConfig("CLIPVisionConfig", dict(hidden_size=32, intermediate_size=64,
+                                                                 num_hidden_layers=2, num_attention_heads=4,
+                                                                 image_size=16, patch_size=4)),
+                text_config=SubConfig("LlamaConfig", dict(_TEXT)), image_token_index=120, vision_feature_layer=-1),
            _llava_inputs, "multimodal", True),
     Preset("bert", "BertModel", "BertConfig",
            dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
