@@ -105,6 +105,11 @@ def test_env_and_patches_commands():
     assert result.returncode == 0 and "transformers" in result.stdout and "tested" in result.stdout
     result = _hfexport("patches")
     assert result.returncode == 0
+    for name in ("fix_cat_empty_legacy_input", "patch_torch_sdpa_fully_masked_rows", "patch_transformers_moe_grouped_mm"):
+        assert name in result.stdout
+    assert result.stdout.count("why:") >= 4 and "remove when:" in result.stdout
+    result = _hfexport("patches", "--backend", "onnx")
+    assert "patch_transformers_moe_grouped_mm" in result.stdout and "fix_cat_empty_legacy_input" not in result.stdout
 
 
 @pytest.mark.parametrize(
