@@ -89,6 +89,13 @@ def test_failed_validation_exits_nonzero_and_writes_nothing(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []  # no artifact, no partial folder
 
 
+def test_readme_main_job_creates_missing_parent_folders(tmp_path):
+    out = tmp_path / "out" / "tiny-llama"  # the README's command, on a fresh clone without out/
+    result = _hfexport("export", "tiny:llama", "--format", "onnx", "-o", str(out), "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert (out / "model.onnx").exists() and "result: PASSED" in result.stdout
+
+
 def test_local_folder_written_by_save_pretrained(tmp_path):
     from hfexport.presets import build_preset
 

@@ -17,8 +17,7 @@ from ..errors import SerializationError
 
 
 def check_target(target: Path, *, overwrite: bool) -> None:
-    if not target.parent.exists():
-        raise SerializationError(f"the parent folder of {target} does not exist", remedy=f"create {target.parent} first")
+    """Refuse, before any work, an output path that is a file or a folder holding files."""
     if target.exists() and not target.is_dir():
         raise SerializationError(f"{target} exists and is not a folder", remedy="choose another -o path")
     if target.exists() and any(target.iterdir()) and not overwrite:
@@ -27,8 +26,9 @@ def check_target(target: Path, *, overwrite: bool) -> None:
 
 @contextlib.contextmanager
 def staged_folder(target: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a temporary folder beside `target`; on success it replaces `target`."""
+    """Yield a temporary folder beside `target` (parents created); on success it replaces `target`."""
     check_target(target, overwrite=overwrite)
+    target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
         yield staging
