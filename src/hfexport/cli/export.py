@@ -129,8 +129,10 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
             d = details["delegation"]
             print(f"    delegation:  {d['delegated_nodes']} nodes in {d['delegates']} {d['backend']} delegate(s), "
                   f"{d['portable_nodes']} on portable kernels")
-        if details.get("patches") or details.get("fx_fixes"):
-            print(f"    workarounds: {', '.join(details.get('patches', []) + details.get('fx_fixes', []))}")
+        if details.get("patches"):
+            print(f"    patches active during export: {', '.join(details['patches'])}")
+        if details.get("fx_fixes"):
+            print(f"    FX fixes that changed the graph: {', '.join(details['fx_fixes'])}")
     if not reports:
         print("  validation:     skipped (--no-validate)")
     for report in reports.values():
