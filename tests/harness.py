@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -40,3 +41,13 @@ def seed_dynamic_shapes(batch_max: int = 32, seq_max: int = 2048) -> dict[str, A
     batch = torch.export.Dim("batch", min=1, max=batch_max)
     seq = torch.export.Dim("seq", min=1, max=seq_max)
     return {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
+
+
+@contextlib.contextmanager
+def without(registry, name: str):
+    """Take the workaround `name` out of `registry` for the block (to show it is needed); put it back."""
+    entry = registry.remove(name)
+    try:
+        yield entry
+    finally:
+        registry.add(name, entry)

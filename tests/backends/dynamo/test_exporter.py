@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hfexport import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, validate
+from hfexport import DynamoConfig, DynamoExporter, validate
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
-from tests.harness import assert_close_to_eager, export_and_validate, padded_batch, seed_dynamic_shapes
+from tests.harness import assert_close_to_eager, export_and_validate
 
 
 @pytest.mark.parametrize("name", panel_params("dynamo"))
@@ -54,17 +54,6 @@ def test_static_export_rejects_another_batch_size_and_validation_says_so():
         program.module()(input_ids=ids, attention_mask=torch.ones_like(ids))
 
 
-def test_seed_dynamic_shapes_snippet_with_padded_batch():
-    model, _ = build_preset("llama")
-    inputs = padded_batch()
-    config = DynamoConfig(dynamic_shapes=seed_dynamic_shapes(), prefer_deferred_runtime_asserts_over_guards=True)
-    exported = DynamoExporter().export(model, inputs, config=config)
-    report = validate(exported, model, inputs)
-    assert report.passed and len(report.cases) == 2, report.to_table()
-    ranges = sorted((int(v.lower), int(v.upper)) for v in exported.range_constraints.values())
-    assert ranges == [(1, 32), (1, 2048)]  # the Dims' bounds, kept as stated
-
-
 def test_seed_export_snippet():
     model, inputs = build_preset("qwen3")
     exporter = DynamoExporter()
@@ -73,14 +62,6 @@ def test_seed_export_snippet():
     outputs = exported.module()(**inputs)
     with torch.no_grad():
         assert_close_to_eager(outputs.logits, model(**inputs).logits, atol=1e-5)
-
-
-def test_seed_auto_classes_with_dynamo_format():
-    model, inputs = build_preset("qwen3")
-    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
-    exporter = AutoHfExporter.from_config(config)
-    exported = exporter.export(model, inputs, config=config)
-    assert validate(exported, model, inputs).passed
 
 
 def test_saved_program_round_trips(tmp_path):

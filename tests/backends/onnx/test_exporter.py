@@ -7,11 +7,11 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from hfexport import AutoExportConfig, AutoHfExporter, OnnxConfig, OnnxExporter, record_of, validate
+from hfexport import OnnxConfig, OnnxExporter, record_of, validate
 from hfexport.errors import SerializationError
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
-from tests.harness import export_and_validate, padded_batch, seed_dynamic_shapes
+from tests.harness import export_and_validate, without
 
 ATOL = 1e-4
 
@@ -74,24 +74,6 @@ def test_cache_inputs_and_outputs_pair_up_by_name():
     assert validate(program, model, step, resized=False).passed
 
 
-def test_seed_dynamic_shapes_snippet_with_padded_batch():
-    model, _ = build_preset("llama")
-    inputs = padded_batch()
-    config = OnnxConfig(dynamic_shapes=seed_dynamic_shapes(), prefer_deferred_runtime_asserts_over_guards=True)
-    onnx_program = OnnxExporter().export(model, inputs, config=config)
-    report = validate(onnx_program, model, inputs, steps=(2, 5))
-    assert report.passed and len(report.cases) == 3, report.to_table()
-
-
-def test_seed_auto_classes_with_onnx_format():
-    model, inputs = build_preset("qwen3")
-    config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
-    exporter = AutoHfExporter.from_config(config)
-    assert isinstance(exporter, OnnxExporter)
-    onnx_program = exporter.export(model, inputs, config=config)
-    assert validate(onnx_program, model, inputs).passed
-
-
 def test_save_refuses_missing_parent_and_existing_file(llama_onnx, tmp_path):
     _, _, program, _ = llama_onnx
     with pytest.raises(SerializationError, match="does not exist"):
@@ -144,9 +126,5 @@ def test_grouped_mm_translation_is_needed_and_works():
     program = OnnxExporter().export(module, inputs, config=OnnxConfig())
     report = validate(program, module, inputs)  # eager runs transformers' own fallback kernel
     assert report.passed, report.to_table()
-    patch = PATCHES.remove("patch_transformers_moe_grouped_mm")
-    try:
-        with pytest.raises(ConversionError, match="grouped_mm_fallback"):
-            OnnxExporter().export(module, inputs, config=OnnxConfig())
-    finally:
-        PATCHES.add(patch.name, patch)
+    with without(PATCHES, "patch_transformers_moe_grouped_mm"), pytest.raises(ConversionError, match="grouped_mm_fallback"):
+        OnnxExporter().export(module, inputs, config=OnnxConfig())

@@ -7,11 +7,11 @@ import openvino as ov
 import pytest
 import torch
 
-from hfexport import AutoExportConfig, AutoHfExporter, OpenVINOConfig, OpenVINOExporter, validate
+from hfexport import OpenVINOConfig, OpenVINOExporter, validate
 from hfexport.errors import ConversionError, SerializationError
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
-from tests.harness import export_and_validate, padded_batch, seed_dynamic_shapes
+from tests.harness import export_and_validate, padded_batch, without
 
 ATOL = 1e-4
 
@@ -63,23 +63,6 @@ def test_inputs_are_named_and_dynamic(llama_ov):
     assert ov_model.outputs[1].get_any_name() == "output.cache.0.keys"
 
 
-def test_seed_dynamic_shapes_snippet_with_padded_batch():
-    model, _ = build_preset("llama")
-    inputs = padded_batch()
-    config = OpenVINOConfig(dynamic_shapes=seed_dynamic_shapes(), prefer_deferred_runtime_asserts_over_guards=True)
-    ov_model = OpenVINOExporter().export(model, inputs, config=config)
-    report = validate(ov_model, model, inputs, steps=(2, 5))
-    assert report.passed and len(report.cases) == 3, report.to_table()
-
-
-def test_seed_auto_classes_with_openvino_format():
-    model, inputs = build_preset("qwen3")
-    config = AutoExportConfig.from_dict({"export_format": "openvino", "dynamic": True})
-    exporter = AutoHfExporter.from_config(config)
-    ov_model = exporter.export(model, inputs, config=config)
-    assert validate(ov_model, model, inputs).passed
-
-
 def test_save_refuses_missing_parent_and_existing_file(llama_ov, tmp_path):
     _, _, ov_model = llama_ov
     with pytest.raises(SerializationError, match="does not exist"):
@@ -101,24 +84,16 @@ def test_fix_cat_empty_legacy_input_is_needed():
 
     module, inputs = CatEmpty(), {"x": torch.randn(1, 2, 3, 4)}
     assert validate(OpenVINOExporter().export(module, inputs), module, inputs).passed
-    fix = FX_NODE_FIXES.remove("fix_cat_empty_legacy_input")
-    try:
-        with pytest.raises(ConversionError, match="aten.cat"):
-            OpenVINOExporter().export(module, inputs)
-    finally:
-        FX_NODE_FIXES.add(fix.name, fix)
+    with without(FX_NODE_FIXES, "fix_cat_empty_legacy_input"), pytest.raises(ConversionError, match="aten.cat"):
+        OpenVINOExporter().export(module, inputs)
 
 
 def test_moe_needs_the_batched_mm_switch():
     from hfexport.registry import PATCHES
 
     model, inputs = build_preset("qwen3_moe")
-    patch = PATCHES.remove("patch_transformers_experts_interface")
-    try:
-        with pytest.raises(ConversionError, match="histc|grouped_mm"):
-            OpenVINOExporter().export(model, inputs)
-    finally:
-        PATCHES.add(patch.name, patch)
+    with without(PATCHES, "patch_transformers_experts_interface"), pytest.raises(ConversionError, match="histc|grouped_mm"):
+        OpenVINOExporter().export(model, inputs)
 
 
 def test_left_padded_batch_gives_no_nan_in_real_tokens():
@@ -129,9 +104,6 @@ def test_left_padded_batch_gives_no_nan_in_real_tokens():
     model, _ = build_preset("llama")
     inputs = padded_batch()
     assert validate(OpenVINOExporter().export(model, inputs), model, inputs).passed
-    patch = PATCHES.remove("patch_torch_sdpa_fully_masked_rows")
-    try:
+    with without(PATCHES, "patch_torch_sdpa_fully_masked_rows"):
         report = validate(OpenVINOExporter().export(model, inputs), model, inputs)
-    finally:
-        PATCHES.add(patch.name, patch)
     assert not report.passed and "non-finite" in (report.cases[0].outputs[0].error or "")
