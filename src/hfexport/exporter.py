@@ -121,10 +121,11 @@ class HfExporter:
         Returns:
             `{component name: artifact}`.
         """
-        from .generation.decompose import decompose_for_generation
+        from .generation.decompose import decompose_for_generation, interface_kwargs
 
         components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
-        return {name: self.export(module, kwargs, config=config) for name, (module, kwargs) in components.items()}
+        return {name: self.export(module, interface_kwargs(kwargs), config=config)
+                for name, (module, kwargs) in components.items()}
 
     def save(self, artifact: Any, directory: str | os.PathLike, name: str = "model") -> list[Path]:
         """Write `artifact` into `directory` as `<name>.<suffix>` (and companions); return the files."""
@@ -133,9 +134,17 @@ class HfExporter:
             raise SerializationError(f"{directory} is not a directory", remedy="create it first")
         return self._save(artifact, directory / name)
 
+    def load(self, files: list[str | os.PathLike]) -> Any:
+        """Load an artifact that `save` wrote (its files, main file first), ready for this
+        backend's runner: an `ExportedProgram`, an ONNX file, an `openvino.Model`, a `.pte` buffer."""
+        return self._load([Path(f) for f in files])
+
     # -- steps a backend customises --------------------------------------------------------------
 
     def _save(self, artifact: Any, stem: Path) -> list[Path]:
+        raise NotImplementedError
+
+    def _load(self, files: list[Path]) -> Any:
         raise NotImplementedError
 
     def _check_environment(self, config: ExportConfig) -> None:
@@ -163,6 +172,9 @@ class HfExporter:
         record = record_from_program(captured.program, format=self.format, model_class=model_name(model))
         record.details["size_oblivious"] = captured.size_oblivious
         record.details["config"] = _config_summary(config)
+        mutated = captured.program.graph_signature.user_inputs_to_mutate
+        if mutated:  # written in place (a static cache): say which inputs, in the program's order
+            record.details["input_mutations"] = len(mutated)
         return record
 
     # -- helpers ------------------------------------------------------------------------------

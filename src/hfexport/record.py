@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .capture.names import io_leaf_names
 from .capture.pytree import leaf_names
 
 __all__ = ["ExportRecord", "record_of", "attach_record", "record_from_program"]
@@ -27,7 +28,8 @@ class ExportRecord:
     Attributes:
         format: the export format (`"dynamo"`, `"onnx"`, ...).
         model_class: the exported module's class name.
-        input_names: flattened user input leaves, in the artifact's order (`input_ids`, `cache.0.keys`).
+        input_names: flattened user input leaves, in the artifact's order (`input_ids`, `cache.0.keys`);
+            cache leaves are `cache.<layer>.<tensor>` on both sides, whatever the argument's name.
         output_names: flattened outputs, in order (`logits`, `cache.0.keys`).
         input_shapes: per input leaf, its dims as ints or symbol expressions (`"s0"`, `"s1 + 1"`).
         symbol_ranges: symbol -> (min, max or None) allowed by the program.
@@ -44,11 +46,14 @@ class ExportRecord:
     program: torch.export.ExportedProgram | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     input_keys: list[str] = dataclasses.field(default_factory=list)
+    input_dtypes: list[str] = dataclasses.field(default_factory=list)
 
     def artifact_inputs(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The part of forward kwargs the artifact takes (constants like `use_cache` are baked in)."""
         if not self.input_keys:
             return inputs
+        if "past_key_values" in self.input_keys and "past_key_values" not in inputs and "cache" in inputs:
+            inputs = {("past_key_values" if k == "cache" else k): v for k, v in inputs.items()}
         return {key: inputs[key] for key in self.input_keys if key in inputs}
 
     @property
@@ -83,15 +88,17 @@ def record_from_program(program: torch.export.ExportedProgram, *, format: str = 
                    if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     shapes: list[tuple[int | str, ...]] = []
+    dtypes: list[str] = []
     for spec in user_inputs:
         node = placeholders.get(getattr(spec.arg, "name", ""))
         val = node.meta.get("val") if node is not None else None
         shapes.append(tuple(int(d) if isinstance(d, int) or str(d).isdigit() else str(d) for d in val.shape)
                       if isinstance(val, torch.Tensor) else ())
+        dtypes.append(str(val.dtype).removeprefix("torch.") if isinstance(val, torch.Tensor) else "")
     input_keys: list[str] = []
     if in_spec is not None:
         args, kwargs = _placeholder_tree(in_spec)
-        input_names = leaf_names(args, "arg") + leaf_names(kwargs)
+        input_names = leaf_names(args, "arg") + io_leaf_names(kwargs)
         input_keys = list(kwargs)
     else:
         input_names = [s.arg.name for s in user_inputs]
@@ -99,7 +106,7 @@ def record_from_program(program: torch.export.ExportedProgram, *, format: str = 
     ranges = {str(sym): (_bound(vr.lower) or 0, _bound(vr.upper)) for sym, vr in program.range_constraints.items()}
     model_class = model_class or getattr(program, "_hfexport_model_class", None) or "ExportedProgram"
     return ExportRecord(format, model_class, input_names, output_names, shapes, ranges, program,
-                        input_keys=input_keys)
+                        input_keys=input_keys, input_dtypes=dtypes)
 
 
 def _placeholder_tree(spec: pytree.TreeSpec) -> Any:

@@ -12,7 +12,12 @@ import torch.utils._pytree as pytree
 
 from .record import ExportRecord
 
-__all__ = ["Runner", "runner_for"]
+__all__ = ["Runner", "runner_for", "to_numpy"]
+
+
+def to_numpy(tensor: torch.Tensor):
+    """A C-contiguous numpy view of `tensor`, 0-d kept 0-d (`np.ascontiguousarray` makes it 1-d)."""
+    return tensor.detach().cpu().contiguous().numpy()
 
 
 class Runner:
@@ -30,7 +35,20 @@ class Runner:
         return "as exported"
 
     def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
+        """Run on forward kwargs (caches as objects); outputs in `record.output_names` order."""
+        return self.run_flat([leaf for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.Tensor)])
+
+    def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Run on tensors in `record.input_names` order; outputs in `record.output_names` order."""
         raise NotImplementedError
+
+    def run_named(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Run on `{input name: tensor}` (names as in `record.input_names`); outputs by name."""
+        missing = [name for name in self.record.input_names if name not in feed]
+        if missing:
+            raise KeyError(f"{self.record.model_class} ({self.record.format}) needs inputs {missing}")
+        outputs = self.run_flat([feed[name] for name in self.record.input_names])
+        return dict(zip(self.record.output_names, outputs))
 
     def flat_inputs(self, inputs: dict[str, Any]) -> list[Any]:
         """`inputs` flattened to the artifact's input leaves (caches expanded to their tensors)."""

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .capture.capture import call_model
 from .capture.prepare import inference_mode, normalize_inputs
 from .capture.pytree import flatten_with_names, register_cache_pytree_nodes
 from .errors import summarize
@@ -241,7 +242,7 @@ def _shapes(inputs: dict[str, Any]) -> dict[str, list[int]]:
 def _run_case(label: str, runner, model, inputs, record, atol, rtol) -> CaseReport | None:
     try:
         with inference_mode(model):
-            eager = model(**copy.deepcopy(inputs))
+            eager = call_model(model, copy.deepcopy(inputs))
     except Exception:  # noqa: BLE001 - resized inputs the model itself rejects: no case (said in the note)
         if label == "sample":
             raise

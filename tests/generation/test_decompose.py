@@ -68,10 +68,34 @@ def test_a_model_that_cannot_generate_gets_a_clear_error():
         decompose_for_generation(model, inputs)
 
 
-def test_multi_token_decode_is_refused_until_implemented():
+def test_multi_token_decode_merges_two_decode_steps_into_one_call():
+    """The merged call (2 new tokens on the cache before them) computes both steps' logits."""
     model, inputs = _prompt("llama")
-    with pytest.raises(NotImplementedError, match="multi_token_decode"):
-        decompose_for_generation(model, inputs, multi_token_decode=True)
+    components = decompose_for_generation(model, inputs, multi_token_decode=True)
+    assert list(components) == ["prefill", "decode"]
+    module, kwargs = components["decode"]
+    assert kwargs["input_ids"].shape == (1, 2)
+    assert kwargs["cache"].get_seq_length() == inputs["input_ids"].shape[1]
+    with torch.no_grad():
+        generated = model.generate(**copy.deepcopy(inputs), max_new_tokens=3, min_new_tokens=3, do_sample=False,
+                                   output_logits=True, return_dict_in_generate=True)
+        logits = module(**copy.deepcopy(kwargs)).logits
+    assert logits.shape[1] == 2  # every query position, not just the last
+    assert torch.allclose(logits[:, 0], generated.logits[1], atol=1e-5)
+    assert torch.allclose(logits[:, 1], generated.logits[2], atol=1e-5)
+
+
+def test_static_cache_multi_token_decode_is_one_graph_with_the_seeds_mask():
+    from transformers import GenerationConfig, StaticCache
+
+    model, inputs = _prompt("llama")
+    config = GenerationConfig(cache_implementation="static", max_cache_len=16)
+    components = decompose_for_generation(model, inputs, generation_config=config, multi_token_decode=True)
+    assert list(components) == ["decode"]  # the decode graph prefills too
+    _, kwargs = components["decode"]
+    assert isinstance(kwargs["cache"], StaticCache)
+    assert kwargs["attention_mask"].shape == (1, 1, 2, 16) and kwargs["attention_mask"].dtype == torch.bool
+    assert config.to_dict() == GenerationConfig(cache_implementation="static", max_cache_len=16).to_dict()
 
 
 def test_multimodal_prefill_splits_into_encoder_projector_language_model_and_head():

@@ -50,10 +50,10 @@ def test_decode_component_runs_a_greedy_step_like_generate():
     components = decompose_for_generation(model, inputs)
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=2, min_new_tokens=2, do_sample=False)[0, -2:]
-    prefill_kwargs = {k: v for k, v in components["prefill"][1].items() if k in ("input_ids", "cache", "position_ids")}
-    out = artifacts["prefill"].module()(**prefill_kwargs)
+    prefill_kwargs = {k: v for k, v in components["prefill"][1].items() if k in ("input_ids", "position_ids")}
+    out = artifacts["prefill"].module()(**prefill_kwargs, past_key_values=components["prefill"][1]["cache"])
     first = out.logits[:, -1].argmax(-1, keepdim=True)
     position = torch.tensor([[inputs["input_ids"].shape[1]]])
-    step = artifacts["decode"].module()(input_ids=first, cache=out.cache, position_ids=position)
+    step = artifacts["decode"].module()(input_ids=first, past_key_values=out.cache, position_ids=position)
     second = step.logits[:, -1].argmax(-1)
     assert [int(first), int(second)] == expected.tolist()

@@ -106,8 +106,10 @@ def named_kwargs_forward(model: torch.nn.Module, names: list[str], constants: di
 
     original = model.forward
     had_own = "forward" in vars(model)
+    renames = _model_names(original, names)
 
     def forward(**kwargs):
+        kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
         return original(**kwargs, **(constants or {}))
 
     forward.__signature__ = inspect.Signature(
@@ -121,6 +123,27 @@ def named_kwargs_forward(model: torch.nn.Module, names: list[str], constants: di
             model.forward = original
         else:
             del model.forward
+
+
+def _model_names(forward: Any, names: Any) -> dict[str, str]:
+    """Interface name -> the model's name for it: `past_key_values` reaches a 5.24 forward as
+    `cache` (its own name), so the seed's interface works for every model (Mamba's old name was
+    `cache_params`) and costs no deprecation warning."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    if "past_key_values" in names and "past_key_values" not in parameters and "cache" in parameters:
+        return {"past_key_values": "cache"}
+    return {}
+
+
+def call_model(model: torch.nn.Module, kwargs: dict[str, Any]) -> Any:
+    """`model(**kwargs)` with interface names turned into the model's own (see `_model_names`)."""
+    renames = _model_names(model.forward, kwargs)
+    return model(**{renames.get(k, k): v for k, v in kwargs.items()})
 
 
 def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool) -> torch.export.ExportedProgram:
@@ -169,8 +192,34 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
             program = _export(model, inputs, dynamic_shapes, config, size_oblivious=False)
         except Exception as error:  # noqa: BLE001
             raise _translate(error, model, config) from error
+    if mutates_user_inputs(program):
+        program = functionalized(program, size_oblivious)
     applied = apply_fx_fixes(program, backend, fix_order)
     return Capture(program, size_oblivious, applied)
+
+
+def mutates_user_inputs(program: torch.export.ExportedProgram) -> bool:
+    """Whether the graph writes into a user input in place (a static cache's `index_copy_`)."""
+    user_inputs = set(program.graph_signature.user_inputs)
+    for node in program.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        if target._schema.is_mutable and node.args and getattr(node.args[0], "name", None) in user_inputs:
+            return True
+    return False
+
+
+def functionalized(program: torch.export.ExportedProgram, size_oblivious: bool) -> torch.export.ExportedProgram:
+    """`program` with its in-place writes to user inputs lifted into `USER_INPUT_MUTATION` outputs.
+
+    # NOTE: torch.export's default IR keeps `index_copy_`/`add_` on the cache tensors as graph ops;
+    # only a functional graph states the write in its signature (SPEC R8: the Dynamo program models
+    # the cache update as a `USER_INPUT_MUTATION`, and ExecuTorch's method outputs carry the
+    # mutated tensors). An empty decomposition table functionalizes without decomposing anything.
+    """
+    with size_oblivious_tracing(size_oblivious):
+        return program.run_decompositions({})
 
 
 def _run_node_fix(program: torch.export.ExportedProgram, fix: FxFix) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch"]
+__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch", "has_fixed_batch"]
 
 
 #: `bounds(leaf name, axis, sample size) -> (min, max)` or None for an unbounded `Dim.AUTO`.
@@ -31,14 +31,24 @@ Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 _STEP_ROLES = ("sequence", "decoder_sequence")
 
 
-def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None) -> dict[int, Any] | None:
+def has_fixed_batch(inputs: dict[str, Any]) -> bool:
+    """Whether `inputs` carry a preallocated fixed-size cache (`StaticCache`): it is allocated for
+    one batch size, so the graph keeps that batch static and its symbolic axes are the query and
+    cache lengths (SPEC R8; the seed's ONNX loop sizes every symbolic cache axis as the cache length)."""
+    from .pytree import is_static_cache
+
+    return any(is_static_cache(value) for value in inputs.values())
+
+
+def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_batch: bool) -> dict[int, Any] | None:
     from .names import role_of
 
     if tensor.dim() == 0:
         return None
     shape = {}
     for axis, size in enumerate(tensor.shape):
-        if size == 1 and role_of(name, tensor.dim(), axis) in _STEP_ROLES:
+        role = role_of(name, tensor.dim(), axis)
+        if size == 1 and role in _STEP_ROLES or fixed_batch and (role == "batch" or axis == 0):
             shape[axis] = torch.export.Dim.STATIC
             continue
         limit = bounds(name, axis, int(size)) if bounds else None
@@ -46,15 +56,15 @@ def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None) -> dict[
     return shape
 
 
-def _plan_for(value: Any, name: str, bounds: Bounds | None) -> Any:
+def _plan_for(value: Any, name: str, bounds: Bounds | None, fixed_batch: bool = False) -> Any:
     """Mirror `value`'s structure the way `torch.export` reads `dynamic_shapes` for it."""
     if isinstance(value, torch.Tensor):
-        return _auto_shape(value, name, bounds)
+        return _auto_shape(value, name, bounds, fixed_batch)
     node_type = type(value)
     if node_type in (list, tuple):
-        return node_type(_plan_for(v, f"{name}.{i}", bounds) for i, v in enumerate(value))
+        return node_type(_plan_for(v, f"{name}.{i}", bounds, fixed_batch) for i, v in enumerate(value))
     if node_type is dict:
-        return {k: _plan_for(v, f"{name}.{k}", bounds) for k, v in value.items()}
+        return {k: _plan_for(v, f"{name}.{k}", bounds, fixed_batch) for k, v in value.items()}
     if node_type in pytree.SUPPORTED_NODES:  # custom nodes (caches, ModelOutput): a list of children
         # torch.export reads the dynamic shapes of a custom pytree node as the list of its children.
         from .names import CACHE_PREFIX
@@ -62,7 +72,7 @@ def _plan_for(value: Any, name: str, bounds: Bounds | None) -> Any:
 
         children, _ = pytree.SUPPORTED_NODES[node_type].flatten_fn(value)
         prefix = CACHE_PREFIX if _is_cache(value) else name
-        return [_plan_for(child, f"{prefix}.{i}", bounds) for i, child in enumerate(children)]
+        return [_plan_for(child, f"{prefix}.{i}", bounds, fixed_batch) for i, child in enumerate(children)]
     return None
 
 
@@ -80,6 +90,8 @@ def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes
         dynamic: mark every dimension of every tensor leaf `Dim.AUTO`.
         dynamic_shapes: explicit shapes from the user; their values pass through untouched.
         bounds: `(min, max)` for each `Dim.AUTO` (backends whose memory planning needs them).
+
+    With a static cache among the inputs, the batch axis (axis 0 of every leaf) stays static.
     """
     if dynamic_shapes is not None:
         if isinstance(dynamic_shapes, dict) and set(dynamic_shapes) <= set(inputs):
@@ -87,7 +99,8 @@ def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes
         return dynamic_shapes
     if not dynamic:
         return None
-    return {name: _plan_for(value, name, bounds) for name, value in inputs.items()}
+    fixed_batch = has_fixed_batch(inputs)
+    return {name: _plan_for(value, name, bounds, fixed_batch) for name, value in inputs.items()}
 
 
 @contextlib.contextmanager

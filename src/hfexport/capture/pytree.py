@@ -68,6 +68,17 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+def is_static_cache(obj: Any) -> bool:
+    """A cache whose every layer is preallocated to a fixed length (`StaticCache`, and its
+    sliding-window layers), as opposed to one that grows (`DynamicCache`)."""
+    layers = getattr(obj, "layers", None) if _is_cache(obj) else None
+    if not layers:
+        return False
+    from transformers.cache_utils import StaticLayer
+
+    return all(isinstance(layer, StaticLayer) for layer in layers)
+
+
 def _is_cache(obj: Any) -> bool:
     from transformers.cache_utils import Cache
 

@@ -26,9 +26,10 @@ from typing import Any
 import torch
 
 from ..capture.prepare import inference_mode, model_name, normalize_inputs
+from ..capture.pytree import is_static_cache
 from ..errors import PrepareError
 
-__all__ = ["decompose_for_generation", "Component", "PROJECTOR_NAMES"]
+__all__ = ["decompose_for_generation", "interface_kwargs", "merge_decode_steps", "Component", "PROJECTOR_NAMES"]
 
 #: Attribute names under which a multimodal model exposes its projector (SPEC R6).
 PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
@@ -86,7 +87,7 @@ def decompose_for_generation(
 ) -> dict[str, Component]:
     """Split `model`'s generation into components, each `(submodule, forward kwargs)`.
 
-    Runs `model.generate(**inputs)` once (2 new tokens) with hooks that capture the kwargs of every
+    Runs `model.generate(**inputs)` once (2 new tokens, 3 with `multi_token_decode`) with hooks that capture the kwargs of every
     forward call. Keys: `prefill` and `decode`; encoder-decoder models add `encoder`.
 
     Args:
@@ -94,16 +95,13 @@ def decompose_for_generation(
         inputs: the prompt's forward kwargs (a tokenizer/processor output). Small is enough: the
             exported graphs are not tied to these sizes.
         generation_config: used for the capture (copied, never mutated), e.g. a static cache.
-        multi_token_decode: merge two decode steps into one call (not available yet).
+        multi_token_decode: capture 3 new tokens and merge the two decode steps into one call, so
+            the query axis of `decode` stays symbolic (one graph for 1, k or a whole prompt's tokens).
 
     Returns:
         `{name: (submodule, kwargs)}`; `submodule(**kwargs)` reproduces what `generate` computed.
     """
     name = model_name(model)
-    if multi_token_decode:
-        raise NotImplementedError(
-            "multi_token_decode is not implemented in this version of hfexport; export the single-token decode"
-        )
     if not (hasattr(model, "generate") and getattr(model, "can_generate", lambda: False)()):
         raise PrepareError(
             f"{name} cannot generate, so it has no prefill/decode components",
@@ -112,7 +110,7 @@ def decompose_for_generation(
             "(AutoModelForCausalLM, AutoModelForSeq2SeqLM, ...)",
         )
     kwargs = normalize_inputs(inputs, model=model)
-    config = _generation_config(model, generation_config, new_tokens=2)
+    config = _generation_config(model, generation_config, new_tokens=3 if multi_token_decode else 2)
     watched = _watched_modules(model)
     calls: dict[str, list[dict[str, Any]]] = {name: [] for name in watched}
     top_calls: list[dict[str, Any]] = []
@@ -121,9 +119,10 @@ def decompose_for_generation(
         for name, module in watched.items():
             stack.enter_context(_recording(module, calls[name]))
         model.generate(**copy.deepcopy(kwargs), generation_config=config)
-    if len(top_calls) < 2:
+    needed = 3 if multi_token_decode else 2
+    if len(top_calls) < needed:
         raise PrepareError(
-            f"{name}.generate() made {len(top_calls)} call(s) to {name}.forward; prefill and decode need two",
+            f"{name}.generate() made {len(top_calls)} call(s) to {name}.forward; prefill and decode need {needed}",
             model=name,
             remedy="this model's generate() bypasses its top-level forward; export its submodules with "
             "exporter.export(submodule, kwargs) instead",
@@ -139,9 +138,58 @@ def decompose_for_generation(
     else:
         if calls.get("encoder"):
             components["encoder"] = (watched["encoder"], calls["encoder"][0])
-        components["prefill"] = (model, top_calls[0])
-    components["decode"] = (model, top_calls[1])
+        if not (multi_token_decode and is_static_cache(next((top_calls[1][k] for k in _CACHE_KEYS if k in top_calls[1]), None))):
+            components["prefill"] = (model, top_calls[0])  # else the decode graph prefills too (SPEC R8)
+    decode = merge_decode_steps(top_calls[1], top_calls[2]) if multi_token_decode else top_calls[1]
+    components["decode"] = (model, decode)
     return components
+
+
+#: Forward kwargs laid out along the query (new tokens) axis, and that axis.
+_QUERY_AXIS = {
+    "input_ids": 1, "position_ids": -1, "cache_position": 0, "inputs_embeds": 1, "token_type_ids": 1,
+    "decoder_input_ids": 1, "decoder_position_ids": -1, "decoder_inputs_embeds": 1,
+}
+_CACHE_KEYS = ("cache", "past_key_values", "cache_params")
+
+
+def merge_decode_steps(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    """One forward doing two consecutive decode steps: the cache as `first` saw it, the new tokens
+    of both calls along the query axis.
+
+    # NOTE: what makes the query axis symbolic (SPEC R7). Query-aligned inputs (`_QUERY_AXIS`) are
+    # concatenated; a 2D attention mask covers past + new tokens, so the later call's mask is the
+    # merged one; a 4D mask (`[b, 1, q, kv]`, what `generate` passes with a static cache) stacks
+    # its query rows. Logits are kept for every query position (`logits_to_keep=0`): a caller
+    # checking a block of speculative tokens, or prefilling, needs them all.
+    """
+    merged: dict[str, Any] = {}
+    for key, value in first.items():
+        later = second.get(key)
+        if key in _CACHE_KEYS or not isinstance(value, torch.Tensor) or not isinstance(later, torch.Tensor):
+            merged[key] = value
+        elif key in _QUERY_AXIS:
+            merged[key] = torch.cat([value, later], dim=_QUERY_AXIS[key])
+        elif key.endswith("attention_mask") and value.dim() == 4:
+            merged[key] = torch.cat([value, later], dim=-2)
+        elif key.endswith("attention_mask"):
+            merged[key] = later
+        else:
+            merged[key] = value
+    if "logits_to_keep" in merged:
+        merged["logits_to_keep"] = 0
+    return merged
+
+
+def interface_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with the cache under its long-standing name, `past_key_values`: the exported
+    interface is the seed's (`decode(input_ids=..., past_key_values=...)`) while transformers 5.24
+    calls the argument `cache`. The capture front hands it to the model under the model's own name
+    (`capture.named_kwargs_forward`), so models whose old name differs (Mamba's `cache_params`)
+    still get their cache."""
+    if "cache" in kwargs and "past_key_values" not in kwargs:
+        kwargs = {("past_key_values" if k == "cache" else k): v for k, v in kwargs.items()}
+    return kwargs
 
 
 def _watched_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:

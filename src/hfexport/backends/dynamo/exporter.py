@@ -34,3 +34,9 @@ class DynamoExporter(HfExporter):
         path = stem.with_suffix(".pt2")
         torch.export.save(artifact, path)
         return [path]
+
+    def _load(self, files: list[Path]) -> torch.export.ExportedProgram:
+        from ...capture.pytree import register_cache_pytree_nodes
+
+        register_cache_pytree_nodes()  # so the program's cache inputs unflatten (and load weights-only)
+        return torch.export.load(files[0])

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ...capture.capture import Capture
-from ...capture.dynamic import grow_batch
+from ...capture.dynamic import grow_batch, has_fixed_batch
 from ...capture.names import role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache
@@ -65,7 +65,7 @@ class ExecutorchExporter(HfExporter):
     def _capture_sample(self, inputs: dict[str, Any], config: ExecutorchConfig) -> dict[str, Any]:
         # ExecuTorch's edge passes bound a symbol whose sample size is 1 to at most 2 (measured with
         # executorch 1.4.1: a batch-1 Llama planned a batch of 2), so trace with a batch of 2.
-        if config.dynamic and config.dynamic_shapes is None:
+        if config.dynamic and config.dynamic_shapes is None and not has_fixed_batch(inputs):
             return grow_batch(inputs)
         return inputs
 
@@ -91,6 +91,16 @@ class ExecutorchExporter(HfExporter):
 
     def _save(self, artifact, stem: Path) -> list[Path]:
         return [save_pte(artifact, stem.with_suffix(".pte"))]
+
+    def _load(self, files: list[Path]) -> PteBuffer:
+        return PteBuffer(files[0].read_bytes())
+
+
+class PteBuffer:
+    """A saved `.pte` program, as the runner loads it (`buffer`, like `ExecutorchProgramManager`)."""
+
+    def __init__(self, buffer: bytes):
+        self.buffer = buffer
 
 
 class ConfigBounds:

@@ -26,6 +26,9 @@ class ExecutorchRunner(Runner):
     def precision(self) -> str:
         return "f32 (as exported)"
 
-    def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
-        leaves = [leaf.contiguous() for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.Tensor)]
-        return [out if isinstance(out, torch.Tensor) else torch.as_tensor(out) for out in self.method.execute(leaves)]
+    def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        outputs = self.method.execute([leaf.contiguous() for leaf in leaves])
+        # A method whose graph writes into its inputs (a static cache) returns those writes first:
+        # [written cache x N, logits, cache x N] (SPEC R8). The user outputs are the last ones.
+        skip = self.record.details.get("input_mutations", 0)
+        return [out if isinstance(out, torch.Tensor) else torch.as_tensor(out) for out in outputs[skip:]]

@@ -12,7 +12,7 @@ from ...capture.capture import Capture
 from ...exporter import HfExporter
 from ...record import ExportRecord, record_from_program
 from .config import OnnxConfig
-from .io_names import onnx_io_names, rename_symbolic_dims
+from .io_names import fix_scalar_outputs, onnx_io_names, rename_symbolic_dims
 from .program import HfOnnxProgram
 
 __all__ = ["OnnxExporter"]
@@ -59,15 +59,21 @@ class OnnxExporter(HfExporter):
         )
         shapes = record_from_program(program).input_shapes
         rename_symbolic_dims(onnx_program.model, [v.name for v in onnx_program.model.graph.inputs], shapes)
+        fix_scalar_outputs(onnx_program.model)
         return HfOnnxProgram.wrap(onnx_program, external_data=config.external_data)
 
     def _record(self, captured: Capture, model, artifact: HfOnnxProgram, config: OnnxConfig) -> ExportRecord:
         record = super()._record(captured, model, artifact, config)
         graph = artifact.model.graph
-        record.details["onnx_inputs"] = {v.name: [str(d) for d in v.shape.dims] for v in graph.inputs if v.shape}
-        record.details["onnx_outputs"] = {v.name: [str(d) for d in v.shape.dims] for v in graph.outputs if v.shape}
+        record.details["onnx_inputs"] = {v.name: [str(d) for d in v.shape.dims] for v in graph.inputs
+                                         if v.shape is not None}
+        record.details["onnx_outputs"] = {v.name: [str(d) for d in v.shape.dims] for v in graph.outputs
+                                          if v.shape is not None}
         record.details["opset"] = config.opset
         return record
 
     def _save(self, artifact: HfOnnxProgram, stem: Path) -> list[Path]:
         return artifact.save(stem.with_suffix(".onnx"))
+
+    def _load(self, files: list[Path]) -> Path:
+        return files[0]  # ONNX Runtime opens the file itself (external weights beside it)

@@ -43,3 +43,31 @@ def rename_symbolic_dims(model: Any, input_names: list[str], input_shapes: list[
         for value in node.outputs:
             renamed(value)
     return mapping
+
+
+def fix_scalar_outputs(model: Any) -> list[str]:
+    """Give every output declared 0-d a value that really is 0-d; return the outputs changed.
+
+    # NOTE: torch.onnx (2.13) lowers a `SymInt` such as `sym_size` to a 1-element 1-D tensor, so
+    # `counter + seq_len` (a static cache layer's `cumulative_length.add_(kv_length)`) comes out
+    # of ONNX Runtime as shape [1] while the graph declares []. A loop feeding `output.<name>`
+    # back into `input.<name>` then fails on the rank. A `Reshape(x, [])` pins the declared rank.
+    """
+    import numpy as np
+    import onnx_ir as ir
+
+    graph = model.graph
+    changed = []
+    for index, value in enumerate(list(graph.outputs)):
+        if value.shape is None or len(value.shape) != 0 or value.producer() is None:
+            continue
+        name = value.name
+        value.name = f"{name}__unpinned"
+        shape = ir.node("Constant", inputs=[], attributes={"value": ir.tensor(np.array([], dtype=np.int64))})
+        reshape = ir.node("Reshape", inputs=[value, shape.outputs[0]])
+        pinned = reshape.outputs[0]
+        pinned.name, pinned.shape, pinned.type = name, ir.Shape([]), value.type
+        graph.extend([shape, reshape])
+        graph.outputs[index] = pinned
+        changed.append(name)
+    return changed

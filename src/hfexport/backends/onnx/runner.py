@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from ...runner import Runner
+from ...runner import Runner, to_numpy
 
 __all__ = ["OnnxRunner"]
 
@@ -22,17 +22,16 @@ class OnnxRunner(Runner):
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
-        self.session = ort.InferenceSession(artifact.model_proto.SerializeToString(), options,
-                                            providers=["CPUExecutionProvider"])
+        source = artifact.model_proto.SerializeToString() if hasattr(artifact, "model_proto") else str(artifact)
+        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
 
     @property
     def precision(self) -> str:
         return "f32 (ONNX Runtime CPU runs the model's own dtypes)"
 
-    def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
-        leaves = [leaf for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.Tensor)]
+    def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         if len(leaves) != len(self.input_names):
             raise ValueError(f"the ONNX model takes {len(self.input_names)} inputs, got {len(leaves)} tensors")
-        feed = {name: np.ascontiguousarray(leaf.detach().cpu().numpy()) for name, leaf in zip(self.input_names, leaves)}
+        feed = {name: to_numpy(leaf) for name, leaf in zip(self.input_names, leaves)}
         return [torch.from_numpy(np.asarray(out)) for out in self.session.run(None, feed)]

@@ -67,3 +67,11 @@ class OpenVINOExporter(HfExporter):
 
     def _save(self, artifact, stem: Path) -> list[Path]:
         return artifact.save(stem.with_suffix(".xml"))
+
+    def _load(self, files: list[Path]):
+        import openvino as ov
+
+        from .precision import install_precision_hook
+
+        install_precision_hook()  # the saved rt_info precision applies to compile_model again
+        return ov.Core().read_model(str(files[0]))

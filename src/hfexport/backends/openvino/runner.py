@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from ...runner import Runner
+from ...runner import Runner, to_numpy
 
 __all__ = ["OpenVINORunner"]
 
@@ -26,8 +26,7 @@ class OpenVINORunner(Runner):
     def precision(self) -> str:
         return str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
 
-    def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
-        leaves = [leaf for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.Tensor)]
-        feed = [np.ascontiguousarray(leaf.detach().cpu().numpy()) for leaf in leaves]
+    def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        feed = [to_numpy(leaf) for leaf in leaves]
         result = self.compiled(feed)
         return [torch.from_numpy(np.array(result[out])) for out in self.compiled.outputs]

@@ -1,0 +1,46 @@
+"""An output folder that appears only when complete.
+
+Everything is written to a temporary folder beside the target and renamed into place at the end;
+an error or Ctrl-C removes the temporary folder, so nothing half-written is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from .errors import SerializationError
+
+__all__ = ["check_target", "staged_folder"]
+
+
+def check_target(target: Path, *, overwrite: bool) -> None:
+    """Refuse, before any work, an output path that is a file or a folder holding files."""
+    if target.exists() and not target.is_dir():
+        raise SerializationError(f"{target} exists and is not a folder", remedy="choose another output path (-o)")
+    if target.exists() and any(target.iterdir()) and not overwrite:
+        raise SerializationError(f"{target} already holds files", remedy="pass overwrite=True (--overwrite) to replace them, or choose another output path")
+
+
+@contextlib.contextmanager
+def staged_folder(target: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary folder beside `target` (parents created); on success it replaces `target`."""
+    check_target(target, overwrite=overwrite)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        target.rename(old)
+    staging.rename(target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
