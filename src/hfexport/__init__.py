@@ -49,6 +49,10 @@ _LAZY = {
     "RuntimeLoadError": "hfexport.errors",
     "ValidationError": "hfexport.errors",
     "TESTED_VERSIONS": "hfexport._versions",
+    "GenerationRunner": "hfexport.generation.runner",
+    "GenerationResult": "hfexport.generation.runner",
+    "GenerationExport": "hfexport.generation.package",
+    "save_generation_export": "hfexport.generation.package",
 }
 
 __all__ = sorted(_LAZY)

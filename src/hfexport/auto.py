@@ -62,3 +62,8 @@ class AutoHfExporter:
         if not isinstance(config, ExportConfig):
             raise TypeError(f"from_config expects an ExportConfig or a dict, got {type(config).__name__}")
         return _entry(config.export_format).exporter_class()()
+
+    @staticmethod
+    def from_format(export_format: str):
+        """The exporter registered for `export_format` (`"onnx"`, ...), e.g. to `load` a saved artifact."""
+        return _entry(export_format).exporter_class()()

@@ -121,11 +121,13 @@ class HfExporter:
         Returns:
             `{component name: artifact}`.
         """
-        from .generation.decompose import decompose_for_generation, interface_kwargs
+        from .generation.decompose import decompose_for_generation, note_initial_cache, interface_kwargs
 
         components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
-        return {name: self.export(module, interface_kwargs(kwargs), config=config)
-                for name, (module, kwargs) in components.items()}
+        artifacts = {name: self.export(module, interface_kwargs(kwargs), config=config)
+                     for name, (module, kwargs) in components.items()}
+        note_initial_cache(components, artifacts)
+        return artifacts
 
     def save(self, artifact: Any, directory: str | os.PathLike, name: str = "model") -> list[Path]:
         """Write `artifact` into `directory` as `<name>.<suffix>` (and companions); return the files."""

@@ -29,7 +29,8 @@ from ..capture.prepare import inference_mode, model_name, normalize_inputs
 from ..capture.pytree import is_static_cache
 from ..errors import PrepareError
 
-__all__ = ["decompose_for_generation", "interface_kwargs", "merge_decode_steps", "Component", "PROJECTOR_NAMES"]
+__all__ = ["decompose_for_generation", "interface_kwargs", "initial_cache", "starting_component",
+           "note_initial_cache", "merge_decode_steps", "Component", "PROJECTOR_NAMES"]
 
 #: Attribute names under which a multimodal model exposes its projector (SPEC R6).
 PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
@@ -179,6 +180,47 @@ def merge_decode_steps(first: dict[str, Any], second: dict[str, Any]) -> dict[st
     if "logits_to_keep" in merged:
         merged["logits_to_keep"] = 0
     return merged
+
+
+def initial_cache(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The scalar leaves of the empty cache generation starts from, by leaf name
+    (`cache.0.cumulative_length`: 0, `cache.0._sliding_window_tensor`: 4).
+
+    A runner allocates the large buffers itself (zeros of the recorded shapes); these small ones
+    carry values it cannot guess. A static cache is `reset()` first, as the seed resets the
+    program's own template: its write counters start at 0 whatever the capture left in them.
+    """
+    from ..capture.names import io_leaf_names
+
+    key = next((k for k in _CACHE_KEYS if k in kwargs), None)
+    if key is None:
+        return {}
+    cache = copy.deepcopy(kwargs[key])
+    if is_static_cache(cache):
+        cache.reset()
+    tree = {key: cache}
+    import torch.utils._pytree as pytree
+
+    leaves = pytree.tree_leaves(tree)
+    return {name: leaf.tolist() for name, leaf in zip(io_leaf_names(tree), leaves)
+            if isinstance(leaf, torch.Tensor) and leaf.numel() <= 1}
+
+
+def starting_component(components: dict[str, Any]) -> str:
+    """The component that takes the prompt: `prefill`, else the static-cache `decode`."""
+    return "prefill" if "prefill" in components else "decode"
+
+
+def note_initial_cache(components: dict[str, Component], artifacts: dict[str, Any]) -> None:
+    """Record on the starting component's artifact the scalars of the cache it starts from
+    (`record.details["initial_cache"]`), for a runner that has no model to build one."""
+    from ..record import record_of
+
+    name = starting_component(components)
+    if name in artifacts:
+        values = initial_cache(components[name][1])
+        if values:
+            record_of(artifacts[name]).details["initial_cache"] = values
 
 
 def interface_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

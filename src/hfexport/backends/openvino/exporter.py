@@ -74,4 +74,5 @@ class OpenVINOExporter(HfExporter):
         from .precision import install_precision_hook
 
         install_precision_hook()  # the saved rt_info precision applies to compile_model again
-        return ov.Core().read_model(str(files[0]))
+        xml = next((f for f in files if f.suffix == ".xml"), files[0])
+        return ov.Core().read_model(str(xml))

@@ -1,0 +1,332 @@
+"""`GenerationRunner`: generate from a saved export by driving its components, like `generate()`.
+
+```python
+from hfexport import GenerationRunner
+
+runner = GenerationRunner.load("out/tiny-llama")          # written by `hfexport export --generate`
+result = runner.generate([1, 2, 3], max_new_tokens=16)    # greedy: the tokens of generate(do_sample=False)
+result.tokens, result.time_to_first_token_s, result.tokens_per_s
+```
+
+# NOTE: the runner knows no model class. Each component's inputs are filled by name from what
+# the loop holds (new token ids, positions, masks, the cache leaves the last call returned, the
+# encoder's hidden states), which is the same for every architecture the exporters support:
+#   - dynamic cache: `prefill` on the prompt, then `decode` one token at a time, the cache leaves
+#     each call returns (`cache.<layer>.<tensor>`) fed to the next;
+#   - static cache (`cache_implementation="static"` + `multi_token_decode`): the one `decode`
+#     graph takes the whole prompt on an empty cache, then one token per call, with the seed's
+#     boolean causal mask `[1, 1, q, max_cache_len]`; the cache starts as zeros of the recorded
+#     shapes and its write counters come back with every call;
+#   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
+# The next token is chosen with transformers' own logits processors (repetition penalty, minimum
+# length, temperature, top-k, top-p), so sampling means what it means in `generate()`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import time
+from typing import Any
+
+import torch
+
+from ..errors import ExportError
+from .package import GenerationExport
+
+__all__ = ["GenerationRunner", "GenerationResult"]
+
+_MULTIMODAL = ("image_encoder", "audio_encoder", "language_model")
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """What `GenerationRunner.generate` produced, and how fast."""
+
+    tokens: list[int]  # the new tokens (an encoder-decoder's decoder start token not included)
+    prompt: list[int]
+    time_to_first_token_s: float
+    tokens_per_s: float  # decode steps after the first token, per second (nan with one token)
+    text: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class GenerationRunner:
+    """Drives the components of a generation export (see the module docstring).
+
+    Args:
+        export: a loaded export (`GenerationExport.load(dir)`); `GenerationRunner.load(dir)` does both.
+    """
+
+    def __init__(self, export: GenerationExport):
+        self.export = export
+        names = set(export.components)
+        if names & set(_MULTIMODAL):
+            raise ExportError(
+                f"{export.directory} holds multimodal components ({', '.join(sorted(names))}); the runner drives "
+                "text decoders and encoder-decoders",
+                remedy="run the image/audio encoder and projector yourself and feed language_model/decode "
+                "(the components' inputs are listed in manifest.json)",
+            )
+        if "decode" not in names:
+            raise ExportError(f"{export.directory} has no 'decode' component", remedy="export with --generate")
+        self.runners = {name: component.runner() for name, component in export.components.items()}
+        self.records = {name: component.record for name, component in export.components.items()}
+        self.static = export.manifest.get("cache") == "static"
+        self.max_cache_len = export.manifest.get("max_cache_len")
+        self.initial_cache = export.manifest.get("initial_cache", {})
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> GenerationRunner:
+        """Open the export in `directory` (written by `hfexport export --generate` or `save_generation_export`)."""
+        return cls(GenerationExport.load(directory))
+
+    # -- generation ---------------------------------------------------------------------------
+
+    def generate(
+        self,
+        input_ids: Any,
+        max_new_tokens: int = 16,
+        *,
+        min_new_tokens: int = 0,
+        do_sample: bool = False,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float | None = None,
+        seed: int | None = None,
+        eos_token_id: int | list[int] | None = -1,
+        attention_mask: torch.Tensor | None = None,
+        **encoder_inputs: Any,
+    ) -> GenerationResult:
+        """Generate up to `max_new_tokens` after the prompt `input_ids` (one sequence).
+
+        Greedy by default: the tokens equal `model.generate(input_ids, do_sample=False,
+        max_new_tokens=...)`. Options not given come from the saved generation config.
+
+        Args:
+            input_ids: the prompt, a list of ints or a `[1, n]` tensor (the encoder's input for an
+                encoder-decoder model).
+            eos_token_id: stop after this token; default: the generation config's; `None` never stops early.
+            attention_mask: the prompt's mask for an encoder-decoder's encoder (default all ones).
+            encoder_inputs: other encoder inputs by name (`input_features=` for speech models).
+        """
+        prompt = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1) if not isinstance(
+            input_ids, torch.Tensor) else input_ids.reshape(1, -1).long()
+        config = self._generation_config(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+                                         repetition_penalty, eos_token_id)
+        eos = _as_list(config.eos_token_id)
+        processors = _logits_processors(config, eos)
+        generator = torch.Generator().manual_seed(seed) if seed is not None else None
+
+        start = time.perf_counter()
+        state = _State(self, prompt, attention_mask, encoder_inputs)
+        sequence = state.decoder_prefix()
+        tokens: list[int] = []
+        step_ids = sequence
+        first_at = decode_start = None
+        while len(tokens) < max_new_tokens:
+            logits = state.step(step_ids)
+            scores = processors(sequence, logits[:, -1].float())
+            if do_sample:
+                next_token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
+            else:
+                next_token = scores.argmax(-1, keepdim=True)
+            tokens.append(int(next_token))
+            sequence = torch.cat([sequence, next_token], dim=1)
+            step_ids = next_token
+            if first_at is None:
+                first_at = decode_start = time.perf_counter()
+            if int(next_token) in eos:
+                break
+        end = time.perf_counter()
+        decoded = len(tokens) - 1
+        tokenizer = self.export.tokenizer
+        return GenerationResult(
+            tokens=tokens,
+            prompt=prompt[0].tolist(),
+            time_to_first_token_s=(first_at or end) - start,
+            tokens_per_s=decoded / (end - decode_start) if decoded > 0 and end > decode_start else float("nan"),
+            text=tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
+        )
+
+    def _generation_config(self, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+                           repetition_penalty, eos_token_id):
+        from transformers import GenerationConfig
+
+        base = self.export.generation_config
+        config = copy.deepcopy(base) if base is not None else GenerationConfig()
+        updates = {"max_new_tokens": max_new_tokens, "min_new_tokens": min_new_tokens, "do_sample": do_sample,
+                   "temperature": temperature, "top_k": top_k, "top_p": top_p,
+                   "repetition_penalty": repetition_penalty}
+        for key, value in updates.items():
+            if value is not None:
+                setattr(config, key, value)
+        if eos_token_id != -1:
+            config.eos_token_id = eos_token_id
+        return config
+
+
+class _State:
+    """What the loop carries between calls: cache leaves, the number of tokens already in the
+    cache, the encoder's outputs."""
+
+    def __init__(self, runner: GenerationRunner, prompt: torch.Tensor, attention_mask, encoder_inputs):
+        self.runner = runner
+        self.prompt = prompt
+        self.cache: dict[str, torch.Tensor] = {}
+        self.past = 0
+        self.first = True
+        self.encoder_hidden: torch.Tensor | None = None
+        self.prompt_mask = attention_mask if attention_mask is not None else torch.ones_like(prompt)
+        self.encoder_inputs = dict(encoder_inputs)
+        self.is_seq2seq = "encoder" in runner.runners
+        if self.is_seq2seq:
+            self._run_encoder()
+
+    def decoder_prefix(self) -> torch.Tensor:
+        """The first decoder tokens: the prompt, or an encoder-decoder's decoder start token."""
+        if not self.is_seq2seq:
+            return self.prompt
+        config = self.runner.export.config
+        start = getattr(self.runner.export.generation_config, "decoder_start_token_id", None)
+        if start is None:
+            start = getattr(config, "decoder_start_token_id", None)
+        if start is None:
+            raise ExportError("the saved configs name no decoder_start_token_id", remedy="set it in generation_config.json")
+        return torch.tensor([[int(_as_list(start)[0])]])
+
+    def _run_encoder(self) -> None:
+        runner = self.runner.runners["encoder"]
+        feed = {}
+        for name in runner.record.input_names:
+            if name == "input_ids":
+                feed[name] = self.prompt
+            elif name == "attention_mask":
+                feed[name] = self.prompt_mask
+            elif name in self.encoder_inputs:
+                feed[name] = torch.as_tensor(self.encoder_inputs[name])
+            else:
+                raise ExportError(f"the encoder takes {name!r}", remedy=f"pass {name}=... to generate()")
+        outputs = runner.run_named(feed)
+        self.encoder_hidden = outputs.get("last_hidden_state", next(iter(outputs.values())))
+
+    def step(self, ids: torch.Tensor) -> torch.Tensor:
+        """Run the next component on the new tokens `ids`; return its logits."""
+        name = "prefill" if self.first and "prefill" in self.runner.runners else "decode"
+        runner = self.runner.runners[name]
+        record = runner.record
+        if self.first:
+            self._init_cache(record)
+        feed = {input_name: self._value(input_name, shape, dtype, ids)
+                for input_name, shape, dtype in zip(record.input_names, record.input_shapes,
+                                                    record.input_dtypes or [""] * len(record.input_names))}
+        outputs = runner.run_named(feed)
+        self.cache.update({k: v for k, v in outputs.items() if k.startswith("cache.")})
+        self.past += ids.shape[1]
+        self.first = False
+        return outputs["logits"]
+
+    def _init_cache(self, record) -> None:
+        """The empty cache the first call takes: recorded small leaves (window sizes, write
+        counters at 0), zeros for a static cache's key/value buffers."""
+        for name, shape, dtype in zip(record.input_names, record.input_shapes, record.input_dtypes):
+            if not name.startswith("cache."):
+                continue
+            if name in self.runner.initial_cache:
+                self.cache[name] = torch.tensor(self.runner.initial_cache[name], dtype=getattr(torch, dtype))
+            elif self.runner.static:
+                self.cache[name] = torch.zeros(self._concrete(shape), dtype=getattr(torch, dtype or "float32"))
+
+    def _concrete(self, shape) -> list[int]:
+        """A recorded shape with its symbolic axes resolved: a static cache's length is `max_cache_len`."""
+        if any(isinstance(d, str) for d in shape) and not self.runner.max_cache_len:
+            raise ExportError("the export does not record max_cache_len", remedy="export again with hfexport")
+        return [int(d) if not isinstance(d, str) else int(self.runner.max_cache_len) for d in shape]
+
+    def _value(self, name: str, shape, dtype: str, ids: torch.Tensor) -> torch.Tensor:
+        q = ids.shape[1]
+        positions = torch.arange(self.past, self.past + q)
+        if name.startswith("cache."):
+            if name not in self.cache:
+                raise ExportError(f"no value for cache input {name!r} (the previous call did not return it)",
+                                  remedy="export the components again with this version of hfexport")
+            return self.cache[name]
+        if name in ("input_ids", "decoder_input_ids"):
+            return ids
+        if name in ("position_ids", "decoder_position_ids"):
+            return positions[None]
+        if name == "cache_position":
+            return positions
+        if name == "attention_mask" and self.is_seq2seq:
+            return self.prompt_mask
+        if name.endswith("attention_mask"):
+            if len(shape) == 4:  # the seed's boolean causal mask over the whole static cache
+                length = self._cache_length()
+                if self.past + q > length:
+                    raise ExportError(f"{self.past + q} tokens do not fit the static cache of {length}",
+                                      remedy="export with a larger max_cache_len (--static-cache N)")
+                mask = torch.arange(length)[None, :] <= positions[:, None]
+                return mask[None, None].to(getattr(torch, dtype or "bool"))
+            return torch.ones((1, self.past + q), dtype=getattr(torch, dtype or "int64"))
+        if name.startswith("encoder_outputs") or name == "encoder_hidden_states":
+            return self.encoder_hidden
+        if name in self.encoder_inputs:
+            return torch.as_tensor(self.encoder_inputs[name])
+        raise ExportError(f"the runner does not know how to fill the input {name!r}",
+                          remedy="drive this component yourself; its inputs are listed in manifest.json")
+
+    def _cache_length(self) -> int:
+        keys = [v for k, v in self.cache.items() if k.endswith(".keys") and v.dim() == 4]
+        if keys:
+            return int(keys[0].shape[2])
+        return int(self.runner.max_cache_len)
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+def _logits_processors(config: Any, eos: list[int]):
+    """transformers' processors for the options `config` sets, in `generate()`'s order."""
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        MinNewTokensLengthLogitsProcessor,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    processors = LogitsProcessorList()
+    if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
+        processors.append(RepetitionPenaltyLogitsProcessor(penalty=config.repetition_penalty))
+    if config.min_new_tokens and eos:
+        processors.append(_MinNew(MinNewTokensLengthLogitsProcessor, config.min_new_tokens, eos))
+    if config.do_sample:
+        if config.temperature is not None and config.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(config.temperature))
+        if config.top_k is not None and config.top_k != 0:
+            processors.append(TopKLogitsWarper(top_k=config.top_k, min_tokens_to_keep=1))
+        if config.top_p is not None and config.top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=config.top_p, min_tokens_to_keep=1))
+    return processors
+
+
+class _MinNew:
+    """`MinNewTokensLengthLogitsProcessor` needs the prompt length, known at the first call."""
+
+    def __init__(self, cls, min_new_tokens: int, eos: list[int]):
+        self.cls, self.min_new_tokens, self.eos, self.inner = cls, min_new_tokens, eos, None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.inner is None:
+            self.inner = self.cls(input_ids.shape[1], self.min_new_tokens, self.eos)
+        return self.inner(input_ids, scores)
