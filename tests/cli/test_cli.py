@@ -154,7 +154,8 @@ def test_generate_writes_every_component_and_a_manifest(tmp_path, capsys, fmt):
     decode = manifest["components"]["decode"]
     suffix = {"dynamo": ".pt2", "onnx": ".onnx"}[fmt]
     assert decode["files"] == [f"decode{suffix}"] and (tmp_path / "t5" / f"decode{suffix}").exists()
-    assert "decoder_input_ids" in decode["inputs"] and "cache.self_attention.0.keys" in decode["inputs"]
+    names = [i["name"] for i in decode["inputs"]]
+    assert "decoder_input_ids" in names and "cache.self_attention.0.keys" in names
     assert decode["outputs"][0] == "logits"
     report = json.loads((tmp_path / "t5" / "report.json").read_text())
     assert all(entry["validation"]["passed"] for entry in report["components"].values())

@@ -296,6 +296,12 @@ def register_pytree_node(cls: type) -> type:
 
     if not (isinstance(cls, type) and issubclass(cls, Cache)):
         raise TypeError(f"register_pytree_node expects a transformers Cache class, got {cls!r}")
+    # A program's outputs are `ModelOutput`s (`CausalLMOutputWithPast`), which transformers
+    # registers as pytree nodes when their module is first imported; a fresh process that only
+    # imported a cache class would fail `torch.export.load` with "Deserializing
+    # transformers.modeling_outputs.CausalLMOutputWithPast in pytree is not registered".
+    import transformers.modeling_outputs  # noqa: F401
+
     if cls in _registered or cls in pytree.SUPPORTED_NODES:
         _registered.add(cls)
         return cls

@@ -14,7 +14,7 @@ from ..errors import ValidationError
 from ..loading import load_model
 from ..record import record_of
 from ..validation import validate
-from .output import check_target, staged_folder
+from .output import check_target
 from .progress import Progress
 
 VALIDATION_FAILED = 3
@@ -27,8 +27,12 @@ def _config_from_args(args):
     return AutoExportConfig.from_dict(data)
 
 
-def _sizes(files: list[Path]) -> int:
-    return sum(f.stat().st_size for f in files if f.exists())
+def _generation_config(args):
+    if not getattr(args, "static_cache", None):
+        return None
+    from transformers import GenerationConfig
+
+    return GenerationConfig(cache_implementation="static", max_cache_len=args.static_cache)
 
 
 def _components(args, loaded) -> dict[str, tuple]:
@@ -37,7 +41,8 @@ def _components(args, loaded) -> dict[str, tuple]:
         return {"model": (loaded.model, loaded.inputs)}
     from ..generation.decompose import decompose_for_generation
 
-    return decompose_for_generation(loaded.model, loaded.inputs)
+    return decompose_for_generation(loaded.model, loaded.inputs, generation_config=_generation_config(args),
+                                    multi_token_decode=args.multi_token_decode)
 
 
 def _validate_all(artifacts: dict, components: dict, args, target: Path) -> dict:
@@ -58,7 +63,18 @@ def _validate_all(artifacts: dict, components: dict, args, target: Path) -> dict
     return reports
 
 
+def _check_generation_args(args) -> None:
+    if (args.static_cache or args.multi_token_decode) and not args.generate:
+        raise ValueError("--static-cache and --multi-token-decode shape the generation components; add --generate")
+    if args.static_cache and not args.multi_token_decode:
+        raise ValueError("--static-cache N makes one decode graph that also prefills; add --multi-token-decode")
+
+
 def run(args) -> int:
+    from ..generation.decompose import interface_kwargs, note_initial_cache
+    from ..generation.package import save_generation_export
+
+    _check_generation_args(args)
     target = Path(args.output).resolve()
     check_target(target, overwrite=args.overwrite)  # refuse before the slow part
     config = _config_from_args(args)
@@ -73,47 +89,36 @@ def run(args) -> int:
     for name, (module, kwargs) in components.items():
         with progress.step(f"exporting {name} ({type(module).__name__}) to {args.format}"):
             start = time.perf_counter()
-            artifacts[name] = exporter.export(module, kwargs, config=config)
+            artifacts[name] = exporter.export(module, interface_kwargs(kwargs) if args.generate else kwargs,
+                                              config=config)
             seconds[name] = round(time.perf_counter() - start, 3)
+    if args.generate:
+        note_initial_cache(components, artifacts)
     reports = {}
     if not args.no_validate:
         with progress.step(f"validating in {args.format}'s runtime against eager"):
             reports = _validate_all(artifacts, components, args, target)
-    with progress.step(f"writing {target}"), staged_folder(target, overwrite=args.overwrite) as staging:
-        manifest = {}
-        for name, artifact in artifacts.items():
-            files = exporter.save(artifact, staging, name=name)
-            record = record_of(artifact)
-            manifest[name] = {
-                "files": [f.name for f in files],
-                "bytes": _sizes(files),
-                "export_seconds": seconds[name],
-                "inputs": dict(zip(record.input_names, [list(s) for s in record.input_shapes])),
-                "outputs": record.output_names,
-                "record": record.summary(),
-                "validation": reports[name].to_dict() if name in reports else None,
-            }
-        summary = {
-            "model": args.model,
-            "model_class": type(loaded.model).__name__,
-            "format": args.format,
-            "generate": bool(args.generate),
-            "export_seconds": round(sum(seconds.values()), 3),
-            "artifact_bytes": sum(entry["bytes"] for entry in manifest.values()),
-            "components": manifest,
-        }
-        (staging / "report.json").write_text(json.dumps(summary, indent=2, default=str))
-        (staging / "manifest.json").write_text(json.dumps(
-            {"format": args.format, "model_class": summary["model_class"],
-             "components": {n: {k: e[k] for k in ("files", "inputs", "outputs")} for n, e in manifest.items()}},
-            indent=2))
-        (staging / "export_config.json").write_text(config.to_json(indent=2))
-        loaded.model.config.save_pretrained(staging)
-        generation_config = getattr(loaded.model, "generation_config", None)
-        if args.generate and generation_config is not None:
-            generation_config.save_pretrained(staging)
-        if loaded.tokenizer is not None:
-            loaded.tokenizer.save_pretrained(staging)
+    summary = {
+        "model": args.model,
+        "model_class": type(loaded.model).__name__,
+        "format": args.format,
+        "generate": bool(args.generate),
+        "export_seconds": round(sum(seconds.values()), 3),
+        "components": {
+            name: {"export_seconds": seconds[name], "record": record_of(artifact).summary(),
+                   "validation": reports[name].to_dict() if name in reports else None}
+            for name, artifact in artifacts.items()
+        },
+    }
+    with progress.step(f"writing {target}"):
+        save_generation_export(exporter, artifacts, target, model=loaded.model,
+                               generation_config=_generation_config(args) if args.generate else None,
+                               tokenizer=loaded.tokenizer, export_config=config, overwrite=args.overwrite,
+                               reports=summary)
+    manifest = json.loads((target / "manifest.json").read_text())
+    for name, entry in manifest["components"].items():
+        summary["components"][name].update(files=entry["files"], bytes=entry["bytes"])
+    summary["artifact_bytes"] = sum(entry["bytes"] for entry in manifest["components"].values())
     _print_summary(summary, reports, target)
     return 0
 

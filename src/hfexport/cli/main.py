@@ -25,12 +25,31 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--backend", help="ExecuTorch delegate: xnnpack | cuda | mlx")
     export.add_argument("--generate", action="store_true",
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
+    export.add_argument("--static-cache", type=int, metavar="N", default=None,
+                        help="with --generate --multi-token-decode: one decode graph over a static cache of N tokens")
+    export.add_argument("--multi-token-decode", action="store_true",
+                        help="with --generate: decode takes any number of new tokens (query axis kept dynamic)")
     export.add_argument("--overwrite", action="store_true", help="replace an output folder that holds files")
     export.add_argument("--no-validate", action="store_true", help="skip the comparison with eager")
     export.add_argument("--tolerance", type=float, default=None, help="absolute tolerance (default per format)")
     export.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per format)")
     export.add_argument("--prompt", default="Hello, world!", help="sample prompt when the model has a tokenizer")
     export.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+
+    generate = sub.add_parser("generate", help="generate tokens with an export written by `export --generate`")
+    generate.add_argument("export_dir", help="the folder `hfexport export --generate -o DIR` wrote")
+    prompt = generate.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt-ids", help="the prompt as token ids: 1,2,3")
+    prompt.add_argument("--prompt", help="the prompt as text (needs a tokenizer saved with the export)")
+    generate.add_argument("--max-new-tokens", type=int, default=16)
+    generate.add_argument("--min-new-tokens", type=int, default=0)
+    generate.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    generate.add_argument("--temperature", type=float, default=None)
+    generate.add_argument("--top-k", type=int, default=None)
+    generate.add_argument("--top-p", type=float, default=None)
+    generate.add_argument("--repetition-penalty", type=float, default=None)
+    generate.add_argument("--seed", type=int, default=None, help="seed for --do-sample (reproducible tokens)")
+    generate.add_argument("--json", action="store_true", help="print the result as JSON")
 
     sub.add_parser("env", help="installed backends, versions, drift from the tested set")
     patches = sub.add_parser("patches", help="list registered patches and FX fixes")
@@ -42,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="hfexport: %(levelname)s: %(message)s")
-    from . import env, export, patches
+    from . import env, export, generate, patches
 
-    command = {"export": export.run, "env": env.run, "patches": patches.run}[args.command]
+    command = {"export": export.run, "generate": generate.run, "env": env.run, "patches": patches.run}[args.command]
     try:
         return command(args)
     except KeyboardInterrupt:

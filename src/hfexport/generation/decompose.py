@@ -228,10 +228,21 @@ def interface_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     interface is the seed's (`decode(input_ids=..., past_key_values=...)`) while transformers 5.24
     calls the argument `cache`. The capture front hands it to the model under the model's own name
     (`capture.named_kwargs_forward`), so models whose old name differs (Mamba's `cache_params`)
-    still get their cache."""
+    still get their cache.
+
+    The order is the seed's too: `input_ids, attention_mask, position_ids`, the rest, the cache
+    last. Runtimes that take inputs by position (ExecuTorch's `method.execute`, the C++
+    `set_input(.., i)`) see `[input_ids, attention_mask, position_ids, cache x N]`."""
     if "cache" in kwargs and "past_key_values" not in kwargs:
         kwargs = {("past_key_values" if k == "cache" else k): v for k, v in kwargs.items()}
-    return kwargs
+    first = [k for k in _LEADING if k in kwargs]
+    last = [k for k in ("past_key_values", *_CACHE_KEYS) if k in kwargs]
+    middle = [k for k in kwargs if k not in first and k not in last]
+    return {k: kwargs[k] for k in (*first, *middle, *dict.fromkeys(last))}
+
+
+_LEADING = ("input_ids", "decoder_input_ids", "attention_mask", "decoder_attention_mask", "position_ids",
+            "decoder_position_ids")
 
 
 def _watched_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:

@@ -101,6 +101,16 @@ def _merged_generation_config(model: Any, generation_config: Any) -> Any:
     return merged
 
 
+def _with_sizes(report: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    """`report` with each component's files and bytes and the total (`artifact_bytes`)."""
+    report = copy.deepcopy(report)
+    per_component = report.setdefault("components", {})
+    for name, entry in components.items():
+        per_component.setdefault(name, {}).update(files=entry["files"], bytes=entry["bytes"])
+    report["artifact_bytes"] = sum(entry["bytes"] for entry in components.values())
+    return report
+
+
 def save_generation_export(
     exporter: Any,
     artifacts: dict[str, Any],
@@ -112,6 +122,7 @@ def save_generation_export(
     export_config: Any = None,
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
+    reports: dict[str, Any] | None = None,
 ) -> Path:
     """Write `artifacts` (from `exporter.export_for_generation`) and what a runner needs into `directory`.
 
@@ -122,7 +133,9 @@ def save_generation_export(
             model's own is saved when not given.
         tokenizer: saved too when given, so `hfexport generate` can print text.
         overwrite: replace an existing folder's contents; otherwise a non-empty folder is an error.
-        extra: more manifest entries (validation reports, timings).
+        extra: more manifest entries.
+        reports: a JSON-able report written as `report.json` beside the manifest, with each
+            component's files and bytes added under `components` and their total as `artifact_bytes`.
 
     Returns:
         The folder written.
@@ -133,7 +146,8 @@ def save_generation_export(
         components = {}
         for name, artifact in artifacts.items():
             files = exporter.save(artifact, staging, name=name)
-            components[name] = {"files": [f.name for f in files], **_record_entry(record_of(artifact))}
+            components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
+                                **_record_entry(record_of(artifact))}
         manifest = {
             "hfexport_manifest": MANIFEST_VERSION,
             "format": exporter.format,
@@ -143,6 +157,8 @@ def save_generation_export(
             **(extra or {}),
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+        if reports is not None:
+            (staging / "report.json").write_text(json.dumps(_with_sizes(reports, components), indent=2, default=str))
         if export_config is not None:
             (staging / "export_config.json").write_text(export_config.to_json(indent=2))
         if model is not None:

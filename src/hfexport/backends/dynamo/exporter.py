@@ -14,6 +14,31 @@ from .config import DynamoConfig
 __all__ = ["DynamoExporter"]
 
 
+def _import_output_modules(path: Path) -> None:
+    """Import the transformers modules whose classes a saved program's tree specs name.
+
+    # NOTE: transformers registers each `ModelOutput` class as a pytree node when its module is
+    # imported; `torch.export.load` of a program returning e.g. `LlavaCausalLMOutputWithPast`, in a
+    # process that has not imported `modeling_llava`, fails with a generic "error when
+    # deserializing" (the real NotImplementedError is only logged).
+    """
+    import importlib
+    import re
+    import zipfile
+
+    modules: set[str] = set()
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if name.endswith(".json"):
+                text = archive.read(name).decode("utf-8", errors="ignore")
+                modules.update(re.findall(r"(transformers(?:\.[a-z_0-9]+)+)\.[A-Z]\w*", text))
+    for module in sorted(modules):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+
+
 class DynamoExporter(HfExporter):
     """Export to a `torch.export.ExportedProgram`.
 
@@ -39,4 +64,5 @@ class DynamoExporter(HfExporter):
         from ...capture.pytree import register_cache_pytree_nodes
 
         register_cache_pytree_nodes()  # so the program's cache inputs unflatten (and load weights-only)
+        _import_output_modules(files[0])
         return torch.export.load(files[0])

@@ -113,12 +113,17 @@ class ConfigBounds:
         self.max_positions = int(getattr(text, "max_position_embeddings", None)
                                  or getattr(model.config, "max_target_positions", None) or FALLBACK_MAX)
         self.max_batch = config.max_batch_size
+        self.static_cache = has_fixed_batch(inputs)
         self.inputs = inputs
         self.chosen: dict[str, str] = {}
 
     def __call__(self, name: str, axis: int, size: int) -> tuple[int, int]:
         role = role_of(name, _rank_of(self.inputs, name), axis)
-        if role == "batch":
+        if role == "cache_length" and self.static_cache:
+            # planned at exactly the static cache's size: method_meta then gives the caller's
+            # buffer sizes (the seed's C++ loop allocates the cache from `nbytes()`)
+            upper, why = size, "the static cache's max_cache_len"
+        elif role == "batch":
             upper, why = self.max_batch, "ExecutorchConfig.max_batch_size"
         elif role in ("sequence", "decoder_sequence", "cache_length"):
             upper, why = self.max_positions, "the model config's max_position_embeddings"

@@ -1,0 +1,120 @@
+"""The seed's ONNX Runtime decode loop: cache inputs/outputs paired as `input.<name>`/`output.<name>`.
+
+Export first:
+
+    hfexport export tiny:llama --generate --multi-token-decode --static-cache 64 --format onnx -o out/llama-onnx
+
+then:
+
+    python examples/decode_loop_onnxruntime.py out/llama-onnx/decode.onnx --max-cache-len 64
+
+With a GPU and onnxruntime-gpu, the seed's loop runs as written: `CudaSession.set_buffer_sharing`
+binds each `input.<name>`/`output.<name>` pair to one device buffer, so the cache is updated in
+place. Without one, the CPU variant runs the same graph and feeds each `output.<name>` back as
+the next `input.<name>`. Cache buffers are sized from the graph's own input metadata: every
+symbolic cache axis is the cache length (a static cache's batch is fixed).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+          "tensor(bool)": np.bool_, "tensor(int32)": np.int32}
+
+
+def causal_mask(positions: torch.Tensor, cache_len: int) -> torch.Tensor:
+    return (torch.arange(cache_len, device=positions.device)[None, :] <= positions[:, None])[None, None]
+
+
+def generate_cuda(path: str, prompt: list[int], max_new_tokens: int, max_cache_len: int) -> list[int]:
+    """The seed's loop, unchanged: io-binding on CUDA, the cache updated in place."""
+    from onnxruntime.transformers.io_binding_helper import CudaSession, TypeHelper
+
+    session = ort.InferenceSession(path, providers=["CUDAExecutionProvider"])
+    cuda = CudaSession(session, torch.device("cuda"))
+    cache = {}
+    for i in session.get_inputs():
+        if not i.name.startswith("input."):
+            continue
+        name = i.name[len("input."):]
+        dims = [max_cache_len if isinstance(d, str) and not d.isdigit() else int(d) for d in i.shape]
+        cache[name] = torch.zeros(dims, dtype=TypeHelper.ort_type_to_torch_type(i.type), device="cuda")
+        cuda.set_buffer_sharing(f"input.{name}", f"output.{name}")
+    cache_feed = {f"input.{name}": buf for name, buf in cache.items()}
+    vocab_size = next(o.shape[-1] for o in session.get_outputs() if o.name.endswith("logits"))
+
+    prompt_ids = torch.tensor([prompt], device="cuda")
+    prompt_len = prompt_ids.shape[1]
+    positions = torch.arange(prompt_len, device="cuda")
+    cuda.allocate_buffers({"logits": (1, prompt_len, vocab_size)})
+    out = cuda.infer({"input_ids": prompt_ids, "attention_mask": causal_mask(positions, max_cache_len),
+                      "position_ids": positions[None], **cache_feed})
+    next_token = out["logits"][:, -1:].argmax(-1)
+    tokens = [int(next_token)]
+
+    cuda.allocate_buffers({"logits": (1, 1, vocab_size)})
+    input_ids = torch.empty((1, 1), dtype=torch.long, device="cuda")
+    position_ids = torch.empty((1, 1), dtype=torch.long, device="cuda")
+    attention_mask = torch.empty((1, 1, 1, max_cache_len), dtype=torch.bool, device="cuda")
+    slots = torch.arange(max_cache_len, device="cuda")
+    for position in range(prompt_len, min(prompt_len + max_new_tokens - 1, max_cache_len)):
+        input_ids.copy_(next_token)
+        position_ids.fill_(position)
+        attention_mask[0, 0, 0].copy_(slots <= position)
+        out = cuda.infer({"input_ids": input_ids, "attention_mask": attention_mask,
+                          "position_ids": position_ids, **cache_feed})
+        next_token = out["logits"][:, -1:].argmax(-1)
+        tokens.append(int(next_token))
+    return tokens
+
+
+def generate_cpu(path: str, prompt: list[int], max_new_tokens: int, max_cache_len: int) -> list[int]:
+    """The same loop on the CPU: each `output.<name>` becomes the next call's `input.<name>`."""
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    cache = {}
+    for i in session.get_inputs():
+        if not i.name.startswith("input."):
+            continue
+        dims = [max_cache_len if isinstance(d, str) and not d.isdigit() else int(d) for d in i.shape]
+        cache[i.name[len("input."):]] = np.zeros(dims, dtype=_NUMPY[i.type])
+    output_names = [o.name for o in session.get_outputs()]
+
+    def step(input_ids: np.ndarray, positions: np.ndarray) -> int:
+        mask = (np.arange(max_cache_len)[None, :] <= positions[:, None])[None, None]
+        feed = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions[None],
+                **{f"input.{name}": buf for name, buf in cache.items()}}
+        out = dict(zip(output_names, session.run(None, feed)))
+        for name in cache:
+            cache[name] = out[f"output.{name}"]
+        return int(out["logits"][0, -1].argmax())
+
+    prompt_len = len(prompt)
+    tokens = [step(np.array([prompt], dtype=np.int64), np.arange(prompt_len))]
+    for position in range(prompt_len, min(prompt_len + max_new_tokens - 1, max_cache_len)):
+        tokens.append(step(np.array([[tokens[-1]]], dtype=np.int64), np.array([position])))
+    return tokens
+
+
+def generate(path: str, prompt: list[int], max_new_tokens: int, max_cache_len: int) -> list[int]:
+    if torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_available_providers():
+        return generate_cuda(path, prompt, max_new_tokens, max_cache_len)
+    return generate_cpu(path, prompt, max_new_tokens, max_cache_len)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="decode.onnx written by `hfexport export --generate --static-cache N`")
+    parser.add_argument("--max-cache-len", type=int, required=True, help="the N the export used")
+    parser.add_argument("--prompt-ids", default="1,2,3,4")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    args = parser.parse_args()
+    print(generate(args.model, [int(t) for t in args.prompt_ids.split(",")], args.max_new_tokens, args.max_cache_len))
+
+
+if __name__ == "__main__":
+    main()

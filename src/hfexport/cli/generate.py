@@ -1,0 +1,48 @@
+"""`hfexport generate DIR --prompt-ids 1,2,3`: generate with the components of a saved export."""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import PrepareError
+
+
+def _prompt_ids(args, runner) -> list[int]:
+    if args.prompt_ids is not None:
+        try:
+            return [int(token) for token in args.prompt_ids.replace(" ", "").split(",") if token]
+        except ValueError as error:
+            raise PrepareError(f"--prompt-ids takes comma-separated integers, got {args.prompt_ids!r}",
+                               remedy="write it like --prompt-ids 1,2,3") from error
+    tokenizer = runner.export.tokenizer
+    if tokenizer is None:
+        raise PrepareError(f"{args.export_dir} holds no tokenizer, so --prompt text cannot be turned into ids",
+                           remedy="pass --prompt-ids, or export a model folder that has a tokenizer")
+    return tokenizer(args.prompt)["input_ids"]
+
+
+def run(args) -> int:
+    from ..generation.runner import GenerationRunner
+
+    runner = GenerationRunner.load(args.export_dir)
+    ids = _prompt_ids(args, runner)
+    result = runner.generate(
+        ids,
+        max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
+        do_sample=args.do_sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=args.repetition_penalty,
+        seed=args.seed,
+    )
+    if args.json:
+        print(json.dumps({"format": runner.export.format, **result.to_dict()}))
+        return 0
+    print(f"tokens: {','.join(str(t) for t in result.tokens)}")
+    if result.text is not None:
+        print(f"text:   {result.text}")
+    print(f"{runner.export.format}: time to first token {result.time_to_first_token_s * 1000:.1f} ms, "
+          f"{result.tokens_per_s:.1f} tokens/s over {max(len(result.tokens) - 1, 0)} decode steps")
+    return 0
