@@ -160,3 +160,44 @@ def test_generate_writes_every_component_and_a_manifest(tmp_path, capsys, fmt):
     report = json.loads((tmp_path / "t5" / "report.json").read_text())
     assert all(entry["validation"]["passed"] for entry in report["components"].values())
     assert (tmp_path / "t5" / "generation_config.json").exists()
+
+
+def test_generate_prints_the_tokens_of_generate_from_a_static_cache_export(tmp_path, capsys):
+    """`export --generate --multi-token-decode --static-cache N`, then `hfexport generate`."""
+    from hfexport.presets import build_preset
+
+    out = tmp_path / "llama"
+    code = main(["export", "tiny:llama", "--generate", "--multi-token-decode", "--static-cache", "32",
+                 "--format", "onnx", "-o", str(out), "--quiet"])
+    assert code == 0, capsys.readouterr().out
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert list(manifest["components"]) == ["decode"] and manifest["max_cache_len"] == 32
+    capsys.readouterr()
+    assert main(["generate", str(out), "--prompt-ids", "5,17,42,9", "--max-new-tokens", "8",
+                 "--min-new-tokens", "8", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    model, _ = build_preset("llama")
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([[5, 17, 42, 9]]), max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    assert result["tokens"] == expected[0, 4:].tolist()
+    assert result["format"] == "onnx" and result["time_to_first_token_s"] > 0
+    assert main(["generate", str(out), "--prompt-ids", "5,17,42,9", "--max-new-tokens", "4"]) == 0
+    assert "tokens/s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--static-cache", "32"], "add --generate"),
+    (["--generate", "--static-cache", "32"], "add --multi-token-decode"),
+])
+def test_generation_options_that_do_not_fit_are_refused_before_any_work(tmp_path, capsys, args, message):
+    code = main(["export", "tiny:llama", "-o", str(tmp_path / "x"), "--quiet", *args])
+    assert code == 1 and message in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(tmp_path, capsys):
+    out = tmp_path / "llama"
+    assert main(["export", "tiny:llama", "--generate", "-o", str(out), "--quiet", "--no-validate"]) == 0
+    capsys.readouterr()
+    assert main(["generate", str(out), "--prompt", "hello"]) == 1
+    assert "--prompt-ids" in capsys.readouterr().err

@@ -133,9 +133,15 @@ def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:
         node_type = type(value)
         if node_type in pytree.SUPPORTED_NODES and node_type not in (list, tuple, dict):
             from .names import CACHE_PREFIX
+            from .pytree import _is_cache
 
             children, context = pytree.SUPPORTED_NODES[node_type].flatten_fn(value)
-            grown = [grow(f"{CACHE_PREFIX}.{i}", child) for i, child in enumerate(children)]
+            if _is_cache(value):
+                names = [f"{CACHE_PREFIX}.{i}" for i in range(len(children))]
+            else:  # a ModelOutput (`encoder_outputs`): its children by field name (`last_hidden_state`)
+                keys = context if isinstance(context, (list, tuple)) and len(context) == len(children) else None
+                names = [f"{name}.{keys[i] if keys else i}" for i in range(len(children))]
+            grown = [grow(child_name, child) for child_name, child in zip(names, children)]
             return pytree.SUPPORTED_NODES[node_type].unflatten_fn(grown, context)
         return value
 

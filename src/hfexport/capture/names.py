@@ -55,6 +55,8 @@ _ROLES_BY_NAME = {
     "input_features": ("batch", "features", "frames"),
     "input_values": ("batch", "samples"),
     "cache_position": ("sequence",),
+    "last_hidden_state": ("batch", "encoder_sequence", None),  # an encoder-decoder's `encoder_outputs`
+    "encoder_hidden_states": ("batch", "encoder_sequence", None),
 }
 _CACHE_ROLES = ("batch", "heads", "cache_length", None)
 

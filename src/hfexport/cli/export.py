@@ -114,7 +114,7 @@ def run(args) -> int:
         save_generation_export(exporter, artifacts, target, model=loaded.model,
                                generation_config=_generation_config(args) if args.generate else None,
                                tokenizer=loaded.tokenizer, export_config=config, overwrite=args.overwrite,
-                               reports=summary)
+                               reports=summary, with_generation_config=bool(args.generate))
     manifest = json.loads((target / "manifest.json").read_text())
     for name, entry in manifest["components"].items():
         summary["components"][name].update(files=entry["files"], bytes=entry["bytes"])

@@ -123,6 +123,7 @@ def save_generation_export(
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
     reports: dict[str, Any] | None = None,
+    with_generation_config: bool = True,
 ) -> Path:
     """Write `artifacts` (from `exporter.export_for_generation`) and what a runner needs into `directory`.
 
@@ -136,6 +137,7 @@ def save_generation_export(
         extra: more manifest entries.
         reports: a JSON-able report written as `report.json` beside the manifest, with each
             component's files and bytes added under `components` and their total as `artifact_bytes`.
+        with_generation_config: write `generation_config.json` (a single-graph export has no use for it).
 
     Returns:
         The folder written.
@@ -163,7 +165,7 @@ def save_generation_export(
             (staging / "export_config.json").write_text(export_config.to_json(indent=2))
         if model is not None:
             model.config.save_pretrained(staging)
-        if generation_config is not None:
+        if generation_config is not None and with_generation_config:
             generation_config.save_pretrained(staging)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)

@@ -14,6 +14,13 @@ from .config import DynamoConfig
 __all__ = ["DynamoExporter"]
 
 
+def _holds_model_output(tree) -> bool:
+    from transformers.utils import ModelOutput
+
+    return any(isinstance(node, ModelOutput)
+               for node in torch.utils._pytree.tree_flatten(tree, is_leaf=lambda x: isinstance(x, ModelOutput))[0])
+
+
 def _import_output_modules(path: Path) -> None:
     """Import the transformers modules whose classes a saved program's tree specs name.
 
@@ -37,6 +44,13 @@ def _import_output_modules(path: Path) -> None:
             importlib.import_module(module)
         except ImportError:
             continue
+    # A program's pickled `example_inputs` may hold a ModelOutput (an encoder-decoder's
+    # `encoder_outputs`); let the weights-only unpickler rebuild those plain containers.
+    from transformers.utils import ModelOutput
+
+    from ...capture.pytree import _all_subclasses
+
+    torch.serialization.add_safe_globals([ModelOutput, *_all_subclasses(ModelOutput)])
 
 
 class DynamoExporter(HfExporter):
@@ -57,7 +71,19 @@ class DynamoExporter(HfExporter):
 
     def _save(self, artifact: torch.export.ExportedProgram, stem: Path) -> list[Path]:
         path = stem.with_suffix(".pt2")
-        torch.export.save(artifact, path)
+        example_inputs = artifact.example_inputs
+        if _holds_model_output(example_inputs):
+            # NOTE: torch.load(weights_only=True) cannot rebuild a ModelOutput (an OrderedDict
+            # subclass: "Can only SETITEM for dict"), and torch 2.13's fallback then logs with a
+            # broken format string (a TypeError wherever logging raises, e.g. under pytest). An
+            # encoder-decoder's `encoder_outputs` is the only such input; its program is saved
+            # without example inputs (nothing needs them: only a static cache template does).
+            artifact.example_inputs = None
+        try:
+            torch.export.save(artifact, path)
+        finally:
+            if artifact.example_inputs is None and example_inputs is not None:
+                artifact.example_inputs = example_inputs
         return [path]
 
     def _load(self, files: list[Path]) -> torch.export.ExportedProgram:
