@@ -140,10 +140,9 @@ class ExportConfig:
         if data.get("dynamic_shapes") is not None:
             data["dynamic_shapes"] = _dim_from_json(data["dynamic_shapes"])
         if data.get("quantizer") is not None:
-            raise ValueError(
-                f"{cls.__name__}.from_dict got a quantizer; quantizers cannot be rebuilt from a dict yet. "
-                "Pass the quantizer object to the config instead."
-            )
+            from .quantization import quantizer_from_dict
+
+            data["quantizer"] = quantizer_from_dict(data["quantizer"])
         return cls(**data)
 
     def to_json(self, **kwargs: Any) -> str:

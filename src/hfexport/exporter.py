@@ -12,6 +12,7 @@ The model is left exactly as it was (training flags, patched attributes), also w
 
 from __future__ import annotations
 
+import copy
 import importlib
 import importlib.util
 import logging
@@ -28,7 +29,7 @@ from .capture.capture import Capture
 from .capture.dynamic import size_oblivious_tracing
 from .capture.prepare import model_name
 from .config import ExportConfig
-from .errors import ConversionError, ExportError, PrepareError, SerializationError, summarize
+from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
 from .record import ExportRecord, attach_record, record_from_program
 from .registry import applied_patches
 
@@ -78,11 +79,11 @@ class HfExporter:
         check_attention(model)
         self._check_model(model, kwargs, config)
         self._load_workarounds()
-        if config.quantizer is not None:
-            raise ExportError(
-                "quantization during export is not available in this version of hfexport",
-                model=model_name(model), remedy="export without quantizer=",
-            )
+        quantizer = config.quantizer
+        if quantizer is not None:
+            if not hasattr(quantizer, "check"):
+                raise TypeError(f"quantizer= takes an hfexport ExportQuantizer, got {type(quantizer).__name__}")
+            quantizer.check(self.format)  # before any tracing
         start = time.perf_counter()
         with inference_mode(model), applied_patches(self.format) as patches:
             sample = self._capture_sample(kwargs, config)
@@ -90,12 +91,21 @@ class HfExporter:
             captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order, bounds=bounds)
             if getattr(bounds, "chosen", None):
                 logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
+            if quantizer is not None and quantizer.stage_for(self.format) == "fx":
+                captured = self._quantize_program(captured, model, sample, config, bounds)
             # Conversions re-trace the program (run_decompositions); without the same size-oblivious
             # setting a decomposition can silently fold a size-1 sample dim (measured: BERT's linear
             # decomposed to view([seq, hidden]), dropping the batch).
             with size_oblivious_tracing(captured.size_oblivious):
                 artifact = self._convert_checked(captured, model, sample, config)
+            if quantizer is not None and quantizer.stage_for(self.format) == "model":
+                artifact = self._quantize_model(artifact, captured, model, sample, config)
         record = self._record(captured, model, artifact, config)
+        if quantizer is not None:
+            from .quantization.report import quantization_summary
+
+            record.details["quantization"] = {**quantizer.to_dict(), "stage": quantizer.stage_for(self.format),
+                                              **quantization_summary(self.format, artifact)}
         record.details["patches"] = [p.name for p in patches]
         record.details["fx_fixes"] = captured.fixes_applied
         record.details["export_seconds"] = round(time.perf_counter() - start, 3)
@@ -124,10 +134,65 @@ class HfExporter:
         from .generation.decompose import decompose_for_generation, note_initial_cache, interface_kwargs
 
         components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
-        artifacts = {name: self.export(module, interface_kwargs(kwargs), config=config)
+        artifacts = {name: self.export(module, interface_kwargs(kwargs), config=_for_component(config, kwargs))
                      for name, (module, kwargs) in components.items()}
         note_initial_cache(components, artifacts)
         return artifacts
+
+    # -- quantization -----------------------------------------------------------------------------
+
+    def _calibration(self, quantizer: Any, model: torch.nn.Module, sample: dict[str, Any],
+                     keys: list[str]) -> list[dict[str, Any]]:
+        """The quantizer's calibration samples as the program takes them (its input names)."""
+        from .generation.decompose import interface_kwargs
+
+        samples = quantizer.calibration_samples() if quantizer.needs_calibration else [sample]
+        out = []
+        for raw in samples:  # copies: calibration runs must not grow the capture sample's cache
+            kwargs = interface_kwargs(normalize_inputs(copy.deepcopy(raw), model=model))
+            missing = [k for k in keys if k not in kwargs]
+            if missing:
+                raise QuantizationError(f"a calibration sample lacks {missing}",
+                                        model=model_name(model),
+                                        remedy="give each sample the same inputs as the export (its keys: "
+                                        f"{', '.join(keys)})")
+            out.append({k: kwargs[k] for k in keys})
+        return out
+
+    def _quantize_program(self, captured: Capture, model, sample, config, bounds) -> Capture:
+        from .capture.capture import reexport
+
+        quantizer = config.quantizer
+        keys = record_from_program(captured.program).input_keys
+        samples = self._calibration(quantizer, model, sample, keys)
+        try:
+            with size_oblivious_tracing(captured.size_oblivious):
+                quantized = quantizer.quantize_program(captured.program.module(), samples)
+            program = reexport(quantized, {k: sample[k] for k in keys if k in sample}, config, bounds=bounds,
+                               size_oblivious=captured.size_oblivious)
+        except (QuantizationError, ImportError):
+            raise
+        except Exception as error:  # noqa: BLE001 - translated with the quantizer named
+            raise QuantizationError(f"{quantizer!r} failed on the torch.export graph: {summarize(error)}",
+                                    model=model_name(model),
+                                    remedy="try another scheme, or export without quantizer= and report this") from error
+        return Capture(program, captured.size_oblivious, captured.fixes_applied)
+
+    def _quantize_model(self, artifact: Any, captured: Capture, model, sample, config) -> Any:
+        import torch.utils._pytree as pytree
+
+        quantizer = config.quantizer
+        keys = record_from_program(captured.program).input_keys
+        samples = [[leaf for leaf in pytree.tree_leaves(s) if isinstance(leaf, torch.Tensor)]
+                   for s in self._calibration(quantizer, model, sample, keys)]
+        try:
+            return quantizer.quantize_model(artifact, samples)
+        except (QuantizationError, ImportError):
+            raise
+        except Exception as error:  # noqa: BLE001
+            raise QuantizationError(f"{quantizer!r} failed on the {self.format} model: {summarize(error)}",
+                                    model=model_name(model),
+                                    remedy="try another scheme, or export without quantizer= and report this") from error
 
     def save(self, artifact: Any, directory: str | os.PathLike, name: str = "model") -> list[Path]:
         """Write `artifact` into `directory` as `<name>.<suffix>` (and companions); return the files."""
@@ -210,6 +275,20 @@ class HfExporter:
                 remedy="rerun with --debug for the full trace; if the Dynamo export of the same model works, "
                 "this is a conversion bug worth a patch (see `hfexport patches`)",
             ) from error
+
+
+def _for_component(config: ExportConfig | None, kwargs: dict[str, Any]) -> ExportConfig | None:
+    """`config` for one generation component: a static quantization scheme is calibrated on the
+    component's own captured inputs (the caller's calibration data are forward kwargs of the whole
+    model, which a decode step or an encoder does not take)."""
+    quantizer = getattr(config, "quantizer", None)
+    if quantizer is None or not quantizer.needs_calibration:
+        return config
+    import dataclasses
+
+    from .generation.decompose import interface_kwargs
+
+    return dataclasses.replace(config, quantizer=quantizer.with_calibration([interface_kwargs(kwargs)]))
 
 
 def _config_summary(config: ExportConfig) -> dict[str, Any]:

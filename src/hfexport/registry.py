@@ -361,3 +361,5 @@ def load_builtin_workarounds() -> None:
         if importlib.util.find_spec(module) is not None:
             importlib.import_module(module)
     importlib.import_module("hfexport.models")
+    if importlib.util.find_spec("executorch") is not None:
+        importlib.import_module("hfexport.quantization.patches")

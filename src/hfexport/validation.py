@@ -51,6 +51,7 @@ class OutputDiff:
     max_rel: float
     passed: bool
     error: str | None = None
+    cosine: float | None = None  # cosine similarity with eager (float outputs)
 
 
 @dataclasses.dataclass
@@ -80,6 +81,7 @@ class ValidationReport:
     rtol: float
     cases: list[CaseReport]
     note: str = ""
+    min_cosine: float | None = None  # set: float outputs were judged by cosine similarity
 
     @property
     def passed(self) -> bool:
@@ -100,12 +102,13 @@ class ValidationReport:
 
     def to_table(self) -> str:
         """A readable table: one row per case and output."""
-        lines = [
-            f"validation of {self.model_class} ({self.format}) in {self.runtime}, precision {self.precision}",
-            f"tolerance: atol={self.atol:g}, rtol={self.rtol:g}  (max|diff| <= atol + rtol*max|eager|)",
-        ]
+        rule = (f"pass: cosine similarity with eager >= {self.min_cosine:g} (quantized)" if self.min_cosine is not None
+                else f"tolerance: atol={self.atol:g}, rtol={self.rtol:g}  (max|diff| <= atol + rtol*max|eager|)")
+        lines = [f"validation of {self.model_class} ({self.format}) in {self.runtime}, precision {self.precision}", rule]
         width = max([len(o.name) for c in self.cases for o in c.outputs] + [6])
-        lines.append(f"  {'case':<10} {'output':<{width}} {'shape':<18} {'max abs':>10} {'max rel':>10}  result")
+        cos = self.min_cosine is not None
+        lines.append(f"  {'case':<10} {'output':<{width}} {'shape':<18} {'max abs':>10} {'max rel':>10}"
+                     + (f" {'cosine':>9}" if cos else "") + "  result")
         for case in self.cases:
             if case.padded_positions:
                 lines.append(f"  {case.label:<10} ({case.padded_positions} padded positions not compared)")
@@ -114,7 +117,8 @@ class ValidationReport:
             for o in case.outputs:
                 verdict = "ok" if o.passed else f"FAIL{': ' + o.error if o.error else ''}"
                 lines.append(
-                    f"  {case.label:<10} {o.name:<{width}} {str(o.shape):<18} {o.max_abs:>10.3g} {o.max_rel:>10.3g}  {verdict}"
+                    f"  {case.label:<10} {o.name:<{width}} {str(o.shape):<18} {o.max_abs:>10.3g} {o.max_rel:>10.3g}"
+                    + (f" {o.cosine if o.cosine is not None else float('nan'):>9.6f}" if cos else "") + f"  {verdict}"
                 )
         lines.append(f"result: {'PASSED' if self.passed else 'FAILED'}" + (f" ({self.note})" if self.note else ""))
         return "\n".join(lines)
@@ -205,7 +209,7 @@ def _padding_keep(shape: tuple[int, ...], attention_mask: torch.Tensor | None) -
 
 
 def _compare(name: str, got: Any, want: Any, atol: float, rtol: float,
-             attention_mask: torch.Tensor | None = None) -> OutputDiff:
+             attention_mask: torch.Tensor | None = None, min_cosine: float | None = None) -> OutputDiff:
     if not isinstance(want, torch.Tensor):
         same = got == want
         return OutputDiff(name, [], 0.0 if same else float("inf"), 0.0, bool(same), None if same else f"{got!r} != {want!r}")
@@ -232,14 +236,18 @@ def _compare(name: str, got: Any, want: Any, atol: float, rtol: float,
     max_abs = float(diff.max()) if diff.numel() else 0.0
     scale = float(want[finite].abs().max()) if diff.numel() else 0.0
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-    return OutputDiff(name, shape, max_abs, max_rel, max_abs <= atol + rtol * scale)
+    a, b = got[finite].flatten(), want[finite].flatten()
+    norms = float(a.norm() * b.norm())
+    cosine = float((a * b).sum()) / norms if norms > 0 else (1.0 if max_abs == 0 else 0.0)
+    passed = cosine >= min_cosine if min_cosine is not None else max_abs <= atol + rtol * scale
+    return OutputDiff(name, shape, max_abs, max_rel, passed, cosine=cosine)
 
 
 def _shapes(inputs: dict[str, Any]) -> dict[str, list[int]]:
     return {name: list(leaf.shape) for name, leaf in flatten_with_names(inputs) if isinstance(leaf, torch.Tensor)}
 
 
-def _run_case(label: str, runner, model, inputs, record, atol, rtol) -> CaseReport | None:
+def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=None) -> CaseReport | None:
     try:
         with inference_mode(model):
             eager = call_model(model, copy.deepcopy(inputs))
@@ -257,7 +265,7 @@ def _run_case(label: str, runner, model, inputs, record, atol, rtol) -> CaseRepo
                           f"artifact returned {len(got)} outputs, eager {len(expected)}")
     names = record.output_names if len(record.output_names) == len(expected) else [n for n, _ in expected]
     mask = inputs.get("attention_mask") if isinstance(inputs.get("attention_mask"), torch.Tensor) else None
-    outputs = [_compare(name, g, w, atol, rtol, mask) for name, g, (_, w) in zip(names, got, expected)]
+    outputs = [_compare(name, g, w, atol, rtol, mask, min_cosine) for name, g, (_, w) in zip(names, got, expected)]
     padded = int((mask == 0).sum()) if mask is not None and mask.dim() == 2 else 0
     return CaseReport(label, _shapes(inputs), outputs, padded_positions=padded)
 
@@ -271,6 +279,7 @@ def validate(
     rtol: float | None = None,
     resized: bool | None = None,
     steps: tuple[int, ...] = (2,),
+    min_cosine: float | None = None,
 ) -> ValidationReport:
     """Run `artifact` in its runtime on `inputs` and compare every output with `model(**inputs)`.
 
@@ -282,6 +291,8 @@ def validate(
         resized: also run at other batch sizes and sequence lengths; default: when the artifact
             has dynamic dimensions.
         steps: how far each symbolic size moves for each resized case (`(2, 5)`: two more cases).
+        min_cosine: judge float outputs by cosine similarity with eager instead of the tolerance
+            (a quantized artifact: its error is the quantization's, not a conversion bug).
 
     Returns:
         A `ValidationReport`; `report.passed` says whether every output of every case passed.
@@ -293,7 +304,7 @@ def validate(
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
     runner = runner_for(artifact, record)
-    cases = [_run_case("sample", runner, model, kwargs, record, atol, rtol)]
+    cases = [_run_case("sample", runner, model, kwargs, record, atol, rtol, min_cosine)]
     note = ""
     if resized is None:
         resized = record.is_dynamic
@@ -303,10 +314,10 @@ def validate(
             note = "no symbolic input dimension: only the sample shape was checked"
             break
         label = "resized" if len(steps) == 1 else f"resized+{step}"
-        case = _run_case(label, runner, model, other, record, atol, rtol)
+        case = _run_case(label, runner, model, other, record, atol, rtol, min_cosine)
         if case is None:
             note = f"eager PyTorch itself rejects the {label} inputs (tied sizes, e.g. a sliding-window cache): not checked"
             continue
         cases.append(case)
     return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
-                            atol, rtol, cases, note)
+                            atol, rtol, cases, note, min_cosine)

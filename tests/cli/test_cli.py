@@ -201,3 +201,26 @@ def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(tmp_path, cap
     capsys.readouterr()
     assert main(["generate", str(out), "--prompt", "hello"]) == 1
     assert "--prompt-ids" in capsys.readouterr().err
+
+
+def test_quantize_reports_what_was_quantized_and_the_error_against_fp32(tmp_path, capsys):
+    out = tmp_path / "q"
+    assert main(["export", "tiny:llama", "--format", "onnx", "--quantize", "int8-dynamic", "-o", str(out),
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "quantized, int8-dynamic" in printed or "quantized int8-dynamic" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert report["quantize"] == "int8-dynamic" and report["weight_bytes"] > 0 and report["artifact_bytes"] > 0
+    model = report["components"]["model"]
+    assert model["record"]["quantization"]["quantizer"] == "onnxruntime"
+    assert model["record"]["quantization"]["quantized_matmuls"] > 0
+    validation = model["validation"]
+    assert validation["min_cosine"] == 0.98 and validation["passed"]
+    assert all(o["cosine"] >= 0.98 for case in validation["cases"] for o in case["outputs"] if o["cosine"] is not None)
+
+
+def test_a_quantize_scheme_the_format_lacks_is_refused_with_the_choices(tmp_path, capsys):
+    code = main(["export", "tiny:llama", "--format", "openvino", "--quantize", "int8-dynamic",
+                 "-o", str(tmp_path / "q"), "--quiet"])
+    assert code == 1
+    assert "int8-static, int8-weights, int4-weights" in capsys.readouterr().err

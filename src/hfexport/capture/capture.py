@@ -198,6 +198,22 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
     return Capture(program, size_oblivious, applied)
 
 
+def reexport(module: torch.nn.Module, inputs: dict[str, Any], config: Any, *, bounds: Any = None,
+             size_oblivious: bool) -> torch.export.ExportedProgram:
+    """Export `module` (a transformed `program.module()`, e.g. after quantization) again, with
+    the same inputs and dynamic-shapes plan as the first capture."""
+    traced, _ = split_constants(inputs)
+    plan = plan_dynamic_shapes(traced, dynamic=config.dynamic, dynamic_shapes=config.dynamic_shapes, bounds=bounds)
+    with size_oblivious_tracing(size_oblivious):
+        program = torch.export.export(
+            module, (), kwargs=traced, dynamic_shapes=plan, strict=False,
+            prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+        )
+    if mutates_user_inputs(program):
+        program = functionalized(program, size_oblivious)
+    return program
+
+
 def mutates_user_inputs(program: torch.export.ExportedProgram) -> bool:
     """Whether the graph writes into a user input in place (a static cache's `index_copy_`)."""
     user_inputs = set(program.graph_signature.user_inputs)

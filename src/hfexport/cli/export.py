@@ -49,7 +49,8 @@ def _validate_all(artifacts: dict, components: dict, args, target: Path) -> dict
     reports = {}
     for name, artifact in artifacts.items():
         module, kwargs = components[name]
-        report = validate(artifact, module, kwargs, atol=args.tolerance, rtol=args.rtol)
+        report = validate(artifact, module, kwargs, atol=args.tolerance, rtol=args.rtol,
+                          min_cosine=_min_cosine(args))
         reports[name] = report
         if not report.passed:
             print(report.to_table())
@@ -61,6 +62,14 @@ def _validate_all(artifacts: dict, components: dict, args, target: Path) -> dict
                 "or --no-validate to write the artifacts anyway",
             )
     return reports
+
+
+def _min_cosine(args) -> float | None:
+    if not getattr(args, "quantize", None):
+        return None
+    if args.min_cosine is not None:
+        return args.min_cosine
+    return 0.97 if args.quantize == "int4-weights" else 0.98
 
 
 def _check_generation_args(args) -> None:
@@ -81,8 +90,16 @@ def run(args) -> int:
     exporter = AutoHfExporter.from_config(config)
     progress = Progress(5 if not args.no_validate else 4, enabled=not args.quiet)
 
+    if args.quantize:
+        from ..quantization import quantizer_for
+
+        quantizer_for(args.format, args.quantize)  # an unknown scheme fails before loading anything
     with progress.step(f"loading {args.model}"):
         loaded = load_model(args.model, prompt=args.prompt)
+    if args.quantize:
+        from ..quantization import quantizer_for
+
+        config.quantizer = quantizer_for(args.format, args.quantize, calibration=[loaded.inputs])
     with progress.step("running generate() to find the components" if args.generate else "preparing inputs"):
         components = _components(args, loaded)
     artifacts, seconds = {}, {}
@@ -104,6 +121,9 @@ def run(args) -> int:
         "format": args.format,
         "generate": bool(args.generate),
         "export_seconds": round(sum(seconds.values()), 3),
+        "quantize": args.quantize,
+        "weight_bytes": sum(t.numel() * t.element_size()
+                            for t in [*loaded.model.parameters(), *loaded.model.buffers()]),
         "components": {
             name: {"export_seconds": seconds[name], "record": record_of(artifact).summary(),
                    "validation": reports[name].to_dict() if name in reports else None}
@@ -126,7 +146,9 @@ def run(args) -> int:
 def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
     print(f"  export time:    {summary['export_seconds']:.2f} s")
-    print(f"  artifact bytes: {summary['artifact_bytes']:,}")
+    ratio = summary["artifact_bytes"] / summary["weight_bytes"] if summary.get("weight_bytes") else float("nan")
+    print(f"  artifact bytes: {summary['artifact_bytes']:,} ({ratio:.2f}x the model's "
+          f"{summary['weight_bytes']:,} weight bytes{', quantized ' + summary['quantize'] if summary.get('quantize') else ''})")
     for name, entry in summary["components"].items():
         details = entry["record"]
         print(f"  {name}: {', '.join(entry['files'])} ({entry['bytes']:,} bytes, {entry['export_seconds']:.2f} s)")
@@ -134,6 +156,11 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
             d = details["delegation"]
             print(f"    delegation:  {d['delegated_nodes']} nodes in {d['delegates']} {d['backend']} delegate(s), "
                   f"{d['portable_nodes']} on portable kernels")
+        if details.get("quantization"):
+            q = details["quantization"]
+            counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in q.items()
+                               if k not in ("quantizer", "scheme", "stage", "note"))
+            print(f"    quantized:   {q['quantizer']} {q['scheme']} on the {q['stage']} stage: {counts}")
         if details.get("patches"):
             print(f"    patches active during export: {', '.join(details['patches'])}")
         if details.get("fx_fixes"):

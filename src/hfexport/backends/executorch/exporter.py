@@ -76,7 +76,8 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
-        edge = to_edge_transform_and_lower(captured.program, partitioner=partitioners(config.backend))
+        edge = to_edge_transform_and_lower(captured.program,
+                                           partitioner=partitioners(config.backend, dynamic_quant=_dynamic_quant(config)))
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
             alloc_graph_output=config.alloc_graph_output,
@@ -101,6 +102,10 @@ class PteBuffer:
 
     def __init__(self, buffer: bytes):
         self.buffer = buffer
+
+
+def _dynamic_quant(config: ExecutorchConfig) -> bool:
+    return config.quantizer is not None and getattr(config.quantizer, "scheme", "") == "int8-dynamic"
 
 
 class ConfigBounds:

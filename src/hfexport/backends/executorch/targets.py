@@ -40,11 +40,23 @@ def check_target(backend: str, model_name: str) -> None:
             ) from error
 
 
-def partitioners(backend: str) -> list[Any]:
-    """The partitioner list handed to `to_edge_transform_and_lower` for `backend`."""
+def partitioners(backend: str, *, dynamic_quant: bool = False) -> list[Any]:
+    """The partitioner list handed to `to_edge_transform_and_lower` for `backend`.
+
+    A dynamically quantized program first gets XNNPACK's dynamically-quantized partitioner, one op per
+    partition (as ExecuTorch's own LLM export does): partitioned together with the float ops, the
+    quantize/dequantize chains of dynamically quantized linears formed dependency cycles
+    ("Invalid partition, found dependency cycles").
+    """
     if backend == "xnnpack":
         from .partitioner import xnnpack_partitioner
 
+        if dynamic_quant:
+            from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
+            from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+            dynamic = XnnpackPartitioner(config_precisions=ConfigPrecisionType.DYNAMIC_QUANT, per_op_mode=True)
+            return [dynamic, xnnpack_partitioner()]
         return [xnnpack_partitioner()]
     if backend == "cuda":
         from executorch.backends.cuda.cuda_backend import CudaBackend

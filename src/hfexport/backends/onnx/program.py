@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,6 +31,15 @@ class HfOnnxProgram(torch.onnx.ONNXProgram):
     """An `ONNXProgram` (same API) made by `OnnxExporter`."""
 
     external_data: bool | None = None
+
+    @classmethod
+    def from_proto(cls, proto: Any, like: HfOnnxProgram) -> HfOnnxProgram:
+        """A program holding `proto` (a quantized model), otherwise like `like`."""
+        import onnx_ir as ir
+
+        wrapped = cls(ir.from_proto(proto), like.exported_program)
+        wrapped.external_data = like.external_data
+        return wrapped
 
     @classmethod
     def wrap(cls, program: torch.onnx.ONNXProgram, *, external_data: bool | None = None) -> HfOnnxProgram:

@@ -1,0 +1,52 @@
+"""Quantization during export (SPEC R9): a `quantizer=` on every config.
+
+| quantizer       | stage                 | formats                  | schemes                                   |
+|-----------------|-----------------------|--------------------------|-------------------------------------------|
+| `PT2EQuantizer` | torch.export graph    | executorch, dynamo       | int8-dynamic, int8-static                 |
+| `NNCFQuantizer` | OpenVINO / ONNX model | openvino, onnx           | int8-static, int8-weights, int4-weights   |
+|                 | torch.export graph    | dynamo                   | int8-weights, int4-weights                |
+| `OrtQuantizer`  | ONNX model            | onnx                     | int8-dynamic, int8-static                 |
+"""
+
+from .base import Calibration, ExportQuantizer
+from .nncf import NNCFQuantizer
+from .ort import OrtQuantizer
+from .pt2e import PT2EQuantizer
+
+__all__ = ["ExportQuantizer", "Calibration", "PT2EQuantizer", "NNCFQuantizer", "OrtQuantizer", "quantizer_for",
+           "quantizer_from_dict"]
+
+QUANTIZERS = {cls.name: cls for cls in (PT2EQuantizer, NNCFQuantizer, OrtQuantizer)}
+
+
+def quantizer_from_dict(data: dict) -> ExportQuantizer:
+    """Rebuild a quantizer from its `to_dict()` (`{"quantizer": "nncf", "scheme": "int4-weights"}`).
+    Calibration data are not part of a config file: pass them to the quantizer object."""
+    if isinstance(data, ExportQuantizer):
+        return data
+    options = dict(data)
+    name = options.pop("quantizer", None)
+    if name not in QUANTIZERS:
+        raise ValueError(f"unknown quantizer {name!r}; known: {', '.join(QUANTIZERS)}")
+    return QUANTIZERS[name](**options)
+
+#: CLI names -> (quantizer class, scheme) per format.
+CLI_SCHEMES = {
+    "dynamo": {"int8-dynamic": (PT2EQuantizer, "int8-dynamic"), "int8-static": (PT2EQuantizer, "int8-static"),
+               "int8-weights": (NNCFQuantizer, "int8-weights"), "int4-weights": (NNCFQuantizer, "int4-weights")},
+    "executorch": {"int8-dynamic": (PT2EQuantizer, "int8-dynamic"), "int8-static": (PT2EQuantizer, "int8-static")},
+    "onnx": {"int8-dynamic": (OrtQuantizer, "int8-dynamic"), "int8-static": (OrtQuantizer, "int8-static"),
+             "int8-weights": (NNCFQuantizer, "int8-weights"), "int4-weights": (NNCFQuantizer, "int4-weights")},
+    "openvino": {"int8-static": (NNCFQuantizer, "int8-static"), "int8-weights": (NNCFQuantizer, "int8-weights"),
+                 "int4-weights": (NNCFQuantizer, "int4-weights")},
+}
+
+
+def quantizer_for(export_format: str, scheme: str, calibration: Calibration | None = None) -> ExportQuantizer:
+    """The quantizer the CLI's `--quantize SCHEME` means for `export_format`."""
+    options = CLI_SCHEMES.get(export_format, {})
+    if scheme not in options:
+        raise ValueError(f"--quantize {scheme} is not available for {export_format}; "
+                         f"choose one of: {', '.join(options) or 'none'}")
+    cls, name = options[scheme]
+    return cls(name, calibration=calibration)

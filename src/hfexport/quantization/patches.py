@@ -1,0 +1,37 @@
+"""Workarounds the quantizers need (registered when `hfexport.quantization` is imported)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..registry import register_patch
+
+
+@register_patch(
+    ("executorch", "dynamo"),
+    "executorch.backends.xnnpack.quantizer.xnnpack_quantizer._convert_scalars_to_attrs",
+    reason="XNNPACKQuantizer lifts every scalar of aten.add/mul into a float32 buffer, so the integer "
+    "`arange(n) + 0` of transformers' mask and position code turns float and prepare_pt2e's module fails "
+    "with 'tensors used as indices must be long'; lifted scalars of integer nodes are put back",
+    upstream="pytorch/executorch#22062 (fixed by pytorch/executorch#22065)",
+    seen_with={"executorch": "1.4.1", "torchao": "0.18.0"},
+    remove_when="executorch>1.4.1 ships pytorch/executorch#22065",
+)
+def patch_xnnpack_quantizer_integer_scalars(original):
+    def _convert_scalars_to_attrs(model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        model = original(model)
+        for node in model.graph.nodes:
+            value = node.meta.get("val")
+            if node.op != "call_function" or not isinstance(value, torch.Tensor) or value.dtype.is_floating_point:
+                continue
+            args = list(node.args)
+            for i, arg in enumerate(args):
+                if getattr(arg, "op", None) == "get_attr" and str(arg.target).startswith("_tensor_constant_"):
+                    args[i] = int(getattr(model, arg.target).item())
+            node.args = tuple(args)
+        model.graph.eliminate_dead_code()
+        model.recompile()
+        return model
+
+    return _convert_scalars_to_attrs
+

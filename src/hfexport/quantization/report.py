@@ -1,0 +1,80 @@
+"""What a quantizer did to an artifact, counted in the artifact itself (SPEC R9; USERS.md #5: a
+"quantized" model whose layers were silently skipped must show it)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+__all__ = ["quantization_summary"]
+
+_LOW_PRECISION = {"u8", "i8", "u4", "i4", "nf4", "f4e2m1"}
+
+
+def quantization_summary(export_format: str, artifact: Any) -> dict[str, Any]:
+    """`{"quantized_matmuls": n, "float_matmuls": m, ...}` for the formats that can be inspected."""
+    try:
+        if export_format == "onnx":
+            return _onnx(artifact.model_proto)
+        if export_format == "openvino":
+            return _openvino(artifact)
+        if export_format == "dynamo":
+            return _fx(artifact.graph)
+        if export_format == "executorch":
+            return _fx(artifact.exported_program().graph)
+    except Exception as error:  # noqa: BLE001 - a report must not fail the export
+        return {"summary_error": str(error)[:200]}
+    return {}
+
+
+def _onnx(proto: Any) -> dict[str, Any]:
+    ops = Counter(node.op_type for node in proto.graph.node)
+    quantized = ops["MatMulInteger"] + ops["MatMulNBits"] + ops["QLinearMatMul"]
+    # QDQ format: a MatMul fed by DequantizeLinear weights is an int8 MatMul at run time
+    dequantized = {out for node in proto.graph.node if node.op_type == "DequantizeLinear" for out in node.output}
+    qdq = sum(1 for node in proto.graph.node if node.op_type in ("MatMul", "Gemm") and set(node.input) & dequantized)
+    return {"quantized_matmuls": quantized + qdq, "float_matmuls": ops["MatMul"] + ops["Gemm"] - qdq,
+            "quantize_ops": ops["QuantizeLinear"] + ops["DynamicQuantizeLinear"],
+            "dequantize_ops": ops["DequantizeLinear"]}
+
+
+def _openvino(model: Any) -> dict[str, Any]:
+    types = Counter(op.get_type_name() for op in model.get_ops())
+    low = sum(1 for op in model.get_ops() if op.get_type_name() == "Constant"
+              and op.get_output_element_type(0).get_type_name() in _LOW_PRECISION)
+    return {"fake_quantize_ops": types["FakeQuantize"], "low_precision_constants": low,
+            "matmuls": types["MatMul"]}
+
+
+def _from_low_precision(node: Any, depth: int = 5) -> bool:
+    """Whether `node` is computed from an int8/uint8/int4 tensor within a few ops (a dequantize,
+    or NNCF's decompression `(w - zero_point) * scale`)."""
+    import torch
+
+    if node is None or depth < 0 or not hasattr(node, "op"):
+        return False
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor) and value.dtype in (torch.int8, torch.uint8) + tuple(
+            getattr(torch, name) for name in ("int4", "uint4") if hasattr(torch, name)):
+        return True
+    if node.op == "call_function" and "dequantize" in str(node.target):
+        return True
+    return any(_from_low_precision(arg, depth - 1) for arg in node.args if hasattr(arg, "op"))
+
+
+def _fx(graph: Any) -> dict[str, Any]:
+    quantized = floating = 0
+    for node in graph.nodes:
+        name = str(node.target)
+        if node.op != "call_function" or not any(k in name for k in ("linear", "mm.default", "convolution")):
+            continue
+        weight = node.args[1] if len(node.args) > 1 else None
+        if _from_low_precision(weight):
+            quantized += 1
+        else:
+            floating += 1
+    delegated = sum(1 for node in graph.nodes if "executorch_call_delegate" in str(node.target))
+    out = {"quantized_matmuls": quantized, "float_matmuls": floating}
+    if delegated:
+        out["note"] = "matmuls inside XNNPACK delegates are counted by the delegate, not here"
+    return out
