@@ -52,6 +52,8 @@ class HfExporter:
     config_class: ClassVar[type[ExportConfig]] = ExportConfig
     extra: ClassVar[str | None] = None
     fix_order: ClassVar[tuple[str, ...]] = ()
+    #: leave `None` items out of output tuples (a runtime that cannot have a `None` output)
+    drop_none_outputs: ClassVar[bool] = False
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -88,7 +90,8 @@ class HfExporter:
         with inference_mode(model), applied_patches(self.format) as patches:
             sample = self._capture_sample(kwargs, config)
             bounds = self._dim_bounds(model, sample, config)
-            captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order, bounds=bounds)
+            captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order, bounds=bounds,
+                               drop_none_outputs=self.drop_none_outputs)
             if getattr(bounds, "chosen", None):
                 logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
             if quantizer is not None and quantizer.stage_for(self.format) == "fx":

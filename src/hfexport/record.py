@@ -103,10 +103,20 @@ def record_from_program(program: torch.export.ExportedProgram, *, format: str = 
     else:
         input_names = [s.arg.name for s in user_inputs]
     output_names = leaf_names(_placeholder_tree(out_spec)) if out_spec else []
+    output_names = [name for name, none in zip(output_names, none_outputs(program)) if not none]
     ranges = {str(sym): (_bound(vr.lower) or 0, _bound(vr.upper)) for sym, vr in program.range_constraints.items()}
     model_class = model_class or getattr(program, "_hfexport_model_class", None) or "ExportedProgram"
     return ExportRecord(format, model_class, input_names, output_names, shapes, ranges, program,
                         input_keys=input_keys, input_dtypes=dtypes)
+
+
+def none_outputs(program: torch.export.ExportedProgram) -> list[bool]:
+    """Per user output leaf, whether it is a constant `None` (`hidden_states` entries a model left
+    empty): runtimes with named outputs (ONNX, OpenVINO) have no such output, so it gets no name."""
+    kinds = torch.export.graph_signature.OutputKind
+    return [spec.kind == kinds.USER_OUTPUT and isinstance(spec.arg, torch.export.graph_signature.ConstantArgument)
+            and spec.arg.value is None
+            for spec in program.graph_signature.output_specs if spec.kind == kinds.USER_OUTPUT]
 
 
 def _placeholder_tree(spec: pytree.TreeSpec) -> Any:

@@ -255,7 +255,7 @@ def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=
         if label == "sample":
             raise
         return None
-    expected = flatten_with_names(eager)
+    expected = [(name, value) for name, value in flatten_with_names(eager) if value is not None]
     try:
         got = runner.run(copy.deepcopy(record.artifact_inputs(inputs)))
     except Exception as error:  # noqa: BLE001 - a runtime failure is a validation result, reported

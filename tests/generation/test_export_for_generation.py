@@ -12,9 +12,9 @@ from hfexport.utils import decompose_for_generation
 CASES = [
     ("dynamo", "llama"), ("dynamo", "gpt2"), ("dynamo", "mistral"), ("dynamo", "qwen3_moe"),
     ("dynamo", "t5"), ("dynamo", "whisper"), ("dynamo", "mamba"), ("dynamo", "llava"),
-    ("onnx", "llama"), ("onnx", "t5"), ("onnx", "mamba"),
-    ("openvino", "llama"), ("openvino", "t5"),
-    ("executorch", "llama"),
+    ("onnx", "llama"), ("onnx", "t5"), ("onnx", "mamba"), ("onnx", "llava"),
+    ("openvino", "llama"), ("openvino", "t5"), ("openvino", "llava"),
+    ("executorch", "llava"),  # ExecuTorch's Llama/Mistral/T5 components: tests/generation/test_runner.py
 ]
 
 

@@ -89,7 +89,8 @@ def split_constants(inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
 
 
 @contextlib.contextmanager
-def named_kwargs_forward(model: torch.nn.Module, names: list[str], constants: dict[str, Any] | None = None):
+def named_kwargs_forward(model: torch.nn.Module, names: list[str], constants: dict[str, Any] | None = None,
+                         *, drop_none: bool = False):
     """Trace `model` through a front whose signature is exactly `names` (keyword-only), passing
     `constants` along unchanged; restored afterwards.
 
@@ -110,7 +111,8 @@ def named_kwargs_forward(model: torch.nn.Module, names: list[str], constants: di
 
     def forward(**kwargs):
         kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
-        return original(**kwargs, **(constants or {}))
+        outputs = original(**kwargs, **(constants or {}))
+        return _distinct_outputs(_without_none(outputs) if drop_none else outputs)
 
     forward.__signature__ = inspect.Signature(
         [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names]
@@ -123,6 +125,37 @@ def named_kwargs_forward(model: torch.nn.Module, names: list[str], constants: di
             model.forward = original
         else:
             del model.forward
+
+
+def _without_none(value: Any) -> Any:
+    """`value` with `None` items left out of its tuples and lists (`hidden_states=(None, None, h)`
+    when a model keeps one layer): OpenVINO's PyTorch frontend cannot convert a `None` output
+    ("Tensor name is not a number")."""
+    if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
+        return type(value)(_without_none(v) for v in value if v is not None)
+    if hasattr(value, "keys") and hasattr(value, "__setitem__") and not _is_cache(value):
+        for key in list(value.keys()):
+            value[key] = _without_none(value[key])
+        return value
+    return value
+
+
+def _distinct_outputs(outputs: Any) -> Any:
+    """`outputs` with a tensor returned twice (CLIP's `hidden_states[-1]` is `last_hidden_state`)
+    copied the second time: an ONNX graph cannot list one value as two outputs, and torch.onnx
+    then drops one, shifting every later output name."""
+    seen: set[int] = set()
+
+    def distinct(leaf: Any) -> Any:
+        if isinstance(leaf, torch.Tensor):
+            if id(leaf) in seen:
+                # `* 1` rather than `.clone()`: ExecuTorch's edge passes drop a clone, and its
+                # XNNPACK delegate refuses a value that leaves it twice ("already in the inputs")
+                return leaf * 1 if leaf.is_floating_point() else leaf.clone()
+            seen.add(id(leaf))
+        return leaf
+
+    return pytree.tree_map(distinct, outputs)
 
 
 def _model_names(forward: Any, names: Any) -> dict[str, str]:
@@ -146,11 +179,12 @@ def call_model(model: torch.nn.Module, kwargs: dict[str, Any]) -> Any:
     return model(**{renames.get(k, k): v for k, v in kwargs.items()})
 
 
-def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool) -> torch.export.ExportedProgram:
+def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool,
+            drop_none: bool = False) -> torch.export.ExportedProgram:
     traced, constants = split_constants(inputs)
     if isinstance(dynamic_shapes, dict):
         dynamic_shapes = {k: v for k, v in dynamic_shapes.items() if k in traced}
-    with size_oblivious_tracing(size_oblivious), named_kwargs_forward(model, list(traced), constants):
+    with size_oblivious_tracing(size_oblivious), named_kwargs_forward(model, list(traced), constants, drop_none=drop_none):
         return torch.export.export(
             model,
             (),
@@ -162,7 +196,7 @@ def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool) -> t
 
 
 def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, backend: str,
-            fix_order: tuple[str, ...] = (), bounds: Any = None) -> Capture:
+            fix_order: tuple[str, ...] = (), bounds: Any = None, drop_none_outputs: bool = False) -> Capture:
     """Trace `model(**inputs)` with `torch.export` under `config`'s shape plan, then apply the FX
     fixes registered for `backend` (those named in `fix_order` first, in that order). `bounds`
     gives `dynamic=True` dimensions a range (see `plan_dynamic_shapes`).
@@ -176,7 +210,8 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
     # Size-oblivious tracing only matters where every dim is dynamic (explicit Dims say their own min).
     size_oblivious = config.dynamic and config.dynamic_shapes is None
     try:
-        program = _export(model, inputs, dynamic_shapes, config, size_oblivious=size_oblivious)
+        program = _export(model, inputs, dynamic_shapes, config, size_oblivious=size_oblivious,
+                          drop_none=drop_none_outputs)
     except Exception as first_error:  # noqa: BLE001 - retried once, then translated
         if not size_oblivious:
             raise _translate(first_error, model, config) from first_error
@@ -189,7 +224,8 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
         )
         size_oblivious = False
         try:
-            program = _export(model, inputs, dynamic_shapes, config, size_oblivious=False)
+            program = _export(model, inputs, dynamic_shapes, config, size_oblivious=False,
+                              drop_none=drop_none_outputs)
         except Exception as error:  # noqa: BLE001
             raise _translate(error, model, config) from error
     if mutates_user_inputs(program):

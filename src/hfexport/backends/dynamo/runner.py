@@ -25,11 +25,11 @@ class DynamoRunner(Runner):
 
     def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
         with torch.no_grad():
-            return pytree.tree_leaves(self.module(**inputs))
+            return [x for x in pytree.tree_leaves(self.module(**inputs)) if x is not None]
 
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         # The program takes the forward's pytree (a StaticCache object, ...): rebuild it from the
         # leaves. Its in-place cache writes land in these very tensors.
         args, kwargs = pytree.tree_unflatten(list(leaves), self.artifact.call_spec.in_spec)
         with torch.no_grad():
-            return pytree.tree_leaves(self.module(*args, **kwargs))
+            return [x for x in pytree.tree_leaves(self.module(*args, **kwargs)) if x is not None]

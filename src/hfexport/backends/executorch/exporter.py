@@ -114,9 +114,11 @@ class ConfigBounds:
     (or `max_target_positions`), others `FALLBACK_MAX`. `chosen` says what was picked and why."""
 
     def __init__(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExecutorchConfig):
-        text = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+        model_config = getattr(model, "config", None)  # a projector or an lm_head component has none
+        text = (model_config.get_text_config(decoder=True) if hasattr(model_config, "get_text_config")
+                else model_config)
         self.max_positions = int(getattr(text, "max_position_embeddings", None)
-                                 or getattr(model.config, "max_target_positions", None) or FALLBACK_MAX)
+                                 or getattr(model_config, "max_target_positions", None) or FALLBACK_MAX)
         self.max_batch = config.max_batch_size
         self.static_cache = has_fixed_batch(inputs)
         self.inputs = inputs

@@ -31,4 +31,5 @@ class ExecutorchRunner(Runner):
         # A method whose graph writes into its inputs (a static cache) returns those writes first:
         # [written cache x N, logits, cache x N] (SPEC R8). The user outputs are the last ones.
         skip = self.record.details.get("input_mutations", 0)
-        return [out if isinstance(out, torch.Tensor) else torch.as_tensor(out) for out in outputs[skip:]]
+        return [out if isinstance(out, torch.Tensor) else torch.as_tensor(out) for out in outputs[skip:]
+                if out is not None]  # a None output (an empty `hidden_states` entry) has no tensor

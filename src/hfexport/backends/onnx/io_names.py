@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from ...capture.names import dim_names, io_leaf_names, rename_expression
-from ...record import _placeholder_tree
+from ...record import _placeholder_tree, none_outputs
 
 __all__ = ["onnx_io_names", "rename_symbolic_dims"]
 
@@ -17,7 +17,9 @@ def onnx_io_names(program: torch.export.ExportedProgram) -> tuple[list[str], lis
     `input.cache.<layer>.<tensor>` / `output.cache.<layer>.<tensor>` pairs."""
     _, kwargs = _placeholder_tree(program.call_spec.in_spec)
     outputs = _placeholder_tree(program.call_spec.out_spec)
-    return io_leaf_names(kwargs, side="input"), io_leaf_names(outputs, side="output")
+    output_names = [name for name, none in zip(io_leaf_names(outputs, side="output"), none_outputs(program))
+                    if not none]
+    return io_leaf_names(kwargs, side="input"), output_names
 
 
 def rename_symbolic_dims(model: Any, input_names: list[str], input_shapes: list[tuple]) -> dict[str, str]:

@@ -39,6 +39,7 @@ class OpenVINOExporter(HfExporter):
     config_class = OpenVINOConfig
     extra = "openvino"
     fix_order = ("fix_cat_empty_legacy_input",)
+    drop_none_outputs = True  # the PyTorch frontend fails on a None output ("Tensor name is not a number")
 
     def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: OpenVINOConfig):
         import openvino as ov
