@@ -31,13 +31,14 @@ class SavedExport:
     inputs: dict[str, Any]
     generation_config: Any
 
-    def eager_tokens(self, new_tokens: int) -> list[int]:
-        """Greedy `generate()` on the same prompt (no early stop), new tokens only."""
+    def eager(self, new_tokens: int):
+        """Greedy `generate()` on the same prompt (no early stop): (new tokens, per-step logits)."""
         with torch.no_grad():
             out = self.model.generate(**self.inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                      do_sample=False, generation_config=self.generation_config)
+                                      do_sample=False, generation_config=self.generation_config,
+                                      output_logits=True, return_dict_in_generate=True)
         start = 1 if self.model.config.is_encoder_decoder else self.inputs["input_ids"].shape[1]
-        return out[0, start:].tolist()
+        return out.sequences[0, start:].tolist(), list(out.logits)
 
 
 def _export(fmt: str, case: str, directory: Path) -> SavedExport:

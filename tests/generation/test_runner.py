@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from hfexport import GenerationExport, GenerationRunner
 
@@ -30,8 +31,13 @@ def test_greedy_tokens_from_the_loaded_export_equal_generate(saved_generation, f
     saved = saved_generation(fmt, case)
     runner = GenerationRunner.load(saved.directory)
     result = runner.generate(saved.inputs["input_ids"], max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                             attention_mask=saved.inputs.get("attention_mask"))
-    assert result.tokens == saved.eager_tokens(NEW_TOKENS)
+                             attention_mask=saved.inputs.get("attention_mask"), output_logits=True)
+    tokens, logits = saved.eager(NEW_TOKENS)
+    assert result.tokens == tokens
+    # every step's logits too: a tiny random T5 repeats one token, so tokens alone would not show
+    # a cache fed back wrong
+    for step, (got, want) in enumerate(zip(result.logits, logits)):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=lambda m, s=step: f"step {s}: {m}")
     assert result.time_to_first_token_s > 0 and result.tokens_per_s > 0
 
 

@@ -49,9 +49,12 @@ class GenerationResult:
     time_to_first_token_s: float
     tokens_per_s: float  # decode steps after the first token, per second (nan with one token)
     text: str | None = None
+    logits: list[torch.Tensor] | None = None  # per step, the last position's logits (`output_logits=True`)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out.pop("logits")
+        return out
 
 
 class GenerationRunner:
@@ -100,6 +103,7 @@ class GenerationRunner:
         seed: int | None = None,
         eos_token_id: int | list[int] | None = -1,
         attention_mask: torch.Tensor | None = None,
+        output_logits: bool = False,
         **encoder_inputs: Any,
     ) -> GenerationResult:
         """Generate up to `max_new_tokens` after the prompt `input_ids` (one sequence).
@@ -112,6 +116,8 @@ class GenerationRunner:
                 encoder-decoder model).
             eos_token_id: stop after this token; default: the generation config's; `None` never stops early.
             attention_mask: the prompt's mask for an encoder-decoder's encoder (default all ones).
+            output_logits: also return each step's raw logits (before the processors), as
+                `generate(output_logits=True)` does.
             encoder_inputs: other encoder inputs by name (`input_features=` for speech models).
         """
         prompt = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1) if not isinstance(
@@ -126,10 +132,13 @@ class GenerationRunner:
         state = _State(self, prompt, attention_mask, encoder_inputs)
         sequence = state.decoder_prefix()
         tokens: list[int] = []
+        raw_logits: list[torch.Tensor] = []
         step_ids = sequence
         first_at = decode_start = None
         while len(tokens) < max_new_tokens:
             logits = state.step(step_ids)
+            if output_logits:
+                raw_logits.append(logits[:, -1].float().clone())
             scores = processors(sequence, logits[:, -1].float())
             if do_sample:
                 next_token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
@@ -151,6 +160,7 @@ class GenerationRunner:
             time_to_first_token_s=(first_at or end) - start,
             tokens_per_s=decoded / (end - decode_start) if decoded > 0 and end > decode_start else float("nan"),
             text=tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
+            logits=raw_logits if output_logits else None,
         )
 
     def _generation_config(self, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
