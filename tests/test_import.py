@@ -30,3 +30,10 @@ def test_public_names_of_the_seed_resolve():
         assert getattr(hfexport, name) is not None
     assert hfexport.exporter_dynamo.register_pytree_node is hfexport.register_pytree_node
     assert set(hfexport.__all__) >= {"DynamoExporter", "validate", "register_patch"}
+
+
+def test_building_a_quantizer_loads_no_backend_package():
+    """Quantizers (and configs holding one) are plain objects; their packages load when they run."""
+    loaded = _modules_after("from hfexport.quantization import PT2EQuantizer, NNCFQuantizer, OrtQuantizer\n"
+                            "PT2EQuantizer('int8-dynamic'); NNCFQuantizer('int4-weights'); OrtQuantizer('int8-dynamic')")
+    assert not loaded & set(BACKEND_PACKAGES), loaded & set(BACKEND_PACKAGES)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .capture.names import io_leaf_names
+from .capture.names import INTERFACE_CACHE_NAME, io_leaf_names, with_interface_cache_name
 from .capture.pytree import leaf_names
 
 __all__ = ["ExportRecord", "record_of", "attach_record", "record_from_program"]
@@ -52,8 +52,8 @@ class ExportRecord:
         """The part of forward kwargs the artifact takes (constants like `use_cache` are baked in)."""
         if not self.input_keys:
             return inputs
-        if "past_key_values" in self.input_keys and "past_key_values" not in inputs and "cache" in inputs:
-            inputs = {("past_key_values" if k == "cache" else k): v for k, v in inputs.items()}
+        if INTERFACE_CACHE_NAME in self.input_keys:
+            inputs = with_interface_cache_name(inputs)
         return {key: inputs[key] for key in self.input_keys if key in inputs}
 
     @property

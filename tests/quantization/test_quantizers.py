@@ -160,16 +160,24 @@ def test_an_unknown_scheme_is_refused():
 
 
 def test_generation_components_are_each_quantized():
-    """export_for_generation with a quantizer: every component quantized, the runner still generates."""
+    """export_for_generation with a quantizer: every component quantized, and each still computes
+    what its eager submodule does (cosine >= 0.98 on its captured inputs)."""
     from hfexport import OnnxConfig, OnnxExporter
     from hfexport.presets import build_preset
+
+    from hfexport import validate
+    from hfexport.utils import decompose_for_generation
 
     model, inputs = build_preset("llama")
     config = OnnxConfig(dynamic=True, quantizer=OrtQuantizer("int8-static", calibration=CALIBRATION))
     artifacts = OnnxExporter().export_for_generation(model, inputs, config=config)
     assert list(artifacts) == ["prefill", "decode"]
-    for artifact in artifacts.values():  # calibrated on each component's own captured inputs
+    components = decompose_for_generation(model, inputs)
+    for name, artifact in artifacts.items():  # calibrated on each component's own captured inputs
         assert record_of(artifact).details["quantization"]["quantized_matmuls"] > 0
+        module, kwargs = components[name]
+        report = validate(artifact, module, kwargs, min_cosine=0.98)  # runs in ONNX Runtime
+        assert report.passed, report.to_table()
 
 
 def test_a_config_with_a_quantizer_round_trips_through_json():

@@ -17,6 +17,7 @@ import torch.utils._pytree as pytree
 from ..errors import CaptureError, summarize
 from ..registry import FX_NODE_FIXES, FX_PROGRAM_FIXES, FxFix, ordered_fixes
 from .dynamic import plan_dynamic_shapes, size_oblivious_tracing
+from .names import INTERFACE_CACHE_NAME
 from .prepare import model_name
 from .pytree import _is_cache, register_cache_pytree_nodes
 
@@ -168,8 +169,8 @@ def _model_names(forward: Any, names: Any) -> dict[str, str]:
         parameters = inspect.signature(forward).parameters
     except (TypeError, ValueError):
         return {}
-    if "past_key_values" in names and "past_key_values" not in parameters and "cache" in parameters:
-        return {"past_key_values": "cache"}
+    if INTERFACE_CACHE_NAME in names and INTERFACE_CACHE_NAME not in parameters and "cache" in parameters:
+        return {INTERFACE_CACHE_NAME: "cache"}
     return {}
 
 

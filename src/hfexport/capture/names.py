@@ -16,9 +16,20 @@ import torch.utils._pytree as pytree
 
 from .pytree import _is_cache, _key_name
 
-__all__ = ["io_leaf_names", "dim_names", "role_of", "CACHE_PREFIX"]
+__all__ = ["io_leaf_names", "dim_names", "role_of", "CACHE_PREFIX", "INTERFACE_CACHE_NAME",
+           "with_interface_cache_name"]
 
 CACHE_PREFIX = "cache"
+
+#: The cache argument's name in exported interfaces (the seed's); transformers 5.24 calls it `cache`.
+INTERFACE_CACHE_NAME = "past_key_values"
+
+
+def with_interface_cache_name(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` with a `cache` argument renamed `past_key_values` (order kept)."""
+    if "cache" in kwargs and INTERFACE_CACHE_NAME not in kwargs:
+        return {(INTERFACE_CACHE_NAME if k == "cache" else k): v for k, v in kwargs.items()}
+    return kwargs
 
 
 def io_leaf_names(tree: dict[str, Any] | Any, *, side: str | None = None) -> list[str]:

@@ -24,8 +24,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from ..capture.prepare import inference_mode, model_name, normalize_inputs
+from ..capture.names import io_leaf_names, with_interface_cache_name
 from ..capture.pytree import is_static_cache
 from ..errors import PrepareError
 
@@ -190,8 +192,6 @@ def initial_cache(kwargs: dict[str, Any]) -> dict[str, Any]:
     carry values it cannot guess. A static cache is `reset()` first, as the seed resets the
     program's own template: its write counters start at 0 whatever the capture left in them.
     """
-    from ..capture.names import io_leaf_names
-
     key = next((k for k in _CACHE_KEYS if k in kwargs), None)
     if key is None:
         return {}
@@ -199,8 +199,6 @@ def initial_cache(kwargs: dict[str, Any]) -> dict[str, Any]:
     if is_static_cache(cache):
         cache.reset()
     tree = {key: cache}
-    import torch.utils._pytree as pytree
-
     leaves = pytree.tree_leaves(tree)
     return {name: leaf.tolist() for name, leaf in zip(io_leaf_names(tree), leaves)
             if isinstance(leaf, torch.Tensor) and leaf.numel() <= 1}
@@ -233,8 +231,7 @@ def interface_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     The order is the seed's too: `input_ids, attention_mask, position_ids`, the rest, the cache
     last. Runtimes that take inputs by position (ExecuTorch's `method.execute`, the C++
     `set_input(.., i)`) see `[input_ids, attention_mask, position_ids, cache x N]`."""
-    if "cache" in kwargs and "past_key_values" not in kwargs:
-        kwargs = {("past_key_values" if k == "cache" else k): v for k, v in kwargs.items()}
+    kwargs = with_interface_cache_name(kwargs)
     first = [k for k in _LEADING if k in kwargs]
     last = [k for k in ("past_key_values", *_CACHE_KEYS) if k in kwargs]
     middle = [k for k in kwargs if k not in first and k not in last]

@@ -42,10 +42,9 @@ class Component:
     files: list[Path]
 
     def runner(self):
-        from ..registry import BACKENDS, backend_names
+        from ..runner import runner_for
 
-        backend_names()
-        return BACKENDS.get(self.record.format).runner_class()(self.artifact, self.record)
+        return runner_for(self.artifact, self.record)
 
 
 def _record_entry(record: ExportRecord) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 
-from . import patches  # noqa: F401  (registers the XNNPACK quantizer workaround)
 from .base import ExportQuantizer
 
 __all__ = ["PT2EQuantizer"]
@@ -31,6 +30,12 @@ class PT2EQuantizer(ExportQuantizer):
     formats = ("executorch", "dynamo")
     schemes = ("int8-dynamic", "int8-static")
     packages = ("torchao", "executorch")
+
+    def check(self, export_format: str) -> None:
+        super().check(export_format)
+        # registered here, before the export applies its patches, rather than when the module is
+        # imported: resolving the patch target imports executorch's quantizer (and torchao)
+        from . import patches  # noqa: F401
 
     def _xnnpack_quantizer(self):
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
