@@ -66,6 +66,28 @@ def _llava_inputs(config: Any) -> dict[str, torch.Tensor]:
                                         generator=generator)}
 
 
+def qwen2_vl_image(config: Any, grid: list[tuple[int, int, int]],
+                   seed: int = 1) -> dict[str, torch.Tensor]:
+    """Flattened patches and `image_grid_thw` for images of the given `(t, h, w)` patch grids,
+    laid out as Qwen2-VL's processor lays them out: `(sum t*h*w, C * T * P * P)`."""
+    vision = config.vision_config
+    generator = torch.Generator().manual_seed(seed)
+    patches = sum(t * h * w for t, h, w in grid)
+    width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+    return {"pixel_values": torch.randn(patches, width, generator=generator),
+            "image_grid_thw": torch.tensor(grid)}
+
+
+def _qwen2_vl_inputs(config: Any) -> dict[str, torch.Tensor]:
+    """A prompt with one 4x6-patch image: vision start, one token per merged 2x2 block, vision end."""
+    image = qwen2_vl_image(config, [(1, 4, 6)])
+    tokens = 4 * 6 // config.vision_config.spatial_merge_size ** 2
+    ids = torch.cat([torch.tensor([[1, 5, config.vision_start_token_id]]), torch.full((1, tokens), config.image_token_id),
+                     torch.tensor([[config.vision_end_token_id, 7, 9]])], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), **image,
+            "mm_token_type_ids": (ids == config.image_token_id).int()}
+
+
 @dataclasses.dataclass(frozen=True)
 class SubConfig:
     """A nested config (a multimodal model's vision or text config), built by class name."""
@@ -101,6 +123,46 @@ class Preset:
         return model, self.inputs(model.config)
 
 
+def _decoder(name: str, family: str, kind: str = "decoder", **config: Any) -> Preset:
+    """A causal LM whose config takes the common Llama-style keyword names."""
+    config_class = config.pop("config_class", f"{family}Config")
+    config = dict(_TEXT, bos_token_id=1, eos_token_id=2, **config)
+    return Preset(name, f"{family}ForCausalLM", config_class, config, _text_inputs, kind, True)
+
+
+def _encoder(name: str, family: str, **config: Any) -> Preset:
+    """A BERT-style text encoder (`<Family>Model`)."""
+    base = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                max_position_embeddings=128)
+    return Preset(name, f"{family}Model", f"{family}Config", dict(base, **config), _text_inputs, "encoder")
+
+
+def _seq2seq(name: str, model_class: str, config_class: str, **config: Any) -> Preset:
+    """A BART-style encoder-decoder."""
+    base = dict(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+                pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2)
+    return Preset(name, model_class, config_class, dict(base, **config), _seq2seq_inputs, "encoder-decoder", True)
+
+
+def _speech2text_inputs(config: Any) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return {"input_features": torch.randn(1, 32, config.input_feat_per_channel * config.input_channels,
+                                          generator=generator),
+            "decoder_input_ids": torch.tensor([[config.decoder_start_token_id, 5, 9]])}
+
+
+def _clip_inputs(config: Any) -> dict[str, torch.Tensor]:
+    out = _text_inputs(config.text_config)
+    out.update(_image_inputs(config.vision_config))
+    return out
+
+
+def _ast_inputs(config: Any) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return {"input_values": torch.randn(1, config.max_length, config.num_mel_bins, generator=generator)}
+
+
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("llama", "LlamaForCausalLM", "LlamaConfig", dict(_TEXT), _text_inputs, "decoder", True),
     Preset("qwen3", "Qwen3ForCausalLM", "Qwen3Config", dict(_TEXT, head_dim=8), _text_inputs, "decoder", True),
@@ -120,6 +182,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
                                                                  image_size=16, patch_size=4)),
                 text_config=SubConfig("LlamaConfig", dict(_TEXT)), image_token_index=120, vision_feature_layer=-1),
            _llava_inputs, "multimodal", True),
+    Preset("qwen2_vl", "Qwen2VLForConditionalGeneration", "Qwen2VLConfig",
+           dict(text_config=dict(_TEXT, bos_token_id=1, eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                         "mrope_section": [1, 1, 2]}),
+                vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, mlp_ratio=2, patch_size=4,
+                                   spatial_merge_size=2, temporal_patch_size=2),
+                image_token_id=120, video_token_id=121, vision_start_token_id=122, vision_end_token_id=123),
+           _qwen2_vl_inputs, "multimodal", True),
     Preset("bert", "BertModel", "BertConfig",
            dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=128),
@@ -139,6 +208,74 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8), num_conv_pos_embeddings=16,
                 num_conv_pos_embedding_groups=2, num_feat_extract_layers=2), _audio_inputs, "audio"),
+    # -- the coverage panel: more families of each kind (docs/coverage.md) --------------------
+    _decoder("qwen2", "Qwen2"),
+    _decoder("phi3", "Phi3", pad_token_id=0),
+    _decoder("gemma2", "Gemma2", head_dim=8, sliding_window=4),
+    _decoder("gemma3_text", "Gemma3", config_class="Gemma3TextConfig", head_dim=8, sliding_window=4, sliding_window_pattern=2),
+    _decoder("olmo2", "Olmo2"),
+    _decoder("starcoder2", "Starcoder2"),
+    _decoder("phi", "Phi"),
+    _decoder("smollm3", "SmolLM3", pad_token_id=0),
+    _decoder("mixtral", "Mixtral", num_local_experts=4, num_experts_per_tok=2),
+    _decoder("olmoe", "Olmoe", num_experts=4, num_experts_per_tok=2),
+    Preset("gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXConfig", dict(_TEXT), _text_inputs, "decoder", True),
+    Preset("opt", "OPTForCausalLM", "OPTConfig",
+           dict(vocab_size=128, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=128, word_embed_proj_dim=32, pad_token_id=0), _text_inputs, "decoder", True),
+    Preset("bloom", "BloomForCausalLM", "BloomConfig",
+           dict(vocab_size=128, hidden_size=32, n_layer=2, n_head=4), _text_inputs, "decoder", True),
+    Preset("falcon", "FalconForCausalLM", "FalconConfig",
+           dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=2,
+                new_decoder_architecture=True, max_position_embeddings=128), _text_inputs, "decoder", True),
+    Preset("gptj", "GPTJForCausalLM", "GPTJConfig",
+           dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=128, bos_token_id=1,
+                eos_token_id=2), _text_inputs, "decoder", True),
+    Preset("mamba2", "Mamba2ForCausalLM", "Mamba2Config",
+           dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
+                num_heads=8, head_dim=8, n_groups=1, chunk_size=16), _text_inputs, "ssm", True),
+    Preset("falcon_mamba", "FalconMambaForCausalLM", "FalconMambaConfig",
+           dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
+                intermediate_size=64), _text_inputs, "ssm", True),
+    _seq2seq("bart", "BartForConditionalGeneration", "BartConfig"),
+    _seq2seq("marian", "MarianMTModel", "MarianConfig", decoder_start_token_id=0),
+    Preset("speech_to_text", "Speech2TextForConditionalGeneration", "Speech2TextConfig",
+           dict(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=64,
+                max_target_positions=32, input_feat_per_channel=8, input_channels=1, conv_channels=16,
+                num_conv_layers=2, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2),
+           _speech2text_inputs, "encoder-decoder", True),
+    _encoder("roberta", "Roberta", pad_token_id=1),
+    _encoder("distilbert", "DistilBert", dim=32, n_layers=2, n_heads=4, hidden_dim=64),
+    _encoder("deberta_v2", "DebertaV2"),
+    _encoder("modernbert", "ModernBert", global_attn_every_n_layers=2, local_attention=4, pad_token_id=0,
+             bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2),
+    Preset("convnext", "ConvNextForImageClassification", "ConvNextConfig",
+           dict(num_channels=3, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], image_size=32, num_labels=5), _image_inputs,
+           "vision"),
+    Preset("resnet", "ResNetForImageClassification", "ResNetConfig",
+           dict(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=5, image_size=32),
+           _image_inputs, "vision"),
+    Preset("swin", "SwinForImageClassification", "SwinConfig",
+           dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 4], window_size=4,
+                num_labels=5), _image_inputs, "vision"),
+    Preset("dinov2", "Dinov2Model", "Dinov2Config",
+           dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=64), _image_inputs, "vision"),
+    Preset("hubert", "HubertModel", "HubertConfig",
+           dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8), num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=2, num_feat_extract_layers=2), _audio_inputs, "audio"),
+    Preset("ast", "ASTForAudioClassification", "ASTConfig",
+           dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, patch_size=8,
+                num_mel_bins=16, max_length=32, frequency_stride=8, time_stride=8, num_labels=5), _ast_inputs,
+           "audio"),
+    Preset("clip", "CLIPModel", "CLIPConfig",
+           dict(text_config=dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, max_position_embeddings=128, bos_token_id=1, eos_token_id=2),
+                vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   image_size=16, patch_size=4), projection_dim=16, bos_token_id=1, eos_token_id=2),
+           _clip_inputs, "multimodal"),
 ]}
 
 

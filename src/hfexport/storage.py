@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .errors import SerializationError
 
-__all__ = ["check_target", "staged_folder"]
+__all__ = ["atomic_write_text", "check_target", "staged_folder"]
 
 
 def check_target(target: Path, *, overwrite: bool) -> None:
@@ -44,3 +44,16 @@ def staged_folder(target: Path, *, overwrite: bool) -> Iterator[Path]:
     staging.rename(target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def atomic_write_text(target: Path, text: str) -> None:
+    """Write `text` to `target` through a temporary file renamed into place (never half-written)."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

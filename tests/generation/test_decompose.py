@@ -113,3 +113,18 @@ def test_multimodal_prefill_splits_into_encoder_projector_language_model_and_hea
         hidden = language_model(**copy.deepcopy(kwargs)).last_hidden_state
         logits = components["lm_head"][0](hidden[:, -1])
     assert torch.allclose(logits, generated.logits[0], atol=1e-5)
+
+
+def test_a_model_without_projector_gets_none_and_its_tower_feeds_the_language_model():
+    """Qwen2-VL merges patches inside its vision tower: no projector key; the tower's merged
+    features are exactly the language model's embeddings at the image tokens."""
+    model, inputs = build_preset("qwen2_vl")
+    components = decompose_for_generation(model, inputs)
+    assert list(components) == ["image_encoder", "language_model", "lm_head", "decode"]
+    tower, kwargs = components["image_encoder"]
+    assert tower is model.get_encoder(modality="image")
+    with torch.no_grad():
+        merged = tower(**copy.deepcopy(kwargs)).pooler_output
+    embeds = components["language_model"][1]["inputs_embeds"][0]
+    image_positions = inputs["input_ids"][0] == model.config.image_token_id
+    assert torch.equal(embeds[image_positions], merged)

@@ -30,6 +30,11 @@ Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 #: single-token graph (SPEC R7) and attention code that branches on `q_len > 1` traces.
 _STEP_ROLES = ("sequence", "decoder_sequence")
 
+#: Roles whose size the model's weights fix (a flattened patch's `C*T*P*P` values, the 3 of a
+#: `(t, h, w)` row). Left `Dim.AUTO` they can trace symbolic behind a `view(-1, ...)`, and every
+#: size derived from them is then unbounded (ExecuTorch would plan memory for the worst case).
+_MODEL_FIXED_ROLES = ("patch_features", "grid")
+
 
 def has_fixed_batch(inputs: dict[str, Any]) -> bool:
     """Whether `inputs` carry a preallocated fixed-size cache (`StaticCache`): it is allocated for
@@ -48,7 +53,8 @@ def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_ba
     shape = {}
     for axis, size in enumerate(tensor.shape):
         role = role_of(name, tensor.dim(), axis)
-        if size == 1 and role in _STEP_ROLES or fixed_batch and (role == "batch" or axis == 0):
+        if (size == 1 and role in _STEP_ROLES or fixed_batch and (role == "batch" or axis == 0)
+                or role in _MODEL_FIXED_ROLES):
             shape[axis] = torch.export.Dim.STATIC
             continue
         limit = bounds(name, axis, int(size)) if bounds else None

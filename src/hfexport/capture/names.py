@@ -68,7 +68,11 @@ _ROLES_BY_NAME = {
     "cache_position": ("sequence",),
     "last_hidden_state": ("batch", "encoder_sequence", None),  # an encoder-decoder's `encoder_outputs`
     "encoder_hidden_states": ("batch", "encoder_sequence", None),
+    "grid_thw": ("images", "grid"),  # Qwen2-VL's vision tower: one (t, h, w) row per image
+    "image_grid_thw": ("images", "grid"),
 }
+# Vision towers that take flattened patches, `(patches, C*T*P*P)`, name them as below (Qwen2-VL).
+_PATCH_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
 _CACHE_ROLES = ("batch", "heads", "cache_length", None)
 
 
@@ -83,6 +87,8 @@ def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
         return _CACHE_ROLES
     if leaf_name.endswith("attention_mask") and rank == 4:  # [batch, 1, query, keys] (a static cache's mask)
         return ("batch", None, "sequence", "cache_length")
+    if leaf_name.split(".")[-1] in _PATCH_INPUTS and rank == 2:
+        return ("patches", "patch_features")
     roles = _ROLES_BY_NAME.get(leaf_name.split(".")[-1], ())
     return tuple(roles) + (None,) * max(0, rank - len(roles))
 

@@ -57,6 +57,18 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=None, help="seed for --do-sample (reproducible tokens)")
     generate.add_argument("--json", action="store_true", help="print the result as JSON")
 
+    coverage = sub.add_parser("coverage", help="export every tiny architecture to every backend, check each "
+                              "against eager, write the matrix (Markdown + JSON)")
+    coverage.add_argument("--backends", help="comma-separated (default: dynamo,onnx,openvino,executorch)")
+    coverage.add_argument("--modes", help="comma-separated: export,generate (default: both)")
+    coverage.add_argument("--only", help="comma-separated architectures (preset names; default: all)")
+    coverage.add_argument("--output", "-o", default="docs/coverage.md",
+                          help="the Markdown page; the JSON goes beside it (default: docs/coverage.md)")
+    coverage.add_argument("--timeout", type=float, default=900, help="seconds per case (default 900)")
+    coverage.add_argument("--jobs", "-j", type=int, default=1, help="cases run at once (default 1)")
+    coverage.add_argument("--merge", action="store_true",
+                          help="keep the other cases of the JSON beside --output; replace only those run now")
+
     sub.add_parser("env", help="installed backends, versions, drift from the tested set")
     patches = sub.add_parser("patches", help="list registered patches and FX fixes")
     patches.add_argument("--backend", help="only those of this backend")
@@ -67,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="hfexport: %(levelname)s: %(message)s")
-    from . import env, export, generate, patches
+    from . import coverage, env, export, generate, patches
 
-    command = {"export": export.run, "generate": generate.run, "env": env.run, "patches": patches.run}[args.command]
+    command = {"export": export.run, "generate": generate.run, "coverage": coverage.run, "env": env.run,
+               "patches": patches.run}[args.command]
     try:
         return command(args)
     except KeyboardInterrupt:

@@ -22,7 +22,11 @@ class ExecutorchConfig(ExportConfig):
             input tensors the storage (in-place static cache).
         alloc_graph_output: likewise for graph outputs (bind them with `set_output_data_ptr`).
         alloc_mutable_buffers: likewise for mutable buffers.
-        max_batch_size: upper bound given to memory planning for a dynamic batch dimension.
+        max_batch_size: upper bound given to memory planning for a dynamic batch dimension (and
+            for the number of images of a vision tower that takes a variable number of them).
+        max_image_patches: upper bound for a vision tower's variable patch count (Qwen2-VL's
+            `(patches, C*T*P*P)` input); memory planning sizes attention for it, so it sets
+            the largest image the program accepts (1024 patches of 14 px: about 448x448).
     """
 
     export_format = "executorch"
@@ -32,11 +36,13 @@ class ExecutorchConfig(ExportConfig):
     alloc_graph_output: bool = True
     alloc_mutable_buffers: bool = True
     max_batch_size: int = 8
+    max_image_patches: int = 1024
 
     def _validate(self) -> None:
         _check_choice("ExecutorchConfig", "backend", self.backend, BACKENDS)
         for name in ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"):
             _check_type("ExecutorchConfig", name, getattr(self, name), bool)
-        _check_type("ExecutorchConfig", "max_batch_size", self.max_batch_size, int)
-        if self.max_batch_size < 1:
-            raise ValueError(f"ExecutorchConfig.max_batch_size must be >= 1; got {self.max_batch_size}")
+        for name in ("max_batch_size", "max_image_patches"):
+            _check_type("ExecutorchConfig", name, getattr(self, name), int)
+            if getattr(self, name) < 1:
+                raise ValueError(f"ExecutorchConfig.{name} must be >= 1; got {getattr(self, name)}")

@@ -120,6 +120,7 @@ class ConfigBounds:
         self.max_positions = int(getattr(text, "max_position_embeddings", None)
                                  or getattr(model_config, "max_target_positions", None) or FALLBACK_MAX)
         self.max_batch = config.max_batch_size
+        self.max_patches = config.max_image_patches
         self.static_cache = has_fixed_batch(inputs)
         self.inputs = inputs
         self.chosen: dict[str, str] = {}
@@ -130,8 +131,10 @@ class ConfigBounds:
             # planned at exactly the static cache's size: method_meta then gives the caller's
             # buffer sizes (the seed's C++ loop allocates the cache from `nbytes()`)
             upper, why = size, "the static cache's max_cache_len"
-        elif role == "batch":
+        elif role in ("batch", "images"):
             upper, why = self.max_batch, "ExecutorchConfig.max_batch_size"
+        elif role == "patches":
+            upper, why = self.max_patches, "ExecutorchConfig.max_image_patches"
         elif role in ("sequence", "decoder_sequence", "cache_length"):
             upper, why = self.max_positions, "the model config's max_position_embeddings"
         else:

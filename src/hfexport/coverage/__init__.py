@@ -1,0 +1,20 @@
+"""The coverage matrix: which architectures export to which runtime, and give eager's numbers.
+
+`hfexport coverage` builds every tiny model of `hfexport.presets` (one per architecture), and for
+each backend x mode runs one case in its own subprocess (`hfexport.coverage.case`) with a timeout,
+so a crash or a hang costs one cell, not the sweep. A case exports, runs the artifact in its
+runtime and compares it with eager:
+
+- `export`: the whole model as one graph, `dynamic=True`, at the sample shape and at a second
+  batch size and sequence length (validation's resized case);
+- `generate`: `export_for_generation`, every component against its eager submodule, then greedy
+  tokens from the saved export through `GenerationRunner` against `model.generate` (text models;
+  the runner does not drive multimodal exports, so those check the components only).
+
+Statuses: `ok`, `export failure`, `runtime failure`, `mismatch`, `timeout`, `crash`, and for the
+declared cases of `KNOWN_FAILURES` `known failure` (or `unexpected pass` when one starts to work).
+"""
+
+from .matrix import KNOWN_FAILURES, CaseResult, KnownFailure, applicable, merge_results, render_markdown, run_matrix
+
+__all__ = ["KNOWN_FAILURES", "CaseResult", "KnownFailure", "applicable", "merge_results", "render_markdown", "run_matrix"]
