@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = ["KNOWN_FAILURES", "CaseResult", "KnownFailure", "applicable", "merge_results", "render_markdown",
-           "run_matrix"]
+           "run_case", "run_matrix"]
 
 BACKENDS = ("dynamo", "onnx", "openvino", "executorch")
 MODES = ("export", "generate")
@@ -84,11 +84,13 @@ def applicable(arch: str, mode: str) -> bool:
     return mode == "export" or PRESETS[arch].generative
 
 
-def _run_one(arch: str, backend: str, mode: str, timeout: float, threads: int) -> CaseResult:
+def run_case(arch: str, backend: str, mode: str, timeout: float = 900, threads: int | None = None) -> CaseResult:
+    """Run one case in a subprocess (`python -m hfexport.coverage.case`) and read its result."""
     from ..presets import PRESETS
 
     kind = PRESETS[arch].kind
     known = KNOWN_FAILURES.get((arch, backend, mode))
+    threads = threads or os.cpu_count() or 1
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     command = [sys.executable, "-m", "hfexport.coverage.case", arch, backend, mode]
     try:
@@ -136,7 +138,7 @@ def run_matrix(archs: Iterable[str] | None = None, backends: Iterable[str] = BAC
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
     results: dict[tuple[str, str, str], CaseResult] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(_run_one, *case, timeout, threads): case for case in cases}
+        futures = {pool.submit(run_case, *case, timeout, threads): case for case in cases}
         for future in concurrent.futures.as_completed(futures):
             result = future.result()
             results[futures[future]] = result

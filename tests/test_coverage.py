@@ -1,0 +1,80 @@
+"""The coverage matrix: its machinery, and a fixed subset of its cases (the full matrix is a command).
+
+Each case runs in its own subprocess, exactly as `hfexport coverage` runs it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hfexport.coverage import KNOWN_FAILURES, CaseResult, KnownFailure, merge_results, render_markdown, run_case
+
+#: One case per kind the panel adds beyond the per-backend tests: a family each, a backend each.
+SUBSET = [
+    ("qwen2", "dynamo", "generate"),
+    ("gemma2", "onnx", "export"),  # sliding window + logit softcapping
+    ("falcon_mamba", "dynamo", "generate"),
+    ("bart", "onnx", "generate"),
+    ("roberta", "openvino", "export"),
+    ("swin", "onnx", "export"),
+    ("hubert", "openvino", "export"),
+]
+
+
+@pytest.mark.parametrize(("arch", "backend", "mode"), SUBSET, ids=["-".join(c) for c in SUBSET])
+def test_subset_case_matches_eager(arch, backend, mode):
+    result = run_case(arch, backend, mode, timeout=600)
+    assert result.verdict in ("ok", "known failure"), f"{result.verdict}: {result.detail}"
+    if mode == "generate":
+        assert result.extra["tokens"] == "match"
+    else:
+        assert result.extra["dynamic_checked"] and result.extra["max_abs"] is not None
+
+
+def test_a_case_past_its_timeout_is_reported_not_raised():
+    result = run_case("bert", "dynamo", "export", timeout=0.5)
+    assert result.status == "timeout" and "0 s" in result.detail
+
+
+def test_the_page_shows_failures_known_failures_and_unexpected_passes(monkeypatch):
+    known = KnownFailure("a declared reason", "owner/repo#1")
+    monkeypatch.setitem(KNOWN_FAILURES, ("llama", "onnx", "export"), known)
+    results = [
+        CaseResult("llama", "decoder", "dynamo", "export", "ok", extra={"dynamic_checked": True}),
+        CaseResult("llama", "decoder", "onnx", "export", "export failure", "RuntimeError: boom", known=known),
+        CaseResult("bert", "encoder", "dynamo", "export", "mismatch", "sample last_hidden_state: max abs 0.1"),
+        CaseResult("bert", "encoder", "onnx", "export", "ok", known=KnownFailure("was broken")),
+    ]
+    page = render_markdown(results)
+    assert "| llama | decoder | ok | known |" in page
+    assert "| bert | encoder | mismatch ✗ | XPASS |" in page
+    assert "| bert dynamo export | mismatch | sample last_hidden_state: max abs 0.1 |" in page
+    assert "a declared reason (owner/repo#1)" in page
+    assert "torch " in page and "transformers " in page  # the versions it ran with
+
+
+def test_merge_replaces_the_cases_run_again_and_keeps_the_others():
+    old = [CaseResult("a", "k", "onnx", "export", "mismatch"), CaseResult("b", "k", "onnx", "export", "ok")]
+    new = [CaseResult("a", "k", "onnx", "export", "ok"), CaseResult("c", "k", "onnx", "export", "ok")]
+    merged = merge_results(old, new)
+    assert [(r.arch, r.status) for r in merged] == [("a", "ok"), ("b", "ok"), ("c", "ok")]
+    assert CaseResult.from_dict(json.loads(json.dumps(merged[0].to_dict()))).status == "ok"
+
+
+def test_cli_writes_the_page_and_its_json(tmp_path):
+    from hfexport.cli.main import main
+
+    output = tmp_path / "coverage.md"
+    assert main(["coverage", "--only", "bert", "--backends", "dynamo", "--modes", "export", "-o", str(output)]) == 0
+    assert "| bert | encoder | ok |" in output.read_text()
+    saved = json.loads(output.with_suffix(".json").read_text())
+    assert [(r["arch"], r["backend"], r["mode"], r["verdict"]) for r in saved] == [("bert", "dynamo", "export", "ok")]
+
+
+def test_cli_refuses_an_unknown_backend(tmp_path, capsys):
+    from hfexport.cli.main import main
+
+    assert main(["coverage", "--backends", "tensorrt", "-o", str(tmp_path / "c.md")]) == 1
+    assert "unknown backend ['tensorrt']" in capsys.readouterr().err
