@@ -96,14 +96,15 @@ def run_generate(arch: str, backend: str) -> dict[str, Any]:
         encoder_inputs = {k: v for k, v in prompt.items() if k not in ("input_ids", "attention_mask")}
         ids = prompt.get("input_ids", torch.tensor([[0]]))
         try:
-            got = runner.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=None,
+            got = runner.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                   attention_mask=prompt.get("attention_mask"), **encoder_inputs).tokens
         except Exception as error:  # noqa: BLE001
             return {**result, "status": "runtime failure", "detail": f"runner: {_first_line(error)}"}
     with torch.no_grad():
-        out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
-    start = 1 if model.config.is_encoder_decoder else prompt["input_ids"].shape[1]
-    want = out[0, start:].tolist()
+        out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True)
+    # the new tokens are the last ones, one per step (Whisper's sequences leave its start token out)
+    want = out.sequences[0, -len(out.logits):].tolist()
     if got != want:
         return {**result, "status": "mismatch", "detail": f"greedy tokens {got} != generate() {want}"}
     return {**result, "status": "ok", "tokens": "match"}

@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -307,6 +308,8 @@ def _as_list(value: Any) -> list[int]:
 def _logits_processors(config: Any, eos: list[int]):
     """transformers' processors for the options `config` sets, in `generate()`'s order."""
     from transformers.generation.logits_process import (
+        ForcedBOSTokenLogitsProcessor,
+        ForcedEOSTokenLogitsProcessor,
         LogitsProcessorList,
         MinNewTokensLengthLogitsProcessor,
         RepetitionPenaltyLogitsProcessor,
@@ -319,7 +322,13 @@ def _logits_processors(config: Any, eos: list[int]):
     if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
         processors.append(RepetitionPenaltyLogitsProcessor(penalty=config.repetition_penalty))
     if config.min_new_tokens and eos:
-        processors.append(_MinNew(MinNewTokensLengthLogitsProcessor, config.min_new_tokens, eos))
+        processors.append(_AtFirstCall(
+            lambda start: MinNewTokensLengthLogitsProcessor(start, config.min_new_tokens, eos)))
+    if getattr(config, "forced_bos_token_id", None) is not None:  # BART/mBART: the first token is forced
+        processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
+    if getattr(config, "forced_eos_token_id", None) is not None:  # ... and the last one, at max_new_tokens
+        processors.append(_AtFirstCall(
+            lambda start: ForcedEOSTokenLogitsProcessor(start + config.max_new_tokens, config.forced_eos_token_id)))
     if config.do_sample:
         if config.temperature is not None and config.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(config.temperature))
@@ -330,13 +339,14 @@ def _logits_processors(config: Any, eos: list[int]):
     return processors
 
 
-class _MinNew:
-    """`MinNewTokensLengthLogitsProcessor` needs the prompt length, known at the first call."""
+class _AtFirstCall:
+    """A processor that needs the length the sequence had before the first new token (the prompt
+    for a decoder-only model, the decoder start for an encoder-decoder): built at the first call."""
 
-    def __init__(self, cls, min_new_tokens: int, eos: list[int]):
-        self.cls, self.min_new_tokens, self.eos, self.inner = cls, min_new_tokens, eos, None
+    def __init__(self, make: Callable[[int], Any]):
+        self.make, self.inner = make, None
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.inner is None:
-            self.inner = self.cls(input_ids.shape[1], self.min_new_tokens, self.eos)
+            self.inner = self.make(input_ids.shape[1])
         return self.inner(input_ids, scores)
