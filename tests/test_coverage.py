@@ -29,7 +29,9 @@ def test_subset_case_matches_eager(arch, backend, mode):
     if mode == "generate":
         assert result.extra["tokens"] == "match"
     else:
-        assert result.extra["dynamic_checked"] and result.extra["max_abs"] is not None
+        assert result.extra["max_abs"] is not None
+        # a LLaVA prompt's image-token count is tied to its image: eager rejects a resized one
+        assert result.extra["dynamic_checked"] == (arch != "llava")
 
 
 def test_a_case_past_its_timeout_is_reported_not_raised():
