@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from hfexport.coverage import KNOWN_FAILURES, CaseResult, KnownFailure, merge_results, render_markdown, run_case
+from hfexport.coverage import (KNOWN_FAILURES, CaseResult, KnownFailure, load_results, merge_results, render_markdown,
+                               run_case, save_results)
 
 #: One case per kind the panel adds beyond the per-backend tests: a family each, a backend each.
 SUBSET = [
@@ -36,7 +37,7 @@ def test_subset_case_matches_eager(arch, backend, mode):
 
 def test_a_case_past_its_timeout_is_reported_not_raised():
     result = run_case("bert", "dynamo", "export", timeout=0.5)
-    assert result.status == "timeout" and "0 s" in result.detail
+    assert result.status == "timeout" and result.detail == "no result after 0 s (in startup)"
 
 
 def test_the_page_shows_failures_known_failures_and_unexpected_passes(monkeypatch):
@@ -56,12 +57,15 @@ def test_the_page_shows_failures_known_failures_and_unexpected_passes(monkeypatc
     assert "torch " in page and "transformers " in page  # the versions it ran with
 
 
-def test_merge_replaces_the_cases_run_again_and_keeps_the_others():
+def test_merge_replaces_the_cases_run_again_and_keeps_the_others(tmp_path):
     old = [CaseResult("a", "k", "onnx", "export", "mismatch"), CaseResult("b", "k", "onnx", "export", "ok")]
     new = [CaseResult("a", "k", "onnx", "export", "ok"), CaseResult("c", "k", "onnx", "export", "ok")]
     merged = merge_results(old, new)
     assert [(r.arch, r.status) for r in merged] == [("a", "ok"), ("b", "ok"), ("c", "ok")]
-    assert CaseResult.from_dict(json.loads(json.dumps(merged[0].to_dict()))).status == "ok"
+    save_results(tmp_path / "m.json", merged, ["first run", "second run --merge"])
+    loaded, runs = load_results(tmp_path / "m.json")
+    assert [(r.arch, r.status) for r in loaded] == [("a", "ok"), ("b", "ok"), ("c", "ok")]
+    assert runs == ["first run", "second run --merge"]
 
 
 def test_cli_writes_the_page_and_its_json(tmp_path):
@@ -71,7 +75,10 @@ def test_cli_writes_the_page_and_its_json(tmp_path):
     assert main(["coverage", "--only", "bert", "--backends", "dynamo", "--modes", "export", "-o", str(output)]) == 0
     assert "| bert | encoder | ok |" in output.read_text()
     saved = json.loads(output.with_suffix(".json").read_text())
-    assert [(r["arch"], r["backend"], r["mode"], r["verdict"]) for r in saved] == [("bert", "dynamo", "export", "ok")]
+    assert [(r["arch"], r["backend"], r["mode"], r["verdict"]) for r in saved["results"]] == [
+        ("bert", "dynamo", "export", "ok")]
+    assert saved["runs"] == ["hfexport coverage --backends dynamo --modes export --only bert"]
+    assert "Not run in these results: dynamo generate, onnx export" in output.read_text()
 
 
 def test_cli_refuses_an_unknown_backend(tmp_path, capsys):

@@ -38,6 +38,7 @@ _LAZY = {
     "register_fx_program_fix": "hfexport.registry",
     "register_pytree_node": "hfexport.capture.pytree",
     "validate": "hfexport.validation",
+    "validate_components": "hfexport.validation",
     "ValidationReport": "hfexport.validation",
     "record_of": "hfexport.record",
     "ExportRecord": "hfexport.record",

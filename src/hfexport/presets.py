@@ -123,11 +123,10 @@ class Preset:
         return model, self.inputs(model.config)
 
 
-def _decoder(name: str, family: str, kind: str = "decoder", **config: Any) -> Preset:
-    """A causal LM whose config takes the common Llama-style keyword names."""
-    config_class = config.pop("config_class", f"{family}Config")
-    config = dict(_TEXT, bos_token_id=1, eos_token_id=2, **config)
-    return Preset(name, f"{family}ForCausalLM", config_class, config, _text_inputs, kind, True)
+def _decoder(name: str, family: str, *, config_class: str | None = None, **config: Any) -> Preset:
+    """A causal LM (`<Family>ForCausalLM`) whose config takes the common Llama-style keyword names."""
+    return Preset(name, f"{family}ForCausalLM", config_class or f"{family}Config",
+                  dict(_TEXT, bos_token_id=1, eos_token_id=2, **config), _text_inputs, "decoder", True)
 
 
 def _encoder(name: str, family: str, **config: Any) -> Preset:

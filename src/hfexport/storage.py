@@ -1,7 +1,7 @@
-"""An output folder that appears only when complete.
+"""Output folders and files that appear only when complete.
 
-Everything is written to a temporary folder beside the target and renamed into place at the end;
-an error or Ctrl-C removes the temporary folder, so nothing half-written is left behind.
+Everything is written to a temporary folder (or file) beside the target and renamed into place at
+the end; an error or Ctrl-C removes the temporary one, so nothing half-written is left behind.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from .errors import SerializationError
 
-__all__ = ["atomic_write_text", "check_target", "staged_folder"]
+__all__ = ["atomic_file", "check_target", "staged_folder"]
 
 
 def check_target(target: Path, *, overwrite: bool) -> None:
@@ -46,14 +47,15 @@ def staged_folder(target: Path, *, overwrite: bool) -> Iterator[Path]:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def atomic_write_text(target: Path, text: str) -> None:
-    """Write `text` to `target` through a temporary file renamed into place (never half-written)."""
+@contextlib.contextmanager
+def atomic_file(target: Path, mode: str = "w") -> Iterator[IO[Any]]:
+    """Yield a stream to a temporary file beside `target`, renamed onto it on success and removed
+    on failure: `target` is never half-written."""
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
+        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as stream:
+            yield stream
         os.replace(temporary, target)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        Path(temporary).unlink(missing_ok=True)
         raise

@@ -30,7 +30,7 @@ from .errors import summarize
 from .record import ExportRecord, record_of
 from .runner import runner_for
 
-__all__ = ["validate", "ValidationReport", "CaseReport", "OutputDiff", "resize_inputs", "DEFAULT_TOLERANCE"]
+__all__ = ["validate", "validate_components", "ValidationReport", "CaseReport", "OutputDiff", "resize_inputs", "DEFAULT_TOLERANCE"]
 
 #: (atol, rtol) per format for fp32 artifacts.
 DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
@@ -321,3 +321,14 @@ def validate(
         cases.append(case)
     return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
                             atol, rtol, cases, note, min_cosine)
+
+
+def validate_components(artifacts: dict[str, Any], components: dict[str, tuple[torch.nn.Module, Any]],
+                        **options: Any) -> dict[str, ValidationReport]:
+    """`validate` each artifact of `export_for_generation` against its eager submodule on the kwargs
+    `decompose_for_generation` captured for it (`options`: `validate`'s keywords).
+
+    Returns:
+        `{component name: report}`, in the artifacts' order.
+    """
+    return {name: validate(artifact, *components[name], **options) for name, artifact in artifacts.items()}

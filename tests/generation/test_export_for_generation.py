@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hfexport import AutoExportConfig, AutoHfExporter, validate
+from hfexport import AutoExportConfig, AutoHfExporter, validate_components
 from hfexport.presets import build_preset
 from hfexport.utils import decompose_for_generation
 
@@ -26,9 +26,7 @@ def test_every_component_matches_its_eager_submodule(fmt, name):
     artifacts = AutoHfExporter.from_config(config).export_for_generation(model, inputs, config=config)
     components = decompose_for_generation(model, inputs)
     assert list(artifacts) == list(components)
-    for component, artifact in artifacts.items():
-        module, kwargs = components[component]
-        report = validate(artifact, module, kwargs)
+    for component, report in validate_components(artifacts, components).items():
         assert report.passed, f"{component}:\n{report.to_table()}"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hfexport import AutoExportConfig, AutoHfExporter, validate
+from hfexport import AutoExportConfig, AutoHfExporter, validate, validate_components
 from hfexport.presets import build_preset, qwen2_vl_image
 from hfexport.utils import decompose_for_generation
 
@@ -49,9 +49,7 @@ def test_layout_matches_transformers_helpers():
 def test_every_component_matches_eager(exported):
     artifacts, components = exported
     assert list(artifacts) == ["image_encoder", "language_model", "lm_head", "decode"]  # no projector
-    for name, artifact in artifacts.items():
-        module, kwargs = components[name]
-        report = validate(artifact, module, kwargs)
+    for name, report in validate_components(artifacts, components).items():
         assert report.passed, f"{name}:\n{report.to_table()}"
 
 

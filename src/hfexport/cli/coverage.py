@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,9 +11,9 @@ def _names(value: str | None) -> list[str] | None:
 
 
 def run(args) -> int:
-    from ..coverage import render_markdown, run_matrix
-    from ..coverage.matrix import BACKENDS, FAILED, MODES, CaseResult, merge_results
-    from ..storage import atomic_write_text
+    from ..coverage import load_results, merge_results, render_markdown, run_matrix, save_results
+    from ..coverage.matrix import BACKENDS, FAILED, MODES
+    from ..storage import atomic_file
 
     backends = _names(args.backends) or list(BACKENDS)
     modes = _names(args.modes) or list(MODES)
@@ -36,16 +35,17 @@ def run(args) -> int:
 
     results = run_matrix(_names(args.only), backends, modes, timeout=args.timeout, jobs=args.jobs,
                          on_result=progress)
-    saved = output.with_suffix(".json")
-    if args.merge and saved.exists():
-        previous = [CaseResult.from_dict(item) for item in json.loads(saved.read_text())]
-        results = merge_results(previous, results)
-    command = "hfexport coverage" + "".join(f" --{flag} {value}" for flag, value in (
+    this_run = "hfexport coverage" + "".join(f" --{flag} {value}" for flag, value in (
         ("backends", args.backends), ("modes", args.modes), ("only", args.only)) if value) + (
-        " (merged into the previous run's results)" if args.merge else "")
-    atomic_write_text(output, render_markdown(results, command=command))
-    atomic_write_text(saved, json.dumps([r.to_dict() for r in results], indent=1, default=str))
+        " --merge" if args.merge else "")
+    saved, runs = output.with_suffix(".json"), [this_run]
+    if args.merge and saved.exists():
+        previous, previous_runs = load_results(saved)
+        results, runs = merge_results(previous, results), previous_runs + runs
+    with atomic_file(output) as page:
+        page.write(render_markdown(results, runs))
+    save_results(saved, results, runs)
     unexpected = [r for r in results if r.verdict in FAILED or r.verdict == "unexpected pass"]
-    print(f"hfexport: {len(results)} cases, {len(unexpected)} unexpected; wrote {output} and "
-          f"{saved}", file=sys.stderr)
+    print(f"hfexport: {len(results)} cases, {len(unexpected)} unexpected; wrote {output} and {saved}",
+          file=sys.stderr)
     return 1 if unexpected else 0

@@ -13,7 +13,7 @@ from ..auto import AutoExportConfig, AutoHfExporter
 from ..errors import ValidationError
 from ..loading import load_model
 from ..record import record_of
-from ..validation import validate
+from ..validation import validate_components
 from .output import check_target
 from .progress import Progress
 
@@ -46,18 +46,15 @@ def _components(args, loaded) -> dict[str, tuple]:
 
 
 def _validate_all(artifacts: dict, components: dict, args, target: Path) -> dict:
-    reports = {}
-    for name, artifact in artifacts.items():
-        module, kwargs = components[name]
-        report = validate(artifact, module, kwargs, atol=args.tolerance, rtol=args.rtol,
-                          min_cosine=_min_cosine(args))
-        reports[name] = report
+    reports = validate_components(artifacts, components, atol=args.tolerance, rtol=args.rtol,
+                                  min_cosine=_min_cosine(args))
+    for name, report in reports.items():
         if not report.passed:
             print(report.to_table())
             raise ValidationError(
                 f"the exported {name!r} differs from eager PyTorch (max abs difference {report.max_abs:.3g}); "
                 f"nothing was written to {target}",
-                model=record_of(artifact).model_class,
+                model=record_of(artifacts[name]).model_class,
                 remedy="look at the failing outputs above; pass --tolerance to accept a larger difference, "
                 "or --no-validate to write the artifacts anyway",
             )

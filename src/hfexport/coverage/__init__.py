@@ -15,8 +15,8 @@ Statuses: `ok`, `export failure`, `runtime failure`, `mismatch`, `timeout`, `cra
 declared cases of `KNOWN_FAILURES` `known failure` (or `unexpected pass` when one starts to work).
 """
 
-from .matrix import (KNOWN_FAILURES, CaseResult, KnownFailure, applicable, merge_results, render_markdown, run_case,
-                     run_matrix)
+from .matrix import (KNOWN_FAILURES, CaseResult, KnownFailure, applicable, load_results, merge_results,
+                     render_markdown, run_case, run_matrix, save_results)
 
-__all__ = ["KNOWN_FAILURES", "CaseResult", "KnownFailure", "applicable", "merge_results", "render_markdown", "run_case",
-           "run_matrix"]
+__all__ = ["KNOWN_FAILURES", "CaseResult", "KnownFailure", "applicable", "load_results", "merge_results",
+           "render_markdown", "run_case", "run_matrix", "save_results"]

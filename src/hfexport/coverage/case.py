@@ -66,7 +66,8 @@ def run_export(arch: str, backend: str) -> dict[str, Any]:
 
 
 def run_generate(arch: str, backend: str) -> dict[str, Any]:
-    from hfexport import AutoExportConfig, AutoHfExporter, GenerationRunner, save_generation_export, validate
+    from hfexport import (AutoExportConfig, AutoHfExporter, GenerationRunner, save_generation_export,
+                          validate_components)
     from hfexport.presets import PRESETS, build_preset
     from hfexport.utils import decompose_for_generation
 
@@ -80,11 +81,9 @@ def run_generate(arch: str, backend: str) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001
         return {"status": "export failure", "detail": _first_line(error)}
     _stage("run")
-    components = decompose_for_generation(model, prompt)
     result: dict[str, Any] = {"components": list(artifacts)}
-    for name, artifact in artifacts.items():
-        module, kwargs = components[name]
-        status, detail = _judge(validate(artifact, module, kwargs))
+    for name, report in validate_components(artifacts, decompose_for_generation(model, prompt)).items():
+        status, detail = _judge(report)
         if status != "ok":
             return {**result, "status": status, "detail": f"{name}: {detail}"}
     if PRESETS[arch].kind == "multimodal":

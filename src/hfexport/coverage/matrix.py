@@ -10,11 +10,14 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["KNOWN_FAILURES", "CaseResult", "KnownFailure", "applicable", "merge_results", "render_markdown",
-           "run_case", "run_matrix"]
+from ..storage import atomic_file
+
+__all__ = ["KNOWN_FAILURES", "CaseResult", "KnownFailure", "applicable", "load_results", "merge_results",
+           "render_markdown", "run_case", "run_matrix", "save_results"]
 
 BACKENDS = ("dynamo", "onnx", "openvino", "executorch")
 MODES = ("export", "generate")
@@ -181,19 +184,38 @@ def _versions() -> dict[str, str]:
     return {name: package_status(name).installed or "missing" for name in TESTED_VERSIONS}
 
 
-def render_markdown(results: list[CaseResult], *, command: str = "hfexport coverage") -> str:
-    """The coverage page: the grid, the failures with their first error line, the known failures."""
+def _cell(result: CaseResult | None) -> str:
+    if result is None:
+        return ""
+    static_only = result.verdict == "ok" and result.extra.get("dynamic_checked") is False
+    return _MARK[result.verdict] + (" (static only)" if static_only else "")
+
+
+def save_results(path: Path, results: list[CaseResult], runs: list[str]) -> None:
+    """The matrix as JSON: the commands it comes from and every case."""
+    with atomic_file(path) as stream:
+        json.dump({"runs": runs, "results": [r.to_dict() for r in results]}, stream, indent=1, default=str)
+
+
+def load_results(path: Path) -> tuple[list[CaseResult], list[str]]:
+    data = json.loads(path.read_text())
+    return [CaseResult.from_dict(item) for item in data["results"]], list(data["runs"])
+
+
+def render_markdown(results: list[CaseResult], runs: Sequence[str] = ("hfexport coverage",)) -> str:
+    """The coverage page: the runs it comes from, the grid, the failures with their first error line,
+    the known failures."""
     from ..presets import PRESETS
 
-    backends = [b for b in BACKENDS if any(r.backend == b for r in results)]
-    modes = [m for m in MODES if any(r.mode == m for r in results)]
+    present = {(r.backend, r.mode) for r in results}
+    columns = [(b, m) for b in BACKENDS for m in MODES if (b, m) in present]
     cells = {(r.arch, r.backend, r.mode): r for r in results}
     archs = list(dict.fromkeys(r.arch for r in results))
     lines = [
         "# Coverage matrix",
         "",
-        f"Generated {datetime.date.today().isoformat()} by `{command}` on {platform.machine()} "
-        f"({os.cpu_count()} CPUs), Python {platform.python_version()}.",
+        f"Generated {datetime.date.today().isoformat()} on {platform.machine()} ({os.cpu_count()} CPUs), "
+        f"Python {platform.python_version()}, from " + ", then ".join(f"`{run}`" for run in runs) + ".",
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()) + ".",
         "",
@@ -204,26 +226,22 @@ def render_markdown(results: list[CaseResult], *, command: str = "hfexport cover
         "greedy tokens from the saved export (`GenerationRunner`) against `model.generate` (text models).",
         "",
     ]
+    missing = [f"{b} {m}" for b in BACKENDS for m in MODES if (b, m) not in present]
+    if missing:
+        lines += ["Not run in these results: " + ", ".join(missing) + ".", ""]
     verdicts = [r.verdict for r in results]
     lines.append("Totals: " + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(
         ["ok", "known failure", "unexpected pass", *FAILED]) if verdicts.count(v)) + f" (of {len(results)} cases).")
-    lines += ["", "| architecture | kind | " + " | ".join(f"{b} {m}" for b in backends for m in modes) + " |",
-              "|---|---|" + "---|" * (len(backends) * len(modes))]
+    lines += ["", "| architecture | kind | " + " | ".join(f"{b} {m}" for b, m in columns) + " |",
+              "|---|---|" + "---|" * len(columns)]
     for arch in archs:
-        row = []
-        for backend in backends:
-            for mode in modes:
-                result = cells.get((arch, backend, mode))
-                row.append("" if result is None else (_MARK.get(result.verdict, result.verdict) + (
-                    "" if result.verdict != "ok" or result.extra.get("dynamic_checked", True) else " (static only)")))
+        row = [_cell(cells.get((arch, backend, mode))) for backend, mode in columns]
         lines.append(f"| {arch} | {PRESETS[arch].kind} | " + " | ".join(row) + " |")
     problems = [r for r in results if r.verdict != "ok"]
     if problems:
         lines += ["", "## Failures", "", "| case | status | first line |", "|---|---|---|"]
-        for r in problems:
-            detail = (r.known.reason + (f" ({r.known.upstream})" if r.known.upstream else "")) if (
-                r.verdict == "known failure") else (r.detail or "")
-            detail = detail.replace("|", "\\|").replace("\n", " ")
+        for r in problems:  # what happened; the known ones' reasons are in the table below
+            detail = (r.detail or "").replace("|", "\\|").replace("\n", " ")
             lines.append(f"| {r.arch} {r.backend} {r.mode} | {r.verdict} | {detail} |")
     unchecked = [r for r in results if r.status == "ok" and r.extra.get("dynamic_checked") is False]
     if unchecked:

@@ -29,6 +29,7 @@ for any image size and any number of images.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -120,7 +121,7 @@ def patch_qwen2_vl_vision_attention(original: Callable[..., Any]) -> Callable[..
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.utils.generic import is_flash_attention_requested
 
-    module = __import__(_MODULE, fromlist=["apply_rotary_pos_emb_vision", "eager_attention_forward"])
+    module = importlib.import_module(_MODULE)
 
     def forward(self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor,
                 position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,

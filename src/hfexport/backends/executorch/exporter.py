@@ -9,7 +9,6 @@ Ops the delegate cannot take stay on ExecuTorch's portable kernels; the record c
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from ...capture.pytree import _is_cache
 from ...errors import PrepareError
 from ...exporter import HfExporter
 from ...record import ExportRecord
+from ...storage import atomic_file
 from ..onnx.program import checked_destination
 from .config import ExecutorchConfig
 from .targets import check_target, partitioners
@@ -178,12 +178,6 @@ def delegation_summary(artifact: Any, backend: str) -> dict[str, int | str]:
 def save_pte(artifact: Any, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Write `artifact.buffer` to `path` atomically (temporary file, then rename)."""
     target = checked_destination(path, overwrite=overwrite, what="the ExecuTorch program")
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            artifact.write_to_file(stream)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_file(target, "wb") as stream:
+        artifact.write_to_file(stream)
     return target
