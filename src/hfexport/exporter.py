@@ -12,12 +12,14 @@ The model is left exactly as it was (training flags, patched attributes), also w
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
 import importlib.util
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -134,11 +136,30 @@ class HfExporter:
         Returns:
             `{component name: artifact}`.
         """
-        from .generation.decompose import decompose_for_generation, note_initial_cache, interface_kwargs
+        from .generation.decompose import decompose_for_generation
 
-        components = decompose_for_generation(model, inputs, generation_config, multi_token_decode)
-        artifacts = {name: self.export(module, interface_kwargs(kwargs), config=_for_component(config, kwargs))
-                     for name, (module, kwargs) in components.items()}
+        return self.export_components(decompose_for_generation(model, inputs, generation_config, multi_token_decode),
+                                      config)
+
+    def export_components(self, components: dict[str, tuple[torch.nn.Module, dict[str, Any]]],
+                          config: ExportConfig | None = None, *,
+                          on_component: Callable[[str, torch.nn.Module], Any] | None = None) -> dict[str, Any]:
+        """Export the components `decompose_for_generation` returned, each on its captured kwargs
+        under the exported interface's names (a static quantization scheme calibrated on them).
+
+        Args:
+            on_component: `on_component(name, module)` returns a context manager entered around
+                each component's export (progress reporting).
+
+        Returns:
+            `{component name: artifact}`.
+        """
+        from .generation.decompose import interface_kwargs, note_initial_cache
+
+        artifacts = {}
+        for name, (module, kwargs) in components.items():
+            with on_component(name, module) if on_component else contextlib.nullcontext():
+                artifacts[name] = self.export(module, interface_kwargs(kwargs), config=_for_component(config, kwargs))
         note_initial_cache(components, artifacts)
         return artifacts
 

@@ -219,6 +219,18 @@ def test_quantize_reports_what_was_quantized_and_the_error_against_fp32(tmp_path
     assert all(o["cosine"] >= 0.98 for case in validation["cases"] for o in case["outputs"] if o["cosine"] is not None)
 
 
+def test_generate_with_a_static_scheme_calibrates_each_component_on_its_own_inputs(tmp_path):
+    """A decode step takes a cache, not the prompt: each component is calibrated on its captured kwargs."""
+    out = tmp_path / "gen-int8-static"
+    assert main(["export", "tiny:llama", "--format", "onnx", "--generate", "--quantize", "int8-static", "-o", str(out),
+                 "-q"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    for name in ("prefill", "decode"):
+        summary = report["components"][name]["record"]["quantization"]
+        assert summary["scheme"] == "int8-static" and summary["quantized_matmuls"] > 0
+        assert report["components"][name]["validation"]["passed"]
+
+
 def test_a_quantize_scheme_the_format_lacks_is_refused_with_the_choices(tmp_path, capsys):
     code = main(["export", "tiny:llama", "--format", "openvino", "--quantize", "int8-dynamic",
                  "-o", str(tmp_path / "q"), "--quiet"])

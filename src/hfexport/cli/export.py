@@ -6,7 +6,6 @@ Exit codes: 0 exported and validated; 1 the export failed; 3 validation failed (
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from ..auto import AutoExportConfig, AutoHfExporter
@@ -77,7 +76,6 @@ def _check_generation_args(args) -> None:
 
 
 def run(args) -> int:
-    from ..generation.decompose import interface_kwargs, note_initial_cache
     from ..generation.package import save_generation_export
 
     _check_generation_args(args)
@@ -99,15 +97,15 @@ def run(args) -> int:
         config.quantizer = quantizer_for(args.format, args.quantize, calibration=[loaded.inputs])
     with progress.step("running generate() to find the components" if args.generate else "preparing inputs"):
         components = _components(args, loaded)
-    artifacts, seconds = {}, {}
-    for name, (module, kwargs) in components.items():
-        with progress.step(f"exporting {name} ({type(module).__name__}) to {args.format}"):
-            start = time.perf_counter()
-            artifacts[name] = exporter.export(module, interface_kwargs(kwargs) if args.generate else kwargs,
-                                              config=config)
-            seconds[name] = round(time.perf_counter() - start, 3)
-    if args.generate:
-        note_initial_cache(components, artifacts)
+    def exporting(name, module):
+        return progress.step(f"exporting {name} ({type(module).__name__}) to {args.format}")
+
+    if args.generate:  # what export_for_generation does, with progress
+        artifacts = exporter.export_components(components, config, on_component=exporting)
+    else:
+        with exporting("model", loaded.model):
+            artifacts = {"model": exporter.export(loaded.model, loaded.inputs, config=config)}
+    seconds = {name: record_of(artifact).details["export_seconds"] for name, artifact in artifacts.items()}
     reports = {}
     if not args.no_validate:
         with progress.step(f"validating in {args.format}'s runtime against eager"):

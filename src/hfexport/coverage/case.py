@@ -76,13 +76,14 @@ def run_generate(arch: str, backend: str) -> dict[str, Any]:
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
     exporter = AutoHfExporter.from_config(config)
     _stage("export")
-    try:
-        artifacts = exporter.export_for_generation(model, prompt, config=config)
+    try:  # export_for_generation, keeping the components to validate against
+        components = decompose_for_generation(model, prompt)
+        artifacts = exporter.export_components(components, config)
     except Exception as error:  # noqa: BLE001
         return {"status": "export failure", "detail": _first_line(error)}
     _stage("run")
     result: dict[str, Any] = {"components": list(artifacts)}
-    for name, report in validate_components(artifacts, decompose_for_generation(model, prompt)).items():
+    for name, report in validate_components(artifacts, components).items():
         status, detail = _judge(report)
         if status != "ok":
             return {**result, "status": status, "detail": f"{name}: {detail}"}
