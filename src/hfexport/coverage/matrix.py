@@ -57,10 +57,12 @@ KNOWN_FAILURES: dict[tuple[str, str, str], KnownFailure] = {
         "PyTorch frontend has no conversion rule for operator.mod / torch.sym_min on symbolic sizes",
         "OpenVINO 2026.4.1 PyTorch FE (torch.export path)"),
     **{("swin", backend, "export"): KnownFailure(
-        "Swin pads its input only when a side is not a multiple of the patch size, a branch decided at the "
-        "sample size: the program needs sides that are multiples of 4 (torch.export guards it; ONNX cannot "
-        "carry the guard and gives wrong values for other sides). Not yet fixed: a patch that always pads "
-        "by (-side) % patch would make it general") for backend in ("dynamo", "onnx")},
+        "Swin's layers are shaped by the stage resolutions (window padding and crop, odd-side padding in patch "
+        "merging, the window clamp): branches decided at the sample's patch grid, so the program takes images "
+        "whose patch grid (ceil(side / 4)) is the sample's. Other grids fail loudly (a torch.export guard; a "
+        "Reshape error in ONNX Runtime). hfexport's patch embedding padding (models/swin.py) removed the silent "
+        "case: a 34 x 34 image used to run in ONNX Runtime on the sample's 8 x 8 grid with wrong logits")
+        for backend in ("dynamo", "onnx")},
 }
 
 

@@ -128,3 +128,26 @@ def test_grouped_mm_translation_is_needed_and_works():
     assert report.passed, report.to_table()
     with without(PATCHES, "patch_transformers_moe_grouped_mm"), pytest.raises(ConversionError, match="grouped_mm_fallback"):
         OnnxExporter().export(module, inputs, config=OnnxConfig())
+
+
+def test_swin_pads_sides_that_are_not_a_multiple_of_the_patch():
+    """A 32 x 32 sample used to trace Swin without its patch padding: ONNX Runtime then floored a
+    34 x 34 image to the sample's 8 x 8 patch grid and gave wrong logits (eager pads to 9 x 9), and
+    refused a 30 x 30 one. Every image with the sample's patch grid now matches eager; another grid
+    fails loudly instead of running with wrong numbers."""
+    from hfexport.registry import PATCHES
+
+    model, inputs = build_preset("swin")
+    program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))
+    session = ort.InferenceSession(program.model_proto.SerializeToString())
+    name = session.get_inputs()[0].name
+    generator = torch.Generator().manual_seed(0)
+    for height, width in ((30, 30), (29, 32), (32, 31)):
+        pixels = torch.randn(1, 3, height, width, generator=generator)
+        got = session.run(None, {name: pixels.numpy()})[0]
+        with torch.no_grad():
+            want = model(pixel_values=pixels).logits.numpy()
+        np.testing.assert_allclose(got, want, atol=ATOL, err_msg=f"{height} x {width}")
+    with pytest.raises(Exception, match="Reshape"):
+        session.run(None, {name: torch.randn(1, 3, 34, 34).numpy()})
+    assert "patch_swin_patch_embedding_pad" in PATCHES
