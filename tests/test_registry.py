@@ -130,3 +130,18 @@ def test_node_fix_rewrites_the_traced_graph():
         assert record_of(program).details["fx_fixes"] == ["fix_mul_test"]
     finally:
         FX_NODE_FIXES.remove("fix_mul_test")
+
+
+def test_a_subclass_defined_in_a_script_loads_its_base_backends_patches(monkeypatch):
+    """An exporter subclassed in a top-level script (`bench/executorch_memory.py` does) has no
+    package of its own: the backend patches come from the nearest base class that has them."""
+    import importlib
+
+    from hfexport import ExecutorchExporter
+
+    imported = []
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *args: imported.append(name) or real(name, *args))
+    mine = type("StagedExporter", (ExecutorchExporter,), {"__module__": "script"})
+    mine()._load_workarounds()
+    assert imported == ["hfexport.backends.executorch.patches", "hfexport.models"]

@@ -281,10 +281,18 @@ class HfExporter:
         return config
 
     def _load_workarounds(self) -> None:
-        """Import this backend's `patches` module, where its patches and fixes register."""
-        module = f"{type(self).__module__.rpartition('.')[0]}.patches"
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
+        """Import this backend's `patches` module, where its patches and fixes register: the one
+        beside the nearest class in the MRO that has one (a user's subclass of a built-in exporter,
+        even one defined in a script, gets the built-in backend's)."""
+        for cls in type(self).__mro__:
+            package = cls.__module__.rpartition(".")[0]
+            try:
+                found = bool(package) and importlib.util.find_spec(f"{package}.patches") is not None
+            except ModuleNotFoundError:
+                found = False
+            if found:
+                importlib.import_module(f"{package}.patches")
+                break
         importlib.import_module("hfexport.models")
 
     def _convert_checked(self, captured: Capture, model, kwargs, config) -> Any:
