@@ -11,10 +11,11 @@ import torch
 from executorch.runtime import Runtime
 
 from hfexport import AutoExportConfig, AutoHfExporter, ExecutorchConfig, ExecutorchExporter, record_of, validate
-from hfexport.errors import PrepareError
+from hfexport.errors import ConversionError, PrepareError
+from hfexport.registry import FX_NODE_FIXES
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
-from tests.harness import export_and_validate, seed_dynamic_shapes
+from tests.harness import export_and_validate, seed_dynamic_shapes, without
 
 ATOL = 1e-4
 
@@ -151,3 +152,54 @@ def test_save_refuses_to_overwrite(qwen3_pte, tmp_path):
     with pytest.raises(SerializationError, match="already exists"):
         save_pte(et_program, target)
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["model.pte"]
+
+
+class _Halves(torch.nn.Module):
+    """chunk(2) on the feature axis of a (batch, features) input: a Tensor[] op whose pieces keep the
+    batch. The input is named as an audio model's, so its first axis is the batch (bound: max_batch_size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, input_values):
+        left, right = self.proj(input_values).chunk(2, dim=-1)
+        return left * torch.sigmoid(right)
+
+
+def test_split_pieces_keep_a_dynamic_batch():
+    """ExecuTorch's edge verifier calls len() on the first piece of a Tensor[] op, which fixed the
+    batch at the traced size (2): batch 1 then failed at run time with error 0x12 (Mamba, Phi-3,
+    GPT-NeoX, ModernBERT in the coverage matrix). The fix takes each piece with a slice."""
+    module = _Halves().eval()
+    x = torch.randn(1, 8, generator=torch.Generator().manual_seed(0))
+    et_program = ExecutorchExporter().export(module, {"input_values": x}, config=ExecutorchConfig(dynamic=True))
+    assert "fix_split_outputs_as_slices" in record_of(et_program).details["fx_fixes"]
+    method = Runtime.get().load_program(et_program.buffer).load_method("forward")
+    for batch in (1, 3, 8):
+        x = torch.randn(batch, 8, generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            assert (method.execute([x])[0] - module(x)).abs().max() < ATOL
+    with without(FX_NODE_FIXES, "fix_split_outputs_as_slices"):
+        fixed_batch = ExecutorchExporter().export(module, {"input_values": x[:1]}, config=ExecutorchConfig(dynamic=True))
+    assert record_of(fixed_batch).input_shapes == [(2, 8)]
+
+
+def test_a_plan_larger_than_memory_is_refused_at_export(monkeypatch):
+    """A plan over this machine's memory used to load as a bare std::bad_alloc (BLOOM planned 8 TB);
+    now the export says how much, which tensor, and which bounds to lower."""
+    from hfexport.backends.executorch import exporter
+
+    monkeypatch.setattr(exporter, "_physical_memory", lambda: 1024)
+    model, inputs = build_preset("llama")
+    with pytest.raises(ConversionError, match=r"(?s)memory plan needs .* the largest is .*max_sequence_length"):
+        ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True))
+
+
+def test_max_sequence_length_bounds_the_sequence():
+    model, inputs = build_preset("llama")
+    et_program = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True, max_sequence_length=32))
+    bounds = record_of(et_program).details["dim_bounds"]
+    assert bounds["input_ids[1] (sequence)"] == "<= 32: ExecutorchConfig.max_sequence_length"
+    with pytest.raises(ValueError, match="max_sequence_length must be >= 2"):
+        ExecutorchConfig(max_sequence_length=1)

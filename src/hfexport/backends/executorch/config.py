@@ -27,6 +27,10 @@ class ExecutorchConfig(ExportConfig):
         max_image_patches: upper bound for a vision tower's variable patch count (Qwen2-VL's
             `(patches, C*T*P*P)` input); memory planning sizes attention for it, so it sets
             the largest image the program accepts (1024 patches of 14 px: about 448x448).
+        max_sequence_length: upper bound for sequence-like dimensions (tokens, decoder tokens,
+            cache length); default: the model config's `max_position_embeddings` (4096 when it
+            has none). Memory planning sizes every intermediate for it, so a model that
+            materializes its attention scores needs a bound it can afford.
     """
 
     export_format = "executorch"
@@ -37,6 +41,7 @@ class ExecutorchConfig(ExportConfig):
     alloc_mutable_buffers: bool = True
     max_batch_size: int = 8
     max_image_patches: int = 1024
+    max_sequence_length: int | None = None
 
     def _validate(self) -> None:
         _check_choice("ExecutorchConfig", "backend", self.backend, BACKENDS)
@@ -46,3 +51,7 @@ class ExecutorchConfig(ExportConfig):
             _check_type("ExecutorchConfig", name, getattr(self, name), int)
             if getattr(self, name) < 1:
                 raise ValueError(f"ExecutorchConfig.{name} must be >= 1; got {getattr(self, name)}")
+        if self.max_sequence_length is not None:
+            _check_type("ExecutorchConfig", "max_sequence_length", self.max_sequence_length, int)
+            if self.max_sequence_length < 2:
+                raise ValueError(f"ExecutorchConfig.max_sequence_length must be >= 2; got {self.max_sequence_length}")

@@ -19,7 +19,7 @@ from ...capture.dynamic import grow_batch, has_fixed_batch
 from ...capture.names import role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache
-from ...errors import PrepareError
+from ...errors import ConversionError, PrepareError
 from ...exporter import HfExporter
 from ...record import ExportRecord
 from ...storage import atomic_file
@@ -83,7 +83,9 @@ class ExecutorchExporter(HfExporter):
             alloc_graph_output=config.alloc_graph_output,
             alloc_mutable_buffers=config.alloc_mutable_buffers,
         )
-        return edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning))
+        program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning))
+        _check_planned_memory(program, captured, model)
+        return program
 
     def _record(self, captured: Capture, model, artifact, config: ExecutorchConfig) -> ExportRecord:
         record = super()._record(captured, model, artifact, config)
@@ -117,8 +119,14 @@ class ConfigBounds:
         model_config = getattr(model, "config", None)  # a projector or an lm_head component has none
         text = (model_config.get_text_config(decoder=True) if hasattr(model_config, "get_text_config")
                 else model_config)
-        self.max_positions = int(getattr(text, "max_position_embeddings", None)
-                                 or getattr(model_config, "max_target_positions", None) or FALLBACK_MAX)
+        positions = (getattr(text, "max_position_embeddings", None)
+                     or getattr(model_config, "max_target_positions", None))
+        if config.max_sequence_length is not None:
+            self.max_positions = (config.max_sequence_length, "ExecutorchConfig.max_sequence_length")
+        elif positions:
+            self.max_positions = (int(positions), "the model config's max_position_embeddings")
+        else:
+            self.max_positions = (FALLBACK_MAX, f"no max_position_embeddings in the config: {FALLBACK_MAX}")
         self.max_batch = config.max_batch_size
         self.max_patches = config.max_image_patches
         self.static_cache = has_fixed_batch(inputs)
@@ -136,12 +144,47 @@ class ConfigBounds:
         elif role == "patches":
             upper, why = self.max_patches, "ExecutorchConfig.max_image_patches"
         elif role in ("sequence", "decoder_sequence", "cache_length"):
-            upper, why = self.max_positions, "the model config's max_position_embeddings"
+            upper, why = self.max_positions
         else:
-            upper, why = max(FALLBACK_MAX, 2 * size), f"no known role: {FALLBACK_MAX} or twice the sample"
+            # Memory planning sizes every intermediate for the bounds; an image side or a feature
+            # axis at 4096 planned terabytes for a ViT's attention (measured: DINOv2, AST).
+            upper, why = 2 * size, "twice the sample (pass dynamic_shapes for more)"
         upper = max(upper, size)
         self.chosen[f"{name}[{axis}] ({role or 'dim'})"] = f"<= {upper}: {why}"
         return 1, upper
+
+
+def _physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:,.1f} GiB" if size >= 2**30 else f"{size / 2**20:,.1f} MiB"
+
+
+def _check_planned_memory(program: Any, captured: Capture, model: torch.nn.Module) -> None:
+    """Refuse a program whose planned activations exceed this machine's memory.
+
+    ExecuTorch allocates every intermediate at its upper bound when the program loads; a plan
+    beyond physical memory would only fail there, as a bare `std::bad_alloc`. A symbolic size
+    whose bound is taken from an unsimplified expression (`s * s // s` bounds to 4096 squared)
+    can make one tensor alone terabytes (measured: BLOOM's attention view)."""
+    planned = sum(sum(plan.non_const_buffer_sizes) for plan in program.executorch_program.execution_plan)
+    if planned <= _physical_memory():
+        return
+    specs = [(spec.allocated_memory, node.name, list(spec.shape))
+             for node in program.exported_program().graph.nodes
+             if (spec := node.meta.get("spec")) is not None and hasattr(spec, "allocated_memory")]
+    size, name, shape = max(specs, default=(0, "?", []))
+    bounds = ", ".join(f"{sym} <= {vr.upper}" for sym, vr in captured.program.range_constraints.items())
+    raise ConversionError(
+        f"ExecuTorch's memory plan needs {_gib(planned)} for activations (this machine has "
+        f"{_gib(_physical_memory())}); the largest is {name} {shape} ({_gib(size)}), planned at the dims' upper "
+        f"bounds ({bounds})",
+        model=model_name(model),
+        remedy="lower the bounds: ExecutorchConfig(max_sequence_length=..., max_batch_size=...) or "
+        "dynamic_shapes={...: Dim(max=...)}, or export with dynamic=False",
+    )
 
 
 def _rank_of(inputs: dict[str, Any], name: str) -> int:
