@@ -267,7 +267,17 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     if args.markdown:
-        Path(args.markdown).write_text(table)
+        write_markdown(Path(args.markdown), table)
+
+
+NOTES_MARKER = "<!-- notes: kept when bench.py rewrites the table above -->"
+
+
+def write_markdown(path: Path, table: str) -> None:
+    """Write the table, keeping the hand-written analysis below `NOTES_MARKER` in an existing file."""
+    old = path.read_text() if path.exists() else ""
+    notes = old[old.index(NOTES_MARKER):] if NOTES_MARKER in old else NOTES_MARKER + "\n"
+    path.write_text(table + "\n" + notes)
 
 
 if __name__ == "__main__":

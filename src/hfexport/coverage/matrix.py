@@ -41,9 +41,9 @@ _QWEN2_VL_ONE_GRAPH = KnownFailure(
     "positions as an input), or pass position_ids with the sample inputs")
 
 KNOWN_FAILURES: dict[tuple[str, str, str], KnownFailure] = {
-    ("gpt2", "executorch", "export"): KnownFailure(
+    **{("gpt2", "executorch", mode): KnownFailure(
         "edge lowering drops the .contiguous() before Conv1D's view when the batch is dynamic "
-        "(the same program exports with a static batch)"),
+        "(the same program exports with a static batch)") for mode in MODES},
     **{("qwen2_vl", backend, "export"): _QWEN2_VL_ONE_GRAPH for backend in BACKENDS},
     **{("mamba2", "openvino", mode): KnownFailure(
         "the chunked scan pads the sequence to a multiple of chunk_size with SymInt arithmetic; OpenVINO's "

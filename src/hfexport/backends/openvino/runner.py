@@ -24,7 +24,8 @@ class OpenVINORunner(Runner):
 
     @property
     def precision(self) -> str:
-        return str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        hint = self.compiled.get_property("INFERENCE_PRECISION_HINT")  # what the compiled model runs in
+        return f"{hint.to_string() if hasattr(hint, 'to_string') else hint} (CPU plugin INFERENCE_PRECISION_HINT)"
 
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         feed = [to_numpy(leaf) for leaf in leaves]
