@@ -10,20 +10,15 @@ counted from before the export (the model's own weights are not counted).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
 
 import torch
 
+from bench import _rss_bytes as _rss
 from bench import build_model
 from hfexport import ExecutorchConfig, ExecutorchExporter
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 class _Meter:

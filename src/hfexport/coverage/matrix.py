@@ -64,18 +64,18 @@ KNOWN_FAILURES: dict[tuple[str, str, str], KnownFailure] = {
         "Reshape error in ONNX Runtime). hfexport's patch embedding padding (models/swin.py) removed the silent "
         "case: a 34 x 34 image used to run in ONNX Runtime on the sample's 8 x 8 grid with wrong logits")
         for backend in ("dynamo", "onnx", "executorch")},
-    ("bloom", "executorch", "export"): KnownFailure(
+    **{("bloom", "executorch", mode): KnownFailure(
         "ExecuTorch plans every intermediate at its upper bound, and bounds the size BLOOM's attention "
         "view(batch, heads, q, -1) infers through an unsimplified symbolic expression: 4096 x 4096 instead of "
         "4096, so one tensor alone plans 8 TB. hfexport refuses the plan at export (it used to load as a bare "
         "std::bad_alloc); dynamic=False exports and matches eager",
-        "executorch 1.4.1 memory planning (interval bound of an unsimplified SymInt expression)"),
-    ("mamba2", "executorch", "export"): KnownFailure(
+        "executorch 1.4.1 memory planning (interval bound of an unsimplified SymInt expression)") for mode in MODES},
+    **{("mamba2", "executorch", mode): KnownFailure(
         "the chunked scan takes min() of two symbolic sizes; to_edge's re-trace records it as the Python "
         "function torch.sym_min, which ExecuTorch's edge verifier rejects (AssertionError) before it would map "
         "it to its own prim op. hfexport's fix_sym_min_max_as_prim_ops retargets it in the captured graph, "
         "which is enough for Swin, but the re-trace brings it back here",
-        "executorch 1.4.1 exir/verification/verifier.py check_valid_edge_op"),
+        "executorch 1.4.1 exir/verification/verifier.py check_valid_edge_op") for mode in MODES},
 }
 
 
