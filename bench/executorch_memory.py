@@ -10,9 +10,11 @@ counted from before the export (the model's own weights are not counted).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,25 +41,39 @@ class _Meter:
 
 
 class _StagedExporter(ExecutorchExporter):
-    """The ExecuTorch exporter with its conversion split into ExecuTorch's stages, each metered."""
+    """The ExecuTorch exporter, its own conversion metered at ExecuTorch's stage boundaries (the two
+    ExecuTorch calls it makes are wrapped for the duration, not copied)."""
 
     meter: _Meter
 
     def _convert(self, captured, model, inputs, config):
-        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
-
-        from hfexport.backends.executorch.exporter import _dynamic_quant
-        from hfexport.backends.executorch.targets import partitioners
+        import executorch.exir
+        from executorch.exir.program import EdgeProgramManager
 
         self.meter.mark("capture (torch.export, hfexport's fixes)")
-        edge = to_edge_transform_and_lower(captured.program,
-                                           partitioner=partitioners(config.backend, dynamic_quant=_dynamic_quant(config)))
-        self.meter.mark("to_edge_transform_and_lower (XNNPACK)")
-        program = edge.to_executorch(ExecutorchBackendConfig())
-        self.meter.mark("to_executorch (memory planning)")
+        with _marking(self.meter, executorch.exir, "to_edge_transform_and_lower", "to_edge_transform_and_lower (XNNPACK)"), \
+                _marking(self.meter, EdgeProgramManager, "to_executorch", "to_executorch (memory planning)"):
+            program = super()._convert(captured, model, inputs, config)
         program.buffer  # noqa: B018 - serialization happens on first access
         self.meter.mark("serialize the .pte buffer")
         return program
+
+
+@contextlib.contextmanager
+def _marking(meter: _Meter, owner: Any, name: str, stage: str):
+    """`owner.name` marks `stage` on `meter` when it returns, for the block."""
+    original = getattr(owner, name)
+
+    def marked(*args, **kwargs):
+        result = original(*args, **kwargs)
+        meter.mark(stage)
+        return result
+
+    setattr(owner, name, marked)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
 
 
 def main() -> None:

@@ -86,3 +86,22 @@ def test_cli_refuses_an_unknown_backend(tmp_path, capsys):
 
     assert main(["coverage", "--backends", "tensorrt", "-o", str(tmp_path / "c.md")]) == 1
     assert "unknown backend ['tensorrt']" in capsys.readouterr().err
+
+
+def test_a_runtime_failure_carries_what_the_runtime_logged():
+    """ExecuTorch's Python error is generic; the cell gets its log's reason (Phi-3's batch, seen)."""
+    from hfexport.coverage.matrix import _runtime_log
+
+    stderr = "\n".join([
+        "W1129 19:06:33 torch/utils/_pytree.py:630] an unrelated warning",
+        "[cpuinfo_utils.cpp:71] Reading file /sys/devices/soc0/image_version",
+        "[tensor_impl.cpp:135] Attempted to resize a static tensor. Expected shape (2), but received (1).",
+        "[op_arange.cpp:77] Check failed (resize_tensor(out, {&out_length, 1}) == Error::Ok): ",
+        "[method.cpp:1480] KernelCall failed at instruction 0:10 in operator aten::arange.start_out: 0x12",
+        "[method.cpp:1490] arg 0 with type id 4",
+    ])
+    assert _runtime_log(stderr) == (
+        "Attempted to resize a static tensor. Expected shape (2), but received (1).; "
+        "Check failed (resize_tensor(out, {&out_length, 1}) == Error::Ok):; "
+        "KernelCall failed at instruction 0:10 in operator aten::arange.start_out: 0x12")
+    assert _runtime_log("no native log here") == ""

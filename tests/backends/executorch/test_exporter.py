@@ -190,10 +190,10 @@ def test_a_plan_larger_than_memory_is_refused_at_export(monkeypatch):
     now the export says how much, which tensor, and which bounds to lower."""
     from hfexport.backends.executorch import exporter
 
-    monkeypatch.setattr(exporter, "_physical_memory", lambda: 1024)
-    model, inputs = build_preset("llama")
+    monkeypatch.setattr(exporter, "_physical_memory", lambda: 0)  # any plan is too large
+    x = torch.randn(1, 8, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ConversionError, match=r"(?s)memory plan needs .* the largest is .*max_sequence_length"):
-        ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True))
+        ExecutorchExporter().export(_Halves().eval(), {"input_values": x}, config=ExecutorchConfig(dynamic=True))
 
 
 def test_max_sequence_length_bounds_the_sequence():
@@ -201,5 +201,8 @@ def test_max_sequence_length_bounds_the_sequence():
     et_program = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True, max_sequence_length=32))
     bounds = record_of(et_program).details["dim_bounds"]
     assert bounds["input_ids[1] (sequence)"] == "<= 32: ExecutorchConfig.max_sequence_length"
+    # and memory planning got it: every symbol of the program is a batch (<= 8) or a sequence (<= 32)
+    uppers = {int(v.upper) for v in et_program.exported_program().range_constraints.values()}
+    assert uppers == {8, 32}
     with pytest.raises(ValueError, match="max_sequence_length must be >= 2"):
         ExecutorchConfig(max_sequence_length=1)

@@ -135,8 +135,6 @@ def test_swin_pads_sides_that_are_not_a_multiple_of_the_patch():
     34 x 34 image to the sample's 8 x 8 patch grid and gave wrong logits (eager pads to 9 x 9), and
     refused a 30 x 30 one. Every image with the sample's patch grid now matches eager; another grid
     fails loudly instead of running with wrong numbers."""
-    from hfexport.registry import PATCHES
-
     model, inputs = build_preset("swin")
     program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))
     session = ort.InferenceSession(program.model_proto.SerializeToString())
@@ -150,4 +148,4 @@ def test_swin_pads_sides_that_are_not_a_multiple_of_the_patch():
         np.testing.assert_allclose(got, want, atol=ATOL, err_msg=f"{height} x {width}")
     with pytest.raises(Exception, match="Reshape"):
         session.run(None, {name: torch.randn(1, 3, 34, 34).numpy()})
-    assert "patch_swin_patch_embedding_pad" in PATCHES
+    assert "patch_swin_patch_embedding_pad" in record_of(program).details["patches"]  # applied, not just registered

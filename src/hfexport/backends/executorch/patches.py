@@ -5,6 +5,7 @@ Also registered for it: the MoE experts switch to `batched_mm` (`hfexport/models
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 import torch
@@ -50,7 +51,7 @@ def fix_split_outputs_as_slices(node: torch.fx.Node) -> bool:
     sizes = [1 if unbind else piece.shape[dim] for piece in pieces]
     if not all(isinstance(size, int) for size in sizes):
         return False
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    starts = [0, *itertools.accumulate(sizes)]
     graph, source = node.graph, node.args[0]
     for user in list(node.users):
         index = user.args[1]
