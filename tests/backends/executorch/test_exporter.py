@@ -206,3 +206,42 @@ def test_max_sequence_length_bounds_the_sequence():
     assert uppers == {8, 32}
     with pytest.raises(ValueError, match="max_sequence_length must be >= 2"):
         ExecutorchConfig(max_sequence_length=1)
+
+
+class _CrossAttention(torch.nn.Module):
+    """Whisper's cross-attention shape: the encoder states are viewed with the *decoder's* batch,
+    `[b, (b_enc * frames) // b, heads, head_dim]`, so the view's sizes are an expression over symbols
+    of two inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+    def forward(self, inputs_embeds, encoder_hidden_states):
+        batch = inputs_embeds.shape[0]
+        q = self.q(inputs_embeds).view(batch, -1, 4, 8).transpose(1, 2)
+        k = self.k(encoder_hidden_states).view(batch, -1, 4, 8).transpose(1, 2)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, k).transpose(1, 2).reshape(batch, -1, 32)
+
+
+def test_a_view_is_planned_within_its_base(monkeypatch):
+    """ExecuTorch bounds a view's sizes apart from its base's, and `(b_enc * frames) // b` bounds far
+    above the base: the view ran past the arena and Whisper's prefill failed to *load* (error 0x21).
+    The view's bound is capped at its base's element count; a plan that still does not fit its arenas
+    is refused at export."""
+    from hfexport.backends.executorch import planning
+
+    module = _CrossAttention().eval()
+    g = torch.Generator().manual_seed(0)
+    inputs = {"inputs_embeds": torch.randn(1, 3, 32, generator=g), "encoder_hidden_states": torch.randn(1, 6, 32, generator=g)}
+    et_program = ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))
+    assert record_of(et_program).details["views_bounded_by_base"]
+    method = Runtime.get().load_program(et_program.buffer).load_method("forward")
+    for batch, sequence, frames in ((1, 5, 7), (3, 2, 12)):
+        x = {"inputs_embeds": torch.randn(batch, sequence, 32, generator=g),
+             "encoder_hidden_states": torch.randn(batch, frames, 32, generator=g)}
+        with torch.no_grad():
+            assert (method.execute(list(x.values()))[0] - module(**x)).abs().max() < ATOL
+    monkeypatch.setattr(planning, "_cap", lambda node: None)  # ExecuTorch's own bounds
+    with pytest.raises(ConversionError, match=r"outside their storage.*aten_view_copy.* is a view of"):
+        ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))

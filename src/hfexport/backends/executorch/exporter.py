@@ -25,6 +25,7 @@ from ...record import ExportRecord
 from ...storage import atomic_file
 from ..onnx.program import checked_destination
 from .config import ExecutorchConfig
+from .planning import ViewsBoundedByBase, check_plan
 from .targets import check_target, partitioners
 
 __all__ = ["ExecutorchExporter"]
@@ -83,13 +84,26 @@ class ExecutorchExporter(HfExporter):
             alloc_graph_output=config.alloc_graph_output,
             alloc_mutable_buffers=config.alloc_mutable_buffers,
         )
-        program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning))
+        bounds = ViewsBoundedByBase()
+        program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning,
+                                                             sym_shape_eval_pass=bounds))
         _check_planned_memory(program, captured, model)
+        if problems := check_plan(program):
+            raise ConversionError(
+                f"ExecuTorch's memory plan puts {len(problems)} tensor(s) outside their storage (the program "
+                f"would fail to load, error 0x21, or overwrite live tensors): {'; '.join(problems[:3])}",
+                model=model_name(model),
+                remedy="export with dynamic=False, or bound the dims with dynamic_shapes={...: Dim(max=...)}; "
+                "please report the model to hfexport",
+            )
+        program.hfexport_capped_views = bounds.capped
         return program
 
     def _record(self, captured: Capture, model, artifact, config: ExecutorchConfig) -> ExportRecord:
         record = super()._record(captured, model, artifact, config)
         record.details["delegation"] = delegation_summary(artifact, config.backend)
+        if capped := getattr(artifact, "hfexport_capped_views", None):
+            record.details["views_bounded_by_base"] = capped
         return record
 
     def _save(self, artifact, stem: Path) -> list[Path]:
