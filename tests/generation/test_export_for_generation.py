@@ -14,7 +14,7 @@ CASES = [
     ("dynamo", "t5"), ("dynamo", "whisper"), ("dynamo", "mamba"), ("dynamo", "llava"),
     ("onnx", "llama"), ("onnx", "t5"), ("onnx", "mamba"), ("onnx", "llava"),
     ("openvino", "llama"), ("openvino", "t5"), ("openvino", "llava"),
-    ("executorch", "llava"),  # ExecuTorch's Llama/Mistral/T5 components: tests/generation/test_runner.py
+    ("executorch", "llava"), ("executorch", "mamba"),  # ExecuTorch's Llama/Mistral/T5 components: tests/generation/test_runner.py
 ]
 
 

@@ -31,9 +31,9 @@ Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 _STEP_ROLES = ("sequence", "decoder_sequence")
 
 #: Roles whose size the model's weights fix (a flattened patch's `C*T*P*P` values, the 3 of a
-#: `(t, h, w)` row). Left `Dim.AUTO` they can trace symbolic behind a `view(-1, ...)`, and every
+#: `(t, h, w)` row, a recurrent state's channels and kernel/state width). Left `Dim.AUTO` they can trace symbolic behind a `view(-1, ...)`, and every
 #: size derived from them is then unbounded (ExecuTorch would plan memory for the worst case).
-_MODEL_FIXED_ROLES = ("patch_features", "grid")
+_MODEL_FIXED_ROLES = ("patch_features", "grid", "state")
 
 
 def has_fixed_batch(inputs: dict[str, Any]) -> bool:
@@ -130,6 +130,9 @@ def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:
     bound a symbol whose sample size is 1 to at most 2).
     """
     from .names import role_of
+    from .pytree import register_cache_pytree_nodes
+
+    register_cache_pytree_nodes(inputs)  # a cache is grown through its pytree children
 
     def grow(name: str, value: Any) -> Any:
         if isinstance(value, torch.Tensor):

@@ -74,6 +74,10 @@ _ROLES_BY_NAME = {
 # Vision towers that take flattened patches, `(patches, C*T*P*P)`, name them as below (Qwen2-VL).
 _PATCH_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
 _CACHE_ROLES = ("batch", "heads", "cache_length", None)
+#: A recurrent state (SSM / linear-attention layers: `conv_states` `[batch, channels, kernel]`,
+#: `recurrent_states` `[batch, channels, state]`): one row per sequence; the other axes are sized by
+#: the weights (a conv_state wider than the kernel is not a state the model can take).
+_STATE_ROLES = ("batch", "state", "state")
 
 
 def role_of(leaf_name: str, rank: int, axis: int) -> str | None:
@@ -85,6 +89,8 @@ def role_of(leaf_name: str, rank: int, axis: int) -> str | None:
 def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
     if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank == 4:
         return _CACHE_ROLES
+    if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank in (2, 3):
+        return _STATE_ROLES[:rank]
     if leaf_name.endswith("attention_mask") and rank == 4:  # [batch, 1, query, keys] (a static cache's mask)
         return ("batch", None, "sequence", "cache_length")
     if leaf_name.split(".")[-1] in _PATCH_INPUTS and rank == 2:

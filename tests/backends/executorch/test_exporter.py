@@ -245,3 +245,31 @@ def test_a_view_is_planned_within_its_base(monkeypatch):
     monkeypatch.setattr(planning, "_cap", lambda node: None)  # ExecuTorch's own bounds
     with pytest.raises(ConversionError, match=r"outside their storage.*aten_view_copy.* is a view of"):
         ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))
+
+
+class _DecayFromWeights(torch.nn.Module):
+    """Mamba's discretized decay, `exp(dt[..., None] * A)` with `A = -exp(A_log)` computed from the
+    weights at every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.a_log = torch.nn.Parameter(torch.randn(64, 8, generator=torch.Generator().manual_seed(0)) * 0.1)
+
+    def forward(self, input_values):
+        return torch.exp(input_values[..., None] * -torch.exp(self.a_log))
+
+
+def test_weight_only_math_is_folded():
+    """Left to the XNNPACK delegate, `-exp(a_log)` broadcast against a dynamic batch wrote outside
+    its buffers once the program, first run at batch 1, ran at batch 3 (heap corruption here; wrong
+    rows 1.. in Mamba's decode). Folded into a constant, it is right in any order of batch sizes."""
+    module = _DecayFromWeights().eval()
+    et_program = ExecutorchExporter().export(module, {"input_values": torch.rand(1, 64)},
+                                             config=ExecutorchConfig(dynamic=True))
+    graph = et_program.exported_program().graph
+    assert not any(n.op == "placeholder" and "a_log" in n.name for n in graph.nodes)  # folded away
+    method = Runtime.get().load_program(et_program.buffer).load_method("forward")
+    for batch in (1, 3, 1, 3):
+        x = torch.rand(batch, 64, generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            assert (method.execute([x])[0] - module(x)).abs().max() < ATOL

@@ -25,6 +25,7 @@ from ...record import ExportRecord
 from ...storage import atomic_file
 from ..onnx.program import checked_destination
 from .config import ExecutorchConfig
+from .folding import fold_weight_only_math
 from .planning import ViewsBoundedByBase, check_plan
 from .targets import check_target, partitioners
 
@@ -77,7 +78,7 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
-        edge = to_edge_transform_and_lower(captured.program,
+        edge = to_edge_transform_and_lower(captured.program, transform_passes=[fold_weight_only_math()],
                                            partitioner=partitioners(config.backend, dynamic_quant=_dynamic_quant(config)))
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
