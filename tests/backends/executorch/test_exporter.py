@@ -135,11 +135,16 @@ def test_memory_planning_flags_change_the_planned_program():
         outputs_planned = [meta.output_tensor_meta(i).is_memory_planned() for i in range(meta.num_outputs())]
         return inputs_planned, outputs_planned, program, meta
 
-    default_in, default_out, _, _ = planned()
+    default_in, default_out, default, _ = planned()
     caller_in, caller_out, program, _ = planned(alloc_graph_input=False, alloc_graph_output=False,
                                                 alloc_mutable_buffers=False)
     assert all(default_in) and all(default_out)
     assert not any(caller_in) and not any(caller_out)
+    # the record says what the runtime allocates for the plan when it loads the method: the arenas
+    # the serialized plan declares (index 0 is reserved, 0 bytes)
+    arenas = sum(default.executorch_program.execution_plan[0].non_const_buffer_sizes)
+    assert arenas > 0
+    assert record_of(default).details["planned_memory"] == f"{arenas / 2**20:,.1f} MiB"
 
 
 def test_save_refuses_to_overwrite(qwen3_pte, tmp_path):

@@ -1,7 +1,8 @@
 """`ExecutorchExporter`: the captured program lowered to an ExecuTorch `.pte` (XNNPACK by default).
 
 ```
-capture (shared) -> to_edge_transform_and_lower(partitioner) -> to_executorch(memory planning)
+capture (shared) -> to_edge_transform_and_lower(fold weight-only math, partitioner)
+        -> to_executorch(views bounded by their base, memory planning) -> plan checks
 ```
 Ops the delegate cannot take stay on ExecuTorch's portable kernels; the record counts both.
 """
@@ -103,6 +104,8 @@ class ExecutorchExporter(HfExporter):
     def _record(self, captured: Capture, model, artifact, config: ExecutorchConfig) -> ExportRecord:
         record = super()._record(captured, model, artifact, config)
         record.details["delegation"] = delegation_summary(artifact, config.backend)
+        # what the runtime allocates for intermediates when it loads the method (at the dims' bounds)
+        record.details["planned_memory"] = _gib(_planned_bytes(artifact))
         if capped := getattr(artifact, "hfexport_capped_views", None):
             record.details["views_bounded_by_base"] = capped
         return record
@@ -177,6 +180,10 @@ def _gib(size: int) -> str:
     return f"{size / 2**30:,.1f} GiB" if size >= 2**30 else f"{size / 2**20:,.1f} MiB"
 
 
+def _planned_bytes(program: Any) -> int:
+    return sum(sum(plan.non_const_buffer_sizes) for plan in program.executorch_program.execution_plan)
+
+
 def _check_planned_memory(program: Any, captured: Capture, model: torch.nn.Module) -> None:
     """Refuse a program whose planned activations exceed this machine's memory.
 
@@ -184,7 +191,7 @@ def _check_planned_memory(program: Any, captured: Capture, model: torch.nn.Modul
     beyond physical memory would only fail there, as a bare `std::bad_alloc`. A symbolic size
     whose bound is taken from an unsimplified expression (`s * s // s` bounds to 4096 squared)
     can make one tensor alone terabytes (measured: BLOOM's attention view)."""
-    planned = sum(sum(plan.non_const_buffer_sizes) for plan in program.executorch_program.execution_plan)
+    planned = _planned_bytes(program)
     if planned <= _physical_memory():
         return
     specs = [(spec.allocated_memory, node.name, list(spec.shape))

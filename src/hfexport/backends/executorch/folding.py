@@ -29,7 +29,10 @@ def fold_weight_only_math() -> Any:
     class FoldWeightOnlyMath(ExportedProgramPassBase):
         def call(self, exported_program):
             before = len(exported_program.graph.nodes)
-            program = constant_prop_pass(exported_program)
+            # an output that folds to a constant gets a copy node: the edge dialect's dim-order copy
+            # (`_skip_dim_order=False`, as the edge program is built), not `aten.clone`, which the
+            # dim-order verifier rejects (MistralForCausalLM's sliding-window output)
+            program = constant_prop_pass(exported_program, _skip_dim_order=False)
             return ExportedProgramPassResult(program, len(program.graph.nodes) != before)
 
     return FoldWeightOnlyMath()
