@@ -68,7 +68,9 @@ KNOWN_FAILURES: dict[tuple[str, str, str], KnownFailure] = {
         "ExecuTorch plans every intermediate at its upper bound, and bounds the size BLOOM's attention "
         "view(batch, heads, q, -1) infers through an unsimplified symbolic expression: 4096 x 4096 instead of "
         "4096, so one tensor alone plans 8 TB. hfexport refuses the plan at export (it used to load as a bare "
-        "std::bad_alloc); dynamic=False exports and matches eager",
+        "std::bad_alloc); dynamic=False exports and matches eager. Bounding the exact quotient (s**2)//s at s "
+        "was tried: the plan then fits, but XNNPACK's reshape fails at run time (xnn_status_out_of_memory) "
+        "and the process segfaults, so the loud refusal stays",
         "executorch 1.4.1 memory planning (interval bound of an unsimplified SymInt expression)") for mode in MODES},
     **{("mamba2", "executorch", mode): KnownFailure(
         "the chunked scan takes min() of two symbolic sizes; to_edge's re-trace records it as the Python "
