@@ -31,8 +31,9 @@ Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 _STEP_ROLES = ("sequence", "decoder_sequence")
 
 #: Roles whose size the model's weights fix (a flattened patch's `C*T*P*P` values, the 3 of a
-#: `(t, h, w)` row, a recurrent state's channels and kernel/state width). Left `Dim.AUTO` they can trace symbolic behind a `view(-1, ...)`, and every
-#: size derived from them is then unbounded (ExecuTorch would plan memory for the worst case).
+#: `(t, h, w)` row, a recurrent state's channels and kernel/state width). Left `Dim.AUTO` they can
+#: trace symbolic behind a `view(-1, ...)`, and every size derived from them is then unbounded
+#: (ExecuTorch would plan memory for the worst case); a resized check would widen them.
 _MODEL_FIXED_ROLES = ("patch_features", "grid", "state")
 
 
