@@ -201,6 +201,23 @@ def test_a_plan_larger_than_memory_is_refused_at_export(monkeypatch):
         ExecutorchExporter().export(_Halves().eval(), {"input_values": x}, config=ExecutorchConfig(dynamic=True))
 
 
+def test_a_large_plan_is_named_at_export(monkeypatch, caplog):
+    """A plan that fits this machine but not a device (T5 plans 16.9 GiB by default) is named at
+    export with the bounds behind it and how to lower them; a static program has none to lower."""
+    from hfexport.backends.executorch import exporter
+
+    monkeypatch.setattr(exporter, "LARGE_PLAN", 0)  # any plan is large
+    x = torch.randn(1, 8, generator=torch.Generator().manual_seed(0))
+    with caplog.at_level("WARNING", logger="hfexport"):
+        ExecutorchExporter().export(_Halves().eval(), {"input_values": x}, config=ExecutorchConfig(dynamic=True))
+    assert any("will allocate" in r.message and "<= 8" in r.message and "max_sequence_length" in r.message
+               for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hfexport"):
+        ExecutorchExporter().export(_Halves().eval(), {"input_values": x}, config=ExecutorchConfig(dynamic=False))
+    assert not any("will allocate" in r.message for r in caplog.records)
+
+
 def test_max_sequence_length_bounds_the_sequence():
     model, inputs = build_preset("llama")
     et_program = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True, max_sequence_length=32))
