@@ -2,38 +2,58 @@
 
 from __future__ import annotations
 
-import torch
-import torch.utils._pytree as pytree
+import json
+import subprocess
+import sys
 
-from hfexport.capture.dynamic import grow_batch, plan_dynamic_shapes
+import torch
+
+from hfexport.capture.dynamic import plan_dynamic_shapes
+from hfexport.capture.pytree import register_cache_pytree_nodes
 from hfexport.generation.decompose import interface_kwargs
 from hfexport.presets import build_preset
 from hfexport.utils import decompose_for_generation
 
+#: Run in a fresh interpreter: in this one, an earlier test's export may already have registered
+#: the cache classes, which is exactly what `grow_batch` must not rely on.
+_GROW_IN_A_FRESH_PROCESS = """
+import json, torch
+import torch.utils._pytree as pytree
+from hfexport.capture.dynamic import grow_batch
+from hfexport.generation.decompose import interface_kwargs
+from hfexport.presets import build_preset
+from hfexport.utils import decompose_for_generation
 
-def _mamba_decode_kwargs():
-    model, inputs = build_preset("mamba")
-    return interface_kwargs(decompose_for_generation(model, inputs)["decode"][1])
+model, inputs = build_preset("mamba")
+kwargs = interface_kwargs(decompose_for_generation(model, inputs)["decode"][1])
+grown = grow_batch(kwargs)
+states = lambda k: [t for t in pytree.tree_leaves(k["past_key_values"]) if isinstance(t, torch.Tensor)]
+print(json.dumps({"input_ids": list(grown["input_ids"].shape),
+                  "states": [list(s.shape) for s in states(grown)],
+                  "rows_kept": all(torch.equal(g[1], o[0]) for g, o in zip(states(grown), states(kwargs)))}))
+"""
 
 
 def test_a_recurrent_state_grows_with_the_batch():
     """ExecuTorch traces at batch 2; Mamba's states (`[batch, channels, kernel]`, `[batch, channels,
     state]`) must grow with the tokens, or `cat([conv_state, tokens])` fails at capture. Called on
     the raw decode kwargs, before any export registered the cache classes."""
-    kwargs = _mamba_decode_kwargs()
-    grown = grow_batch(kwargs)
-    states = [leaf for leaf in pytree.tree_leaves(grown["past_key_values"]) if isinstance(leaf, torch.Tensor)]
-    assert grown["input_ids"].shape[0] == 2 and states
-    assert all(state.shape[0] == 2 and state.dim() == 3 for state in states)
-    original = [leaf for leaf in pytree.tree_leaves(kwargs["past_key_values"]) if isinstance(leaf, torch.Tensor)]
-    assert all(torch.equal(g[1], o[0]) for g, o in zip(states, original))
+    done = subprocess.run([sys.executable, "-c", _GROW_IN_A_FRESH_PROCESS], capture_output=True, text=True,
+                          check=True)
+    grown = json.loads(done.stdout.strip().splitlines()[-1])
+    assert grown["input_ids"][0] == 2 and grown["states"]
+    assert all(shape[0] == 2 and len(shape) == 3 for shape in grown["states"])
+    assert grown["rows_kept"]
 
 
 def test_a_recurrent_state_has_a_dynamic_batch_and_fixed_widths():
     """Its channels and kernel/state widths are the weights': a resized check that widened a conv
     state gave eager a state the model cannot take (and a 'mismatch')."""
-    kwargs = _mamba_decode_kwargs()
+    model, inputs = build_preset("mamba")
+    kwargs = interface_kwargs(decompose_for_generation(model, inputs)["decode"][1])
+    register_cache_pytree_nodes(kwargs)  # as `capture` does before it plans
     plan = plan_dynamic_shapes(kwargs, dynamic=True, dynamic_shapes=None)
+    assert plan["past_key_values"]
     for axes in plan["past_key_values"]:
         assert axes[0] == torch.export.Dim.AUTO
         assert axes[1] == axes[2] == torch.export.Dim.STATIC

@@ -87,10 +87,8 @@ def role_of(leaf_name: str, rank: int, axis: int) -> str | None:
 
 
 def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
-    if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank == 4:
-        return _CACHE_ROLES
-    if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank in (2, 3):
-        return _STATE_ROLES[:rank]
+    if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank in (2, 3, 4):
+        return _CACHE_ROLES if rank == 4 else _STATE_ROLES[:rank]
     if leaf_name.endswith("attention_mask") and rank == 4:  # [batch, 1, query, keys] (a static cache's mask)
         return ("batch", None, "sequence", "cache_length")
     if leaf_name.split(".")[-1] in _PATCH_INPUTS and rank == 2:

@@ -95,8 +95,7 @@ class ExecutorchExporter(HfExporter):
         bounds = ViewsBoundedByBase()
         program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning,
                                                              sym_shape_eval_pass=bounds))
-        _check_planned_memory(program, captured, model)
-        _warn_if_plan_is_large(program, captured, model)
+        _check_plan_size(program, captured, model)
         if problems := check_plan(program):
             raise ConversionError(
                 f"ExecuTorch's memory plan puts {len(problems)} tensor(s) outside their storage (the program "
@@ -191,21 +190,29 @@ def _planned_bytes(program: Any) -> int:
     return sum(sum(plan.non_const_buffer_sizes) for plan in program.executorch_program.execution_plan)
 
 
-def _check_planned_memory(program: Any, captured: Capture, model: torch.nn.Module) -> None:
-    """Refuse a program whose planned activations exceed this machine's memory.
+def _check_plan_size(program: Any, captured: Capture, model: torch.nn.Module) -> None:
+    """Refuse a program whose planned activations exceed this machine's memory; warn about one that
+    fits here but is larger than a device may give (`LARGE_PLAN`).
 
     ExecuTorch allocates every intermediate at its upper bound when the program loads; a plan
     beyond physical memory would only fail there, as a bare `std::bad_alloc`. A symbolic size
     whose bound is taken from an unsimplified expression (`s * s // s` bounds to 4096 squared)
-    can make one tensor alone terabytes (measured: BLOOM's attention view)."""
+    can make one tensor alone terabytes (measured: BLOOM's attention view). Below that, the bounds
+    may come from defaults the caller does not know about (T5, with no position limit in its config,
+    plans its attention at 4096 tokens: 16.9 GiB for a 230 KB test model)."""
     planned = _planned_bytes(program)
+    bounds = ", ".join(f"{sym} <= {vr.upper}" for sym, vr in captured.program.range_constraints.items())
     if planned <= _physical_memory():
+        if planned > LARGE_PLAN and bounds:
+            logger.warning("%s: ExecuTorch will allocate %s for intermediates when it loads this program "
+                           "(planned at the dims' upper bounds: %s; the record's dim_bounds says where each comes "
+                           "from); lower them with ExecutorchConfig(max_sequence_length=..., max_batch_size=...) "
+                           "or dynamic_shapes", model_name(model), _gib(planned), bounds)
         return
     specs = [(spec.allocated_memory, node.name, list(spec.shape))
              for node in program.exported_program().graph.nodes
              if (spec := node.meta.get("spec")) is not None and hasattr(spec, "allocated_memory")]
     size, name, shape = max(specs, default=(0, "?", []))
-    bounds = ", ".join(f"{sym} <= {vr.upper}" for sym, vr in captured.program.range_constraints.items())
     raise ConversionError(
         f"ExecuTorch's memory plan needs {_gib(planned)} for activations (this machine has "
         f"{_gib(_physical_memory())}); the largest is {name} {shape} ({_gib(size)}), planned at the dims' upper "
@@ -214,20 +221,6 @@ def _check_planned_memory(program: Any, captured: Capture, model: torch.nn.Modul
         remedy="lower the bounds: ExecutorchConfig(max_sequence_length=..., max_batch_size=...) or "
         "dynamic_shapes={...: Dim(max=...)}, or export with dynamic=False",
     )
-
-
-def _warn_if_plan_is_large(program: Any, captured: Capture, model: torch.nn.Module) -> None:
-    """Warn when the plan fits this machine but is larger than a device may give (`LARGE_PLAN`):
-    the bounds come from defaults the caller may not know about (T5, with no position limit in its
-    config, plans its attention at 4096 tokens: 16.9 GiB for a 230 KB test model)."""
-    planned = _planned_bytes(program)
-    if planned <= LARGE_PLAN or not captured.program.range_constraints:
-        return
-    bounds = ", ".join(f"{sym} <= {vr.upper}" for sym, vr in captured.program.range_constraints.items())
-    logger.warning("%s: ExecuTorch will allocate %s for intermediates when it loads this program (planned at "
-                   "the dims' upper bounds: %s; the record's dim_bounds says where each comes from); lower them "
-                   "with ExecutorchConfig(max_sequence_length=..., max_batch_size=...) or dynamic_shapes",
-                   model_name(model), _gib(planned), bounds)
 
 
 def _rank_of(inputs: dict[str, Any], name: str) -> int:
