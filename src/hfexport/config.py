@@ -80,12 +80,21 @@ class ExportConfig:
         dynamic: mark every dimension of every tensor input, cache leaves included, as dynamic
             (`Dim.AUTO`); the artifact then accepts inputs of any size. Size-1 sample dimensions
             (a batch of one) stay dynamic too.
-        dynamic_shapes: explicit `dynamic_shapes`, passed to `torch.export.export` unchanged;
-            wins over `dynamic`.
+        dynamic_shapes: explicit `dynamic_shapes` keyed by input name, passed to
+            `torch.export.export`; wins over `dynamic`. Inputs it leaves out are static; a name
+            that is not an input is an error listing the inputs.
         prefer_deferred_runtime_asserts_over_guards: turn data-dependent guards into runtime
             asserts instead of failing the export (passed to `torch.export.export`).
         strict: trace with TorchDynamo (`strict=True`) rather than the default non-strict mode.
         quantizer: a quantizer applied during export (see the quantization docs).
+        allow_size_one_specialization: with `dynamic=True`, accept a program that fixes (or
+            bounds to 1..2) dimensions whose sample size is 1, and when tracing with size-1
+            dimensions kept dynamic fails, retry with torch.export's default, which fixes every
+            such dimension; the record lists the axes (`specialized_size_one`). Off by default:
+            the export raises instead, naming each axis.
+        validate: after exporting, run the artifact in its runtime against eager on the sample
+            inputs and on inputs of other sizes (`hfexport.validate`), raise `ValidationError` when
+            an output differs; the report is in the record (`details["validation"]`).
     """
 
     export_format: ClassVar[str] = ""
@@ -95,10 +104,13 @@ class ExportConfig:
     prefer_deferred_runtime_asserts_over_guards: bool = False
     strict: bool = False
     quantizer: Any = None
+    allow_size_one_specialization: bool = False
+    validate: bool = False
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
-        for name in ("dynamic", "prefer_deferred_runtime_asserts_over_guards", "strict"):
+        for name in ("dynamic", "prefer_deferred_runtime_asserts_over_guards", "strict", "allow_size_one_specialization",
+                     "validate"):
             _check_type(owner, name, getattr(self, name), bool)
         if self.dynamic_shapes is not None and not isinstance(self.dynamic_shapes, (dict, list, tuple)):
             raise ValueError(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib
 import importlib.util
 import logging
@@ -72,7 +73,8 @@ class HfExporter:
 
         Raises:
             ImportError: a package the backend needs is missing (the message has the pip line).
-            ExportError: a step failed; the subclass names the step (`CaptureError`, ...).
+            ExportError: a step failed; the subclass names the step (`CaptureError`, ...);
+                `ValidationError` when `config.validate` and the artifact differs from eager.
         """
         config = self._check_config(config)
         self._check_environment(config)
@@ -94,6 +96,7 @@ class HfExporter:
             bounds = self._dim_bounds(model, sample, config)
             captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order, bounds=bounds,
                                drop_none_outputs=self.drop_none_outputs)
+            sample = captured.sample  # the capture may have traced a batch of 2 (see `capture`)
             if getattr(bounds, "chosen", None):
                 logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
             if quantizer is not None and quantizer.stage_for(self.format) == "fx":
@@ -117,7 +120,24 @@ class HfExporter:
         if getattr(bounds, "chosen", None):
             record.details["dim_bounds"] = dict(bounds.chosen)
         attach_record(artifact, record)
+        if config.validate:
+            self._validated(artifact, model, kwargs)
         return artifact
+
+    def _validated(self, artifact: Any, model: torch.nn.Module, kwargs: dict[str, Any]) -> None:
+        """`config.validate`: run `artifact` against eager at the sample and other sizes; the report
+        goes in the record, a failure raises `ValidationError` with it."""
+        from .errors import ValidationError
+        from .record import record_of
+        from .validation import validate
+
+        report = validate(artifact, model, kwargs)
+        record_of(artifact).details["validation"] = report.to_dict()
+        if not report.passed:
+            raise ValidationError(f"the {self.format} artifact differs from eager PyTorch:\n{report.to_table()}",
+                                  model=model_name(model),
+                                  remedy="see the failing case above; export with validate=False to keep the "
+                                  "artifact anyway, and report the model with `hfexport env`")
 
     def export_for_generation(
         self,
@@ -200,7 +220,7 @@ class HfExporter:
             raise QuantizationError(f"{quantizer!r} failed on the torch.export graph: {summarize(error)}",
                                     model=model_name(model),
                                     remedy="try another scheme, or export without quantizer= and report this") from error
-        return Capture(program, captured.size_oblivious, captured.fixes_applied)
+        return dataclasses.replace(captured, program=program)
 
     def _quantize_model(self, artifact: Any, captured: Capture, model, sample, config) -> Any:
         import torch.utils._pytree as pytree
@@ -262,6 +282,7 @@ class HfExporter:
     def _record(self, captured: Capture, model: torch.nn.Module, artifact: Any, config: ExportConfig) -> ExportRecord:
         record = record_from_program(captured.program, format=self.format, model_class=model_name(model))
         record.details["size_oblivious"] = captured.size_oblivious
+        record.details.update(captured.fixed_axes)
         record.details["config"] = _config_summary(config)
         mutated = captured.program.graph_signature.user_inputs_to_mutate
         if mutated:  # written in place (a static cache): say which inputs, in the program's order

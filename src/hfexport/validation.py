@@ -26,7 +26,7 @@ import torch.utils._pytree as pytree
 from .capture.capture import call_model
 from .capture.prepare import inference_mode, normalize_inputs
 from .capture.pytree import flatten_with_names, register_cache_pytree_nodes
-from .errors import summarize
+from .errors import ValidationError, summarize
 from .record import ExportRecord, record_of
 from .runner import runner_for
 
@@ -147,26 +147,37 @@ def _tile(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
 
 def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -> dict[str, Any] | None:
     """Return `inputs` with every symbolic size moved by `step` (within the program's ranges), or
-    `None` when the artifact has no symbolic input dimension."""
+    `None` when the artifact has no symbolic input dimension.
+
+    Raises:
+        ValidationError: a symbol's range leaves it no other size, or the inputs do not line up
+            with the program's inputs (the resized case would otherwise rerun the sample shape).
+    """
     import sympy
 
     leaves, spec = pytree.tree_flatten(record.artifact_inputs(inputs))
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-    if len(tensors) != len(record.input_shapes):
+    if not any(isinstance(d, str) for shape in record.input_shapes for d in shape):
         return None
+    if len(tensors) != len(record.input_shapes):
+        raise ValidationError(f"the inputs hold {len(tensors)} tensors but the program takes "
+                              f"{len(record.input_shapes)}, so they cannot be resized",
+                              remedy="validate with the inputs the artifact was exported with")
     values: dict[str, int] = {}
     for tensor, shape in zip(tensors, record.input_shapes):
         for size, dim in zip(tensor.shape, shape):
             if isinstance(dim, str) and dim.isidentifier():
                 values[dim] = int(size)
-    if not values:
-        return None
     new_values = {}
     for symbol, value in values.items():
         low, high = record.symbol_ranges.get(symbol, (0, None))
         target = value + step
         if high is not None and target > high:
             target = max(low, value - 1)
+        if target == value:
+            raise ValidationError(f"the program allows {symbol} only {low}..{high}, so no size but the sample's "
+                                  f"({value}) can be checked", remedy="export with dynamic axes that can take "
+                                  "other sizes (see the record's symbol_ranges), or validate(resized=False)")
         new_values[symbol] = target
     symbols = {name: sympy.Symbol(name) for name in new_values}
     substitution = {symbols[name]: v for name, v in new_values.items()}
@@ -247,14 +258,15 @@ def _shapes(inputs: dict[str, Any]) -> dict[str, list[int]]:
     return {name: list(leaf.shape) for name, leaf in flatten_with_names(inputs) if isinstance(leaf, torch.Tensor)}
 
 
-def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=None) -> CaseReport | None:
+def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=None) -> CaseReport:
     try:
         with inference_mode(model):
             eager = call_model(model, copy.deepcopy(inputs))
-    except Exception:  # noqa: BLE001 - resized inputs the model itself rejects: no case (said in the note)
+    except Exception as error:  # noqa: BLE001 - the check cannot be made: a failed case, never a pass
         if label == "sample":
             raise
-        return None
+        return CaseReport(label, _shapes(inputs), [], f"eager PyTorch rejects these inputs, so the artifact cannot "
+                          f"be compared at this shape: {summarize(error, 200)}")
     expected = [(name, value) for name, value in flatten_with_names(eager) if value is not None]
     try:
         got = runner.run(copy.deepcopy(record.artifact_inputs(inputs)))
@@ -309,16 +321,19 @@ def validate(
     if resized is None:
         resized = record.is_dynamic
     for step in steps if resized else ():
-        other = resize_inputs(kwargs, record, step)
+        label = "resized" if len(steps) == 1 else f"resized+{step}"
+        try:
+            other = resize_inputs(kwargs, record, step)
+        except ValidationError as error:
+            cases.append(CaseReport(label, _shapes(kwargs), [], str(error)))
+            continue
         if other is None:
             note = "no symbolic input dimension: only the sample shape was checked"
             break
-        label = "resized" if len(steps) == 1 else f"resized+{step}"
-        case = _run_case(label, runner, model, other, record, atol, rtol, min_cosine)
-        if case is None:
-            note = f"eager PyTorch itself rejects the {label} inputs (tied sizes, e.g. a sliding-window cache): not checked"
+        if _shapes(other) == _shapes(kwargs):
+            cases.append(CaseReport(label, _shapes(other), [], "resizing left every input at the sample's shape"))
             continue
-        cases.append(case)
+        cases.append(_run_case(label, runner, model, other, record, atol, rtol, min_cosine))
     return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
                             atol, rtol, cases, note, min_cosine)
 

@@ -16,7 +16,7 @@ import torch.utils._pytree as pytree
 
 from ..errors import CaptureError, summarize
 from ..registry import FX_NODE_FIXES, FX_PROGRAM_FIXES, FxFix, ordered_fixes
-from .dynamic import plan_dynamic_shapes, size_oblivious_tracing
+from .dynamic import grow_batch, plan_dynamic_shapes, size_oblivious_tracing
 from .names import INTERFACE_CACHE_NAME
 from .prepare import model_name
 from .pytree import _is_cache, register_cache_pytree_nodes
@@ -33,6 +33,10 @@ class Capture:
     program: torch.export.ExportedProgram
     size_oblivious: bool
     fixes_applied: list[str]
+    #: what the check step found fixed but allowed (`check_dynamic_axes`), for the record
+    fixed_axes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the inputs the program was traced with (the caller's, or their batch grown to 2)
+    sample: dict[str, Any] | None = None
 
 
 def _user_frame(error: BaseException) -> str | None:
@@ -48,7 +52,7 @@ def _user_frame(error: BaseException) -> str | None:
     return None
 
 
-def _translate(error: Exception, model: Any, config: Any) -> CaptureError:
+def _translate(error: Exception, model: Any, config: Any, *, size_oblivious: bool = False) -> CaptureError:
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     name = model_name(model)
@@ -69,6 +73,14 @@ def _translate(error: Exception, model: Any, config: Any) -> CaptureError:
             model=name,
             remedy="use dynamic=True (Dim.AUTO infers the relations), widen the Dim(min=, max=) bounds, "
             "or make that dimension static; add prefer_deferred_runtime_asserts_over_guards=True for range guards",
+        )
+    if size_oblivious:
+        return CaptureError(
+            f"torch.export failed{at} while keeping size-1 dimensions dynamic: {summarize(error)}",
+            model=name,
+            remedy="trace with sample inputs whose dynamic sizes are not 1 (e.g. batch 2), or pass "
+            "allow_size_one_specialization=True to retry with torch.export's default, which fixes every "
+            "size-1 dimension (listed in the record)",
         )
     return CaptureError(
         f"torch.export failed{at}: {summarize(error)}",
@@ -198,41 +210,144 @@ def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool,
 
 def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, backend: str,
             fix_order: tuple[str, ...] = (), bounds: Any = None, drop_none_outputs: bool = False) -> Capture:
-    """Trace `model(**inputs)` with `torch.export` under `config`'s shape plan, then apply the FX
-    fixes registered for `backend` (those named in `fix_order` first, in that order). `bounds`
-    gives `dynamic=True` dimensions a range (see `plan_dynamic_shapes`).
+    """Trace `model(**inputs)` with `torch.export` under `config`'s shape plan, check that the
+    program kept every axis the plan asked to be dynamic, then apply the FX fixes registered for
+    `backend` (those named in `fix_order` first, in that order). `bounds` gives `dynamic=True`
+    dimensions a range (see `plan_dynamic_shapes`).
 
     Raises:
-        CaptureError: with the model line that failed and what to try.
+        CaptureError: with the model line that failed and what to try; or naming each axis asked
+            to be dynamic that the program fixed (`check_dynamic_axes`).
     """
     register_cache_pytree_nodes(inputs)
+    try:
+        program, size_oblivious, fixed = _traced_and_checked(model, inputs, config, bounds, drop_none_outputs)
+        sample = inputs
+    except AxesLost as error:
+        # A batch traced at 1 can come out fixed, or bounded to 1..2, where a decomposition guards
+        # on the size being 1 (aten.matmul folds a batch of one: Mamba's state update). Traced at
+        # 2, the same program takes any batch; any other lost axis is the caller's to decide.
+        sample = grow_batch(inputs) if all(e["role"] == "batch" and e["size"] == 1 for e in error.axes) else None
+        if sample is None or _shapes_of(sample) == _shapes_of(inputs):
+            raise
+        logger.info("%s: the batch traced at 1 came out fixed; traced again at batch 2", model_name(model))
+        try:
+            program, size_oblivious, fixed = _traced_and_checked(model, sample, config, bounds, drop_none_outputs)
+        except CaptureError:
+            raise error from None
+        if not _takes_batch_one(program):
+            raise error from None  # traced at 2 it guards on the batch not being 1: no better
+        fixed["traced_batch"] = 2
+    if mutates_user_inputs(program):
+        program = functionalized(program, size_oblivious)
+    applied = apply_fx_fixes(program, backend, fix_order)
+    return Capture(program, size_oblivious, applied, fixed, sample)
+
+
+def _takes_batch_one(program: torch.export.ExportedProgram) -> bool:
+    """Whether every symbol of a batch axis of `program`'s inputs admits 1."""
+    from ..record import record_from_program
+    from .names import role_of
+
+    record = record_from_program(program)
+    for name, shape in zip(record.input_names, record.input_shapes):
+        for axis, dim in enumerate(shape):
+            if isinstance(dim, str) and role_of(name, len(shape), axis) == "batch":
+                if record.symbol_ranges.get(dim, (0, None))[0] > 1:
+                    return False
+    return True
+
+
+def _shapes_of(inputs: dict[str, Any]) -> list[tuple[int, ...]]:
+    return [tuple(leaf.shape) for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.Tensor)]
+
+
+def _traced_and_checked(model, inputs, config, bounds, drop_none: bool):
+    """`(program, size_oblivious, fixed axes)`: steps 2 and 3 on one sample."""
     dynamic_shapes = plan_dynamic_shapes(inputs, dynamic=config.dynamic, dynamic_shapes=config.dynamic_shapes,
                                          bounds=bounds)
     # Size-oblivious tracing only matters where every dim is dynamic (explicit Dims say their own min).
     size_oblivious = config.dynamic and config.dynamic_shapes is None
+    fallback: str | None = None
     try:
-        program = _export(model, inputs, dynamic_shapes, config, size_oblivious=size_oblivious,
-                          drop_none=drop_none_outputs)
-    except Exception as first_error:  # noqa: BLE001 - retried once, then translated
-        if not size_oblivious:
-            raise _translate(first_error, model, config) from first_error
-        logger.warning(
-            "%s: tracing with size-1 dimensions kept dynamic failed (%s); retrying with torch.export's default, "
-            "which fixes every dimension whose sample size is 1. Use inputs with batch and sequence >= 2 to keep "
-            "them dynamic.",
-            model_name(model),
-            str(first_error).strip().splitlines()[0][:200] if str(first_error).strip() else type(first_error).__name__,
-        )
+        program = _export(model, inputs, dynamic_shapes, config, size_oblivious=size_oblivious, drop_none=drop_none)
+    except Exception as first_error:  # noqa: BLE001 - retried only when the caller allowed it, else translated
+        if not (size_oblivious and getattr(config, "allow_size_one_specialization", False)):
+            raise _translate(first_error, model, config, size_oblivious=size_oblivious) from first_error
+        fallback = summarize(first_error, 300)
         size_oblivious = False
         try:
-            program = _export(model, inputs, dynamic_shapes, config, size_oblivious=False,
-                              drop_none=drop_none_outputs)
+            program = _export(model, inputs, dynamic_shapes, config, size_oblivious=False, drop_none=drop_none)
         except Exception as error:  # noqa: BLE001
             raise _translate(error, model, config) from error
-    if mutates_user_inputs(program):
-        program = functionalized(program, size_oblivious)
-    applied = apply_fx_fixes(program, backend, fix_order)
-    return Capture(program, size_oblivious, applied)
+    fixed = check_dynamic_axes(program, model, inputs, dynamic_shapes, config, fallback=fallback)
+    return program, size_oblivious, fixed
+
+
+class AxesLost(CaptureError):
+    """The program fixed axes asked to be dynamic; `axes` lists them (see `dynamic.lost_axes`)."""
+
+    def __init__(self, message: str, axes: list[dict[str, Any]], **kwargs: Any):
+        super().__init__(message, **kwargs)
+        self.axes = axes
+
+
+def check_dynamic_axes(program: torch.export.ExportedProgram, model: Any, inputs: dict[str, Any], plan: Any,
+                       config: Any, *, fallback: str | None = None) -> dict[str, Any]:
+    """Step 3, check: raise `CaptureError` when the program fixed an axis the plan asked to be
+    dynamic (see `dynamic.lost_axes`); return what the record says about fixed axes.
+
+    With `allow_size_one_specialization`, axes whose sample size is 1 may come out fixed or
+    narrowed (after a capture that fell back to torch.export's default, `fallback` says why
+    size-oblivious tracing failed); they are returned under `"specialized_size_one"`. Axes the model's weights or config fix
+    (no token role) are returned under `"fixed_by_model"`.
+    """
+    from ..record import record_from_program
+    from .dynamic import describe_axes, lost_axes
+
+    if plan is None:
+        return {}
+    names = record_from_program(program).input_names
+    lost, by_model = lost_axes(program, split_constants(inputs)[0], plan, names)
+    out: dict[str, Any] = {"fixed_by_model": by_model} if by_model else {}
+    if getattr(config, "allow_size_one_specialization", False):
+        allowed = [e for e in lost if e["size"] == 1]
+        lost = [e for e in lost if e not in allowed]
+        out["specialized_size_one"] = allowed
+        if fallback is not None:
+            out["size_oblivious_failure"] = fallback
+        if allowed:
+            logger.info("%s: allow_size_one_specialization fixed %s", model_name(model), describe_axes(allowed))
+    if lost:
+        first = next((e for e in lost if "range" not in e), lost[0])  # a fixed axis has a guard to name
+        cause = _why_fixed(model, inputs, plan, config, first, size_oblivious=fallback is None)
+        raise AxesLost(
+            f"the program fixed {len(lost)} ax{'is' if len(lost) == 1 else 'es'} asked to be dynamic: "
+            f"{describe_axes(lost)}" + (f". torch.export says: {cause}" if cause else ""), lost,
+            model=model_name(model),
+            remedy="if the model's code fixes the axis (a Python loop over it, a reshape to a constant), "
+            "export with dynamic_shapes that leave it static; if the sample fixed "
+            "it (a size of 1, or equal to another size), trace with other sample sizes (e.g. batch 2, sequence 7)",
+        )
+    return out
+
+
+def _why_fixed(model: Any, inputs: dict[str, Any], plan: Any, config: Any, axis: dict[str, Any], *,
+               size_oblivious: bool) -> str | None:
+    """torch.export's own account of why `axis` was fixed: the same export with that one axis a
+    `Dim.DYNAMIC`, which torch.export refuses to specialise silently (it names the guard)."""
+    from .dynamic import mark_dynamic
+
+    strict_plan = mark_dynamic(split_constants(inputs)[0], plan, axis["leaf"], axis["axis"])
+    if strict_plan is None:
+        return None
+    try:
+        _export(model, inputs, strict_plan, config, size_oblivious=size_oblivious)
+    except Exception as error:  # noqa: BLE001 - its message is the explanation we want
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        useful = [line for line in lines if "specializ" in line or "guard" in line.lower() or "Not all values" in line]
+        return " ".join((useful or lines)[:3])[:600] or type(error).__name__
+    return None
 
 
 def reexport(module: torch.nn.Module, inputs: dict[str, Any], config: Any, *, bounds: Any = None,

@@ -31,10 +31,12 @@ Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 _STEP_ROLES = ("sequence", "decoder_sequence")
 
 #: Roles whose size the model's weights fix (a flattened patch's `C*T*P*P` values, the 3 of a
-#: `(t, h, w)` row, a recurrent state's channels and kernel/state width). Left `Dim.AUTO` they can
-#: trace symbolic behind a `view(-1, ...)`, and every size derived from them is then unbounded
-#: (ExecuTorch would plan memory for the worst case); a resized check would widen them.
-_MODEL_FIXED_ROLES = ("patch_features", "grid", "state")
+#: `(t, h, w)` row, a recurrent state's channels and kernel/state width), and a 4-D mask's heads
+#: axis, 1 by construction and broadcast over the heads. Left `Dim.AUTO` they can trace symbolic
+#: behind a `view(-1, ...)`, and every size derived from them is then unbounded (ExecuTorch would
+#: plan memory for the worst case); a resized check would widen them; a symbolic broadcast axis
+#: fails to broadcast against the heads under size-oblivious tracing.
+_MODEL_FIXED_ROLES = ("patch_features", "grid", "state", "broadcast")
 
 
 def has_fixed_batch(inputs: dict[str, Any]) -> bool:
@@ -101,13 +103,28 @@ def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes
     With a static cache among the inputs, the batch axis (axis 0 of every leaf) stays static.
     """
     if dynamic_shapes is not None:
-        if isinstance(dynamic_shapes, dict) and set(dynamic_shapes) <= set(inputs):
+        if isinstance(dynamic_shapes, dict):
+            check_dynamic_shapes_keys(dynamic_shapes, inputs)
             return {name: dynamic_shapes.get(name) for name in inputs}
         return dynamic_shapes
     if not dynamic:
         return None
     fixed_batch = has_fixed_batch(inputs)
     return {name: _plan_for(value, name, bounds, fixed_batch) for name, value in inputs.items()}
+
+
+def check_dynamic_shapes_keys(dynamic_shapes: dict[str, Any], inputs: dict[str, Any]) -> None:
+    """Raise `PrepareError` naming every key of `dynamic_shapes` that is not an input (a typo, or
+    an input of another model), with the inputs listed. Inputs it leaves out stay static."""
+    from ..errors import PrepareError
+
+    unknown = [key for key in dynamic_shapes if key not in inputs]
+    if unknown:
+        raise PrepareError(
+            f"dynamic_shapes names {', '.join(map(repr, unknown))}, which {'is' if len(unknown) == 1 else 'are'} "
+            f"not among the inputs: {', '.join(inputs)}",
+            remedy="key dynamic_shapes by the input names above (inputs you leave out stay static)",
+        )
 
 
 @contextlib.contextmanager
@@ -125,7 +142,7 @@ def size_oblivious_tracing(enabled: bool):
 def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:
     """Return `inputs` with every batch axis of sample size 1 repeated to `size`.
 
-    Only leaves whose axis 0 is known to be the batch (`input_ids`, `attention_mask`,
+    Only leaves whose batch axis is known (`input_ids`, `attention_mask`,
     `pixel_values`, cache tensors, ...; see `names.role_of`) grow, together, so the relations
     between inputs hold. Used where size-oblivious tracing is not enough (ExecuTorch's edge passes
     bound a symbol whose sample size is 1 to at most 2).
@@ -137,9 +154,9 @@ def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:
 
     def grow(name: str, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            if value.dim() and value.shape[0] == 1 and role_of(name, value.dim(), 0) == "batch":
-                return value.repeat(size, *([1] * (value.dim() - 1)))
-            return value
+            repeats = [size if value.shape[axis] == 1 and role_of(name, value.dim(), axis) == "batch" else 1
+                       for axis in range(value.dim())]
+            return value.repeat(*repeats) if size in repeats else value
         node_type = type(value)
         if node_type in pytree.SUPPORTED_NODES and node_type not in (list, tuple, dict):
             from .names import CACHE_PREFIX
@@ -156,3 +173,123 @@ def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:
         return value
 
     return {name: grow(name, value) for name, value in inputs.items()}
+
+
+# -- step 3, check: the program keeps every axis the caller asked to be dynamic -------------------
+
+#: Roles that a program must keep dynamic whenever they were asked to be: how many sequences, how
+#: many tokens. Other axes (channels, heads, an image's side, mel bins) may be fixed by what the
+#: weights and config fix (a ViT's position table fixes its image size); those are listed in the
+#: record (`fixed_axes`), never silently dropped from it.
+TOKEN_ROLES = ("batch", "sequence", "decoder_sequence", "cache_length", "encoder_sequence", "patches", "images")
+
+
+def _is_requested(spec: Any) -> bool:
+    """Whether a `dynamic_shapes` entry for one axis asks for a dynamic size."""
+    if spec is None or isinstance(spec, int) or spec is torch.export.Dim.STATIC:
+        return False
+    return True
+
+
+def _axis_specs(spec: Any, rank: int) -> dict[int, Any]:
+    """One tensor's `dynamic_shapes` entry as `{axis: spec}` (a dict or a per-axis list/tuple)."""
+    if isinstance(spec, dict):
+        return {int(axis): value for axis, value in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return dict(enumerate(spec[:rank]))
+    return {}
+
+
+def paired_specs(inputs: Any, plan: Any) -> list[tuple[torch.Tensor, dict[int, Any]]]:
+    """`(tensor leaf, {axis: spec})` for every tensor leaf of `inputs`, in pytree order (the
+    program's input order), with the part of `plan` that `torch.export` reads for it."""
+    if isinstance(inputs, torch.Tensor):
+        return [(inputs, _axis_specs(plan, inputs.dim()))]
+    node_type = type(inputs)
+    if node_type is dict:
+        plan = plan if isinstance(plan, dict) else {}
+        return [pair for key, value in inputs.items() for pair in paired_specs(value, plan.get(key))]
+    if node_type in (list, tuple) or node_type in pytree.SUPPORTED_NODES:
+        children = inputs if node_type in (list, tuple) else pytree.SUPPORTED_NODES[node_type].flatten_fn(inputs)[0]
+        plans = plan if isinstance(plan, (list, tuple)) and len(plan) == len(children) else [None] * len(children)
+        return [pair for child, sub in zip(children, plans) for pair in paired_specs(child, sub)]
+    return []
+
+
+def lost_axes(program: torch.export.ExportedProgram, inputs: dict[str, Any], plan: Any,
+              names: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Axes the plan asked to be dynamic that the program fixed: `(lost, fixed_by_model)`.
+
+    `lost` holds those with a token role (`TOKEN_ROLES`), which must stay dynamic, and those whose
+    range the program narrowed so far that no other size fits; `fixed_by_model` the rest. Each is
+    `{"input", "axis", "role", "size"}` (+ `"range"` for a narrowed one).
+    """
+    from ..record import record_from_program
+    from .names import role_of
+
+    record = record_from_program(program)
+    pairs = paired_specs(inputs, plan)
+    lost, fixed = [], []
+    if len(pairs) != len(record.input_shapes):
+        return lost, fixed
+    for index, (name, (tensor, specs), shape) in enumerate(zip(names, pairs, record.input_shapes)):
+        for axis, spec in specs.items():
+            if not _is_requested(spec) or axis >= len(shape):
+                continue
+            clean = name.removeprefix("input.")
+            entry = {"input": name, "axis": axis, "role": role_of(clean, tensor.dim(), axis),
+                     "size": int(tensor.shape[axis]), "leaf": index}
+            dim = shape[axis]
+            if isinstance(dim, int):
+                (lost if entry["role"] in TOKEN_ROLES else fixed).append(entry)
+            elif dim in record.symbol_ranges and _narrowed(record.symbol_ranges[dim], entry["size"], spec):
+                lost.append({**entry, "range": list(record.symbol_ranges[dim])})
+    return lost, fixed
+
+
+def _narrowed(bounds: tuple[int, int | None], size: int, spec: Any) -> bool:
+    """Whether a symbol's range leaves no size but the sample's within what was asked: an
+    unbounded request must reach `size + 2`, a bounded one its own maximum."""
+    low, high = bounds
+    wanted = getattr(spec, "max", None)
+    if isinstance(wanted, int) and wanted < 2**31:
+        return high is not None and high < wanted
+    return high is not None and high < size + 2 and low >= size - 1
+
+
+def mark_dynamic(inputs: Any, plan: Any, leaf: int, axis: int) -> Any:
+    """`plan` with `axis` of the `leaf`-th tensor (pytree order) a `Dim.DYNAMIC`, or None when the
+    plan does not reach that leaf."""
+    counter = iter(range(10**9))
+    found = False
+
+    def rebuilt(value: Any, spec: Any) -> Any:
+        nonlocal found
+        if isinstance(value, torch.Tensor):
+            if next(counter) != leaf:
+                return spec
+            found = True
+            specs = _axis_specs(spec, value.dim())
+            specs[axis] = torch.export.Dim.DYNAMIC
+            return specs
+        if type(value) is dict:
+            spec = spec if isinstance(spec, dict) else {}
+            return {k: rebuilt(v, spec.get(k)) for k, v in value.items()}
+        if type(value) in (list, tuple) or type(value) in pytree.SUPPORTED_NODES:
+            children = value if type(value) in (list, tuple) else pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)[0]
+            subs = spec if isinstance(spec, (list, tuple)) and len(spec) == len(children) else [None] * len(children)
+            out = [rebuilt(c, sub) for c, sub in zip(children, subs)]
+            return type(spec)(out) if isinstance(spec, tuple) else out
+        return spec
+
+    result = {k: rebuilt(v, (plan or {}).get(k) if isinstance(plan, dict) else None) for k, v in inputs.items()}
+    return result if found else None
+
+
+def describe_axes(axes: list[dict[str, Any]]) -> str:
+    """`attention_mask, axis 2 (sequence; traced at 1)` for each axis, joined."""
+    parts = []
+    for entry in axes:
+        where = f"{entry['input']}, axis {entry['axis']} ({entry['role'] or 'no role'}; traced at {entry['size']}"
+        parts.append(where + (f"; allowed {entry['range'][0]}..{entry['range'][1]})" if "range" in entry else ")"))
+    return "; ".join(parts)

@@ -5,6 +5,17 @@ forward calls its cache argument (`cache`, `past_key_values`) or output field. R
 named I/O (ONNX, OpenVINO) prefix them `input.` / `output.` so a cache tensor fed in and its
 updated value coming out form a pair. Symbolic dimensions are named by their role (`batch`,
 `sequence`, `cache_length`) instead of `s0`, `s1`.
+
+# NOTE: a name stands for a dimension of the interface, not for a `torch.export` symbol. The
+# program ties two axes only where an op checks them against each other; scaled-dot-product
+# attention never checks the values' length against the keys' (torch 2.13's fake kernel
+# `_scaled_dot_product_flash_attention_for_cpu` reads neither), so a cache's keys and values
+# trace as `s10` and `s0` though a valid cache always has them equal, and a mask that broadcasts
+# over the batch keeps a batch symbol of its own. Naming each symbol apart would tell a caller
+# sizing buffers from ONNX metadata that there are several cache lengths. `dim_names` gives one
+# name to the symbols every valid call sizes alike (`_same_size`: structural facts about caches
+# and batches), and keeps the leaf-prefixed names for sizes that may really differ (a sliding
+# layer's cache beside a full one's).
 """
 
 from __future__ import annotations
@@ -90,33 +101,125 @@ def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
     if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank in (2, 3, 4):
         return _CACHE_ROLES if rank == 4 else _STATE_ROLES[:rank]
     if leaf_name.endswith("attention_mask") and rank == 4:  # [batch, 1, query, keys] (a static cache's mask)
-        return ("batch", None, "sequence", "cache_length")
+        return ("batch", "broadcast", "sequence", "cache_length")
+    if leaf_name.split(".")[-1] in ("position_ids", "decoder_position_ids") and rank == 3:
+        return ("sections", "batch", "sequence")  # multimodal rotary positions (Qwen2-VL: t, h, w [, text])
     if leaf_name.split(".")[-1] in _PATCH_INPUTS and rank == 2:
         return ("patches", "patch_features")
     roles = _ROLES_BY_NAME.get(leaf_name.split(".")[-1], ())
     return tuple(roles) + (None,) * max(0, rank - len(roles))
 
 
-def dim_names(names: list[str], shapes: list[tuple[int | str, ...]]) -> dict[str, str]:
-    """Map each symbol (`s0`) to a readable, unique name, from the first input dim that uses it.
+#: Input leaves whose batch axis counts images, not sequences (a prompt may carry several).
+_IMAGE_INPUTS = ("pixel_values", "pixel_values_videos")
+#: Encoder outputs a decoder reads: axis 1 is the encoder's sequence, the cross-attention length.
+_ENCODER_STATES = ("last_hidden_state", "encoder_hidden_states")
+#: The cache part holding keys/values over the encoder's tokens (transformers 5.24 `EncoderDecoderCache`).
+_CROSS_ATTENTION = "cross_attention"
 
-    A symbol first seen at a role another symbol already took gets the leaf's name in front
-    (`attention_mask_batch`), so two different sizes never share a name.
+
+def dim_names(names: list[str], shapes: list[tuple[int | str, ...]]) -> dict[str, str]:
+    """Map each symbol (`s0`) to a readable name: one name per dimension of the interface.
+
+    Symbols a valid call always sizes alike share a name even where `torch.export` kept them
+    apart (see the module note and `_same_size`). A dimension first seen at a role another
+    dimension already took gets the leaf's name in front (`cache_1_keys_cache_length`), so two
+    sizes that may differ never share a name.
     """
+    groups = _same_size(names, shapes)
     mapping: dict[str, str] = {}
-    taken: set[str] = set()
+    by_group: dict[str, str] = {}
     for name, shape in zip(names, shapes):
         clean = name.removeprefix("input.")
-        for axis, (dim, role) in enumerate(zip(shape, _roles(clean, len(shape)))):
-            if not (isinstance(dim, str) and dim.isidentifier()) or dim in mapping:
+        for axis, (dim, role) in enumerate(zip(shape, _naming_roles(clean, len(shape)))):
+            if not _is_symbol(dim) or dim in mapping:
                 continue
-            base = role or f"{clean.replace('.', '_')}_dim{axis}"
-            readable = base if base not in taken else f"{clean.replace('.', '_')}_{base}"
-            while readable in taken:
-                readable += "_"
-            mapping[dim] = readable
-            taken.add(readable)
+            group = groups.find(dim)
+            if group not in by_group:
+                by_group[group] = _unique(role or f"{clean.replace('.', '_')}_dim{axis}", clean,
+                                          set(by_group.values()))
+            mapping[dim] = by_group[group]
     return mapping
+
+
+def _is_symbol(dim: int | str) -> bool:
+    return isinstance(dim, str) and dim.isidentifier()
+
+
+def _unique(base: str, leaf: str, taken: set[str]) -> str:
+    """`base`, or `<leaf>_<base>` (then trailing `_`s) when another dimension took it."""
+    readable = base if base not in taken else f"{leaf.replace('.', '_')}_{base}"
+    while readable in taken:
+        readable += "_"
+    return readable
+
+
+def _naming_roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
+    """`_roles`, with a cross-attention cache's length named for what it is, the encoder's
+    sequence (naming only: the capture reads `role_of`)."""
+    roles = _roles(leaf_name, rank)
+    if rank == 4 and _is_cross_attention(leaf_name):
+        return roles[:2] + ("encoder_sequence",) + roles[3:]
+    return roles
+
+
+def _is_cross_attention(leaf_name: str) -> bool:
+    parts = leaf_name.split(".")
+    return parts[0] == CACHE_PREFIX and _CROSS_ATTENTION in parts
+
+
+class _Groups:
+    """Union-find over symbols; `find` gives a group's first-joined symbol."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, symbol: str) -> str:
+        self.parent.setdefault(symbol, symbol)
+        while self.parent[symbol] != symbol:
+            symbol = self.parent[symbol]
+        return symbol
+
+    def join(self, symbols: list[str]) -> None:
+        roots = [self.find(s) for s in symbols]
+        for root in roots[1:]:
+            self.parent[root] = roots[0]
+
+
+def _same_size(names: list[str], shapes: list[tuple[int | str, ...]]) -> _Groups:
+    """Group the symbols that every valid call sizes alike, whatever the program ties:
+
+    - a cache layer's values are as long as its keys (one value per key), also where the program
+      fixed the keys' length (a sliding window's) and not the values': their symbols then join
+      that number, so two layers' values fixed alike share a name;
+    - every input's batch is the call's batch (image inputs count images, so are left out);
+    - a cross-attention cache is as long as the encoder's output it was computed from.
+    """
+    groups = _Groups()
+    lengths: dict[str, str] = {}  # cache layer -> its keys' length (a symbol, or `#<size>`)
+    batch: list[str] = []
+    encoder: list[str] = []
+    for name, shape in zip(names, shapes):
+        clean = name.removeprefix("input.")
+        parts = clean.split(".")
+        for axis, dim in enumerate(shape):
+            role = role_of(clean, len(shape), axis)
+            node = dim if _is_symbol(dim) else f"#{dim}" if isinstance(dim, int) else None
+            if role == "cache_length" and parts[-1] in ("keys", "values") and node is not None:
+                groups.join([lengths.setdefault(".".join(parts[:-1]), node), node])
+            if not _is_symbol(dim):
+                continue
+            groups.find(dim)
+            if role == "batch" and parts[-1] not in _IMAGE_INPUTS:
+                batch.append(dim)
+            if role == "cache_length" and _is_cross_attention(clean):
+                encoder.append(dim)
+            if axis == 1 and parts[-1] in _ENCODER_STATES and len(shape) == 3:
+                encoder.append(dim)
+    for symbols in (batch, encoder):
+        if symbols:
+            groups.join(symbols)
+    return groups
 
 
 def rename_expression(expression: str, mapping: dict[str, str]) -> str:

@@ -18,7 +18,9 @@ EXPORTABLE_ATTENTION = ("sdpa", "eager")
 
 
 def model_name(model: Any) -> str:
-    return type(model).__name__
+    """The class name of `model` (of the model inside a generation component's front)."""
+    inner = getattr(model, "model", None) if type(model).__name__ == "ComponentFront" else None
+    return type(inner if inner is not None else model).__name__
 
 
 def normalize_inputs(inputs: Any, *, model: Any = None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from ..capture.prepare import inference_mode, model_name, normalize_inputs
 from ..capture.names import io_leaf_names, with_interface_cache_name
 from ..capture.pytree import is_static_cache
 from ..errors import PrepareError
+from .front import fronted
 
 __all__ = ["decompose_for_generation", "interface_kwargs", "initial_cache", "starting_component",
            "note_initial_cache", "merge_decode_steps", "Component", "PROJECTOR_NAMES"]
@@ -102,7 +103,12 @@ def decompose_for_generation(
             the query axis of `decode` stays symbolic (one graph for 1, k or a whole prompt's tokens).
 
     Returns:
-        `{name: (submodule, kwargs)}`; `submodule(**kwargs)` reproduces what `generate` computed.
+        `{name: (submodule, kwargs)}`; `submodule(**kwargs)` reproduces what `generate` computed,
+        and `exporter.export(submodule, kwargs)` gives a program whose interface takes the same
+        kwargs (the cache as `past_key_values`, the seed's name). A static cache's `decode` (and
+        `prefill`) takes one boolean causal mask `[batch, 1, query, cache_length]`. Where the
+        interface's names or mask are not what the model takes, `submodule` is a
+        `ComponentFront` around it (`front.py`; `front.unwrap` gives the model).
     """
     name = model_name(model)
     if not (hasattr(model, "generate") and getattr(model, "can_generate", lambda: False)()):
@@ -115,12 +121,12 @@ def decompose_for_generation(
     kwargs = normalize_inputs(inputs, model=model)
     config = _generation_config(model, generation_config, new_tokens=3 if multi_token_decode else 2)
     watched = _watched_modules(model)
-    calls: dict[str, list[dict[str, Any]]] = {name: [] for name in watched}
+    calls: dict[str, list[dict[str, Any]]] = {part: [] for part in watched}
     top_calls: list[dict[str, Any]] = []
-    with inference_mode(model), contextlib.ExitStack() as stack:
+    with inference_mode(model), full_length_caches(), contextlib.ExitStack() as stack:
         stack.enter_context(_recording(model, top_calls))
-        for name, module in watched.items():
-            stack.enter_context(_recording(module, calls[name]))
+        for part, module in watched.items():
+            stack.enter_context(_recording(module, calls[part]))
         model.generate(**copy.deepcopy(kwargs), generation_config=config)
     needed = 3 if multi_token_decode else 2
     if len(top_calls) < needed:
@@ -128,24 +134,101 @@ def decompose_for_generation(
             f"{name}.generate() made {len(top_calls)} call(s) to {name}.forward; prefill and decode need {needed}",
             model=name,
             remedy="this model's generate() bypasses its top-level forward; export its submodules with "
-            "exporter.export(submodule, kwargs) instead",
+            "exporter.export(submodel, kwargs) instead",
         )
     components: dict[str, Component] = {}
-    towers = [name for name in ("image_encoder", "audio_encoder") if calls.get(name)]
+    towers = [part for part in ("image_encoder", "audio_encoder") if calls.get(part)]
     if towers:
-        for name in (*towers, *[p for p in PROJECTOR_NAMES if calls.get(p)], "language_model", "lm_head"):
-            if not calls.get(name):
-                raise PrepareError(f"{name} of {model_name(model)} was not called during generate()",
-                                   model=model_name(model), remedy="report this model class; it needs support")
-            components[name] = (watched[name], calls[name][0])
+        for part in (*towers, *[p for p in PROJECTOR_NAMES if calls.get(p)], "language_model", "lm_head"):
+            if not calls.get(part):
+                raise PrepareError(f"{part} of {name} was not called during generate()",
+                                   model=name, remedy="report this model class; it needs support")
+            components[part] = (watched[part], calls[part][0])
+        components["lm_head"] = (watched["lm_head"], _every_position(calls["lm_head"][0]))
     else:
         if calls.get("encoder"):
             components["encoder"] = (watched["encoder"], calls["encoder"][0])
-        if not (multi_token_decode and is_static_cache(next((top_calls[1][k] for k in _CACHE_KEYS if k in top_calls[1]), None))):
-            components["prefill"] = (model, top_calls[0])  # else the decode graph prefills too (SPEC R8)
+        static = is_static_cache(next((top_calls[1][k] for k in _CACHE_KEYS if k in top_calls[1]), None))
+        if not (multi_token_decode and static):
+            components["prefill"] = _with_causal_mask(model, [top_calls[0]], top_calls[0], kwargs, past=0)
     decode = merge_decode_steps(top_calls[1], top_calls[2]) if multi_token_decode else top_calls[1]
-    components["decode"] = (model, decode)
-    return components
+    prompt_length = kwargs["input_ids"].shape[1] if isinstance(kwargs.get("input_ids"), torch.Tensor) else 0
+    components["decode"] = _with_causal_mask(model, top_calls[1:needed], decode, kwargs, past=prompt_length)
+    return {part: fronted(module, interface_kwargs(step)) for part, (module, step) in components.items()}
+
+
+@contextlib.contextmanager
+def full_length_caches() -> Iterator[None]:
+    """Caches that `generate` builds while this is active keep every token in sliding-window and
+    chunked layers (a `DynamicLayer` / `StaticLayer` where transformers would use a window-sized
+    layer); the masks still apply the window.
+
+    # NOTE: the seed exports sliding-window layers with a full key-value cache. A window-sized
+    # layer gives each layer type its own cache length (a runner would allocate several shapes),
+    # caps a dynamic cache's length at the window (a decode step traced on a short prompt is then
+    # guarded on that one length), and makes the prefill take the window as a tensor input
+    # (`_sliding_window_tensor`), which a caller would have to know to feed. Read from
+    # transformers 5.24 `cache_utils.{DYNAMIC,STATIC}_LAYER_TYPE_MAPPING`, which `DynamicCache` and
+    # `StaticCache` look layer classes up in when they are built.
+    """
+    from transformers import cache_utils
+
+    full = [
+        (cache_utils.DYNAMIC_LAYER_TYPE_MAPPING, {
+            "sliding_attention": cache_utils.DynamicLayer, "chunked_attention": cache_utils.DynamicLayer,
+            "hybrid_sliding": cache_utils.LinearAttentionAndFullAttentionLayer}),
+        (cache_utils.STATIC_LAYER_TYPE_MAPPING, {
+            "sliding_attention": cache_utils.StaticLayer, "chunked_attention": cache_utils.StaticLayer,
+            "hybrid_sliding": cache_utils.LinearAttentionAndStaticFullAttentionLayer}),
+    ]
+    saved = [(mapping, key, mapping.get(key)) for mapping, swaps in full for key in swaps]
+    try:
+        for mapping, swaps in full:
+            for key, layer in swaps.items():
+                if key in mapping:
+                    mapping[key] = layer
+        yield
+    finally:
+        for mapping, key, layer in saved:
+            if layer is not None:
+                mapping[key] = layer
+
+
+def _with_causal_mask(model: torch.nn.Module, steps: list[dict[str, Any]], component: dict[str, Any],
+                      prompt: dict[str, Any], *, past: int) -> Component:
+    """`(module, kwargs)` for a top-level component whose `attention_mask` is the precomputed mask
+    of a static cache: the seed's boolean causal mask and a front that builds the model's masks
+    from it (see `masks.py`), when that reproduces every mask of `steps` (the calls it covers, the
+    first after `past` tokens) exactly; else as captured."""
+    from .masks import causal_mask, mask_layout, masks_from_causal, same_masks
+
+    captured = [step.get("attention_mask") for step in steps]
+    layout = mask_layout(model.config, captured[0])
+    ids = prompt.get("input_ids")
+    if layout is None or ids is None or not all(isinstance(step.get("input_ids"), torch.Tensor) for step in steps):
+        return model, component
+    padding = prompt.get("attention_mask", torch.ones_like(ids))
+    length = next(iter(captured[0].values())).shape[-1] if isinstance(captured[0], dict) else captured[0].shape[-1]
+    start = past
+    for step, mask in zip(steps, captured):
+        query = step["input_ids"].shape[1]
+        if not same_masks(masks_from_causal(causal_mask(padding, past, query, length), layout), mask):
+            return model, component
+        past += query
+    mask = causal_mask(padding, start, component["input_ids"].shape[1], length)
+    component = {**component, "attention_mask": mask}
+    if layout == [(None, None, torch.bool)]:
+        return model, component  # the model takes the causal mask as it is (Llama)
+    return fronted(model, component, layout)
+
+
+def _every_position(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A head's kwargs with a one-position input (`generate` keeps the last position,
+    `logits_to_keep=1`) repeated to two: a head is applied position by position, and captured on
+    one position its graph would take only one (the language model's output for a whole prompt is
+    refused)."""
+    return {k: v.repeat(1, 2, *([1] * (v.dim() - 2))) if isinstance(v, torch.Tensor) and v.dim() == 3
+            and v.shape[1] == 1 else v for k, v in kwargs.items()}
 
 
 #: Forward kwargs laid out along the query (new tokens) axis, and that axis.
@@ -160,28 +243,40 @@ def merge_decode_steps(first: dict[str, Any], second: dict[str, Any]) -> dict[st
     """One forward doing two consecutive decode steps: the cache as `first` saw it, the new tokens
     of both calls along the query axis.
 
-    # NOTE: what makes the query axis symbolic (SPEC R7). Query-aligned inputs (`_QUERY_AXIS`) are
-    # concatenated; a 2D attention mask covers past + new tokens, so the later call's mask is the
-    # merged one; a 4D mask (`[b, 1, q, kv]`, what `generate` passes with a static cache) stacks
-    # its query rows. Logits are kept for every query position (`logits_to_keep=0`): a caller
-    # checking a block of speculative tokens, or prefilling, needs them all.
+    # NOTE: what makes the query axis symbolic (SPEC R7). Every query-aligned input is merged,
+    # whatever container holds it (a dict of masks per layer type, a list, a tuple):
+    # `_QUERY_AXIS` inputs are concatenated; a 4D attention mask (`[b, 1, q, kv]`, what `generate`
+    # passes with a static cache) stacks its query rows; a 2D one covers past + new tokens, so the
+    # later call's is the merged one. Logits are kept for every query position
+    # (`logits_to_keep=0`): a caller checking a block of speculative tokens, or prefilling, needs
+    # them all.
     """
-    merged: dict[str, Any] = {}
-    for key, value in first.items():
-        later = second.get(key)
-        if key in _CACHE_KEYS or not isinstance(value, torch.Tensor) or not isinstance(later, torch.Tensor):
-            merged[key] = value
-        elif key in _QUERY_AXIS:
-            merged[key] = torch.cat([value, later], dim=_QUERY_AXIS[key])
-        elif key.endswith("attention_mask") and value.dim() == 4:
-            merged[key] = torch.cat([value, later], dim=-2)
-        elif key.endswith("attention_mask"):
-            merged[key] = later
-        else:
-            merged[key] = value
+    merged = {key: value if key in _CACHE_KEYS else _merged(key, value, second.get(key))
+              for key, value in first.items()}
     if "logits_to_keep" in merged:
         merged["logits_to_keep"] = 0
     return merged
+
+
+def _merged(key: str, value: Any, later: Any) -> Any:
+    """`value` (first step) and `later` (second step) of input `key` as one two-step input."""
+    if isinstance(value, dict) and isinstance(later, dict) and set(value) == set(later):
+        return {k: _merged(key, v, later[k]) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and isinstance(later, (list, tuple)) and len(value) == len(later):
+        return type(value)(_merged(key, v, w) for v, w in zip(value, later))
+    if not isinstance(value, torch.Tensor) or not isinstance(later, torch.Tensor):
+        return value
+    if key in _QUERY_AXIS:
+        return torch.cat([value, later], dim=_QUERY_AXIS[key])
+    if key.endswith("attention_mask"):
+        return torch.cat([value, later], dim=-2) if value.dim() == 4 else later
+    if torch.equal(value, later) if value.shape == later.shape else False:
+        return value
+    raise PrepareError(
+        f"decode input {key!r} changes between two decode steps ({list(value.shape)} then {list(later.shape)}) "
+        "and is not known to be laid out along the query axis, so the two steps cannot be merged",
+        remedy="export without multi_token_decode=True, or report this model class so its input gets a query axis",
+    )
 
 
 def initial_cache(kwargs: dict[str, Any]) -> dict[str, Any]:

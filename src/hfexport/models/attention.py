@@ -19,7 +19,7 @@ import torch
 
 from ..registry import register_patch
 
-__all__ = ["patch_sdpa_symbolic_is_causal"]
+__all__ = ["patch_sdpa_symbolic_is_causal", "patch_transformers_sdpa_with_mask"]
 
 
 @register_patch(
@@ -38,3 +38,42 @@ def patch_sdpa_symbolic_is_causal(original: Callable[..., Any]) -> Callable[...,
         return original(*args, is_causal=is_causal, **kwargs)
 
     return scaled_dot_product_attention
+
+
+@register_patch(
+    ("dynamo", "onnx", "openvino", "executorch"),
+    "transformers.modeling_utils.AttentionInterface._global_mapping",
+    reason="transformers' sdpa_attention_forward branches on the query length (`q_length == 1` to pack "
+    "grouped heads, `q_length > 1` for is_causal) even when a mask is given: a decode graph traced at 2 "
+    "query tokens then guards on more than one, and the static-cache loop's single-token steps are refused",
+    upstream="transformers: integrations/sdpa_attention.py (pack_gqa and is_causal preamble, 5.24)",
+    seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
+    remove_when="transformers>=5.40",
+)
+def patch_transformers_sdpa_with_mask(original: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """The `"sdpa"` attention, when a tensor mask is given, without branching on the query length:
+    grouped heads repeated (or SDPA's `enable_gqa` where transformers would use it), the mask (and
+    a position bias) passed to SDPA, `is_causal=False` as transformers decides it whenever a mask
+    is given. Without a mask, or with options this does not cover, transformers' own function runs."""
+    sdpa = original["sdpa"]
+
+    def sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                               is_causal=None, position_bias=None, **kwargs):
+        if not isinstance(attention_mask, torch.Tensor) or kwargs.get("softcap") is not None:
+            return sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                        is_causal=is_causal, position_bias=position_bias, **kwargs)
+        from transformers.integrations import sdpa_attention as upstream
+
+        options = {}
+        groups = getattr(module, "num_key_value_groups", 1)
+        if groups > 1 and upstream.use_gqa_in_sdpa(attention_mask, key, value):
+            options["enable_gqa"] = True
+        elif groups > 1:
+            key, value = upstream.repeat_kv(key, groups), upstream.repeat_kv(value, groups)
+        if position_bias is not None:
+            attention_mask = upstream.create_position_bias_mask(position_bias, attention_mask, False, query, key)
+        output = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=False, **options)
+        return output.transpose(1, 2).contiguous(), None
+
+    return {**original, "sdpa": sdpa_attention_forward}

@@ -1,0 +1,95 @@
+"""One causal mask in, the masks each attention layer type needs built inside the graph.
+
+# NOTE: with a static cache, `generate` hands the model precomputed 4-D masks, and their form
+# depends on the architecture: one boolean mask (Llama), a sliding-window mask alone (Mistral),
+# a dict keyed by layer type (`{"full_attention": ..., "sliding_attention": ...}` for every
+# config with `layer_types`, Qwen3 included), additive float masks under eager attention
+# (Gemma-2). Exported as captured, each form is a different interface, and a dict of masks
+# whose sliding entry a caller must build knows the window. The static `decode` graph instead
+# takes the seed's one boolean causal mask `[batch, 1, query, cache_length]` (padding included)
+# and the component's front (`front.ComponentFront`) builds from it, in the graph, what the model was given:
+# the window applied from each query's own slot (the last position its row attends, which is its
+# cache position: sliding-window layers keep a full-length cache, see `decompose`), the dtype
+# and additive form converted. The front is used only when it reproduces, exactly, every mask
+# `generate` computed during the capture (`masks_from_causal` is checked against them); any
+# other mask (chunked attention, a model-specific mask function) keeps its captured form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["mask_layout", "causal_mask", "masks_from_causal", "same_masks"]
+
+#: Layer types whose mask is the causal mask, optionally with a window on it.
+_FULL, _SLIDING = "full_attention", "sliding_attention"
+
+#: What the model takes: `(key or None for a bare tensor, window or None, dtype)` per mask.
+Layout = list[tuple[Any, "int | None", torch.dtype]]
+
+
+def mask_layout(config: Any, captured: Any) -> Layout | None:
+    """How the model's `attention_mask` is laid out, given the text `config` and a captured
+    mask; `None` when it is not a causal mask with at most a sliding window."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    window = getattr(text, "sliding_window", None)
+    if isinstance(captured, dict):
+        if not captured or not set(captured) <= {_FULL, _SLIDING} or window is None and _SLIDING in captured:
+            return None
+        if not all(isinstance(m, torch.Tensor) and m.dim() == 4 for m in captured.values()):
+            return None
+        return [(key, window if key == _SLIDING else None, mask.dtype) for key, mask in captured.items()]
+    if not isinstance(captured, torch.Tensor) or captured.dim() != 4:
+        return None
+    if getattr(text, "attention_chunk_size", None) is not None and window is None:
+        return None
+    return [(None, window, captured.dtype)]
+
+
+def causal_mask(padding: torch.Tensor, past: int, query: int, length: int) -> torch.Tensor:
+    """The boolean causal mask `[batch, 1, query, length]` of `query` tokens written after
+    `past` cached ones, over a cache of `length` slots; `padding` (`[batch, >= past]`, 0 = pad)
+    masks padded slots."""
+    slots = torch.arange(length)
+    rows = torch.arange(past, past + query)
+    causal = slots[None, :] <= rows[:, None]
+    pad = torch.ones(padding.shape[0], length, dtype=torch.bool)
+    width = min(padding.shape[1], length)
+    pad[:, :width] = padding[:, :width].bool()
+    return causal[None, None] & pad[:, None, None, :]
+
+
+def _windowed(allowed: torch.Tensor, window: int) -> torch.Tensor:
+    """`allowed` with each row cut to the `window` slots before and at the query's own slot
+    (the last slot the row attends): transformers' `sliding_window_overlay`, `kv > q - window`."""
+    slots = torch.arange(allowed.shape[-1], device=allowed.device)
+    own = (allowed * slots).amax(dim=-1, keepdim=True)
+    return allowed & (slots > own - window)
+
+
+def _as_dtype(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean mask in the form the model took: boolean, or additive (0 where allowed, the
+    dtype's minimum elsewhere, as transformers builds it for eager attention)."""
+    if dtype == torch.bool:
+        return allowed
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+
+def masks_from_causal(mask: torch.Tensor, layout: Layout) -> Any:
+    """What the model takes as `attention_mask`, built from the boolean causal `mask`."""
+    allowed = mask if mask.dtype == torch.bool else mask != 0
+    built = {key: _as_dtype(_windowed(allowed, window) if window else allowed, dtype)
+             for key, window, dtype in layout}
+    return built[None] if None in built else built
+
+
+def same_masks(built: Any, captured: Any) -> bool:
+    """Whether `built` equals `captured` exactly (same keys, shapes, dtypes, values)."""
+    if isinstance(captured, dict) != isinstance(built, dict):
+        return False
+    pairs = [(built[k], v) for k, v in captured.items()] if isinstance(captured, dict) and set(built) == set(captured) \
+        else [(built, captured)] if not isinstance(captured, dict) else []
+    return bool(pairs) and all(a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) for a, b in pairs)

@@ -1,0 +1,86 @@
+"""Step 3, check: an axis asked to be dynamic that the program fixed is an error naming it, and
+`dynamic_shapes` is checked against the inputs before tracing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfexport import DynamoConfig, DynamoExporter, record_of, validate
+from hfexport.errors import CaptureError, PrepareError
+
+
+class _AddsABatchOfTwo(torch.nn.Module):
+    """Adds a batch-2 constant to its tokens: the program can only take the sample's batch."""
+
+    def forward(self, input_ids):
+        return (input_ids.float() + torch.ones(2, input_ids.shape[1]),)
+
+
+class _BroadcastsAgainstThree(torch.nn.Module):
+    """Adds a size-3 tensor to a batch-1 input: traced with size-1 dims kept dynamic this cannot
+    broadcast; torch.export's default fixes the batch at 1."""
+
+    def forward(self, input_ids):
+        return (input_ids.float() + torch.ones(3, input_ids.shape[1]),)
+
+
+def test_an_axis_the_model_fixes_is_named_with_its_role_and_the_cause():
+    with pytest.raises(CaptureError, match=r"(?s)input_ids, axis 0 \(batch; traced at 2\).*specialized.*dynamic_shapes"):
+        DynamoExporter().export(_AddsABatchOfTwo(), {"input_ids": torch.ones(2, 4, dtype=torch.long)},
+                                config=DynamoConfig(dynamic=True))
+
+
+def test_a_size_one_capture_failure_raises_unless_the_caller_allows_the_fallback():
+    inputs = {"input_ids": torch.ones(1, 4, dtype=torch.long)}
+    with pytest.raises(CaptureError, match="allow_size_one_specialization=True"):
+        DynamoExporter().export(_BroadcastsAgainstThree(), inputs, config=DynamoConfig(dynamic=True))
+    program = DynamoExporter().export(_BroadcastsAgainstThree(), inputs,
+                                      config=DynamoConfig(dynamic=True, allow_size_one_specialization=True))
+    fixed = record_of(program).details["specialized_size_one"]
+    assert [(e["input"], e["axis"], e["role"]) for e in fixed] == [("input_ids", 0, "batch")]
+    assert record_of(program).input_shapes[0][0] == 1  # the sequence axis stays dynamic
+    assert isinstance(record_of(program).input_shapes[0][1], str)
+
+
+def test_axes_the_weights_fix_are_listed_not_refused():
+    from hfexport.presets import build_preset
+
+    model, inputs = build_preset("vit")
+    program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+    fixed = {(e["input"], e["axis"]) for e in record_of(program).details.get("fixed_by_model", [])}
+    assert ("pixel_values", 1) in fixed  # channels, fixed by the patch embedding's weights
+    assert isinstance(record_of(program).input_shapes[0][0], str)  # the batch stays dynamic
+
+
+def test_unknown_dynamic_shapes_keys_are_named_with_the_inputs():
+    batch = torch.export.Dim("batch")
+    with pytest.raises(PrepareError, match=r"(?s)'pixel_values'.*not among the inputs: input_ids"):
+        DynamoExporter().export(_BroadcastsAgainstThree(), {"input_ids": torch.ones(2, 3, dtype=torch.long)},
+                                config=DynamoConfig(dynamic_shapes={"input_ids": {0: batch}, "pixel_values": {0: batch}}))
+
+
+class _TwoInputs(torch.nn.Module):
+    def forward(self, x, y):
+        return (x.sum(-1), y * 2)
+
+
+def test_inputs_left_out_of_dynamic_shapes_are_static():
+    batch = torch.export.Dim("batch", min=1, max=64)
+    inputs = {"x": torch.ones(2, 3), "y": torch.ones(4, 5)}
+    program = DynamoExporter().export(_TwoInputs(), inputs, config=DynamoConfig(dynamic_shapes={"x": {0: batch}}))
+    shapes = dict(zip(record_of(program).input_names, record_of(program).input_shapes))
+    assert isinstance(shapes["x"][0], str) and shapes["x"][1] == 3
+    assert shapes["y"] == (4, 5)
+
+
+def test_a_resized_check_that_cannot_resize_fails_instead_of_rerunning_the_sample():
+    """A program whose batch may only be the sample's: no other batch exists to check, and the
+    case says so rather than passing on the sample's shape."""
+    inputs = {"x": torch.ones(2, 3), "y": torch.ones(4, 5)}
+    program = DynamoExporter().export(_TwoInputs(), inputs, config=DynamoConfig(dynamic=True))
+    record = record_of(program)
+    batch = record.input_shapes[0][0]
+    record.symbol_ranges[batch] = (2, 2)
+    report = validate(program, _TwoInputs(), inputs)
+    assert not report.passed and "no size but the sample's" in report.cases[1].error
