@@ -24,3 +24,19 @@ def build(name: str):
     from hfexport.presets import build_preset
 
     return build_preset(name)
+
+
+@pytest.fixture(scope="session")
+def saved_generation(tmp_path_factory):
+    """`saved_generation(fmt, case)`: the export of `case` (`tests.generation.exports.CASES`) to
+    `fmt`, saved to disk, made once per session whichever test package asks first."""
+    from tests.generation.exports import export_case
+
+    made = {}
+
+    def get(fmt: str, case: str):
+        if (fmt, case) not in made:
+            made[fmt, case] = export_case(fmt, case, tmp_path_factory.mktemp(f"{fmt}-{case}") / "export")
+        return made[fmt, case]
+
+    return get

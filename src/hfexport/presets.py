@@ -113,10 +113,15 @@ class Preset:
     kind: str  # decoder | ssm | encoder-decoder | encoder | vision | audio | multimodal
     generative: bool = False
 
-    def build(self, seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
+    def build(self, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """The model (weights from `torch.manual_seed(seed)`, in eval mode) and its sample inputs.
+
+        `overrides` replace or add config keyword arguments (`num_hidden_layers=1`, `head_dim=16`).
+        """
         import transformers
 
-        kwargs = {key: value.build() if isinstance(value, SubConfig) else value for key, value in self.config.items()}
+        kwargs = {key: value.build() if isinstance(value, SubConfig) else value
+                  for key, value in {**self.config, **overrides}.items()}
         config = getattr(transformers, self.config_class)(**kwargs)
         torch.manual_seed(seed)
         model = getattr(transformers, self.model_class)(config).eval()
@@ -282,12 +287,15 @@ def preset_names() -> list[str]:
     return list(PRESETS)
 
 
-def build_preset(name: str, seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Build `tiny:<name>` (the prefix is optional): a random model and its sample inputs."""
+def build_preset(name: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Build `tiny:<name>` (the prefix is optional): a random model and its sample inputs.
+
+    `overrides` change the preset's config keyword arguments: `build_preset("llama", 0, num_hidden_layers=1)`.
+    """
     key = name.removeprefix("tiny:")
     if key not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; available: {', '.join('tiny:' + n for n in PRESETS)}")
-    return PRESETS[key].build(seed)
+    return PRESETS[key].build(seed, **overrides)
 
 
 def sample_inputs(name: str, model: torch.nn.Module) -> dict[str, Any]:

@@ -201,6 +201,7 @@ def test_the_captured_kwargs_are_the_exported_interface(name):
     with torch.no_grad():
         want = submodel(**copy.deepcopy(subinputs)).logits
         program = DynamoExporter().export(submodel, subinputs, config=DynamoConfig(dynamic=True))
+        assert list(program.example_inputs[1]) == list(subinputs)
         got = program.module()(**copy.deepcopy(subinputs)).logits
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 import traceback
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch.utils._pytree as pytree
 from ..errors import CaptureError, summarize
 from ..registry import FX_NODE_FIXES, FX_PROGRAM_FIXES, FxFix, ordered_fixes
 from .dynamic import grow_batch, plan_dynamic_shapes, size_oblivious_tracing
-from .names import INTERFACE_CACHE_NAME
+from .names import CACHE_PREFIX, INTERFACE_CACHE_NAME
 from .prepare import model_name
 from .pytree import _is_cache, register_cache_pytree_nodes
 
@@ -235,7 +236,7 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
             program, size_oblivious, fixed = _traced_and_checked(model, sample, config, bounds, drop_none_outputs)
         except CaptureError:
             raise error from None
-        if not _takes_batch_one(program):
+        if not _takes_batch_one(program, sample):
             raise error from None  # traced at 2 it guards on the batch not being 1: no better
         fixed["traced_batch"] = 2
     if mutates_user_inputs(program):
@@ -244,17 +245,46 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
     return Capture(program, size_oblivious, applied, fixed, sample)
 
 
-def _takes_batch_one(program: torch.export.ExportedProgram) -> bool:
-    """Whether every symbol of a batch axis of `program`'s inputs admits 1."""
+def _takes_batch_one(program: torch.export.ExportedProgram, sample: dict[str, Any]) -> bool:
+    """Whether `program`, traced on `sample`, admits a batch of 1: every batch symbol's range
+    starts at 1 or below, and no runtime assert of the graph fails with the batch at 1 and every
+    other size at the sample's (traced at 2, a guard `batch != 1` is such an assert)."""
+    import sympy
+
     from ..record import record_from_program
     from .names import role_of
 
     record = record_from_program(program)
-    for name, shape in zip(record.input_names, record.input_shapes):
-        for axis, dim in enumerate(shape):
-            if isinstance(dim, str) and role_of(name, len(shape), axis) == "batch":
-                if record.symbol_ranges.get(dim, (0, None))[0] > 1:
-                    return False
+    values: dict[str, int] = {}
+    batch: set[str] = set()
+    tensors = [leaf for leaf in pytree.tree_leaves(split_constants(sample)[0]) if isinstance(leaf, torch.Tensor)]
+    for name, shape, tensor in zip(record.input_names, record.input_shapes, tensors):
+        for axis, (dim, size) in enumerate(zip(shape, tensor.shape)):
+            if isinstance(dim, str) and dim.isidentifier():
+                values[dim] = int(size)
+                if role_of(name, len(shape), axis) == "batch":
+                    batch.add(dim)
+    if any(record.symbol_ranges.get(symbol, (0, None))[0] > 1 for symbol in batch):
+        return False
+    ranks = {name: len(shape) for name, shape in zip(record.input_names, record.input_shapes)}
+    # Guards the program checks on its inputs (`ExportedProgram._guards_code`, read from torch 2.13):
+    # `L['input_ids'].size()[0] != 1`, `L['past_key_values']['0.conv_states.0'].size()[0] != 1`.
+    for guard in getattr(program, "_guards_code", None) or []:
+        for top, leaf, axis in re.findall(r"L\['([^']+)'\](?:\['([^']+)'\])?\.size\(\)\[(\d+)\] (?:!= 1|>= 2|> 1)", guard):
+            name = f"{CACHE_PREFIX}.{leaf}" if leaf else top
+            if role_of(name, ranks.get(name, int(axis) + 1), int(axis)) == "batch":
+                return False
+    at_one = {sympy.Symbol(k): (1 if k in batch else v) for k, v in values.items()}
+    for node in program.graph.nodes:
+        if node.target is not torch.ops.aten._assert_scalar.default or len(node.args) < 2:
+            continue
+        found = re.search(r"expression (.+?) on node", str(node.args[1]))
+        try:
+            holds = sympy.sympify(found.group(1), locals={str(k): k for k in at_one}).subs(at_one) if found else True
+        except (sympy.SympifyError, TypeError, ValueError):
+            continue
+        if holds is sympy.false or holds is False:
+            return False
     return True
 
 

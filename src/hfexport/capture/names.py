@@ -99,6 +99,8 @@ def role_of(leaf_name: str, rank: int, axis: int) -> str | None:
 
 def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
     if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank in (2, 3, 4):
+        if "conv_states" in leaf_name or "recurrent_states" in leaf_name:  # Mamba2's are [b, heads, dim, state]
+            return ("batch",) + ("state",) * (rank - 1)
         return _CACHE_ROLES if rank == 4 else _STATE_ROLES[:rank]
     if leaf_name.endswith("attention_mask") and rank == 4:  # [batch, 1, query, keys] (a static cache's mask)
         return ("batch", "broadcast", "sequence", "cache_length")

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from ..registry import register_patch
+from ..validation import register_resizer
 
 __all__ = ["vision_patch_layout", "block_diagonal_mask"]
 
@@ -160,3 +161,15 @@ def patch_qwen2_vl_patch_embed(original: Callable[..., Any]) -> Callable[..., An
         return torch.nn.functional.linear(flat, weight.reshape(weight.shape[0], -1), self.proj.bias)
 
     return forward
+
+
+
+@register_resizer("Qwen2VisionTransformerPretrainedModel")
+def resize_qwen2_vl_images(inputs: dict[str, Any], step: int) -> dict[str, Any]:
+    """The tower's inputs with `step` more images, each a copy of the first image's patches and
+    `(t, h, w)` row: the patch count must stay the sum of `t * h * w`, which a generic resize of
+    every size cannot know."""
+    grid, patches = inputs["grid_thw"], inputs["hidden_states"]
+    first = int(grid[0].prod())
+    return {**inputs, "grid_thw": torch.cat([grid, grid[:1].repeat(step, 1)]),
+            "hidden_states": torch.cat([patches, patches[:first].repeat(step, 1)])}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hfexport import OnnxConfig, OnnxExporter, record_of, validate
-from hfexport.errors import SerializationError
+from hfexport.errors import CaptureError, SerializationError
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
 from tests.harness import export_and_validate, without
@@ -136,7 +136,10 @@ def test_swin_pads_sides_that_are_not_a_multiple_of_the_patch():
     refused a 30 x 30 one. Every image with the sample's patch grid now matches eager; another grid
     fails loudly instead of running with wrong numbers."""
     model, inputs = build_preset("swin")
-    program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))
+    with pytest.raises(CaptureError, match=r"pixel_values, axis 0 \(batch; traced at 1; allowed 1..2\)"):
+        OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))  # see KNOWN_FAILURES["swin"]
+    program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True, allow_size_one_specialization=True))
+    assert [e["input"] for e in record_of(program).details["specialized_size_one"]] == ["pixel_values"]
     session = ort.InferenceSession(program.model_proto.SerializeToString())
     name = session.get_inputs()[0].name
     generator = torch.Generator().manual_seed(0)

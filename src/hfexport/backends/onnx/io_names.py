@@ -1,4 +1,4 @@
-"""ONNX input/output names and readable dimension names for a captured program."""
+"""ONNX input/output names, and the dimensions a captured program declares (numbers and role names)."""
 
 from __future__ import annotations
 
@@ -23,28 +23,43 @@ def onnx_io_names(program: torch.export.ExportedProgram) -> tuple[list[str], lis
 
 
 def rename_symbolic_dims(model: Any, input_names: list[str], input_shapes: list[tuple]) -> dict[str, str]:
-    """Rename `s0`-style dims of every value in the ONNX IR `model` to role names; return the map."""
+    """Declare the program's dims on every value of the ONNX IR `model`: a size the program fixes
+    as a number, a symbolic one by its role name (`dim_names`); return the symbol -> name map.
+
+    # NOTE: torch.onnx (2.13, `_core._set_shape_type`) writes `str(dim.node)` as a `dim_param` for
+    # every `SymInt` of a placeholder, including one the trace resolved to a constant (a cache's
+    # heads and head_dim, asked dynamic but equated with the projections' sizes, stay `SymInt`s
+    # whose expression is `2`): the graph would declare `[1, '2', 'cache_length', '8']`. Such a
+    # dim becomes the number it is.
+    """
     import onnx_ir as ir
 
     mapping = dim_names(input_names, input_shapes)
-    if not mapping:
-        return mapping
 
-    def renamed(value: ir.Value) -> None:
+    def declared(value: ir.Value) -> None:
         shape = value.shape
         if shape is None or not any(isinstance(d, ir.SymbolicDim) and d.value for d in shape.dims):
             return
-        dims = [ir.SymbolicDim(rename_expression(d.value, mapping)) if isinstance(d, ir.SymbolicDim) and d.value
-                else d for d in shape.dims]
-        value.shape = ir.Shape(dims)
+        value.shape = ir.Shape([_declared_dim(d, mapping) for d in shape.dims])
 
     graph = model.graph
     for value in [*graph.inputs, *graph.outputs]:
-        renamed(value)
+        declared(value)
     for node in ir.traversal.RecursiveGraphIterator(graph):
         for value in node.outputs:
-            renamed(value)
+            declared(value)
     return mapping
+
+
+def _declared_dim(dim: Any, mapping: dict[str, str]) -> Any:
+    """`dim` as the graph should declare it: an int for a constant, a role name for a symbol."""
+    import onnx_ir as ir
+
+    if not isinstance(dim, ir.SymbolicDim) or not dim.value:
+        return dim
+    if dim.value.isdigit():
+        return int(dim.value)
+    return ir.SymbolicDim(rename_expression(dim.value, mapping))
 
 
 def fix_scalar_outputs(model: Any) -> list[str]:

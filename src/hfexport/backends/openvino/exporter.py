@@ -3,6 +3,13 @@
 # NOTE: we convert the `torch.export` program directly (`openvino.convert_model(program)`) rather
 # than going through ONNX: it keeps one trace for all backends, avoids a second conversion, and
 # names follow the same scheme as ONNX (`input.cache.*` / `output.cache.*`).
+
+# NOTE: the program's input shapes are handed to the converter (`input=`). On its own, openvino
+# 2026.4.1 (`TorchFXPythonDecoder.from_exported_program(..., dynamic_shapes=True)`) declares
+# every input dimension `?`, the batch of a static cache and a cache's heads included, so a
+# caller could not size buffers from the model, nor could the plugin use the fixed sizes.
+# Symbolic dimensions stay fully dynamic: the program's ranges are no contract (a size-1
+# sequence traces with a lower bound of 2 yet runs).
 """
 
 from __future__ import annotations
@@ -14,11 +21,20 @@ import torch
 
 from ...capture.capture import Capture
 from ...exporter import HfExporter
-from ...record import ExportRecord
+from ...record import ExportRecord, record_from_program
 from ..onnx.io_names import onnx_io_names
 from .config import OpenVINOConfig
 
-__all__ = ["OpenVINOExporter"]
+__all__ = ["OpenVINOExporter", "declared_shapes"]
+
+
+def declared_shapes(program: torch.export.ExportedProgram) -> list[Any]:
+    """Per user input, in order, the `openvino.PartialShape` the program declares: a size it fixes
+    is static, a symbolic one dynamic (`?`)."""
+    import openvino as ov
+
+    return [ov.PartialShape([d if isinstance(d, int) else -1 for d in shape])
+            for shape in record_from_program(program).input_shapes]
 
 
 class OpenVINOExporter(HfExporter):
@@ -50,7 +66,7 @@ class OpenVINOExporter(HfExporter):
         install_precision_hook()
 
         program = captured.program
-        ov_model = ov.convert_model(program)
+        ov_model = ov.convert_model(program, input=declared_shapes(program))
         input_names, output_names = onnx_io_names(program)
         for port, name in zip(ov_model.inputs, input_names):
             port.get_tensor().set_names({name})

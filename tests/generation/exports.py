@@ -1,0 +1,59 @@
+"""Generation exports shared by several test packages (runner, static decode, declared shapes):
+the cases, and how each is exported and saved. The session fixture `saved_generation` that makes
+each one once lives in `tests/conftest.py`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hfexport import AutoExportConfig, AutoHfExporter, save_generation_export
+from hfexport.presets import build_preset
+
+MAX_CACHE_LEN = 32
+
+#: case -> (preset, static cache length or None). Static cases use multi-token decode (SPEC R8).
+CASES = {
+    "llama": ("llama", None),
+    "llama-static": ("llama", MAX_CACHE_LEN),
+    "mistral": ("mistral", None),  # sliding window 4 < prompt 8: the window matters
+    "t5": ("t5", None),
+}
+FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
+
+
+@dataclasses.dataclass
+class SavedExport:
+    directory: Path
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    generation_config: Any
+
+    def eager(self, new_tokens: int):
+        """Greedy `generate()` on the same prompt (no early stop): (new tokens, per-step logits)."""
+        with torch.no_grad():
+            out = self.model.generate(**self.inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                      do_sample=False, generation_config=self.generation_config,
+                                      output_logits=True, return_dict_in_generate=True)
+        start = 1 if self.model.config.is_encoder_decoder else self.inputs["input_ids"].shape[1]
+        return out.sequences[0, start:].tolist(), list(out.logits)
+
+
+def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
+    """Export `case` (a key of `CASES`) to `fmt` with `dynamic=True` and save it to `directory`."""
+    from transformers import GenerationConfig
+
+    preset, static = CASES[case]
+    model, inputs = build_preset(preset)
+    inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
+    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=static) if static else None
+    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    artifacts = exporter.export_for_generation(model, inputs, config=config, generation_config=generation_config,
+                                               multi_token_decode=bool(static))
+    save_generation_export(exporter, artifacts, directory, model=model, generation_config=generation_config,
+                           export_config=config)
+    return SavedExport(directory, model, inputs, generation_config)
