@@ -91,7 +91,9 @@ class HfExporter:
                 raise TypeError(f"quantizer= takes an hfexport ExportQuantizer, got {type(quantizer).__name__}")
             quantizer.check(self.format)  # before any tracing
         start = time.perf_counter()
-        with inference_mode(model), applied_patches(self.format) as patches:
+        from .generation.decompose import full_length_caches
+
+        with inference_mode(model), full_length_caches(), applied_patches(self.format) as patches:
             sample = self._capture_sample(kwargs, config)
             bounds = self._dim_bounds(model, sample, config)
             captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order, bounds=bounds,

@@ -164,22 +164,31 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -
         raise ValidationError(f"the inputs hold {len(tensors)} tensors but the program takes "
                               f"{len(record.input_shapes)}, so they cannot be resized",
                               remedy="validate with the inputs the artifact was exported with")
+    from .capture.dynamic import TOKEN_ROLES
+    from .capture.names import role_of
+
     values: dict[str, int] = {}
-    for tensor, shape in zip(tensors, record.input_shapes):
-        for size, dim in zip(tensor.shape, shape):
+    token_symbols: set[str] = set()
+    for tensor, shape, name in zip(tensors, record.input_shapes, record.input_names):
+        for axis, (size, dim) in enumerate(zip(tensor.shape, shape)):
             if isinstance(dim, str) and dim.isidentifier():
                 values[dim] = int(size)
+                if role_of(name, len(shape), axis) in TOKEN_ROLES:
+                    token_symbols.add(dim)
     new_values = {}
     for symbol, value in values.items():
         low, high = record.symbol_ranges.get(symbol, (0, None))
         target = value + step
         if high is not None and target > high:
             target = max(low, value - 1)
+        if target == value and symbol not in token_symbols:
+            continue  # a size the weights fix (one key/value head), bounded to it: kept
         if target == value:
             raise ValidationError(f"the program allows {symbol} only {low}..{high}, so no size but the sample's "
                                   f"({value}) can be checked", remedy="export with dynamic axes that can take "
                                   "other sizes (see the record's symbol_ranges), or validate(resized=False)")
         new_values[symbol] = target
+    _keep_mask_covering_cache(record, new_values, values)
     symbols = {name: sympy.Symbol(name) for name in new_values}
     substitution = {symbols[name]: v for name, v in new_values.items()}
 
@@ -193,15 +202,26 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -
         except (TypeError, ValueError, sympy.SympifyError):
             return current
 
-    shapes = iter(record.input_shapes)
+    shapes, names = iter(record.input_shapes), iter(record.input_names)
     resized = []
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            shape = next(shapes)
-            resized.append(_tile(leaf, tuple(size_of(d, s) for d, s in zip(shape, leaf.shape))))
+            shape, name = next(shapes), next(names)
+            size = tuple(size_of(d, s) for d, s in zip(shape, leaf.shape))
+            resized.append(_padding_mask(leaf, size) if name.endswith("attention_mask") and leaf.dim() == 2
+                           else _tile(leaf, size))
         else:
             resized.append(leaf)
     return {**inputs, **pytree.tree_unflatten(resized, spec)}
+
+
+def _padding_mask(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """A 2-D padding mask resized: rows repeated, new positions attended (appended on the right, so
+    a left-padded row stays left-padded and the last position, whose logits are kept, is a token)."""
+    rows = _tile(mask, (shape[0], mask.shape[1]))
+    if shape[1] <= mask.shape[1]:
+        return rows[:, mask.shape[1] - shape[1]:].contiguous()
+    return torch.cat([rows, torch.ones(shape[0], shape[1] - mask.shape[1], dtype=mask.dtype)], dim=1)
 
 
 #: model class name -> `resize(inputs, step) -> inputs` for models whose input sizes are tied by
@@ -217,6 +237,22 @@ def register_resizer(model_class: str):
         return fn
 
     return decorate
+
+
+def _keep_mask_covering_cache(record: ExportRecord, new_values: dict[str, int], values: dict[str, int]) -> None:
+    """A decode step's 2-D `attention_mask` covers the cached tokens and the new ones: where the
+    program has a symbol of its own for the mask's length, resize it to cache + query (moving it
+    by the same step as the others would give a mask the program rightly refuses)."""
+    shapes = dict(zip(record.input_names, record.input_shapes))
+    mask, ids = shapes.get("attention_mask"), shapes.get("input_ids") or shapes.get("decoder_input_ids")
+    cache = next((shape for name, shape in shapes.items() if name.endswith(".keys") and len(shape) == 4), None)
+    if not (mask and len(mask) == 2 and ids and len(ids) == 2 and cache) or mask[1] not in new_values:
+        return
+    size = {**values, **new_values}
+    query = ids[1] if isinstance(ids[1], int) else size.get(ids[1])
+    past = cache[2] if isinstance(cache[2], int) else size.get(cache[2])
+    if query is not None and past is not None and mask[1] not in (ids[1], cache[2]):
+        new_values[mask[1]] = past + query
 
 
 # -- comparison -----------------------------------------------------------------------------------
@@ -275,8 +311,10 @@ def _shapes(inputs: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=None) -> CaseReport:
-    try:
-        with inference_mode(model):
+    from .generation.decompose import full_length_caches
+
+    try:  # the caches a model builds keep every token, as in the export (see `full_length_caches`)
+        with inference_mode(model), full_length_caches():
             eager = call_model(model, copy.deepcopy(inputs))
     except Exception as error:  # noqa: BLE001 - the check cannot be made: a failed case, never a pass
         if label == "sample":

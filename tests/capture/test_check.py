@@ -77,10 +77,15 @@ def test_inputs_left_out_of_dynamic_shapes_are_static():
 def test_a_resized_check_that_cannot_resize_fails_instead_of_rerunning_the_sample():
     """A program whose batch may only be the sample's: no other batch exists to check, and the
     case says so rather than passing on the sample's shape."""
-    inputs = {"x": torch.ones(2, 3), "y": torch.ones(4, 5)}
-    program = DynamoExporter().export(_TwoInputs(), inputs, config=DynamoConfig(dynamic=True))
+    inputs = {"input_ids": torch.ones(2, 3, dtype=torch.long)}
+    program = DynamoExporter().export(_Doubles(), inputs, config=DynamoConfig(dynamic=True))
     record = record_of(program)
     batch = record.input_shapes[0][0]
     record.symbol_ranges[batch] = (2, 2)
-    report = validate(program, _TwoInputs(), inputs)
+    report = validate(program, _Doubles(), inputs)
     assert not report.passed and "no size but the sample's" in report.cases[1].error
+
+
+class _Doubles(torch.nn.Module):
+    def forward(self, input_ids):
+        return (input_ids * 2,)

@@ -225,9 +225,10 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
         program, size_oblivious, fixed = _traced_and_checked(model, inputs, config, bounds, drop_none_outputs)
         sample = inputs
     except AxesLost as error:
-        # A batch traced at 1 can come out fixed, or bounded to 1..2, where a decomposition guards
-        # on the size being 1 (aten.matmul folds a batch of one: Mamba's state update). Traced at
-        # 2, the same program takes any batch; any other lost axis is the caller's to decide.
+        # A batch traced at 1 can come out fixed, or bounded to 1..2, where the trace guards on
+        # the size being 1 (a reshape's view-or-copy choice; models/batched_matmul.py patches the
+        # common ones). Traced at 2, the program is kept only if it still takes a batch of 1 (no
+        # guard `batch != 1`); any other lost axis is the caller's to decide.
         sample = grow_batch(inputs) if all(e["role"] == "batch" and e["size"] == 1 for e in error.axes) else None
         if sample is None or _shapes_of(sample) == _shapes_of(inputs):
             raise

@@ -26,8 +26,9 @@ __all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch", "has_f
 Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 
 
-#: Roles whose size-1 sample means "one token per step": kept static, so a decode step stays a
-#: single-token graph (SPEC R7) and attention code that branches on `q_len > 1` traces.
+#: Roles whose size-1 sample, in a decode step (a cache that holds tokens), means "one token per
+#: step": kept static, so a decode step stays a single-token graph (SPEC R7). Anywhere else (a
+#: one-token prompt) a size-1 sequence is as dynamic as any other size.
 _STEP_ROLES = ("sequence", "decoder_sequence")
 
 #: Roles whose size the model's weights fix (a flattened patch's `C*T*P*P` values, the 3 of a
@@ -48,7 +49,17 @@ def has_fixed_batch(inputs: dict[str, Any]) -> bool:
     return any(is_static_cache(value) for value in inputs.values())
 
 
-def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_batch: bool) -> dict[int, Any] | None:
+def is_decode_step(inputs: dict[str, Any]) -> bool:
+    """Whether `inputs` carry a cache that already holds tokens (a decode step, not a prompt)."""
+    from .pytree import _is_cache
+
+    return any(_is_cache(value) and any(isinstance(leaf, torch.Tensor) and leaf.numel() > 1
+                                        for leaf in pytree.tree_leaves(value))
+               for value in inputs.values())
+
+
+def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_batch: bool,
+                decode_step: bool = True) -> dict[int, Any] | None:
     from .names import role_of
 
     if tensor.dim() == 0:
@@ -56,7 +67,7 @@ def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_ba
     shape = {}
     for axis, size in enumerate(tensor.shape):
         role = role_of(name, tensor.dim(), axis)
-        if (size == 1 and role in _STEP_ROLES or fixed_batch and (role == "batch" or axis == 0)
+        if (size == 1 and decode_step and role in _STEP_ROLES or fixed_batch and (role == "batch" or axis == 0)
                 or role in _MODEL_FIXED_ROLES):
             shape[axis] = torch.export.Dim.STATIC
             continue
@@ -65,15 +76,15 @@ def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_ba
     return shape
 
 
-def _plan_for(value: Any, name: str, bounds: Bounds | None, fixed_batch: bool = False) -> Any:
+def _plan_for(value: Any, name: str, bounds: Bounds | None, fixed_batch: bool = False, decode_step: bool = True) -> Any:
     """Mirror `value`'s structure the way `torch.export` reads `dynamic_shapes` for it."""
     if isinstance(value, torch.Tensor):
-        return _auto_shape(value, name, bounds, fixed_batch)
+        return _auto_shape(value, name, bounds, fixed_batch, decode_step)
     node_type = type(value)
     if node_type in (list, tuple):
-        return node_type(_plan_for(v, f"{name}.{i}", bounds, fixed_batch) for i, v in enumerate(value))
+        return node_type(_plan_for(v, f"{name}.{i}", bounds, fixed_batch, decode_step) for i, v in enumerate(value))
     if node_type is dict:
-        return {k: _plan_for(v, f"{name}.{k}", bounds, fixed_batch) for k, v in value.items()}
+        return {k: _plan_for(v, f"{name}.{k}", bounds, fixed_batch, decode_step) for k, v in value.items()}
     if node_type in pytree.SUPPORTED_NODES:  # custom nodes (caches, ModelOutput): a list of children
         # torch.export reads the dynamic shapes of a custom pytree node as the list of its children.
         from .names import CACHE_PREFIX
@@ -81,7 +92,7 @@ def _plan_for(value: Any, name: str, bounds: Bounds | None, fixed_batch: bool = 
 
         children, _ = pytree.SUPPORTED_NODES[node_type].flatten_fn(value)
         prefix = CACHE_PREFIX if _is_cache(value) else name
-        return [_plan_for(child, f"{prefix}.{i}", bounds, fixed_batch) for i, child in enumerate(children)]
+        return [_plan_for(child, f"{prefix}.{i}", bounds, fixed_batch, decode_step) for i, child in enumerate(children)]
     return None
 
 
@@ -110,7 +121,8 @@ def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes
     if not dynamic:
         return None
     fixed_batch = has_fixed_batch(inputs)
-    return {name: _plan_for(value, name, bounds, fixed_batch) for name, value in inputs.items()}
+    decode_step = is_decode_step(inputs)
+    return {name: _plan_for(value, name, bounds, fixed_batch, decode_step) for name, value in inputs.items()}
 
 
 def check_dynamic_shapes_keys(dynamic_shapes: dict[str, Any], inputs: dict[str, Any]) -> None:
@@ -243,7 +255,8 @@ def lost_axes(program: torch.export.ExportedProgram, inputs: dict[str, Any], pla
             if isinstance(dim, int):
                 (lost if entry["role"] in TOKEN_ROLES else fixed).append(entry)
             elif dim in record.symbol_ranges and _narrowed(record.symbol_ranges[dim], entry["size"], spec):
-                lost.append({**entry, "range": list(record.symbol_ranges[dim])})
+                narrowed = {**entry, "range": list(record.symbol_ranges[dim])}
+                (lost if entry["role"] in TOKEN_ROLES else fixed).append(narrowed)
     return lost, fixed
 
 

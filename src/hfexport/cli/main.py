@@ -11,6 +11,7 @@ from ..errors import ExportError, ValidationError
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ..fuzz import add_arguments as add_fuzz_arguments
     from ..presets import preset_names
 
     parser = argparse.ArgumentParser(prog="hfexport", description=__doc__)
@@ -69,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     coverage.add_argument("--merge", action="store_true",
                           help="keep the other cases of the JSON beside --output; replace only those run now")
 
+    fuzz = sub.add_parser("fuzz", help="draw random tiny decoders, export them dynamic to each backend, compare "
+                          "with eager; print a shrunk reproduction of each failure")
+    add_fuzz_arguments(fuzz)
+
     sub.add_parser("env", help="installed backends, versions, drift from the tested set")
     patches = sub.add_parser("patches", help="list registered patches and FX fixes")
     patches.add_argument("--backend", help="only those of this backend")
@@ -79,10 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="hfexport: %(levelname)s: %(message)s")
-    from . import coverage, env, export, generate, patches
+    from . import coverage, env, export, fuzz, generate, patches
 
-    command = {"export": export.run, "generate": generate.run, "coverage": coverage.run, "env": env.run,
-               "patches": patches.run}[args.command]
+    command = {"export": export.run, "generate": generate.run, "coverage": coverage.run, "fuzz": fuzz.run,
+               "env": env.run, "patches": patches.run}[args.command]
     try:
         return command(args)
     except KeyboardInterrupt:

@@ -159,8 +159,8 @@ def decompose_for_generation(
 
 @contextlib.contextmanager
 def full_length_caches() -> Iterator[None]:
-    """Caches that `generate` builds while this is active keep every token in sliding-window and
-    chunked layers (a `DynamicLayer` / `StaticLayer` where transformers would use a window-sized
+    """Caches that `generate` (or a forward without a cache) builds while this is active keep
+    every token in sliding-window and chunked layers (a `DynamicLayer` / `StaticLayer` where transformers would use a window-sized
     layer); the masks still apply the window.
 
     # NOTE: the seed exports sliding-window layers with a full key-value cache. A window-sized

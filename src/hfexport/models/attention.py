@@ -40,6 +40,10 @@ def patch_sdpa_symbolic_is_causal(original: Callable[..., Any]) -> Callable[...,
     return scaled_dot_product_attention
 
 
+#: Stands for "causal, no mask": queries and keys of one length, nothing masked but the future.
+_CAUSAL = object()
+
+
 @register_patch(
     ("dynamo", "onnx", "openvino", "executorch"),
     "transformers.modeling_utils.AttentionInterface._global_mapping",
@@ -51,29 +55,41 @@ def patch_sdpa_symbolic_is_causal(original: Callable[..., Any]) -> Callable[...,
     remove_when="transformers>=5.40",
 )
 def patch_transformers_sdpa_with_mask(original: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
-    """The `"sdpa"` attention, when a tensor mask is given, without branching on the query length:
-    grouped heads repeated (or SDPA's `enable_gqa` where transformers would use it), the mask (and
-    a position bias) passed to SDPA, `is_causal=False` as transformers decides it whenever a mask
-    is given. Without a mask, or with options this does not cover, transformers' own function runs."""
+    """The `"sdpa"` attention without branching on the query length, when a tensor mask is given
+    (`is_causal=False`, as transformers decides it then) or when there is no mask and as many keys
+    as queries (`is_causal=True`): grouped heads repeated (or SDPA's `enable_gqa` where
+    transformers would use it), the mask (and a position bias) passed to SDPA. In any other case
+    transformers' own function runs."""
     sdpa = original["sdpa"]
 
     def sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                is_causal=None, position_bias=None, **kwargs):
-        if not isinstance(attention_mask, torch.Tensor) or kwargs.get("softcap") is not None:
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        # Without a mask, over exactly as many keys as queries (a prompt on an empty cache, a
+        # one-graph export), transformers' `is_causal = q_length > 1 and ...` only decides what
+        # a single query computes either way; decided here, it guards no query length.
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        same_length = statically_known_true(query.shape[2] == key.shape[2])
+        if attention_mask is None and position_bias is None and same_length and causal:
+            attention_mask, is_causal = _CAUSAL, True
+        if not isinstance(attention_mask, torch.Tensor) and attention_mask is not _CAUSAL \
+                or kwargs.get("softcap") is not None:
             return sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                         is_causal=is_causal, position_bias=position_bias, **kwargs)
         from transformers.integrations import sdpa_attention as upstream
 
+        mask = None if attention_mask is _CAUSAL else attention_mask
         options = {}
         groups = getattr(module, "num_key_value_groups", 1)
-        if groups > 1 and upstream.use_gqa_in_sdpa(attention_mask, key, value):
+        if groups > 1 and upstream.use_gqa_in_sdpa(mask, key, value):
             options["enable_gqa"] = True
         elif groups > 1:
             key, value = upstream.repeat_kv(key, groups), upstream.repeat_kv(value, groups)
         if position_bias is not None:
-            attention_mask = upstream.create_position_bias_mask(position_bias, attention_mask, False, query, key)
+            mask = upstream.create_position_bias_mask(position_bias, mask, False, query, key)
         output = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=False, **options)
+            query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=mask is None, **options)
         return output.transpose(1, 2).contiguous(), None
 
     return {**original, "sdpa": sdpa_attention_forward}
