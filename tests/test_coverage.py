@@ -19,7 +19,8 @@ SUBSET = [
     ("falcon_mamba", "dynamo", "generate"),
     ("bart", "onnx", "generate"),
     ("hubert", "openvino", "export"),
-    ("llava", "onnx", "export"),  # transformers' torch._check_tensor_all: aten._is_all_true translated
+    ("llava", "onnx", "export"),  # declared: the vision tower's batch (see KNOWN_FAILURES)
+    ("mistral", "dynamo", "generate"),  # sliding window 4 < prompt 8: full-length caches
 ]
 
 
@@ -27,12 +28,12 @@ SUBSET = [
 def test_subset_case_matches_eager(arch, backend, mode):
     result = run_case(arch, backend, mode, timeout=600)
     assert result.verdict in ("ok", "known failure"), f"{result.verdict}: {result.detail}"
+    if result.verdict == "known failure":
+        return  # declared, with its reason (an unexpected pass fails above)
     if mode == "generate":
         assert result.extra["tokens"] == "match"
     else:
-        assert result.extra["max_abs"] is not None
-        # a LLaVA prompt's image-token count is tied to its image: eager rejects a resized one
-        assert result.extra["dynamic_checked"] == (arch != "llava")
+        assert result.extra["max_abs"] is not None and result.extra["dynamic_checked"]
 
 
 def test_a_case_past_its_timeout_is_reported_not_raised():

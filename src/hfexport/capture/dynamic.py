@@ -261,12 +261,11 @@ def lost_axes(program: torch.export.ExportedProgram, inputs: dict[str, Any], pla
 
 
 def _narrowed(bounds: tuple[int, int | None], size: int, spec: Any) -> bool:
-    """Whether a symbol's range leaves no size but the sample's within what was asked: an
-    unbounded request must reach `size + 2`, a bounded one its own maximum."""
+    """Whether a symbol's range leaves no size but about the sample's (it must reach `size + 2`,
+    or start below `size - 1`). A range narrower than a requested bound but wider than that (an
+    ExecuTorch batch bounded at 8 that the program takes up to 4) is the record's to state
+    (`symbol_ranges`); the resized check runs inside it."""
     low, high = bounds
-    wanted = getattr(spec, "max", None)
-    if isinstance(wanted, int) and wanted < 2**31:
-        return high is not None and high < wanted
     return high is not None and high < size + 2 and low >= size - 1
 
 
