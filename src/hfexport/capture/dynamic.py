@@ -67,8 +67,9 @@ def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_ba
     shape = {}
     for axis, size in enumerate(tensor.shape):
         role = role_of(name, tensor.dim(), axis)
-        if (size == 1 and decode_step and role in _STEP_ROLES or fixed_batch and (role == "batch" or axis == 0)
-                or role in _MODEL_FIXED_ROLES):
+        # an encoder-decoder's decoder always starts from one token (its prefill too): static at 1
+        one_step = size == 1 and (role == "decoder_sequence" or decode_step and role in _STEP_ROLES)
+        if one_step or fixed_batch and (role == "batch" or axis == 0) or role in _MODEL_FIXED_ROLES:
             shape[axis] = torch.export.Dim.STATIC
             continue
         limit = bounds(name, axis, int(size)) if bounds else None
