@@ -5,6 +5,7 @@ each one once lives in `tests/conftest.py`."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,15 @@ from hfexport import AutoExportConfig, AutoHfExporter, save_generation_export
 from hfexport.presets import build_preset
 
 MAX_CACHE_LEN = 32
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load_example(name: str):
+    """The module `examples/<name>.py` (the seed's decode loops), imported by path."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 #: case -> (preset, static cache length or None). Static cases use multi-token decode (SPEC R8).
 CASES = {

@@ -5,23 +5,16 @@ graph kept that dict's single row and every backend rejected the prompt."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from .exports import load_example
+
 MAX_CACHE_LEN = 64
 PROMPT = [5, 17, 42, 9, 77]
 NEW_TOKENS = 6
-
-
-def _example(name: str):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _qwen3():
@@ -55,10 +48,10 @@ def _export(fmt: str, directory: Path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "loop"), [
-    ("dynamo", lambda path: _example("decode_loop_dynamo").generate(str(path / "decode.pt2"), PROMPT, NEW_TOKENS)),
-    ("onnx", lambda path: _example("decode_loop_onnxruntime").generate_cpu(str(path / "decode.onnx"), PROMPT,
+    ("dynamo", lambda path: load_example("decode_loop_dynamo").generate(str(path / "decode.pt2"), PROMPT, NEW_TOKENS)),
+    ("onnx", lambda path: load_example("decode_loop_onnxruntime").generate_cpu(str(path / "decode.onnx"), PROMPT,
                                                                            NEW_TOKENS, MAX_CACHE_LEN)),
-    ("executorch", lambda path: _example("decode_loop_executorch").generate(str(path / "decode.pte"), PROMPT,
+    ("executorch", lambda path: load_example("decode_loop_executorch").generate(str(path / "decode.pte"), PROMPT,
                                                                             NEW_TOKENS)),
 ])
 def test_the_seed_loop_generates_what_generate_does(tmp_path, fmt, loop):

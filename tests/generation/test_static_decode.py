@@ -6,9 +6,7 @@ backend updates the cache its own way. The loops are the ones in `examples/` (CP
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,17 +14,10 @@ import torch
 from hfexport import GenerationExport
 
 from .conftest import MAX_CACHE_LEN
+from .exports import load_example
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PROMPT = [5, 17, 42, 9, 77, 3]
 NEW_TOKENS = 8
-
-
-def _example(name: str):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _eager_tokens(model) -> list[int]:
@@ -98,7 +89,7 @@ def test_dynamo_seed_loop_on_the_saved_program(saved_generation):
     program = torch.export.load(saved.directory / "decode.pt2")
     kinds = {spec.kind.name for spec in program.graph_signature.output_specs}
     assert "USER_INPUT_MUTATION" in kinds  # the cache write is part of the program's signature
-    tokens = _example("decode_loop_dynamo").generate(str(saved.directory / "decode.pt2"), PROMPT, NEW_TOKENS)
+    tokens = load_example("decode_loop_dynamo").generate(str(saved.directory / "decode.pt2"), PROMPT, NEW_TOKENS)
     assert tokens == _eager_tokens(saved.model)
 
 
@@ -116,7 +107,7 @@ def test_onnx_cache_inputs_and_outputs_pair_up_and_the_seed_loop_runs(saved_gene
         paired = outputs["output." + name[len("input."):]]
         assert paired.type == inputs[name].type and len(paired.shape) == len(inputs[name].shape)
     assert [name for name in inputs if not name.startswith("input.")] == ["input_ids", "attention_mask", "position_ids"]
-    loop = _example("decode_loop_onnxruntime")
+    loop = load_example("decode_loop_onnxruntime")
     tokens = loop.generate_cpu(str(saved.directory / "decode.onnx"), PROMPT, NEW_TOKENS, MAX_CACHE_LEN)
     assert tokens == _eager_tokens(saved.model)
 
@@ -139,7 +130,7 @@ def test_executorch_method_order_from_method_meta_and_the_python_loop(saved_gene
         cache_in = meta.input_tensor_meta(3 + i)
         for out in (meta.output_tensor_meta(i), meta.output_tensor_meta(num_cache + 1 + i)):
             assert tuple(out.sizes()) == tuple(cache_in.sizes()) and out.nbytes() == cache_in.nbytes()
-    tokens = _example("decode_loop_executorch").generate(str(path), PROMPT, NEW_TOKENS)
+    tokens = load_example("decode_loop_executorch").generate(str(path), PROMPT, NEW_TOKENS)
     assert tokens == _eager_tokens(saved.model)
 
 
@@ -163,5 +154,5 @@ def test_executorch_unplanned_io_for_the_zero_copy_loop(tmp_path):
     assert not any(meta.input_tensor_meta(i).is_memory_planned() for i in range(meta.num_inputs()))
     assert not any(meta.output_tensor_meta(i).is_memory_planned() for i in range(meta.num_outputs()))
     (tmp_path / "decode.pte").write_bytes(decode.buffer)
-    tokens = _example("decode_loop_executorch").generate(str(tmp_path / "decode.pte"), PROMPT, NEW_TOKENS)
+    tokens = load_example("decode_loop_executorch").generate(str(tmp_path / "decode.pte"), PROMPT, NEW_TOKENS)
     assert tokens == _eager_tokens(model)
