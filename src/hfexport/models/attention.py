@@ -44,6 +44,15 @@ def patch_sdpa_symbolic_is_causal(original: Callable[..., Any]) -> Callable[...,
 _CAUSAL = object()
 
 
+def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
+    """transformers' `repeat_kv` (each key/value head repeated `groups` times) as an explicit
+    copy: its `reshape` of an expanded tensor guards on the sequence length being 1 (a program
+    traced at 3 tokens then refuses 1); the copy it makes anyway is taken first."""
+    batch, heads, length, size = states.shape
+    repeated = states[:, :, None].expand(batch, heads, groups, length, size)
+    return repeated.clone(memory_format=torch.contiguous_format).view(batch, heads * groups, length, size)
+
+
 @register_patch(
     ("dynamo", "onnx", "openvino", "executorch"),
     "transformers.modeling_utils.AttentionInterface._global_mapping",
@@ -85,7 +94,7 @@ def patch_transformers_sdpa_with_mask(original: dict[str, Callable[..., Any]]) -
         if groups > 1 and upstream.use_gqa_in_sdpa(mask, key, value):
             options["enable_gqa"] = True
         elif groups > 1:
-            key, value = upstream.repeat_kv(key, groups), upstream.repeat_kv(value, groups)
+            key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
         if position_bias is not None:
             mask = upstream.create_position_bias_mask(position_bias, mask, False, query, key)
         output = torch.nn.functional.scaled_dot_product_attention(
