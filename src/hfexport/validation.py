@@ -28,6 +28,7 @@ from .capture.capture import call_model
 from .capture.prepare import inference_mode, normalize_inputs
 from .capture.pytree import flatten_with_names, register_cache_pytree_nodes
 from .errors import ValidationError, summarize
+from .generation.front import unwrap
 from .record import ExportRecord, record_of
 from .runner import runner_for
 
@@ -377,7 +378,7 @@ def validate(
     for step in steps if resized else ():
         label = "resized" if len(steps) == 1 else f"resized+{step}"
         try:
-            resizer = RESIZERS.get(type(_model_of(model)).__name__)
+            resizer = RESIZERS.get(type(unwrap(model)).__name__)
             other = resizer(kwargs, step) if resizer else resize_inputs(kwargs, record, step)
         except ValidationError as error:
             cases.append(CaseReport(label, _shapes(kwargs), [], str(error)))
@@ -391,13 +392,6 @@ def validate(
         cases.append(_run_case(label, runner, model, other, record, atol, rtol, min_cosine))
     return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
                             atol, rtol, cases, note, min_cosine)
-
-
-def _model_of(module: torch.nn.Module) -> torch.nn.Module:
-    """The model inside a generation component's front (else `module`)."""
-    from .generation.front import unwrap
-
-    return unwrap(module)
 
 
 def validate_components(artifacts: dict[str, Any], components: dict[str, tuple[torch.nn.Module, Any]],

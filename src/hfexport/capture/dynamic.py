@@ -255,13 +255,13 @@ def lost_axes(program: torch.export.ExportedProgram, inputs: dict[str, Any], pla
             dim = shape[axis]
             if isinstance(dim, int):
                 (lost if entry["role"] in TOKEN_ROLES else fixed).append(entry)
-            elif dim in record.symbol_ranges and _narrowed(record.symbol_ranges[dim], entry["size"], spec):
+            elif dim in record.symbol_ranges and _narrowed(record.symbol_ranges[dim], entry["size"]):
                 narrowed = {**entry, "range": list(record.symbol_ranges[dim])}
                 (lost if entry["role"] in TOKEN_ROLES else fixed).append(narrowed)
     return lost, fixed
 
 
-def _narrowed(bounds: tuple[int, int | None], size: int, spec: Any) -> bool:
+def _narrowed(bounds: tuple[int, int | None], size: int) -> bool:
     """Whether a symbol's range leaves no size but about the sample's (it must reach `size + 2`,
     or start below `size - 1`). A range narrower than a requested bound but wider than that (an
     ExecuTorch batch bounded at 8 that the program takes up to 4) is the record's to state

@@ -88,8 +88,8 @@ def masks_from_causal(mask: torch.Tensor, layout: Layout) -> Any:
 
 def same_masks(built: Any, captured: Any) -> bool:
     """Whether `built` equals `captured` exactly (same keys, shapes, dtypes, values)."""
-    if isinstance(captured, dict) != isinstance(built, dict):
-        return False
-    pairs = [(built[k], v) for k, v in captured.items()] if isinstance(captured, dict) and set(built) == set(captured) \
-        else [(built, captured)] if not isinstance(captured, dict) else []
-    return bool(pairs) and all(a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b) for a, b in pairs)
+    if isinstance(captured, dict) or isinstance(built, dict):
+        if not (isinstance(captured, dict) and isinstance(built, dict) and set(built) == set(captured)):
+            return False
+        return all(same_masks(built[key], mask) for key, mask in captured.items())
+    return built.dtype == captured.dtype and built.shape == captured.shape and torch.equal(built, captured)
