@@ -22,6 +22,17 @@ def export_and_validate(exporter, config, name: str, inputs: dict[str, Any] | No
     return artifact, report, model, inputs
 
 
+def expected_cases(inputs: dict[str, Any], dynamic: bool, steps: tuple[int, ...] = (2,)) -> list[str]:
+    """The case labels `validate` reports for a panel preset's sample: the sample, one resized case
+    per step, and `smallest` when the sample has more than one token to shrink."""
+    if not dynamic:
+        return ["sample"]
+    resized = ["resized"] if len(steps) == 1 else [f"resized+{step}" for step in steps]
+    tokens = any(isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[1] > 1
+                 for k, v in inputs.items() if k in ("input_ids", "decoder_input_ids"))
+    return ["sample", *resized, *(["smallest"] if tokens else [])]
+
+
 def assert_close_to_eager(got: torch.Tensor, want: torch.Tensor, atol: float) -> None:
     assert got.shape == want.shape, (got.shape, want.shape)
     diff = (got.double() - want.double()).abs().max().item()

@@ -49,3 +49,50 @@ def test_tile_keeps_values_and_reaches_the_shape():
     t = torch.arange(6).reshape(1, 6)
     out = _tile(t, (3, 8))
     assert out.shape == (3, 8) and torch.equal(out[2, :6], t[0]) and torch.equal(out[0, 6:], t[0, :2])
+
+
+class _GuardsOnMoreThanOneToken(torch.nn.Module):
+    """Takes a different path for one token (as a model's decode branch does): traced at 4 tokens,
+    the program is guarded on more than one."""
+
+    def forward(self, input_ids):
+        scale = 2.0 if input_ids.shape[1] > 1 else 3.0
+        return (input_ids.float() * scale,)
+
+
+def test_the_smallest_case_catches_a_program_that_refuses_one_token():
+    """Growing sizes cannot see a program that refuses fewer tokens than it was traced with."""
+    module, inputs = _GuardsOnMoreThanOneToken(), {"input_ids": torch.ones(2, 4, dtype=torch.long)}
+    program = DynamoExporter().export(module, inputs, config=DynamoConfig(dynamic=True))
+    report = validate(program, module, inputs)
+    assert [c.label for c in report.cases] == ["sample", "resized", "smallest"]
+    assert report.cases[1].passed and not report.passed
+    smallest = report.cases[2]
+    assert smallest.input_shapes == {"input_ids": [1, 1]} and "Guard failed" in smallest.error
+
+
+class _Doubles(torch.nn.Module):
+    def forward(self, input_ids):
+        return (input_ids.float() * 2,)
+
+
+def test_the_smallest_case_is_skipped_when_the_sample_is_that_small():
+    module, inputs = _Doubles(), {"input_ids": torch.ones(1, 1, dtype=torch.long)}
+    program = DynamoExporter().export(module, inputs, config=DynamoConfig(dynamic=True))
+    assert [c.label for c in validate(program, module, inputs).cases] == ["sample", "resized"]
+
+
+def test_a_static_cache_mask_is_resized_as_a_causal_mask():
+    """Tiling a causal mask's rows gave the padded row of a shorter prompt no key at all (the
+    fuzzer's Gemma-3 and OLMoE static prefills on ONNX then differed from eager)."""
+    from hfexport.generation.masks import causal_mask
+    from hfexport.validation import _causal_mask
+
+    padding = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    prefill = causal_mask(padding, 0, 4, 8)  # [2, 1, 4, 8]
+    one = _causal_mask(prefill, (2, 1, 1, 8))
+    assert torch.equal(one, causal_mask(torch.tensor([[1], [1]]), 0, 1, 8))  # the last (real) token kept
+    longer = _causal_mask(prefill, (3, 1, 6, 10))
+    assert torch.equal(longer[:2], causal_mask(torch.tensor([[1] * 6, [0, 0, 1, 1, 1, 1]]), 0, 6, 10))
+    decode = causal_mask(padding, 4, 2, 8)  # two tokens after four cached
+    assert torch.equal(_causal_mask(decode, (2, 1, 1, 8)), causal_mask(padding, 4, 1, 8))

@@ -123,11 +123,6 @@ _GEMMA3_ROPE_LINEAR = {"full_attention": {"rope_type": "linear", "factor": 2.0, 
 #: more (like the coverage matrix's known failures) until fixed, so a run hunts for new ones.
 #: Each is listed in the run's summary; remove an entry to hunt it again.
 OPEN_FINDINGS: dict[tuple[str, str, str], str] = {
-    ("gemma2", "dynamo", "generate"): "a multi-token decode graph (eager attention) guards on more than one "
-    "query token: torch 2.13's aten.matmul decomposition of query @ key^T; the program refuses a single token "
-    "(ONNX, OpenVINO, ExecuTorch run it)",
-    ("bloom", "dynamo", "generate"): "BLOOM's multi-token decode graph guards on more than one query token "
-    "(its alibi attention); the program refuses a single token (ONNX runs it)",
 }
 
 

@@ -147,9 +147,15 @@ def _tile(tensor: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     return out.contiguous()
 
 
-def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -> dict[str, Any] | None:
+def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2, *,
+                  smallest: bool = False) -> dict[str, Any] | None:
     """Return `inputs` with every symbolic size moved by `step` (within the program's ranges), or
     `None` when the artifact has no symbolic input dimension.
+
+    With `smallest`, every batch and token count (`TOKEN_ROLES`, a cache's length aside: a cache
+    holds the tokens already written) goes down to 1 instead, and the other sizes stay: what
+    `dynamic=True` promises is any size, and a program traced at 2 tokens or at a batch of 2 that
+    refuses 1 is the silent specialisation a growing step cannot see. Symbols already at 1 stay.
 
     Raises:
         ValidationError: a symbol's range leaves it no other size, or the inputs do not line up
@@ -170,14 +176,24 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -
 
     values: dict[str, int] = {}
     token_symbols: set[str] = set()
+    cache_symbols: set[str] = set()
     for tensor, shape, name in zip(tensors, record.input_shapes, record.input_names):
         for axis, (size, dim) in enumerate(zip(tensor.shape, shape)):
             if isinstance(dim, str) and dim.isidentifier():
                 values[dim] = int(size)
-                if role_of(name, len(shape), axis) in TOKEN_ROLES:
+                role = role_of(name, len(shape), axis)
+                if role in TOKEN_ROLES:
                     token_symbols.add(dim)
+                if role == "cache_length":
+                    cache_symbols.add(dim)
     new_values = {}
-    for symbol, value in values.items():
+    if smallest:
+        shrinking = token_symbols - cache_symbols
+        new_values = {symbol: 1 for symbol in shrinking if values[symbol] > 1}
+        values_to_move: dict[str, int] = {}
+    else:
+        values_to_move = values
+    for symbol, value in values_to_move.items():
         low, high = record.symbol_ranges.get(symbol, (0, None))
         target = value + step
         if high is not None and target > high:
@@ -190,8 +206,9 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -
                                   "other sizes (see the record's symbol_ranges), or validate(resized=False)")
         new_values[symbol] = target
     _keep_mask_covering_cache(record, new_values, values)
-    symbols = {name: sympy.Symbol(name) for name in new_values}
-    substitution = {symbols[name]: v for name, v in new_values.items()}
+    sizes = {**values, **new_values}  # an expression (`s0 + s1`) is sized from every symbol, moved or not
+    symbols = {name: sympy.Symbol(name) for name in sizes}
+    substitution = {symbols[name]: v for name, v in sizes.items()}
 
     def size_of(dim: int | str, current: int) -> int:
         if isinstance(dim, int):
@@ -209,8 +226,12 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2) -
         if isinstance(leaf, torch.Tensor):
             shape, name = next(shapes), next(names)
             size = tuple(size_of(d, s) for d, s in zip(shape, leaf.shape))
-            resized.append(_padding_mask(leaf, size) if name.endswith("attention_mask") and leaf.dim() == 2
-                           else _tile(leaf, size))
+            if name.endswith("attention_mask") and leaf.dim() == 2:
+                resized.append(_padding_mask(leaf, size))
+            elif name.endswith("attention_mask") and leaf.dim() == 4 and leaf.dtype == torch.bool:
+                resized.append(_causal_mask(leaf, size))
+            else:
+                resized.append(_tile(leaf, size))
         else:
             resized.append(leaf)
     return {**inputs, **pytree.tree_unflatten(resized, spec)}
@@ -223,6 +244,34 @@ def _padding_mask(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     if shape[1] <= mask.shape[1]:
         return rows[:, mask.shape[1] - shape[1]:].contiguous()
     return torch.cat([rows, torch.ones(shape[0], shape[1] - mask.shape[1], dtype=mask.dtype)], dim=1)
+
+
+def _causal_mask(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """A boolean causal mask `[batch, 1, query, cache_length]` (a static cache's) resized: the
+    rows of the new query tokens, written after the same cached ones, over the new cache length;
+    the query's own slots keep their padding rightmost (a shorter prompt keeps its last tokens,
+    a longer one gets attended tokens after them). Tiling its rows instead would give a padded
+    row of a shorter prompt no key at all, where runtimes rightly differ. A mask that is not such
+    a causal mask is tiled."""
+    batch, _, query, length = mask.shape
+    new_batch, _, new_query, new_length = shape
+    slots = torch.arange(length)
+    last = mask[:, 0, -1, :]
+    own = torch.where(last, slots, torch.full_like(slots, -1)).amax(dim=-1)  # the last query's own slot
+    past = own - (query - 1)
+    if not bool((past == past[0]).all()) or int(past[0]) < 0:
+        return _tile(mask, shape)
+    past = int(past[0])
+    attended = last[:, past:past + query]
+    if new_query <= query:
+        mine = attended[:, query - new_query:]
+    else:
+        mine = torch.cat([attended, torch.ones(batch, new_query - query, dtype=torch.bool)], dim=1)
+    rest = torch.ones(batch, max(0, new_length - past - new_query), dtype=torch.bool)
+    padding = _tile(torch.cat([last[:, :past], mine, rest], dim=1)[:, :new_length], (new_batch, new_length))
+    rows = past + torch.arange(new_query)
+    causal = torch.arange(new_length)[None, :] <= rows[:, None]
+    return (causal[None] & padding[:, None, :])[:, None].contiguous()
 
 
 #: model class name -> `resize(inputs, step) -> inputs` for models whose input sizes are tied by
@@ -259,16 +308,44 @@ def _keep_mask_covering_cache(record: ExportRecord, new_values: dict[str, int], 
 # -- comparison -----------------------------------------------------------------------------------
 
 
-def _padding_keep(shape: tuple[int, ...], attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """A boolean mask broadcastable to `shape` that is False at padded positions, or None."""
-    if attention_mask is None or attention_mask.dim() != 2 or bool(attention_mask.all()):
+def _attended(attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`(by query position [batch, query], by slot [batch, length])`: False where the mask marks
+    padding. A 2-D mask covers the tokens of the call (and the cached ones before them); a static
+    cache's 4-D boolean causal mask marks them in its last row, its own slot the last one it attends
+    (later slots are free, not padding). `None` for a mask with no padding, or another form."""
+    if attention_mask is None:
         return None
-    batch, seq = attention_mask.shape
-    keep = attention_mask.bool()
-    if len(shape) >= 2 and tuple(shape[:2]) == (batch, seq):
-        return keep.view(batch, seq, *([1] * (len(shape) - 2)))
-    if len(shape) >= 3 and shape[0] == batch and shape[2] == seq:
-        return keep.view(batch, 1, seq, *([1] * (len(shape) - 3)))
+    if attention_mask.dim() == 2:
+        keep = attention_mask.bool()
+        return None if bool(keep.all()) else (keep, keep)
+    if attention_mask.dim() != 4 or attention_mask.dtype != torch.bool:
+        return None
+    query = attention_mask.shape[2]
+    slots = torch.arange(attention_mask.shape[3])
+    last = attention_mask[:, 0, -1, :]
+    own = torch.where(last, slots, torch.full_like(slots, -1)).amax(dim=-1, keepdim=True)
+    by_slot = last | (slots[None, :] > own)
+    past = own[:, 0] - (query - 1)
+    if not bool((past == past[0]).all()) or int(past[0]) < 0 or bool(by_slot.all()):
+        return None
+    return by_slot[:, int(past[0]):int(past[0]) + query], by_slot
+
+
+def _padding_keep(shape: tuple[int, ...], attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """A boolean mask broadcastable to `shape` that is False at padded positions, or None: outputs
+    laid out `[batch, query, ...]` (logits, hidden states) by query position, `[batch, heads,
+    length, ...]` (cache tensors) by slot."""
+    attended = _attended(attention_mask)
+    if attended is None:
+        return None
+    by_query, by_slot = attended
+    batch = by_query.shape[0]
+    if len(shape) >= 2 and tuple(shape[:2]) == tuple(by_query.shape):
+        return by_query.view(batch, by_query.shape[1], *([1] * (len(shape) - 2)))
+    if len(shape) >= 3 and shape[0] == batch and shape[2] == by_slot.shape[1]:
+        return by_slot.view(batch, 1, by_slot.shape[1], *([1] * (len(shape) - 3)))
+    if len(shape) >= 3 and shape[0] == batch and shape[2] == by_query.shape[1]:
+        return by_query.view(batch, 1, by_query.shape[1], *([1] * (len(shape) - 3)))
     return None
 
 
@@ -333,7 +410,8 @@ def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=
     names = record.output_names if len(record.output_names) == len(expected) else [n for n, _ in expected]
     mask = inputs.get("attention_mask") if isinstance(inputs.get("attention_mask"), torch.Tensor) else None
     outputs = [_compare(name, g, w, atol, rtol, mask, min_cosine) for name, g, (_, w) in zip(names, got, expected)]
-    padded = int((mask == 0).sum()) if mask is not None and mask.dim() == 2 else 0
+    attended = _attended(mask)
+    padded = int((~attended[0]).sum()) if attended is not None else 0
     return CaseReport(label, _shapes(inputs), outputs, padded_positions=padded)
 
 
@@ -346,6 +424,7 @@ def validate(
     rtol: float | None = None,
     resized: bool | None = None,
     steps: tuple[int, ...] = (2,),
+    smallest: bool | None = None,
     min_cosine: float | None = None,
 ) -> ValidationReport:
     """Run `artifact` in its runtime on `inputs` and compare every output with `model(**inputs)`.
@@ -358,6 +437,8 @@ def validate(
         resized: also run at other batch sizes and sequence lengths; default: when the artifact
             has dynamic dimensions.
         steps: how far each symbolic size moves for each resized case (`(2, 5)`: two more cases).
+        smallest: also run with every batch and token count at 1 (`resize_inputs(smallest=True)`);
+            default: with `resized`. Skipped, with a note, when the sample is already that small.
         min_cosine: judge float outputs by cosine similarity with eager instead of the tolerance
             (a quantized artifact: its error is the quantization's, not a conversion bug).
 
@@ -390,8 +471,27 @@ def validate(
             cases.append(CaseReport(label, _shapes(other), [], "resizing left every input at the sample's shape"))
             continue
         cases.append(_run_case(label, runner, model, other, record, atol, rtol, min_cosine))
+    if resized and smallest is not False and not note:
+        note = _smallest_case(cases, runner, model, kwargs, record, atol, rtol, min_cosine) or note
     return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
                             atol, rtol, cases, note, min_cosine)
+
+
+def _smallest_case(cases: list[CaseReport], runner, model, kwargs, record, atol, rtol, min_cosine) -> str:
+    """Append the `smallest` case (every batch and token count at 1) to `cases`; return a note
+    when it does not apply (the sample is that small already, or the model's sizes are tied by
+    value, see `RESIZERS`)."""
+    if type(unwrap(model)).__name__ in RESIZERS:
+        return "sizes tied by value (a registered resizer): no smallest case"
+    try:
+        other = resize_inputs(kwargs, record, smallest=True)
+    except ValidationError as error:
+        cases.append(CaseReport("smallest", _shapes(kwargs), [], str(error)))
+        return ""
+    if other is None or _shapes(other) == _shapes(kwargs):
+        return ""  # the sample is already the smallest size: its own case checked it
+    cases.append(_run_case("smallest", runner, model, other, record, atol, rtol, min_cosine))
+    return ""
 
 
 def validate_components(artifacts: dict[str, Any], components: dict[str, tuple[torch.nn.Module, Any]],

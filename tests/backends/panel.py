@@ -14,12 +14,6 @@ PANEL = ["llama", "qwen3", "gpt2", "mistral", "qwen3_moe", "bert", "t5", "vit", 
 
 #: (backend, preset) -> (reason, upstream reference)
 KNOWN_FAILURES: dict[tuple[str, str], tuple[str, str]] = {
-    ("executorch", "gpt2"): (
-        "ExecuTorch's edge lowering drops the .contiguous() copy after attention, so GPT-2's Conv1D "
-        "view(-1, d) meets a transposed tensor once the batch is > 1 ('Cannot view a tensor with shape "
-        "[b, s, 32] and strides (32, 32*b, 1)')",
-        "not filed upstream yet; seen with executorch 1.4.1 / torch 2.13.0",
-    ),
 }
 
 

@@ -33,7 +33,7 @@ def test_export_writes_artifact_and_report(exported_llama):
     assert report["artifact_bytes"] == (out / "model.pt2").stat().st_size > 0
     assert report["export_seconds"] > 0
     validation = report["components"]["model"]["validation"]
-    assert validation["passed"] and [c["label"] for c in validation["cases"]] == ["sample", "resized"]
+    assert validation["passed"] and [c["label"] for c in validation["cases"]] == ["sample", "resized", "smallest"]
     assert all(o["max_abs"] <= validation["atol"] for c in validation["cases"] for o in c["outputs"])
     assert "[3/5] exporting model (LlamaForCausalLM) to dynamo" in result.stderr  # progress on stderr
     assert "result: PASSED" in result.stdout

@@ -220,3 +220,26 @@ def test_merging_decode_steps_reaches_masks_inside_containers():
     assert merged["position_ids"].tolist() == [[4, 5]] and merged["logits_to_keep"] == 0
     with pytest.raises(PrepareError, match="'rope_deltas' changes between two decode steps"):
         merge_decode_steps({**first, "rope_deltas": torch.ones(1, 2)}, {**second, "rope_deltas": torch.ones(1, 3)})
+
+
+@pytest.mark.parametrize("name", ["llama", "mistral"])
+def test_a_static_prefill_takes_the_allocated_cache_and_the_seeds_mask(name):
+    """Without multi-token decode, a static cache's prefill used to allocate the cache in the graph
+    at max_cache_len: no cache input, the cache length fixed (Mistral's export was refused). It now
+    writes into the buffers the decode takes, and both keep the cache length symbolic."""
+    from transformers import GenerationConfig
+
+    from hfexport import DynamoConfig, DynamoExporter, record_of
+
+    model, inputs = _prompt(name)
+    components = decompose_for_generation(model, inputs, GenerationConfig(cache_implementation="static", max_cache_len=24))
+    module, kwargs = components["prefill"]
+    assert tuple(kwargs["attention_mask"].shape) == (1, 1, inputs["input_ids"].shape[1], 24)
+    assert all(layer.is_initialized and int(layer.cumulative_length) == 0 for layer in kwargs["past_key_values"].layers)
+    program = DynamoExporter().export(module, kwargs, config=DynamoConfig(dynamic=True))
+    shapes = dict(zip(record_of(program).input_names, record_of(program).input_shapes))
+    assert isinstance(shapes["cache.0.keys"][2], str) and isinstance(shapes["attention_mask"][3], str)
+    with torch.no_grad():
+        want = module(**copy.deepcopy(kwargs)).logits
+        got = program.module()(**copy.deepcopy(kwargs)).logits
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

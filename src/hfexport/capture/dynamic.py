@@ -50,12 +50,16 @@ def has_fixed_batch(inputs: dict[str, Any]) -> bool:
 
 
 def is_decode_step(inputs: dict[str, Any]) -> bool:
-    """Whether `inputs` carry a cache that already holds tokens (a decode step, not a prompt)."""
-    from .pytree import _is_cache
+    """Whether `inputs` carry a cache that already holds tokens (a decode step, not a prompt): a
+    static cache whose write counter has moved, any other cache with non-empty tensors."""
+    from .pytree import _is_cache, is_static_cache
 
-    return any(_is_cache(value) and any(isinstance(leaf, torch.Tensor) and leaf.numel() > 1
-                                        for leaf in pytree.tree_leaves(value))
-               for value in inputs.values())
+    def holds_tokens(cache: Any) -> bool:
+        if is_static_cache(cache):  # allocated buffers hold zeros before the first token
+            return any(int(getattr(layer, "cumulative_length", 0)) > 0 for layer in cache.layers)
+        return any(isinstance(leaf, torch.Tensor) and leaf.numel() > 1 for leaf in pytree.tree_leaves(cache))
+
+    return any(_is_cache(value) and holds_tokens(value) for value in inputs.values())
 
 
 def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_batch: bool,

@@ -150,7 +150,8 @@ def decompose_for_generation(
             components["encoder"] = (watched["encoder"], calls["encoder"][0])
         static = is_static_cache(next((top_calls[1][k] for k in _CACHE_KEYS if k in top_calls[1]), None))
         if not (multi_token_decode and static):
-            components["prefill"] = _with_causal_mask(model, [top_calls[0]], top_calls[0], kwargs, past=0)
+            components["prefill"] = (_static_prefill(model, top_calls[0], top_calls[1], kwargs) if static
+                                     else _with_causal_mask(model, [top_calls[0]], top_calls[0], kwargs, past=0))
     decode = merge_decode_steps(top_calls[1], top_calls[2]) if multi_token_decode else top_calls[1]
     prompt_length = kwargs["input_ids"].shape[1] if isinstance(kwargs.get("input_ids"), torch.Tensor) else 0
     components["decode"] = _with_causal_mask(model, top_calls[1:needed], decode, kwargs, past=prompt_length)
@@ -220,6 +221,62 @@ def _with_causal_mask(model: torch.nn.Module, steps: list[dict[str, Any]], compo
     if layout == [(None, None, torch.bool)]:
         return model, component  # the model takes the causal mask as it is (Llama)
     return fronted(model, component, layout)
+
+
+def _with_allocated_cache(prefill: dict[str, Any], decode: dict[str, Any]) -> dict[str, Any]:
+    """The prefill's kwargs with its static cache allocated: the decode step's cache emptied
+    (zeros, write counters at 0).
+
+    # NOTE: `generate` hands the prefill a `StaticCache` whose layers are not allocated yet
+    # (transformers allocates them at the first `update`). Traced so, the prefill allocates the
+    # cache inside the graph at `max_cache_len`, a constant: the program takes no cache, its mask's
+    # cache length comes out fixed, and the decode's buffers are not the ones the prefill wrote.
+    # Allocated, the prefill takes the same buffers as the decode and writes into them in place,
+    # and both keep the cache length symbolic (resizable at load).
+    """
+    key = next((k for k in _CACHE_KEYS if k in prefill), None)
+    source = next((decode[k] for k in _CACHE_KEYS if k in decode), None)
+    if key is None or source is None or all(getattr(layer, "is_initialized", False) for layer in prefill[key].layers):
+        return prefill
+    cache = copy.deepcopy(source)
+    cache.reset()
+    return {**prefill, key: cache}
+
+
+def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dict[str, Any],
+                    prompt: dict[str, Any]) -> Component:
+    """The prefill of a static cache: its cache allocated (`_with_allocated_cache`) and, like the
+    decode's, the seed's boolean causal mask over the whole cache in place of generate's 2-D one,
+    when the model gives the same logits with it.
+
+    # NOTE: `generate` passes the prefill a 2-D padding mask (or none) and the model builds its 4-D masks
+    # over `max_cache_len` slots, a Python int of the cache layers: traced so, the cache length
+    # comes out fixed at that number. The decode's captured mask tells the layout the model takes
+    # (`masks.mask_layout`); the prefill's mask in that layout is checked by running the model
+    # both ways on the capture's prompt, and kept only if the logits agree.
+    """
+    from .masks import causal_mask, mask_layout
+
+    prefill = _with_allocated_cache(prefill, decode)
+    mask, ids = decode.get("attention_mask"), prefill.get("input_ids")
+    layout = mask_layout(model.config, mask)
+    given = prefill.get("attention_mask")  # generate leaves out a mask of ones
+    if layout is None or not isinstance(ids, torch.Tensor) or given is not None and getattr(given, "ndim", 0) != 2:
+        return _with_causal_mask(model, [prefill], prefill, prompt, past=0)
+    length = next(iter(mask.values())).shape[-1] if isinstance(mask, dict) else mask.shape[-1]
+    padding = prompt.get("attention_mask", torch.ones_like(ids))
+    candidate = {**prefill, "attention_mask": causal_mask(padding, 0, ids.shape[1], length)}
+    module, traced = fronted(model, interface_kwargs(candidate), None if layout == [(None, None, torch.bool)] else layout)
+    from ..capture.capture import call_model
+
+    with inference_mode(model), full_length_caches():
+        want = call_model(model, copy.deepcopy(prefill))
+        got = module(**copy.deepcopy(traced))
+    logits = [getattr(out, "logits", None) for out in (want, got)]
+    if all(isinstance(x, torch.Tensor) for x in logits) and logits[0].shape == logits[1].shape \
+            and torch.allclose(logits[0], logits[1], atol=1e-5, rtol=1e-5):
+        return module, traced
+    return _with_causal_mask(model, [prefill], prefill, prompt, past=0)
 
 
 def _every_position(kwargs: dict[str, Any]) -> dict[str, Any]:

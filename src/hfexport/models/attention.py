@@ -42,6 +42,8 @@ def patch_sdpa_symbolic_is_causal(original: Callable[..., Any]) -> Callable[...,
 
 #: Stands for "causal, no mask": queries and keys of one length, nothing masked but the future.
 _CAUSAL = object()
+#: Stands for "no mask, not causal": every query attends every key (cross-attention, an encoder).
+_UNMASKED = object()
 
 
 def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
@@ -57,16 +59,18 @@ def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
     ("dynamo", "onnx", "openvino", "executorch"),
     "transformers.modeling_utils.AttentionInterface._global_mapping",
     reason="transformers' sdpa_attention_forward branches on the query length (`q_length == 1` to pack "
-    "grouped heads, `q_length > 1` for is_causal) even when a mask is given: a decode graph traced at 2 "
-    "query tokens then guards on more than one, and the static-cache loop's single-token steps are refused",
+    "grouped heads, `q_length > 1` for is_causal) even when a mask is given or the attention is not causal: "
+    "a decode graph traced at 2 query tokens then guards on more than one (the static-cache loop's single-token "
+    "steps are refused), and a one-graph Whisper's decoder refuses a single token through its cross-attention",
     upstream="transformers: integrations/sdpa_attention.py (pack_gqa and is_causal preamble, 5.24)",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
     remove_when="transformers>=5.40",
 )
 def patch_transformers_sdpa_with_mask(original: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
     """The `"sdpa"` attention without branching on the query length, when a tensor mask is given
-    (`is_causal=False`, as transformers decides it then) or when there is no mask and as many keys
-    as queries (`is_causal=True`): grouped heads repeated (or SDPA's `enable_gqa` where
+    (`is_causal=False`, as transformers decides it then), when there is no mask and as many keys
+    as queries (`is_causal=True`), or no mask on a non-causal attention (`is_causal=False`):
+    grouped heads repeated (or SDPA's `enable_gqa` where
     transformers would use it), the mask (and a position bias) passed to SDPA. In any other case
     transformers' own function runs."""
     sdpa = original["sdpa"]
@@ -78,17 +82,21 @@ def patch_transformers_sdpa_with_mask(original: dict[str, Callable[..., Any]]) -
         # Without a mask, over exactly as many keys as queries (a prompt on an empty cache, a
         # one-graph export), transformers' `is_causal = q_length > 1 and ...` only decides what
         # a single query computes either way; decided here, it guards no query length.
+        # Without a mask and not causal (cross-attention, an encoder), `q_length > 1` is evaluated
+        # only to be and-ed with False: it guarded a one-graph Whisper's decoder on more than one token.
         causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
         same_length = statically_known_true(query.shape[2] == key.shape[2])
-        if attention_mask is None and position_bias is None and same_length and causal:
+        if attention_mask is None and position_bias is None and not causal:
+            attention_mask = _UNMASKED
+        elif attention_mask is None and position_bias is None and same_length and causal:
             attention_mask, is_causal = _CAUSAL, True
-        if not isinstance(attention_mask, torch.Tensor) and attention_mask is not _CAUSAL \
+        if not isinstance(attention_mask, torch.Tensor) and attention_mask not in (_CAUSAL, _UNMASKED) \
                 or kwargs.get("softcap") is not None:
             return sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                         is_causal=is_causal, position_bias=position_bias, **kwargs)
         from transformers.integrations import sdpa_attention as upstream
 
-        mask = None if attention_mask is _CAUSAL else attention_mask
+        mask = attention_mask if isinstance(attention_mask, torch.Tensor) else None
         options = {}
         groups = getattr(module, "num_key_value_groups", 1)
         if groups > 1 and upstream.use_gqa_in_sdpa(mask, key, value):
@@ -98,7 +106,8 @@ def patch_transformers_sdpa_with_mask(original: dict[str, Callable[..., Any]]) -
         if position_bias is not None:
             mask = upstream.create_position_bias_mask(position_bias, mask, False, query, key)
         output = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=mask is None, **options)
+            query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
+            is_causal=attention_mask is _CAUSAL, **options)
         return output.transpose(1, 2).contiguous(), None
 
     return {**original, "sdpa": sdpa_attention_forward}

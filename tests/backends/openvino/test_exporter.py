@@ -11,7 +11,7 @@ from hfexport import OpenVINOConfig, OpenVINOExporter, validate
 from hfexport.errors import ConversionError, SerializationError
 from hfexport.presets import build_preset
 from tests.backends.panel import panel_params
-from tests.harness import export_and_validate, padded_batch, without
+from tests.harness import expected_cases, export_and_validate, padded_batch, without
 
 ATOL = 1e-4
 
@@ -19,10 +19,10 @@ ATOL = 1e-4
 @pytest.mark.parametrize("name", panel_params("openvino"))
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_panel_matches_eager_in_openvino(name, dynamic):
-    model, report, _, _ = export_and_validate(OpenVINOExporter(), OpenVINOConfig(dynamic=dynamic), name, steps=(2, 5))
+    model, report, _, inputs = export_and_validate(OpenVINOExporter(), OpenVINOConfig(dynamic=dynamic), name, steps=(2, 5))
     assert isinstance(model, ov.Model)
     assert report.precision == "f32 (CPU plugin INFERENCE_PRECISION_HINT)"  # what the compiled model ran in
-    assert len(report.cases) == (3 if dynamic else 1)
+    assert [c.label for c in report.cases] == expected_cases(inputs, dynamic, steps=(2, 5))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,55 @@
+"""`reshape` / `contiguous` decide view-or-copy without a guard (models/view_or_copy.py): minimal
+modules traced at 2 query tokens that refuse 1 without the patches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfexport import DynamoConfig, DynamoExporter
+from hfexport.models.view_or_copy import view_is_possible
+from hfexport.registry import PATCHES
+from tests.harness import without
+
+HEADS, HEAD_DIM = 4, 8
+
+
+class _ReshapesATransposedQuery(torch.nn.Module):
+    """BLOOM's attention: heads split off, transposed, then folded into the batch."""
+
+    def forward(self, hidden_states):
+        batch, query, _ = hidden_states.shape
+        heads = hidden_states.view(batch, query, HEADS, HEAD_DIM).transpose(1, 2)
+        return (heads.reshape(batch * HEADS, -1, HEAD_DIM) * 2,)
+
+
+class _TransposesBackContiguous(torch.nn.Module):
+    """Eager attention's output: `[b, h, q, d]` transposed and made contiguous (Gemma-2, GPT-2)."""
+
+    def forward(self, hidden_states):
+        batch, query, _ = hidden_states.shape
+        heads = (hidden_states.view(batch, HEADS, query, HEAD_DIM) * 2).transpose(1, 2).contiguous()
+        return (heads.view(batch, query, HEADS * HEAD_DIM),)
+
+
+def _runs_one_token(module: torch.nn.Module) -> None:
+    program = DynamoExporter().export(module, {"hidden_states": torch.randn(2, 2, HEADS * HEAD_DIM)},
+                                      config=DynamoConfig(dynamic=True))
+    one = torch.randn(2, 1, HEADS * HEAD_DIM)
+    torch.testing.assert_close(program.module()(hidden_states=one)[0], module(one)[0])
+
+
+@pytest.mark.parametrize(("module", "patch"), [
+    (_ReshapesATransposedQuery, "patch_torch_tensor_reshape"),
+    (_TransposesBackContiguous, "patch_torch_tensor_contiguous"),
+], ids=["reshape", "contiguous"])
+def test_a_program_traced_at_two_tokens_takes_one(module, patch):
+    _runs_one_token(module())
+    with without(PATCHES, patch), pytest.raises(Exception, match="Guard failed"):  # still needed
+        _runs_one_token(module())
+
+
+def test_view_is_possible_decides_without_guessing():
+    assert view_is_possible([2, 3, 4], [12, 4, 1], [6, 4]) is True  # contiguous
+    assert view_is_possible([2, 4, 3], [12, 1, 4], [2, 12]) is False  # transposed last dims
+    assert view_is_possible([], [], [1]) is True
