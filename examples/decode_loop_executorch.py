@@ -4,7 +4,7 @@ Export first (XNNPACK; the flags let the C++ runtime write the cache into the ca
 
     hfexport export tiny:llama --generate --multi-token-decode --static-cache 64 --format executorch -o out/llama-et
 
-then:
+then (or pass `--export tiny:llama` instead of the path: the loop exports it first):
 
     python examples/decode_loop_executorch.py out/llama-et/decode.pte
 
@@ -17,6 +17,7 @@ the zero-copy loop), so here each call's last N outputs become the next call's c
 from __future__ import annotations
 
 import argparse
+import tempfile
 
 import torch
 from executorch.runtime import Runtime
@@ -51,11 +52,27 @@ def generate(path: str, prompt: list[int], max_new_tokens: int) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("program", help="decode.pte written by `hfexport export --generate --static-cache N`")
+    parser.add_argument("program", nargs="?", help="decode.pte written by `hfexport export --generate --static-cache N`")
+    parser.add_argument("--export", metavar="MODEL", help="export MODEL first (`tiny:llama`, a folder) with the export job, "
+                        "into a temporary folder, and run the loop on its decode graph")
     parser.add_argument("--prompt-ids", default="1,2,3,4")
     parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--max-cache-len", type=int, default=64, help="with --export: the static cache's length")
     args = parser.parse_args()
-    print(generate(args.program, [int(t) for t in args.prompt_ids.split(",")], args.max_new_tokens))
+    prompt = [int(t) for t in args.prompt_ids.split(",")]
+    if args.program is None and args.export is None:
+        parser.error("give the exported program or --export MODEL")
+    if args.export is None:
+        path = args.program
+        print(generate(path, prompt, args.max_new_tokens))
+        return
+    from hfexport import AutoExportConfig
+    from hfexport.job import export_to_folder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = AutoExportConfig.from_dict({"export_format": "executorch", "dynamic": True})
+        path = str(export_to_folder(args.export, config, f"{tmp}/export", static_cache=args.max_cache_len).files("decode")[0])
+        print(generate(path, prompt, args.max_new_tokens))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Export first:
 
     hfexport export tiny:llama --generate --multi-token-decode --static-cache 64 --format onnx -o out/llama-onnx
 
-then:
+then (or pass `--export tiny:llama` instead of the path: the loop exports it first):
 
     python examples/decode_loop_onnxruntime.py out/llama-onnx/decode.onnx --max-cache-len 64
 
@@ -18,6 +18,7 @@ symbolic cache axis is the cache length (a static cache's batch is fixed).
 from __future__ import annotations
 
 import argparse
+import tempfile
 
 import numpy as np
 import onnxruntime as ort
@@ -108,12 +109,27 @@ def generate(path: str, prompt: list[int], max_new_tokens: int, max_cache_len: i
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="decode.onnx written by `hfexport export --generate --static-cache N`")
-    parser.add_argument("--max-cache-len", type=int, required=True, help="the N the export used")
+    parser.add_argument("model", nargs="?", help="decode.onnx written by `hfexport export --generate --static-cache N`")
+    parser.add_argument("--export", metavar="MODEL", help="export MODEL first (`tiny:llama`, a folder) with the export job, "
+                        "into a temporary folder, and run the loop on its decode graph")
+    parser.add_argument("--max-cache-len", type=int, default=64, help="the N the export used (with --export: the one it uses)")
     parser.add_argument("--prompt-ids", default="1,2,3,4")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     args = parser.parse_args()
-    print(generate(args.model, [int(t) for t in args.prompt_ids.split(",")], args.max_new_tokens, args.max_cache_len))
+    prompt = [int(t) for t in args.prompt_ids.split(",")]
+    if args.model is None and args.export is None:
+        parser.error("give the exported model or --export MODEL")
+    if args.export is None:
+        path = args.model
+        print(generate(path, prompt, args.max_new_tokens, args.max_cache_len))
+        return
+    from hfexport import AutoExportConfig
+    from hfexport.job import export_to_folder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
+        path = str(export_to_folder(args.export, config, f"{tmp}/export", static_cache=args.max_cache_len).files("decode")[0])
+        print(generate(path, prompt, args.max_new_tokens, args.max_cache_len))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from hfexport import (
     [
         DynamoConfig(dynamic=True),
         OnnxConfig(dynamic=True, opset=20, optimize=False),
-        ExecutorchConfig(backend="xnnpack", alloc_graph_input=False, alloc_graph_output=False,
+        ExecutorchConfig(delegate="xnnpack", alloc_graph_input=False, alloc_graph_output=False,
                          alloc_mutable_buffers=False),
         OpenVINOConfig(inference_precision=None, compress_to_fp16=True),
     ],
@@ -54,7 +54,7 @@ def test_dynamic_shapes_with_dims_round_trip():
 @pytest.mark.parametrize(
     ("factory", "field", "allowed"),
     [
-        (lambda: ExecutorchConfig(backend="vulkan"), "ExecutorchConfig.backend", "'xnnpack', 'cuda', 'mlx'"),
+        (lambda: ExecutorchConfig(delegate="vulkan"), "ExecutorchConfig.delegate", "'xnnpack', 'cuda', 'mlx'"),
         (lambda: OnnxConfig(opset=7), "OnnxConfig.opset", "18"),
         (lambda: OpenVINOConfig(inference_precision="f64"), "OpenVINOConfig.inference_precision", "'f32'"),
         (lambda: DynamoConfig(dynamic="yes"), "DynamoConfig.dynamic", "bool"),
@@ -89,3 +89,13 @@ def test_exporter_refuses_another_backends_config():
     model, inputs = build_preset("bert")
     with pytest.raises(TypeError, match="DynamoExporter takes a DynamoConfig.*AutoHfExporter"):
         DynamoExporter().export(model, inputs, config=OnnxConfig())
+
+
+def test_the_seeds_backend_spelling_is_a_deprecated_alias_of_delegate():
+    with pytest.warns(DeprecationWarning, match="use delegate"):
+        config = ExecutorchConfig(backend="mlx")
+    assert config.delegate == "mlx" and config.backend == "mlx"
+    assert "backend" not in config.to_dict() and ExecutorchConfig.from_dict(config.to_dict()) == config
+    assert ExecutorchConfig.from_dict({"export_format": "executorch", "backend": "cuda"}).delegate == "cuda"
+    with pytest.raises(ValueError, match="pass delegate only"):
+        ExecutorchConfig(delegate="cuda", backend="mlx")

@@ -1,4 +1,4 @@
-"""The registry: key checks, loud failures, reversible patches, fix order."""
+"""Registries and workarounds: key checks, loud failures, reversible patches, fix order, removal conditions."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import torch
 
 from hfexport import DynamoConfig, DynamoExporter
 from hfexport.errors import CaptureError, RegistryError
-from hfexport.registry import (
+from hfexport.registry import Registry, load_object
+from hfexport.workarounds import (
     FX_NODE_FIXES,
     PATCHES,
-    Registry,
+    due_for_removal,
     ordered_fixes,
     register_fx_node_fix,
     register_patch,
@@ -31,7 +32,7 @@ def scratch_patch():
 
 
 def test_unknown_backend_fails_at_registration():
-    with pytest.raises(RegistryError, match="unknown backend 'tensorrt'.*dynamo"):
+    with pytest.raises(RegistryError, match="unknown export format 'tensorrt'.*dynamo"):
         register_patch("tensorrt", "torch.nn.functional.relu", reason="x")
 
 
@@ -132,16 +133,73 @@ def test_node_fix_rewrites_the_traced_graph():
         FX_NODE_FIXES.remove("fix_mul_test")
 
 
-def test_a_subclass_defined_in_a_script_loads_its_base_backends_patches(monkeypatch):
+def test_a_subclass_defined_in_a_script_gets_its_formats_workarounds():
     """An exporter subclassed in a top-level script (`bench/executorch_memory.py` does) has no
-    package of its own: the backend patches come from the nearest base class that has them."""
-    import importlib
+    package of its own: the built-in workarounds of its format apply, loaded in one place."""
+    from hfexport import DynamoExporter
 
-    from hfexport import ExecutorchExporter
+    mine = type("StagedExporter", (DynamoExporter,), {"__module__": "script"})
+    from hfexport.presets import build_preset
 
-    imported = []
-    real = importlib.import_module
-    monkeypatch.setattr(importlib, "import_module", lambda name, *args: imported.append(name) or real(name, *args))
-    mine = type("StagedExporter", (ExecutorchExporter,), {"__module__": "script"})
-    mine()._load_workarounds()
-    assert imported == ["hfexport.backends.executorch.patches", "hfexport.models"]
+    model, inputs = build_preset("llama")
+    program = mine().export(model, inputs, config=DynamoConfig(dynamic=True))
+    from hfexport import record_of
+
+    assert "patch_transformers_sdpa_with_mask" in record_of(program).details["patches"]
+
+
+def test_the_record_lists_only_the_patches_the_export_reached():
+    """Every patch of a format is swapped in; the record names those whose targets ran (a Llama
+    does not reach Qwen2-VL's or Swin's)."""
+    from hfexport import OnnxConfig, OnnxExporter, record_of
+    from hfexport.presets import build_preset
+
+    pytest.importorskip("onnxscript")
+    model, inputs = build_preset("llama")
+    patches = record_of(OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))).details["patches"]
+    assert "patch_transformers_sdpa_with_mask" in patches
+    assert not [p for p in patches if "qwen2_vl" in p or "swin" in p]
+
+
+def test_remove_when_is_a_requirement_a_program_checks(scratch_patch):
+    with pytest.raises(RegistryError, match="not a requirement a program can check"):
+        @register_patch("dynamo", "torch.nn.functional.relu", reason="x", remove_when="when upstream fixes it")
+        def patch_prose(original):
+            return original
+
+    @register_patch("dynamo", "torch.nn.functional.relu", reason="x", remove_when="torch>=2.0")
+    def patch_due(original):
+        return original
+
+    scratch_patch.append("patch_due")
+    assert PATCHES.get("patch_due").is_due_for_removal and "patch_due" in [w.name for w in due_for_removal()]
+
+
+def test_no_built_in_workaround_is_due_for_removal_with_the_tested_versions():
+    """Lists the workarounds whose `remove_when` the installed versions meet: after an upgrade,
+    try each without (its "still needed" test says whether it can go) and delete or re-date it."""
+    from hfexport.builtins import load_workarounds
+
+    load_workarounds()
+    due = [f"{w.name} (remove_when {w.remove_when})" for w in due_for_removal()]
+    assert not due, "workarounds due for removal: " + "; ".join(due)
+
+
+def test_a_quantize_stage_patch_is_resolved_only_when_applied(scratch_patch):
+    """Registering the quantizers' patches must not import their packages; a bad target still
+    fails loudly, when the stage applies it."""
+    from hfexport.workarounds import applied_patches
+
+    @register_patch("dynamo", "torch.nn.functional.no_such_function", reason="x", stage="quantize")
+    def patch_quantize_stage(original):
+        return original
+
+    scratch_patch.append("patch_quantize_stage")
+    with pytest.raises(RegistryError, match="does not resolve"), applied_patches("dynamo", stage="quantize"):
+        pass
+
+
+def test_load_object_names_a_class_by_module_and_name():
+    assert load_object("hfexport.registry:Registry") is Registry
+    with pytest.raises(RegistryError, match="does not name an object"):
+        load_object("hfexport.registry")

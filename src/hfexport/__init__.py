@@ -7,14 +7,18 @@ exported = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=Tr
 outputs = exported.module()(**inputs)
 ```
 
-Importing `hfexport` loads no backend package (onnx, executorch, openvino, nncf); each is imported
-when its exporter is first used.
+Importing `hfexport` loads no backend package (onnx, executorch, openvino, nncf), nor torch; each
+is imported when its exporter is first used.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+# Registers the built-in export formats and quantizers by name (where their classes live;
+# nothing is imported until one is used), so every registry is filled before anything asks it.
+from . import builtins as _builtins  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -32,10 +36,14 @@ _LAZY = {
     "OpenVINOConfig": "hfexport.backends.openvino.config",
     "AutoExportConfig": "hfexport.auto",
     "AutoHfExporter": "hfexport.auto",
-    "register_backend": "hfexport.registry",
-    "register_patch": "hfexport.registry",
-    "register_fx_node_fix": "hfexport.registry",
-    "register_fx_program_fix": "hfexport.registry",
+    "register_backend": "hfexport.extensions",
+    "register_quantizer": "hfexport.extensions",
+    "register_patch": "hfexport.workarounds",
+    "register_fx_node_fix": "hfexport.workarounds",
+    "register_fx_program_fix": "hfexport.workarounds",
+    "export_to_folder": "hfexport.job",
+    "ExportJobResult": "hfexport.job",
+    "save_export": "hfexport.bundle",
     "register_pytree_node": "hfexport.capture.pytree",
     "validate": "hfexport.validation",
     "validate_components": "hfexport.validation",

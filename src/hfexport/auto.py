@@ -5,17 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from .config import ExportConfig
-from .registry import BACKENDS, backend_names, register_backend
+from .extensions import FORMATS, FormatEntry, format_names, register_backend
 
 __all__ = ["AutoExportConfig", "AutoHfExporter", "register_backend"]
 
 
-def _entry(fmt: Any):
-    names = backend_names()
+def _entry(fmt: Any) -> FormatEntry:
+    names = format_names()
     fmt = str(fmt.value if hasattr(fmt, "value") else fmt) if fmt is not None else None
     if fmt not in names:
         raise ValueError(f"unknown export_format {fmt!r}; registered formats: {', '.join(names)}")
-    return BACKENDS.get(fmt)
+    return FORMATS.get(fmt)
 
 
 class AutoExportConfig:
@@ -33,11 +33,12 @@ class AutoExportConfig:
     def from_dict(data: dict[str, Any]) -> ExportConfig:
         """Return the config for `data["export_format"]`, built from the rest of `data`."""
         if "export_format" not in data:
-            raise ValueError(f"the dict needs an 'export_format' key, one of: {', '.join(backend_names())}")
-        return _entry(data["export_format"]).config_class.from_dict(data)
+            raise ValueError(f"the dict needs an 'export_format' key, one of: {', '.join(format_names())}")
+        return _entry(data["export_format"]).config_class().from_dict(data)
 
     @staticmethod
     def from_json(text: str) -> ExportConfig:
+        """Return the config a JSON object (as `ExportConfig.to_json` writes it) describes."""
         import json
 
         return AutoExportConfig.from_dict(json.loads(text))
@@ -57,6 +58,7 @@ class AutoHfExporter:
 
     @staticmethod
     def from_config(config: ExportConfig | dict[str, Any]):
+        """The exporter for `config`'s format (a config object or its dict)."""
         if isinstance(config, dict):
             config = AutoExportConfig.from_dict(config)
         if not isinstance(config, ExportConfig):

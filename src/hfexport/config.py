@@ -11,7 +11,9 @@ import enum
 import json
 from typing import Any, ClassVar
 
-__all__ = ["ExportFormat", "ExportConfig"]
+from .extensions import quantizer_class
+
+__all__ = ["ExportFormat", "BUILTIN_FORMATS", "ExportConfig"]
 
 
 class ExportFormat(str, enum.Enum):
@@ -24,6 +26,10 @@ class ExportFormat(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: The names of the built-in export formats, in the order reports list them.
+BUILTIN_FORMATS: tuple[str, ...] = tuple(fmt.value for fmt in ExportFormat)
 
 
 def _check_choice(owner: str, field: str, value: Any, allowed: tuple) -> None:
@@ -70,6 +76,16 @@ def _dim_from_json(value: Any) -> Any:
             return torch.export.Dim(name, min=value["min"], max=value["max"])
         return {(int(k) if k.isdigit() else k): _dim_from_json(v) for k, v in value.items()}
     return value
+
+
+def _quantizer_from_dict(data: Any) -> Any:
+    """A quantizer rebuilt from its `to_dict()` (`{"quantizer": "nncf", "scheme": "int4-weights"}`),
+    its class looked up by name among the registered quantizers. Calibration data are not part of
+    a config file: pass them to the quantizer object."""
+    if not isinstance(data, dict):
+        return data  # a quantizer object already
+    options = dict(data)
+    return quantizer_class(options.pop("quantizer", None))(**options)
 
 
 @dataclasses.dataclass
@@ -152,9 +168,7 @@ class ExportConfig:
         if data.get("dynamic_shapes") is not None:
             data["dynamic_shapes"] = _dim_from_json(data["dynamic_shapes"])
         if data.get("quantizer") is not None:
-            from .quantization import quantizer_from_dict
-
-            data["quantizer"] = quantizer_from_dict(data["quantizer"])
+            data["quantizer"] = _quantizer_from_dict(data["quantizer"])
         return cls(**data)
 
     def to_json(self, **kwargs: Any) -> str:

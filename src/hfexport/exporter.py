@@ -2,12 +2,16 @@
 
 ```
 export(model, inputs, config)
-  1. prepare   normalise inputs, check attention, eval + no_grad, enter the backend's patches
-  2. capture   torch.export with the dynamic-shapes plan, then the backend's FX fixes
-  3. convert   backend-specific (`_convert`)
-  4. return    the backend's own artifact, with an `ExportRecord` attached
+  1. prepare   normalise inputs, check attention, eval + no_grad, enter the format's patches
+  2. capture   torch.export with the dynamic-shapes plan (capture/trace.py)
+  3. check     every axis asked to be dynamic is still dynamic, then the format's FX fixes
+  4. quantize  an FX-graph quantizer (PT2E, NNCF on FX), re-exported
+  5. record    the artifact's `ExportRecord`, built once: names, shapes, dtypes of its interface
+  6. convert   backend-specific (`_convert`), naming the artifact's inputs and outputs from the record
+  7. quantize  a model-stage quantizer (ONNX Runtime, NNCF on the converted model)
 ```
-The model is left exactly as it was (training flags, patched attributes), also when a step raises.
+The backend's own artifact comes back with the record attached (`record_of`). The model is left
+exactly as it was (training flags, patched attributes), also when a step raises.
 """
 
 from __future__ import annotations
@@ -15,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import importlib
-import importlib.util
 import logging
 import os
 import time
@@ -27,14 +29,17 @@ from typing import Any, ClassVar
 import torch
 
 from ._versions import require_extra, warn_on_drift
-from .capture import capture, check_attention, inference_mode, normalize_inputs
-from .capture.capture import Capture
+from .capture.prepare import check_attention, inference_mode, normalize_inputs
+from .capture.trace import Capture, capture
 from .capture.dynamic import size_oblivious_tracing
 from .capture.prepare import model_name
 from .config import ExportConfig
+from .capture.interface import split_constants
 from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
 from .record import ExportRecord, attach_record, record_from_program
-from .registry import applied_patches
+from .builtins import load_workarounds
+from .storage import staged_files
+from .workarounds import applied_patches
 
 __all__ = ["HfExporter"]
 
@@ -84,7 +89,7 @@ class HfExporter:
                                remedy="load the model with transformers (AutoModel...from_pretrained)")
         check_attention(model)
         self._check_model(model, kwargs, config)
-        self._load_workarounds()
+        load_workarounds()  # the built-in patches and FX fixes register (once)
         quantizer = config.quantizer
         if quantizer is not None:
             if not hasattr(quantizer, "check"):
@@ -103,20 +108,23 @@ class HfExporter:
                 logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
             if quantizer is not None and quantizer.stage_for(self.format) == "fx":
                 captured = self._quantize_program(captured, model, sample, config, bounds)
+            record = self._describe(captured, model, config)
             # Conversions re-trace the program (run_decompositions); without the same size-oblivious
             # setting a decomposition can silently fold a size-1 sample dim (measured: BERT's linear
             # decomposed to view([seq, hidden]), dropping the batch).
             with size_oblivious_tracing(captured.size_oblivious):
-                artifact = self._convert_checked(captured, model, sample, config)
+                artifact = self._convert_checked(captured, record, model, sample, config)
+            _check_conversion_kept_shapes(record, captured, model)
             if quantizer is not None and quantizer.stage_for(self.format) == "model":
-                artifact = self._quantize_model(artifact, captured, model, sample, config)
-        record = self._record(captured, model, artifact, config)
+                artifact = self._quantize_model(artifact, record, model, sample, config)
+        self._record(record, captured, artifact, config)
         if quantizer is not None:
             from .quantization.report import quantization_summary
 
             record.details["quantization"] = {**quantizer.to_dict(), "stage": quantizer.stage_for(self.format),
                                               **quantization_summary(self.format, artifact)}
-        record.details["patches"] = [p.name for p in patches]
+        # the patches whose targets this export ran (of those swapped in, most serve other models)
+        record.details["patches"] = [*patches.reached(), *captured.patches_reached]
         record.details["fx_fixes"] = captured.fixes_applied
         record.details["export_seconds"] = round(time.perf_counter() - start, 3)
         if getattr(bounds, "chosen", None):
@@ -206,13 +214,13 @@ class HfExporter:
         return out
 
     def _quantize_program(self, captured: Capture, model, sample, config, bounds) -> Capture:
-        from .capture.capture import reexport
+        from .capture.trace import reexport
 
         quantizer = config.quantizer
-        keys = record_from_program(captured.program).input_keys
+        keys = list(split_constants(sample)[0])  # the program's inputs: the traced kwargs
         samples = self._calibration(quantizer, model, sample, keys)
         try:
-            with size_oblivious_tracing(captured.size_oblivious):
+            with size_oblivious_tracing(captured.size_oblivious), applied_patches(self.format, stage="quantize") as patches:
                 quantized = quantizer.quantize_program(captured.program.module(), samples)
             program = reexport(quantized, {k: sample[k] for k in keys if k in sample}, config, bounds=bounds,
                                size_oblivious=captured.size_oblivious)
@@ -222,13 +230,13 @@ class HfExporter:
             raise QuantizationError(f"{quantizer!r} failed on the torch.export graph: {summarize(error)}",
                                     model=model_name(model),
                                     remedy="try another scheme, or export without quantizer= and report this") from error
-        return dataclasses.replace(captured, program=program)
+        return dataclasses.replace(captured, program=program, patches_reached=patches.reached())
 
-    def _quantize_model(self, artifact: Any, captured: Capture, model, sample, config) -> Any:
+    def _quantize_model(self, artifact: Any, record: ExportRecord, model, sample, config) -> Any:
         import torch.utils._pytree as pytree
 
         quantizer = config.quantizer
-        keys = record_from_program(captured.program).input_keys
+        keys = record.input_keys
         samples = [[leaf for leaf in pytree.tree_leaves(s) if isinstance(leaf, torch.Tensor)]
                    for s in self._calibration(quantizer, model, sample, keys)]
         try:
@@ -240,12 +248,21 @@ class HfExporter:
                                     model=model_name(model),
                                     remedy="try another scheme, or export without quantizer= and report this") from error
 
-    def save(self, artifact: Any, directory: str | os.PathLike, name: str = "model") -> list[Path]:
-        """Write `artifact` into `directory` as `<name>.<suffix>` (and companions); return the files."""
+    def save(self, artifact: Any, directory: str | os.PathLike, name: str = "model", *,
+             overwrite: bool = False) -> list[Path]:
+        """Write `artifact` into `directory` as `<name>.<suffix>` (and companions), atomically:
+        the files appear only when complete. Returns the files."""
         directory = Path(directory)
         if not directory.is_dir():
             raise SerializationError(f"{directory} is not a directory", remedy="create it first")
-        return self._save(artifact, directory / name)
+        with staged_files(directory / name, overwrite=overwrite) as staging:
+            written = self.write(artifact, staging, name)
+        return [directory / file.name for file in written]
+
+    def write(self, artifact: Any, directory: str | os.PathLike, name: str = "model") -> list[Path]:
+        """Write `artifact` into `directory`, a folder the caller stages (`save_export` writes
+        every component into one staged folder); return the files written."""
+        return self._write(artifact, Path(directory) / name)
 
     def load(self, files: list[str | os.PathLike]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this
@@ -254,7 +271,8 @@ class HfExporter:
 
     # -- steps a backend customises --------------------------------------------------------------
 
-    def _save(self, artifact: Any, stem: Path) -> list[Path]:
+    def _write(self, artifact: Any, stem: Path) -> list[Path]:
+        """Write the artifact's files as `stem` + suffix (no staging: the caller stages)."""
         raise NotImplementedError
 
     def _load(self, files: list[Path]) -> Any:
@@ -278,10 +296,14 @@ class HfExporter:
         with a `chosen` dict (bound -> why) has it logged and recorded in the report."""
         return None
 
-    def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig) -> Any:
+    def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
+                 config: ExportConfig) -> Any:
+        """Step 6: the backend's artifact from the captured program; its inputs and outputs are
+        named and shaped as `record` says."""
         raise NotImplementedError
 
-    def _record(self, captured: Capture, model: torch.nn.Module, artifact: Any, config: ExportConfig) -> ExportRecord:
+    def _describe(self, captured: Capture, model: torch.nn.Module, config: ExportConfig) -> ExportRecord:
+        """Step 5: the artifact's record, built once from the program it is converted from."""
         record = record_from_program(captured.program, format=self.format, model_class=model_name(model))
         record.details["size_oblivious"] = captured.size_oblivious
         record.details.update(captured.fixed_axes)
@@ -290,6 +312,9 @@ class HfExporter:
         if mutated:  # written in place (a static cache): say which inputs, in the program's order
             record.details["input_mutations"] = len(mutated)
         return record
+
+    def _record(self, record: ExportRecord, captured: Capture, artifact: Any, config: ExportConfig) -> None:
+        """Add what the backend knows about `artifact` to its record (delegation, precision, ...)."""
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -303,24 +328,10 @@ class HfExporter:
             )
         return config
 
-    def _load_workarounds(self) -> None:
-        """Import this backend's `patches` module, where its patches and fixes register: the one
-        beside the nearest class in the MRO that has one (a user's subclass of a built-in exporter,
-        even one defined in a script, gets the built-in backend's)."""
-        for cls in type(self).__mro__:
-            package = cls.__module__.rpartition(".")[0]
-            try:
-                found = bool(package) and importlib.util.find_spec(f"{package}.patches") is not None
-            except ModuleNotFoundError:
-                found = False
-            if found:
-                importlib.import_module(f"{package}.patches")
-                break
-        importlib.import_module("hfexport.models")
 
-    def _convert_checked(self, captured: Capture, model, kwargs, config) -> Any:
+    def _convert_checked(self, captured: Capture, record: ExportRecord, model, kwargs, config) -> Any:
         try:
-            return self._convert(captured, model, kwargs, config)
+            return self._convert(captured, record, model, kwargs, config)
         except (ExportError, ImportError):
             raise
         except Exception as error:  # noqa: BLE001 - translated, original chained
@@ -330,6 +341,28 @@ class HfExporter:
                 remedy="rerun with --debug for the full trace; if the Dynamo export of the same model works, "
                 "this is a conversion bug worth a patch (see `hfexport patches`)",
             ) from error
+
+
+def _check_conversion_kept_shapes(record: ExportRecord, captured: Capture, model: torch.nn.Module) -> None:
+    """Raise `ConversionError` when converting fixed a size the program kept symbolic.
+
+    # NOTE: a converter can specialise a symbol of the program it converts, in the program's own
+    # shape environment (ExecuTorch's edge verifier called len() on a split's first piece and
+    # fixed the batch at its traced size: the program then took that batch only). The record is
+    # built before the conversion, so its shapes are read again here: a dimension that was symbolic
+    # and now is a number is a silent specialisation, refused like one at capture.
+    """
+    after = record_from_program(captured.program)
+    lost = [f"{name}, axis {axis} (now {new})"
+            for name, before, now in zip(record.input_names, record.input_shapes, after.input_shapes)
+            for axis, (old, new) in enumerate(zip(before, now)) if isinstance(old, str) and isinstance(new, int)]
+    if lost:
+        raise ConversionError(
+            f"converting to {record.format} fixed {len(lost)} dimension(s) the program kept dynamic: {'; '.join(lost)}",
+            model=model_name(model),
+            remedy="export with dynamic_shapes that leave those dimensions static, and report the model (a "
+            "conversion step specialised them; see `hfexport patches` for the fixes that usually prevent it)",
+        )
 
 
 def _for_component(config: ExportConfig | None, kwargs: dict[str, Any]) -> ExportConfig | None:

@@ -1107,15 +1107,21 @@ def fuzz(options: FuzzOptions, out: Any = sys.stdout, err: Any = sys.stderr) -> 
     _check_options(options)
     session = _Session(options, out, err)
     round_seed = options.seed
+    empty_rounds = 0
     with _quiet():
-        while session.summary.run < options.examples:
+        while session.summary.run < options.examples and empty_rounds < _EMPTY_ROUNDS:
             before = session.summary.run
             # room for the examples hypothesis repeats (not run again); those past the budget pass unrun
             _round(session, round_seed, 2 * (options.examples - before) + 10)
-            if session.summary.run == before:
-                break  # hypothesis drew nothing new (only examples already run)
+            # a round can end having drawn nothing new (only examples already run, seen after a
+            # failure ended the previous round early); the next seeds draw others
+            empty_rounds = empty_rounds + 1 if session.summary.run == before else 0
             round_seed += 1_000_003  # the next round draws new examples (a round ends at a new failure)
     return session.summary
+
+
+#: Rounds in a row that may draw no new example before `fuzz` stops short of its budget.
+_EMPTY_ROUNDS = 5
 
 
 def _check_options(options: FuzzOptions) -> None:

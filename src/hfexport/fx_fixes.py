@@ -9,7 +9,7 @@ import logging
 
 import torch
 
-from .registry import register_fx_node_fix
+from .workarounds import register_fx_node_fix
 
 __all__ = ["fix_cat_empty_legacy_input"]
 
@@ -24,10 +24,10 @@ def _is_legacy_empty(value: object) -> bool:
     ("openvino",),
     reason="transformers' DynamicLayer starts each cache as torch.tensor([]) and torch.cat's it with "
     "[b, h, s, d] states along dim -2; PyTorch skips such legacy empty 1-D inputs, OpenVINO's PyTorch "
-    "frontend fails ('Axis -2 out of the tensor rank range [-1, 0]'). Drop the empty input.",
+    "frontend fails ('Axis -2 out of the tensor rank range [-1, 0]'). Drop the empty input.; remove once OpenVINO's aten.cat translation skips empty 1-D inputs",
     upstream="not filed upstream yet (searched openvinotoolkit/openvino issues, none matches)",
     seen_with={"openvino": "2026.4.1", "transformers": "5.24.0"},
-    remove_when="OpenVINO's aten.cat translation skips empty 1-D inputs",
+    remove_when="openvino>2026.4.1",
 )
 def fix_cat_empty_legacy_input(node: torch.fx.Node) -> bool:
     """Match `aten.cat` → check an input is a 1-D empty tensor while the output has rank > 1 →

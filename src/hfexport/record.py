@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .capture.names import INTERFACE_CACHE_NAME, io_leaf_names, with_interface_cache_name
+from .capture.names import CACHE_PREFIX, INTERFACE_CACHE_NAME, io_leaf_names, with_interface_cache_name
 from .capture.pytree import leaf_names
 
 __all__ = ["ExportRecord", "record_of", "attach_record", "record_from_program"]
@@ -58,9 +58,20 @@ class ExportRecord:
 
     @property
     def is_dynamic(self) -> bool:
+        """Whether any input dimension is symbolic."""
         return any(isinstance(d, str) for shape in self.input_shapes for d in shape)
 
+    def named_inputs(self) -> list[str]:
+        """Input names for runtimes with named inputs (ONNX, OpenVINO): cache leaves as
+        `input.cache.<layer>.<tensor>`, so each pairs with the output that updates it."""
+        return [_side(name, "input") for name in self.input_names]
+
+    def named_outputs(self) -> list[str]:
+        """Output names for runtimes with named outputs: cache leaves as `output.cache.<layer>.<tensor>`."""
+        return [_side(name, "output") for name in self.output_names]
+
     def summary(self) -> dict[str, Any]:
+        """The record as the report shows it: inputs with their shapes, outputs, details."""
         return {
             "format": self.format,
             "model_class": self.model_class,
@@ -68,6 +79,10 @@ class ExportRecord:
             "outputs": list(self.output_names),
             **self.details,
         }
+
+
+def _side(name: str, side: str) -> str:
+    return f"{side}.{name}" if name.startswith(f"{CACHE_PREFIX}.") else name
 
 
 def _bound(value: Any) -> int | None:
@@ -125,6 +140,7 @@ def _placeholder_tree(spec: pytree.TreeSpec) -> Any:
 
 
 def attach_record(artifact: Any, record: ExportRecord) -> None:
+    """Attach `record` to `artifact` (`record_of` finds it again)."""
     try:
         setattr(artifact, _ATTR, record)
     except (AttributeError, TypeError):

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import torch
 import torch.utils._pytree as pytree
 
+from .extensions import FORMATS
 from .record import ExportRecord
 
 __all__ = ["Runner", "runner_for", "to_numpy"]
@@ -56,7 +57,5 @@ class Runner:
 
 
 def runner_for(artifact: Any, record: ExportRecord) -> Runner:
-    from .registry import BACKENDS, backend_names
-
-    backend_names()
-    return BACKENDS.get(record.format).runner_class()(artifact, record)
+    """The runner of `record.format` (the format's registered `Runner`), opened on `artifact`."""
+    return FORMATS.get(record.format).runner_class()(artifact, record)

@@ -1,7 +1,9 @@
-"""Output folders and files that appear only when complete.
+"""Output folders and files that appear only when complete, for every format.
 
 Everything is written to a temporary folder (or file) beside the target and renamed into place at
 the end; an error or Ctrl-C removes the temporary one, so nothing half-written is left behind.
+A whole export is staged once (`staged_folder`) and its artifacts written straight into it; an
+artifact's own `save(path)` stages its files itself (`staged_files`).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from typing import IO, Any
 
 from .errors import SerializationError
 
-__all__ = ["atomic_file", "check_target", "staged_folder"]
+__all__ = ["atomic_file", "check_output_folder", "checked_destination", "staged_files", "staged_folder"]
 
 
-def check_target(target: Path, *, overwrite: bool) -> None:
+def check_output_folder(target: Path, *, overwrite: bool) -> None:
     """Refuse, before any work, an output path that is a file or a folder holding files."""
     if target.exists() and not target.is_dir():
         raise SerializationError(f"{target} exists and is not a folder", remedy="choose another output path (-o)")
@@ -30,7 +32,7 @@ def check_target(target: Path, *, overwrite: bool) -> None:
 @contextlib.contextmanager
 def staged_folder(target: Path, *, overwrite: bool) -> Iterator[Path]:
     """Yield a temporary folder beside `target` (parents created); on success it replaces `target`."""
-    check_target(target, overwrite=overwrite)
+    check_output_folder(target, overwrite=overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     try:
@@ -59,3 +61,34 @@ def atomic_file(target: Path, mode: str = "w") -> Iterator[IO[Any]]:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def checked_destination(destination: str | os.PathLike, *, overwrite: bool, what: str) -> Path:
+    """`destination` as a path, or `SerializationError` when it cannot be written as asked (no
+    such folder, or a file already there without `overwrite`); `what` names it in the message."""
+    path = Path(destination)
+    if not path.parent.exists():
+        raise SerializationError(f"cannot save {what} to {path}: folder {path.parent} does not exist",
+                                 remedy=f"create {path.parent} first")
+    if path.exists() and not overwrite:
+        raise SerializationError(f"{path} already exists", remedy="pass overwrite=True, or choose another path")
+    return path
+
+
+@contextlib.contextmanager
+def staged_files(destination: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary folder beside `destination` (a file path); on success every file written
+    there is moved into `destination`'s folder (an artifact and its companions: `model.onnx` and
+    `model.onnx.data`, `model.xml` and `model.bin`). A file already there is an error unless
+    `overwrite`; on failure nothing is moved."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
+    try:
+        yield staging
+        produced = sorted(staging.iterdir())
+        for file in produced:
+            if (destination.parent / file.name).exists() and not overwrite:
+                raise SerializationError(f"{destination.parent / file.name} already exists", remedy="pass overwrite=True")
+        for file in produced:
+            os.replace(file, destination.parent / file.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .capture.capture import call_model
+from .capture.interface import call_model
 from .capture.prepare import inference_mode, normalize_inputs
 from .capture.pytree import flatten_with_names, register_cache_pytree_nodes
 from .errors import ValidationError, summarize

@@ -57,3 +57,24 @@ def test_a_recurrent_state_has_a_dynamic_batch_and_fixed_widths():
     for axes in plan["past_key_values"]:
         assert axes[0] == torch.export.Dim.AUTO
         assert axes[1] == axes[2] == torch.export.Dim.STATIC
+
+
+def test_a_cache_with_one_key_value_head_keeps_heads_and_head_size_static(tmp_path):
+    """With one key/value head the cache's heads axis traced symbolic (size 1) and only a guard
+    tied it: a runner sizing the static cache from the declared shapes took it for the cache
+    length (the fuzzer's Phi-3: refused on Dynamo, wrong logits on OpenVINO). The weights fix
+    heads and head size: the plan keeps them static."""
+    from transformers import GenerationConfig
+
+    from hfexport import DynamoConfig, GenerationRunner
+    from hfexport.job import export_to_folder
+
+    model, inputs = build_preset("llama", num_key_value_heads=1)
+    result = export_to_folder((model, inputs), DynamoConfig(dynamic=True), tmp_path / "export", static_cache=24)
+    cache = [i for i in result.manifest["components"]["decode"]["inputs"] if i["name"].endswith(".keys")]
+    assert cache and all(isinstance(i["shape"][1], int) and isinstance(i["shape"][3], int) for i in cache)
+    prompt = inputs["input_ids"][:1, :5]
+    with torch.no_grad():
+        want = model.generate(prompt, max_new_tokens=3, min_new_tokens=3, do_sample=False,
+                              generation_config=GenerationConfig(cache_implementation="static", max_cache_len=24))
+    assert GenerationRunner.load(result.directory).generate(prompt, max_new_tokens=3).tokens == want[0, 5:].tolist()

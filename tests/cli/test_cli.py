@@ -73,7 +73,7 @@ def test_unknown_format_and_model_are_one_line_errors(tmp_path):
 
 
 def test_failed_validation_exits_nonzero_and_writes_nothing(tmp_path, capsys):
-    from hfexport.registry import PATCHES, register_patch
+    from hfexport.workarounds import PATCHES, register_patch
 
     @register_patch("dynamo", "torch.nn.functional.silu", reason="test: make the export wrong on purpose")
     def patch_torch_silu_wrong(original):

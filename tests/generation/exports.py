@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from hfexport import AutoExportConfig, AutoHfExporter, save_generation_export
+from hfexport import AutoExportConfig
+from hfexport.job import export_to_folder
 from hfexport.presets import build_preset
 
 MAX_CACHE_LEN = 32
@@ -53,17 +54,17 @@ class SavedExport:
 
 
 def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
-    """Export `case` (a key of `CASES`) to `fmt` with `dynamic=True` and save it to `directory`."""
-    from transformers import GenerationConfig
-
+    """Export `case` (a key of `CASES`) to `fmt` with `dynamic=True` and save it to `directory`
+    (the export job, without its validation: the tests that use a case check it themselves)."""
     preset, static = CASES[case]
     model, inputs = build_preset(preset)
     inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
-    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=static) if static else None
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
-    exporter = AutoHfExporter.from_config(config)
-    artifacts = exporter.export_for_generation(model, inputs, config=config, generation_config=generation_config,
-                                               multi_token_decode=bool(static))
-    save_generation_export(exporter, artifacts, directory, model=model, generation_config=generation_config,
-                           export_config=config)
-    return SavedExport(directory, model, inputs, generation_config)
+    export_to_folder((model, inputs), config, directory, generate=True, static_cache=static, validate=False)
+    return SavedExport(directory, model, inputs, _generation_config(static))
+
+
+def _generation_config(static: int | None) -> Any:
+    from transformers import GenerationConfig
+
+    return GenerationConfig(cache_implementation="static", max_cache_len=static) if static else None

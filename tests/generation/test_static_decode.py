@@ -144,7 +144,7 @@ def test_executorch_unplanned_io_for_the_zero_copy_loop(tmp_path):
     from hfexport.presets import build_preset
 
     model, inputs = build_preset("llama")
-    config = ExecutorchConfig(backend="xnnpack", dynamic=True, alloc_graph_input=False, alloc_graph_output=False,
+    config = ExecutorchConfig(delegate="xnnpack", dynamic=True, alloc_graph_input=False, alloc_graph_output=False,
                               alloc_mutable_buffers=False)
     generation_config = GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
     decode = ExecutorchExporter().export_for_generation(model, inputs, config=config,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hfexport import DynamoConfig, DynamoExporter
-from hfexport.registry import PATCHES
+from hfexport.workarounds import PATCHES
 from tests.harness import without
 
 

@@ -7,7 +7,7 @@ import torch
 
 from hfexport import DynamoConfig, DynamoExporter
 from hfexport.presets import build_preset
-from hfexport.registry import PATCHES
+from hfexport.workarounds import PATCHES
 from hfexport.utils import decompose_for_generation
 from tests.harness import without
 

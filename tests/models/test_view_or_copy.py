@@ -8,7 +8,7 @@ import torch
 
 from hfexport import DynamoConfig, DynamoExporter
 from hfexport.models.view_or_copy import view_is_possible
-from hfexport.registry import PATCHES
+from hfexport.workarounds import PATCHES
 from tests.harness import without
 
 HEADS, HEAD_DIM = 4, 8

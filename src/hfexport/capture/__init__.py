@@ -1,20 +1,12 @@
-"""The capture step shared by every backend: inputs, dynamic-shape plan, pytree, `torch.export`."""
+"""The capture step every backend shares, one module per concern:
 
-from .capture import Capture, apply_fx_fixes, capture
-from .dynamic import plan_dynamic_shapes
-from .prepare import check_attention, inference_mode, normalize_inputs
-from .pytree import flatten_with_names, leaf_names, register_cache_pytree_nodes, register_pytree_node
+- `prepare`: forward kwargs normalised, attention implementation checked, eval + `no_grad`;
+- `interface`: which kwargs a program takes and under which names;
+- `dynamic`: the dynamic-shapes plan handed to `torch.export`, and the check of what came out;
+- `trace`: `torch.export` itself, the check step, FX fixes;
+- `pytree`: caches and `ModelOutput`s as pytree nodes; `names`: readable I/O and dimension names.
 
-__all__ = [
-    "Capture",
-    "capture",
-    "apply_fx_fixes",
-    "plan_dynamic_shapes",
-    "check_attention",
-    "inference_mode",
-    "normalize_inputs",
-    "flatten_with_names",
-    "leaf_names",
-    "register_cache_pytree_nodes",
-    "register_pytree_node",
-]
+Importing this package imports none of them.
+"""
+
+__all__ = ["prepare", "interface", "dynamic", "trace", "pytree", "names"]

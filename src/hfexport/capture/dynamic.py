@@ -32,12 +32,15 @@ Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 _STEP_ROLES = ("sequence", "decoder_sequence")
 
 #: Roles whose size the model's weights fix (a flattened patch's `C*T*P*P` values, the 3 of a
-#: `(t, h, w)` row, a recurrent state's channels and kernel/state width), and a 4-D mask's heads
-#: axis, 1 by construction and broadcast over the heads. Left `Dim.AUTO` they can trace symbolic
-#: behind a `view(-1, ...)`, and every size derived from them is then unbounded (ExecuTorch would
-#: plan memory for the worst case); a resized check would widen them; a symbolic broadcast axis
-#: fails to broadcast against the heads under size-oblivious tracing.
-_MODEL_FIXED_ROLES = ("patch_features", "grid", "state", "broadcast")
+#: `(t, h, w)` row, a recurrent state's channels and kernel/state width, a key/value cache's heads
+#: and head size), and a 4-D mask's heads axis, 1 by construction and broadcast over the heads.
+#: Left `Dim.AUTO` they can trace symbolic behind a `view(-1, ...)` or where their size is 1 (one
+#: key/value head), and every size derived from them is then unbounded (ExecuTorch would plan
+#: memory for the worst case); a resized check would widen them; a runner sizing a static cache
+#: from the declared shapes took a symbolic heads axis for the cache length (the fuzzer's Phi-3
+#: with one key/value head: refused on Dynamo, wrong logits on OpenVINO); a symbolic broadcast
+#: axis fails to broadcast against the heads under size-oblivious tracing.
+_MODEL_FIXED_ROLES = ("patch_features", "grid", "state", "broadcast", "heads", "head_dim")
 
 
 def has_fixed_batch(inputs: dict[str, Any]) -> bool:
@@ -156,13 +159,13 @@ def size_oblivious_tracing(enabled: bool):
         yield
 
 
-def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:
-    """Return `inputs` with every batch axis of sample size 1 repeated to `size`.
+def grow_batch(inputs: dict[str, Any], size: int = 2, roles: tuple[str, ...] = ("batch",)) -> dict[str, Any]:
+    """Return `inputs` with every axis of sample size 1 whose role is in `roles` repeated to `size`.
 
-    Only leaves whose batch axis is known (`input_ids`, `attention_mask`,
-    `pixel_values`, cache tensors, ...; see `names.role_of`) grow, together, so the relations
-    between inputs hold. Used where size-oblivious tracing is not enough (ExecuTorch's edge passes
-    bound a symbol whose sample size is 1 to at most 2).
+    Only leaves whose axes' roles are known (`input_ids`, `attention_mask`, `pixel_values`, cache
+    tensors, ...; see `names.role_of`) grow, together, so the relations between inputs hold. Used
+    where size-oblivious tracing is not enough (ExecuTorch's edge passes bound a symbol whose
+    sample size is 1 to at most 2).
     """
     from .names import role_of
     from .pytree import register_cache_pytree_nodes
@@ -171,7 +174,7 @@ def grow_batch(inputs: dict[str, Any], size: int = 2) -> dict[str, Any]:
 
     def grow(name: str, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
-            repeats = [size if value.shape[axis] == 1 and role_of(name, value.dim(), axis) == "batch" else 1
+            repeats = [size if value.shape[axis] == 1 and role_of(name, value.dim(), axis) in roles else 1
                        for axis in range(value.dim())]
             return value.repeat(*repeats) if size in repeats else value
         node_type = type(value)

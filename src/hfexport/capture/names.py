@@ -84,7 +84,7 @@ _ROLES_BY_NAME = {
 }
 # Vision towers that take flattened patches, `(patches, C*T*P*P)`, name them as below (Qwen2-VL).
 _PATCH_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
-_CACHE_ROLES = ("batch", "heads", "cache_length", None)
+_CACHE_ROLES = ("batch", "heads", "cache_length", "head_dim")
 #: A recurrent state (SSM / linear-attention layers: `conv_states` `[batch, channels, kernel]`,
 #: `recurrent_states` `[batch, channels, state]`): one row per sequence; the other axes are sized by
 #: the weights (a conv_state wider than the kernel is not a state the model can take).

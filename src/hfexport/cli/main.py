@@ -23,7 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", "-f", default="dynamo", help="dynamo | onnx | executorch | openvino")
     export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
     export.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
-    export.add_argument("--backend", help="ExecuTorch delegate: xnnpack | cuda | mlx")
+    export.add_argument("--delegate", help="with --format executorch: the delegate, xnnpack (default) | cuda | mlx")
+    export.add_argument("--backend", dest="delegate", help=argparse.SUPPRESS)  # the seed's name for --delegate
     export.add_argument("--generate", action="store_true",
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--static-cache", type=int, metavar="N", default=None,
@@ -76,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("env", help="installed backends, versions, drift from the tested set")
     patches = sub.add_parser("patches", help="list registered patches and FX fixes")
-    patches.add_argument("--backend", help="only those of this backend")
+    patches.add_argument("--format", "-f", help="only those of this export format (dynamo | onnx | executorch | openvino)")
+    patches.add_argument("--backend", dest="format", help=argparse.SUPPRESS)  # the name it had before 0.2
     return parser
 
 

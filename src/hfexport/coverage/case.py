@@ -6,6 +6,7 @@ Prints `STAGE <name>` lines as it goes (the parent reports where a crash happene
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -48,66 +49,77 @@ def _main_output(report: Any) -> dict[str, Any]:
             "dynamic_checked": resized is not None}
 
 
-def run_export(arch: str, backend: str) -> dict[str, Any]:
-    from hfexport import AutoExportConfig, AutoHfExporter, validate
-    from hfexport.presets import build_preset
+class _Stages:
+    """The job's progress as `STAGE` lines (the parent reports where a crash happened)."""
 
-    model, inputs = build_preset(arch)
+    total = None
+
+    @contextlib.contextmanager
+    def step(self, label: str):
+        _stage(label)
+        yield
+
+
+def _job(arch: str, backend: str, out: str, **options: Any) -> tuple[Any, dict[str, Any] | None]:
+    """`(job result, None)`, or `(reports or None, result)` when the export or its validation failed."""
+    from hfexport import AutoExportConfig, ValidationError
+    from hfexport.job import export_to_folder
+
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-    _stage("export")
     try:
-        artifact = AutoHfExporter.from_config(config).export(model, inputs, config=config)
+        return export_to_folder(f"tiny:{arch}", config, out, progress=_Stages(), **options), None
+    except ValidationError as error:
+        for name, report in getattr(error, "reports", {}).items():
+            status, detail = _judge(report)
+            if status != "ok":
+                prefix = f"{name}: " if options.get("generate") else ""
+                return None, {"status": status, "detail": f"{prefix}{detail}",
+                              **({} if options.get("generate") else _main_output(report))}
+        return None, {"status": "runtime failure", "detail": _first_line(error)}
     except Exception as error:  # noqa: BLE001 - reported, not raised
-        return {"status": "export failure", "detail": _first_line(error)}
-    _stage("run")
-    report = validate(artifact, model, inputs)
-    status, detail = _judge(report)
-    return {"status": status, "detail": detail, **_main_output(report)}
+        return None, {"status": "export failure", "detail": _first_line(error)}
+
+
+def run_export(arch: str, backend: str) -> dict[str, Any]:
+    """The whole model as one graph, `dynamic=True`, checked at the sample and other shapes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result, failed = _job(arch, backend, f"{tmp}/export")
+    if failed is not None:
+        return failed
+    return {"status": "ok", "detail": None, **_main_output(result.reports["model"])}
 
 
 def run_generate(arch: str, backend: str) -> dict[str, Any]:
-    from hfexport import (AutoExportConfig, AutoHfExporter, GenerationRunner, save_generation_export,
-                          validate_components)
-    from hfexport.presets import PRESETS, build_preset
-    from hfexport.utils import decompose_for_generation
+    """The generation components, each against its eager submodule, then greedy tokens from the
+    saved export through `GenerationRunner` against `model.generate`."""
+    from hfexport import GenerationRunner
+    from hfexport.presets import PRESETS
 
-    model, inputs = build_preset(arch)
-    prompt = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
-    exporter = AutoHfExporter.from_config(config)
-    _stage("export")
-    try:  # export_for_generation, keeping the components to validate against
-        components = decompose_for_generation(model, prompt)
-        artifacts = exporter.export_components(components, config)
-    except Exception as error:  # noqa: BLE001
-        return {"status": "export failure", "detail": _first_line(error)}
-    _stage("run")
-    result: dict[str, Any] = {"components": list(artifacts)}
-    for name, report in validate_components(artifacts, components).items():
-        status, detail = _judge(report)
-        if status != "ok":
-            return {**result, "status": status, "detail": f"{name}: {detail}"}
-    if PRESETS[arch].kind == "multimodal":
-        return {**result, "status": "ok", "tokens": "not run (the runner drives text models)"}
-    _stage("tokens")
     with tempfile.TemporaryDirectory() as tmp:
-        save_generation_export(exporter, artifacts, f"{tmp}/export", model=model, export_config=config)
-        runner = GenerationRunner.load(f"{tmp}/export")
+        result, failed = _job(arch, backend, f"{tmp}/export", generate=True)
+        if failed is not None:
+            return failed
+        summary: dict[str, Any] = {"components": list(result.artifacts)}
+        if PRESETS[arch].kind == "multimodal":
+            return {**summary, "status": "ok", "tokens": "not run (the runner drives text models)"}
+        _stage("tokens")
+        prompt = {k: v for k, v in result.inputs.items() if not k.startswith("decoder_")}
+        runner = GenerationRunner.load(result.directory)
         encoder_inputs = {k: v for k, v in prompt.items() if k not in ("input_ids", "attention_mask")}
         ids = prompt.get("input_ids", torch.tensor([[0]]))
         try:
             got = runner.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                   attention_mask=prompt.get("attention_mask"), **encoder_inputs).tokens
         except Exception as error:  # noqa: BLE001
-            return {**result, "status": "runtime failure", "detail": f"runner: {_first_line(error)}"}
+            return {**summary, "status": "runtime failure", "detail": f"runner: {_first_line(error)}"}
     with torch.no_grad():
-        out = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                             output_logits=True, return_dict_in_generate=True)
+        out = result.model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                    output_logits=True, return_dict_in_generate=True)
     # the new tokens are the last ones, one per step (Whisper's sequences leave its start token out)
     want = out.sequences[0, -len(out.logits):].tolist()
     if got != want:
-        return {**result, "status": "mismatch", "detail": f"greedy tokens {got} != generate() {want}"}
-    return {**result, "status": "ok", "tokens": "match"}
+        return {**summary, "status": "mismatch", "detail": f"greedy tokens {got} != generate() {want}"}
+    return {**summary, "status": "ok", "tokens": "match"}
 
 
 def main(argv: list[str]) -> int:

@@ -267,7 +267,7 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
     padding = prompt.get("attention_mask", torch.ones_like(ids))
     candidate = {**prefill, "attention_mask": causal_mask(padding, 0, ids.shape[1], length)}
     module, traced = fronted(model, interface_kwargs(candidate), None if layout == [(None, None, torch.bool)] else layout)
-    from ..capture.capture import call_model
+    from ..capture.interface import call_model
 
     with inference_mode(model), full_length_caches():
         want = call_model(model, copy.deepcopy(prefill))

@@ -40,7 +40,7 @@ class ComponentFront(torch.nn.Module):
         return getattr(self.model, "config", None)
 
     def forward(self, **kwargs: Any) -> Any:
-        from ..capture.capture import call_model
+        from ..capture.interface import call_model
         from .masks import masks_from_causal
 
         if self.layout is not None and isinstance(kwargs.get("attention_mask"), torch.Tensor):
@@ -52,12 +52,12 @@ def fronted(module: torch.nn.Module, kwargs: dict[str, Any], layout: Any = None)
     """`(module, kwargs)` as `decompose_for_generation` hands a component back: the constants
     held by a `ComponentFront` around `module` when there are any, or the interface's names or
     mask would not reach `module` as they are; the kwargs left are those the program takes."""
-    from ..capture.capture import _model_names, split_constants
+    from ..capture.interface import model_argument_names, split_constants
 
     traced, constants = split_constants(kwargs)
     if isinstance(module, ComponentFront):
         return ComponentFront(module.model, layout or module.layout, {**module.constants, **constants}), traced
-    if constants or layout is not None or _model_names(module.forward, list(kwargs)):
+    if constants or layout is not None or model_argument_names(module.forward, list(kwargs)):
         return ComponentFront(module, layout, constants), traced
     return module, kwargs
 

@@ -22,19 +22,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..bundle import MANIFEST, MANIFEST_VERSION, record_from_entry
 from ..errors import SerializationError
 from ..record import ExportRecord, record_of
-from ..storage import staged_folder
 
-__all__ = ["save_generation_export", "GenerationExport", "Component", "MANIFEST", "MANIFEST_VERSION"]
-
-MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+__all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "MANIFEST", "MANIFEST_VERSION"]
 
 
 @dataclasses.dataclass
-class Component:
-    """One loaded component: its artifact (as its backend's `load` returns it) and record."""
+class LoadedComponent:
+    """One component of a saved export: its artifact (as its format's `load` returns it), record and files."""
 
     name: str
     artifact: Any
@@ -42,39 +39,10 @@ class Component:
     files: list[Path]
 
     def runner(self):
+        """A `Runner` of this component's artifact in its runtime."""
         from ..runner import runner_for
 
         return runner_for(self.artifact, self.record)
-
-
-def _record_entry(record: ExportRecord) -> dict[str, Any]:
-    return {
-        "model_class": record.model_class,
-        "inputs": [
-            {"name": n, "shape": list(s), "dtype": d}
-            for n, s, d in zip(record.input_names, record.input_shapes, record.input_dtypes or [""] * len(record.input_names))
-        ],
-        "outputs": list(record.output_names),
-        "input_keys": list(record.input_keys),
-        "symbol_ranges": {k: list(v) for k, v in record.symbol_ranges.items()},
-        "input_mutations": record.details.get("input_mutations", 0),
-    }
-
-
-def _record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
-    inputs = entry["inputs"]
-    details = {"input_mutations": entry.get("input_mutations", 0)} if entry.get("input_mutations") else {}
-    return ExportRecord(
-        format=fmt,
-        model_class=entry.get("model_class", "?"),
-        input_names=[i["name"] for i in inputs],
-        output_names=list(entry["outputs"]),
-        input_shapes=[tuple(i["shape"]) for i in inputs],
-        symbol_ranges={k: tuple(v) for k, v in entry.get("symbol_ranges", {}).items()},
-        details=details,
-        input_keys=list(entry.get("input_keys", [])),
-        input_dtypes=[i.get("dtype", "") for i in inputs],
-    )
 
 
 def _cache_kind(artifacts: dict[str, Any], generation_config: Any) -> dict[str, Any]:
@@ -100,16 +68,6 @@ def _merged_generation_config(model: Any, generation_config: Any) -> Any:
     return merged
 
 
-def _with_sizes(report: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
-    """`report` with each component's files and bytes and the total (`artifact_bytes`)."""
-    report = copy.deepcopy(report)
-    per_component = report.setdefault("components", {})
-    for name, entry in components.items():
-        per_component.setdefault(name, {}).update(files=entry["files"], bytes=entry["bytes"])
-    report["artifact_bytes"] = sum(entry["bytes"] for entry in components.values())
-    return report
-
-
 def save_generation_export(
     exporter: Any,
     artifacts: dict[str, Any],
@@ -121,54 +79,33 @@ def save_generation_export(
     export_config: Any = None,
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
-    reports: dict[str, Any] | None = None,
-    with_generation_config: bool = True,
-) -> Path:
+    report: dict[str, Any] | None = None,
+    details: bool = False,
+) -> Any:
     """Write `artifacts` (from `exporter.export_for_generation`) and what a runner needs into `directory`.
 
     Args:
-        exporter: the exporter that made the artifacts (its `save` writes each one).
+        exporter: the exporter that made the artifacts (it writes each one).
         model: the eager model; its `config` (and `generation_config`) are saved beside.
         generation_config: the one used for the export (a static cache's `max_cache_len`); the
             model's own is saved when not given.
         tokenizer: saved too when given, so `hfexport generate` can print text.
         overwrite: replace an existing folder's contents; otherwise a non-empty folder is an error.
         extra: more manifest entries.
-        reports: a JSON-able report written as `report.json` beside the manifest, with each
-            component's files and bytes added under `components` and their total as `artifact_bytes`.
-        with_generation_config: write `generation_config.json` (a single-graph export has no use for it).
+        report: written as `report.json` beside the manifest, with each component's files and
+            bytes added under `components` and their total as `artifact_bytes`.
+        details: return the `bundle.SavedExport` (folder, manifest, report) instead of the folder.
 
     Returns:
-        The folder written.
+        The folder written (or, with `details`, what was written).
     """
-    target = Path(directory).resolve()
-    generation_config = _merged_generation_config(model, generation_config)
-    with staged_folder(target, overwrite=overwrite) as staging:
-        components = {}
-        for name, artifact in artifacts.items():
-            files = exporter.save(artifact, staging, name=name)
-            components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
-                                **_record_entry(record_of(artifact))}
-        manifest = {
-            "hfexport_manifest": MANIFEST_VERSION,
-            "format": exporter.format,
-            "model_class": type(model).__name__ if model is not None else None,
-            **_cache_kind(artifacts, generation_config),
-            "components": components,
-            **(extra or {}),
-        }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
-        if reports is not None:
-            (staging / "report.json").write_text(json.dumps(_with_sizes(reports, components), indent=2, default=str))
-        if export_config is not None:
-            (staging / "export_config.json").write_text(export_config.to_json(indent=2))
-        if model is not None:
-            model.config.save_pretrained(staging)
-        if generation_config is not None and with_generation_config:
-            generation_config.save_pretrained(staging)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(staging)
-    return target
+    from ..bundle import save_export
+
+    merged = _merged_generation_config(model, generation_config)
+    saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
+                        tokenizer=tokenizer, export_config=export_config, overwrite=overwrite,
+                        manifest_extra={**_cache_kind(artifacts, merged), **(extra or {})}, report=report)
+    return saved if details else saved.directory
 
 
 @dataclasses.dataclass
@@ -177,7 +114,7 @@ class GenerationExport:
 
     directory: Path
     format: str
-    components: dict[str, Component]
+    components: dict[str, LoadedComponent]
     manifest: dict[str, Any]
     config: Any = None
     generation_config: Any = None
@@ -203,7 +140,7 @@ class GenerationExport:
             missing = [str(f) for f in files if not f.exists()]
             if missing:
                 raise SerializationError(f"component {name!r} is missing {missing}", remedy="export again")
-            components[name] = Component(name, exporter.load(files), _record_from_entry(fmt, entry), files)
+            components[name] = LoadedComponent(name, exporter.load(files), record_from_entry(fmt, entry), files)
         config = generation_config = tokenizer = None
         if (directory / "config.json").is_file():
             from transformers import AutoConfig

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..registry import register_patch
+from ..workarounds import register_patch
 
 __all__ = ["patch_sdpa_symbolic_is_causal", "patch_transformers_sdpa_with_mask"]
 
@@ -26,10 +26,10 @@ __all__ = ["patch_sdpa_symbolic_is_causal", "patch_transformers_sdpa_with_mask"]
     ("dynamo", "onnx", "openvino", "executorch"),
     "torch.nn.functional.scaled_dot_product_attention",
     reason="transformers' sdpa_attention_forward passes a SymBool is_causal when the query length is "
-    "symbolic with sample 1 (e.g. Qwen2-VL's decode, which has no mask); decide it at trace time",
+    "symbolic with sample 1 (e.g. Qwen2-VL's decode, which has no mask); decide it at trace time; remove once transformers computes is_causal as a Python bool under torch.export",
     upstream="transformers: TODO in integrations/sdpa_attention.py (huggingface/transformers#46196 discussion)",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
-    remove_when="transformers computes is_causal as a Python bool under torch.export",
+    remove_when="transformers>5.24.0",
 )
 def patch_sdpa_symbolic_is_causal(original: Callable[..., Any]) -> Callable[..., Any]:
     def scaled_dot_product_attention(*args: Any, is_causal: Any = False, **kwargs: Any) -> torch.Tensor:
@@ -64,7 +64,7 @@ def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
     "steps are refused), and a one-graph Whisper's decoder refuses a single token through its cross-attention",
     upstream="transformers: integrations/sdpa_attention.py (pack_gqa and is_causal preamble, 5.24)",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
-    remove_when="transformers>=5.40",
+    remove_when="transformers>5.24.0",
 )
 def patch_transformers_sdpa_with_mask(original: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
     """The `"sdpa"` attention without branching on the query length, when a tensor mask is given

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..registry import register_patch
+from ..workarounds import register_patch
 
 __all__ = ["patch_torch_matmul_batched", "patch_torch_linear_strided_input"]
 
@@ -36,7 +36,7 @@ def _same_size(a: Any, b: Any) -> bool:
     "strided 3-D operand (every rotary embedding): a batch traced at 1 comes out bounded to 1..2",
     upstream="torch 2.13 _decomp/decompositions.py matmul (reshape of a batch-expanded operand)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
-    remove_when="torch>=2.14",
+    remove_when="torch>2.13.0",
 )
 def patch_torch_matmul_batched(original: Callable[..., Any]) -> Callable[..., Any]:
     def matmul(input: Any, other: Any, *, out: Any = None) -> Any:
@@ -58,7 +58,7 @@ def patch_torch_matmul_batched(original: Callable[..., Any]) -> Callable[..., An
     "to 1..2",
     upstream="torch 2.13 _decomp/decompositions.py matmul (reshape of a strided operand)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
-    remove_when="torch>=2.14",
+    remove_when="torch>2.13.0",
 )
 def patch_torch_linear_strided_input(original: Callable[..., Any]) -> Callable[..., Any]:
     # read from torch 2.13: `is_contiguous_or_false` decides without a guard (False when unsure)

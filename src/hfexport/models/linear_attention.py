@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..registry import register_patch
+from ..workarounds import register_patch
 
 __all__ = ["patch_transformers_linear_attention_conv_state"]
 
@@ -33,7 +33,7 @@ __all__ = ["patch_transformers_linear_attention_conv_state"]
     "instead, as after a decode step",
     upstream="transformers 5.24 cache_utils.LinearAttentionLayer.update_conv_state (prefill padding branch)",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
-    remove_when="transformers>=5.40",
+    remove_when="transformers>5.24.0",
 )
 def patch_transformers_linear_attention_conv_state(original: Callable[..., Any]) -> Callable[..., Any]:
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ..registry import register_patch
+from ..workarounds import register_patch
 
 __all__ = ["grouped_mm_dense", "patch_transformers_moe_grouped_mm", "patch_transformers_experts_interface"]
 
@@ -50,10 +50,10 @@ def grouped_mm_dense(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tens
     "transformers.integrations.moe._grouped_mm",
     reason="with fp32 weights under torch.export transformers calls its custom op "
     "transformers::grouped_mm_fallback, which torch.onnx cannot convert; trace the grouped matmul "
-    "as plain ATen ops instead",
+    "as plain ATen ops instead; remove once torch.onnx translates grouped_mm (or transformers stops using the custom op in export)",
     upstream="transformers: grouped_mm_fallback is a torch.library custom op with no ONNX lowering",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
-    remove_when="torch.onnx translates grouped_mm (or transformers stops using the custom op in export)",
+    remove_when="torch>2.13.0",
 )
 def patch_transformers_moe_grouped_mm(original):
     def _grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -67,10 +67,10 @@ def patch_transformers_moe_grouped_mm(original):
     "transformers.integrations.moe.ExpertsInterface.get_interface",
     reason="the grouped_mm experts route tokens with histc/empty_permuted and the grouped_mm custom op, which "
     "OpenVINO's PyTorch frontend cannot convert and XNNPACK cannot run; use transformers' batched_mm experts "
-    "(a gather and one bmm) instead, as the seed prescribes for ExecuTorch",
+    "(a gather and one bmm) instead, as the seed prescribes for ExecuTorch; remove once OpenVINO converts aten.histc and aten.empty_permuted",
     upstream="OpenVINO PyTorch FE: no conversion rule for aten.histc / aten.empty_permuted (seen 2026.4.1)",
     seen_with={"transformers": "5.24.0", "openvino": "2026.4.1"},
-    remove_when="OpenVINO converts aten.histc and aten.empty_permuted",
+    remove_when="openvino>2026.4.1",
 )
 def patch_transformers_experts_interface(original):
     def get_interface(self, experts_implementation, default):

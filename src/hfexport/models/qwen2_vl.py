@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from ..registry import register_patch
+from ..workarounds import register_patch
 from ..validation import register_resizer
 
 __all__ = ["vision_patch_layout", "block_diagonal_mask"]
@@ -93,11 +93,11 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, num_patches: int | torch.SymIn
     f"{_MODULE}.Qwen2VisionTransformerPretrainedModel.forward",
     reason="the vision tower computes rotary positions and attention segments from grid_thw.tolist() "
     "(data-dependent sizes under torch.export); compute them as tensor ops over the patch index and hand "
-    "them to transformers' precompute hooks (kwargs position_ids / cu_seqlens)",
+    "them to transformers' precompute hooks (kwargs position_ids / cu_seqlens); remove once transformers computes the Qwen2-VL vision layout without .tolist()",
     upstream="transformers: vision_utils.get_vision_position_ids / get_vision_cu_seqlens loop over "
     "grid_thw.tolist() (the module says to precompute them before torch.export)",
     seen_with=_SEEN_WITH,
-    remove_when="transformers computes the Qwen2-VL vision layout without .tolist()",
+    remove_when="transformers>5.24.0",
 )
 def patch_qwen2_vl_vision_layout(original: Callable[..., Any]) -> Callable[..., Any]:
     def forward(self, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any) -> Any:
@@ -113,10 +113,10 @@ def patch_qwen2_vl_vision_layout(original: Callable[..., Any]) -> Callable[..., 
     ("dynamo", "onnx", "openvino", "executorch"),
     f"{_MODULE}.VisionAttention.forward",
     reason="the vision attention splits the patches per frame with torch.split(lengths.tolist()) "
-    "(a data-dependent split under torch.export); attend once with a block-diagonal mask instead",
+    "(a data-dependent split under torch.export); attend once with a block-diagonal mask instead; remove once transformers' non-flash vision attention uses a mask instead of a Python-level split",
     upstream="transformers: Qwen2-VL VisionAttention splits by cu_seqlens for non-flash attention",
     seen_with=_SEEN_WITH,
-    remove_when="transformers' non-flash vision attention uses a mask instead of a Python-level split",
+    remove_when="transformers>5.24.0",
 )
 def patch_qwen2_vl_vision_attention(original: Callable[..., Any]) -> Callable[..., Any]:
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -149,10 +149,10 @@ def patch_qwen2_vl_vision_attention(original: Callable[..., Any]) -> Callable[..
     f"{_MODULE}.PatchEmbed.forward",
     reason="the patch embedding is a Conv3d whose kernel equals its stride and its input (one patch "
     "each), which XNNPACK does not delegate and ExecuTorch's portable convolution (1D/2D only) cannot "
-    "run; it is the same product as a Linear over the flattened patch",
+    "run; it is the same product as a Linear over the flattened patch; remove once ExecuTorch runs Conv3d (portable kernel or XNNPACK)",
     upstream="executorch: portable aten::convolution.out checks for 3-D or 4-D input (no Conv3d), seen 1.4.1",
     seen_with={"executorch": "1.4.1", "transformers": "5.24.0"},
-    remove_when="ExecuTorch runs Conv3d (portable kernel or XNNPACK)",
+    remove_when="executorch>1.4.1",
 )
 def patch_qwen2_vl_patch_embed(original: Callable[..., Any]) -> Callable[..., Any]:
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

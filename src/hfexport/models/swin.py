@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..registry import register_patch
+from ..workarounds import register_patch
 
 __all__: list[str] = []
 
@@ -39,10 +39,10 @@ __all__: list[str] = []
     "transformers.models.swin.modeling_swin.SwinPatchEmbeddings.maybe_pad",
     reason="the image is padded to a multiple of the patch size only if a side is not one already, a branch "
     "decided at the sample size (ONNX then floors other sizes' patch grid: wrong logits); pad by patch - 1 "
-    "always, which gives the convolution the same windows",
+    "always, which gives the convolution the same windows; remove once transformers pads Swin's patch embedding without a Python branch on the image size",
     upstream="transformers: SwinPatchEmbeddings.maybe_pad branches on width % patch_size",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
-    remove_when="transformers pads Swin's patch embedding without a Python branch on the image size",
+    remove_when="transformers>5.24.0",
 )
 def patch_swin_patch_embedding_pad(original: Callable[..., Any]) -> Callable[..., Any]:
     def maybe_pad(self, pixel_values: torch.Tensor, height: Any, width: Any) -> torch.Tensor:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..registry import register_patch
+from ..workarounds import register_patch
 
 __all__ = ["patch_torch_tensor_reshape", "patch_torch_tensor_contiguous", "view_is_possible"]
 
@@ -112,7 +112,7 @@ def _reshape_without_guard(original: Callable[..., Any]) -> Callable[..., Any]:
     upstream="torch 2.13 aten/src/ATen/native/TensorShape.cpp reshape_symint -> computeStride (guards on "
     "symbolic strides)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
-    remove_when="torch>=2.14",
+    remove_when="torch>2.13.0",
 )
 def patch_torch_tensor_reshape(original: Callable[..., Any]) -> Callable[..., Any]:
     return _reshape_without_guard(original)
@@ -126,7 +126,7 @@ def patch_torch_tensor_reshape(original: Callable[..., Any]) -> Callable[..., An
     "not being 1 (Gemma-2's multi-token decode refuses one token); copy where the check depends on a size",
     upstream="torch 2.13 TensorImpl::is_contiguous on symbolic sizes (guards; is_contiguous_or_false does not)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
-    remove_when="torch>=2.14",
+    remove_when="torch>2.13.0",
 )
 def patch_torch_tensor_contiguous(original: Callable[..., Any]) -> Callable[..., Any]:
     # read from torch 2.13: `is_contiguous_or_false` decides without a guard (False when unsure)

@@ -13,22 +13,7 @@ from .nncf import NNCFQuantizer
 from .ort import OrtQuantizer
 from .pt2e import PT2EQuantizer
 
-__all__ = ["ExportQuantizer", "Calibration", "PT2EQuantizer", "NNCFQuantizer", "OrtQuantizer", "quantizer_for",
-           "quantizer_from_dict"]
-
-QUANTIZERS = {cls.name: cls for cls in (PT2EQuantizer, NNCFQuantizer, OrtQuantizer)}
-
-
-def quantizer_from_dict(data: dict) -> ExportQuantizer:
-    """Rebuild a quantizer from its `to_dict()` (`{"quantizer": "nncf", "scheme": "int4-weights"}`).
-    Calibration data are not part of a config file: pass them to the quantizer object."""
-    if isinstance(data, ExportQuantizer):
-        return data
-    options = dict(data)
-    name = options.pop("quantizer", None)
-    if name not in QUANTIZERS:
-        raise ValueError(f"unknown quantizer {name!r}; known: {', '.join(QUANTIZERS)}")
-    return QUANTIZERS[name](**options)
+__all__ = ["ExportQuantizer", "Calibration", "PT2EQuantizer", "NNCFQuantizer", "OrtQuantizer", "quantizer_for"]
 
 #: CLI names -> (quantizer class, scheme) per format.
 CLI_SCHEMES = {

@@ -94,9 +94,9 @@ class NNCFQuantizer(ExportQuantizer):
             quantized = nncf.quantize(model, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER,
                                       subset_size=len(feeds), **options)
         if onnx_program:
-            from ..backends.onnx.program import HfOnnxProgram
+            from ..backends.onnx.artifact import HfOnnxProgram
 
             return HfOnnxProgram.from_proto(quantized, artifact)
-        from ..backends.openvino.model import HfOpenVINOModel
+        from ..backends.openvino.artifact import HfOpenVINOModel
 
         return HfOpenVINOModel.wrap(quantized, compress_to_fp16=getattr(artifact, "compress_to_fp16", False))

@@ -36,7 +36,7 @@ class OrtQuantizer(ExportQuantizer):
         import onnx
         from onnxruntime import quantization as q
 
-        from ..backends.onnx.program import HfOnnxProgram
+        from ..backends.onnx.artifact import HfOnnxProgram
 
         with tempfile.TemporaryDirectory(prefix="hfexport-ort-") as tmp:
             source, target = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"

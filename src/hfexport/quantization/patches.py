@@ -1,10 +1,11 @@
-"""Workarounds the quantizers need (registered when `hfexport.quantization` is imported)."""
+"""Workarounds the FX-graph quantizers need: swapped in only while one runs (`stage="quantize"`),
+so an export without quantization imports nothing of executorch's quantizer or torchao."""
 
 from __future__ import annotations
 
 import torch
 
-from ..registry import register_patch
+from ..workarounds import register_patch
 
 
 @register_patch(
@@ -15,7 +16,8 @@ from ..registry import register_patch
     "with 'tensors used as indices must be long'; lifted scalars of integer nodes are put back",
     upstream="pytorch/executorch#22062 (fixed by pytorch/executorch#22065)",
     seen_with={"executorch": "1.4.1", "torchao": "0.18.0"},
-    remove_when="executorch>1.4.1 ships pytorch/executorch#22065",
+    remove_when="executorch>1.4.1",
+    stage="quantize",
 )
 def patch_xnnpack_quantizer_integer_scalars(original):
     def _convert_scalars_to_attrs(model: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -31,12 +31,6 @@ class PT2EQuantizer(ExportQuantizer):
     schemes = ("int8-dynamic", "int8-static")
     packages = ("torchao", "executorch")
 
-    def check(self, export_format: str) -> None:
-        super().check(export_format)
-        # registered here, before the export applies its patches, rather than when the module is
-        # imported: resolving the patch target imports executorch's quantizer (and torchao)
-        from . import patches  # noqa: F401
-
     def _xnnpack_quantizer(self):
         from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
             XNNPACKQuantizer,

@@ -109,7 +109,7 @@ def test_grouped_mm_translation_is_needed_and_works():
     from transformers.integrations import moe
 
     from hfexport.errors import ConversionError
-    from hfexport.registry import PATCHES
+    from hfexport.workarounds import PATCHES
 
     class Grouped(torch.nn.Module):
         def __init__(self):

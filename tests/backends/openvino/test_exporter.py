@@ -76,7 +76,7 @@ def test_save_refuses_missing_parent_and_existing_file(llama_ov, tmp_path):
 
 def test_fix_cat_empty_legacy_input_is_needed():
     """Minimal reproduction: a cat with a legacy empty 1-D tensor, as DynamicLayer does."""
-    from hfexport.registry import FX_NODE_FIXES
+    from hfexport.workarounds import FX_NODE_FIXES
 
     class CatEmpty(torch.nn.Module):
         def forward(self, x):
@@ -89,7 +89,7 @@ def test_fix_cat_empty_legacy_input_is_needed():
 
 
 def test_moe_needs_the_batched_mm_switch():
-    from hfexport.registry import PATCHES
+    from hfexport.workarounds import PATCHES
 
     model, inputs = build_preset("qwen3_moe")
     with without(PATCHES, "patch_transformers_experts_interface"), pytest.raises(ConversionError, match="histc|grouped_mm"):
@@ -99,7 +99,7 @@ def test_moe_needs_the_batched_mm_switch():
 def test_left_padded_batch_gives_no_nan_in_real_tokens():
     """Minimal reproduction for `patch_torch_sdpa_fully_masked_rows`: without it OpenVINO turns a
     left-padded row into NaN everywhere (PyTorch returns 0 for fully masked attention rows)."""
-    from hfexport.registry import PATCHES
+    from hfexport.workarounds import PATCHES
 
     model, _ = build_preset("llama")
     inputs = padded_batch()

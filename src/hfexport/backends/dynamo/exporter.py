@@ -7,50 +7,13 @@ from typing import Any
 
 import torch
 
-from ...capture.capture import Capture
+from ...capture.trace import Capture
 from ...exporter import HfExporter
+from ...record import ExportRecord
+from .artifact import read_program, write_program
 from .config import DynamoConfig
 
 __all__ = ["DynamoExporter"]
-
-
-def _holds_model_output(tree) -> bool:
-    from transformers.utils import ModelOutput
-
-    return any(isinstance(node, ModelOutput)
-               for node in torch.utils._pytree.tree_flatten(tree, is_leaf=lambda x: isinstance(x, ModelOutput))[0])
-
-
-def _import_output_modules(path: Path) -> None:
-    """Import the transformers modules whose classes a saved program's tree specs name.
-
-    # NOTE: transformers registers each `ModelOutput` class as a pytree node when its module is
-    # imported; `torch.export.load` of a program returning e.g. `LlavaCausalLMOutputWithPast`, in a
-    # process that has not imported `modeling_llava`, fails with a generic "error when
-    # deserializing" (the real NotImplementedError is only logged).
-    """
-    import importlib
-    import re
-    import zipfile
-
-    modules: set[str] = set()
-    with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            if name.endswith(".json"):
-                text = archive.read(name).decode("utf-8", errors="ignore")
-                modules.update(re.findall(r"(transformers(?:\.[a-z_0-9]+)+)\.[A-Z]\w*", text))
-    for module in sorted(modules):
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            continue
-    # A program's pickled `example_inputs` may hold a ModelOutput (an encoder-decoder's
-    # `encoder_outputs`); let the weights-only unpickler rebuild those plain containers.
-    from transformers.utils import ModelOutput
-
-    from ...capture.pytree import _all_subclasses
-
-    torch.serialization.add_safe_globals([ModelOutput, *_all_subclasses(ModelOutput)])
 
 
 class DynamoExporter(HfExporter):
@@ -64,31 +27,14 @@ class DynamoExporter(HfExporter):
 
     format = "dynamo"
     config_class = DynamoConfig
+    fix_order = ()
 
-    def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any],
+    def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
                  config: DynamoConfig) -> torch.export.ExportedProgram:
         return captured.program
 
-    def _save(self, artifact: torch.export.ExportedProgram, stem: Path) -> list[Path]:
-        path = stem.with_suffix(".pt2")
-        example_inputs = artifact.example_inputs
-        if _holds_model_output(example_inputs):
-            # NOTE: torch.load(weights_only=True) cannot rebuild a ModelOutput (an OrderedDict
-            # subclass: "Can only SETITEM for dict"), and torch 2.13's fallback then logs with a
-            # broken format string (a TypeError wherever logging raises, e.g. under pytest). An
-            # encoder-decoder's `encoder_outputs` is the only such input; its program is saved
-            # without example inputs (nothing needs them: only a static cache template does).
-            artifact.example_inputs = None
-        try:
-            torch.export.save(artifact, path)
-        finally:
-            if artifact.example_inputs is None and example_inputs is not None:
-                artifact.example_inputs = example_inputs
-        return [path]
+    def _write(self, artifact: torch.export.ExportedProgram, stem: Path) -> list[Path]:
+        return [write_program(artifact, stem.with_suffix(".pt2"))]
 
     def _load(self, files: list[Path]) -> torch.export.ExportedProgram:
-        from ...capture.pytree import register_cache_pytree_nodes
-
-        register_cache_pytree_nodes()  # so the program's cache inputs unflatten (and load weights-only)
-        _import_output_modules(files[0])
-        return torch.export.load(files[0])
+        return read_program(files[0])

@@ -1,4 +1,5 @@
-"""Patches and FX fixes for the `torch.export` backend (none needed with the tested versions).
+"""Patches and FX fixes for the `torch.export` backend: none of its own with the tested versions.
 
-Shared capture workarounds register for every backend in `hfexport/capture/patches.py`.
+The workarounds every format needs are in `hfexport/models/` (torch's and transformers' export
+bugs); `hfexport patches --format dynamo` lists those that apply.
 """

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from typing import Any
 
 from ...config import ExportConfig, _check_choice, _check_type
 
-__all__ = ["ExecutorchConfig"]
+__all__ = ["ExecutorchConfig", "DELEGATES"]
 
-BACKENDS = ("xnnpack", "cuda", "mlx")
+#: The ExecuTorch delegates a program can be lowered to.
+DELEGATES = ("xnnpack", "cuda", "mlx")
 
 
 @dataclasses.dataclass
@@ -16,8 +19,10 @@ class ExecutorchConfig(ExportConfig):
     """Export to an `executorch.exir.ExecutorchProgramManager` (save with `.save("model.pte")`).
 
     Args:
-        backend: the delegate: `"xnnpack"` (CPU, default), `"cuda"` (needs CUDA) or `"mlx"`
-            (Apple Silicon, macOS 14+).
+        delegate: the delegate the program is lowered to: `"xnnpack"` (CPU, default), `"cuda"`
+            (needs CUDA) or `"mlx"` (Apple Silicon, macOS 14+).
+        backend: the seed's name for `delegate`, kept as a deprecated alias (it reads back as the
+            delegate).
         alloc_graph_input: let memory planning allocate graph inputs; `False` makes the caller's
             input tensors the storage (in-place static cache).
         alloc_graph_output: likewise for graph outputs (bind them with `set_output_data_ptr`).
@@ -35,16 +40,25 @@ class ExecutorchConfig(ExportConfig):
 
     export_format = "executorch"
 
-    backend: str = "xnnpack"
+    delegate: str = "xnnpack"
     alloc_graph_input: bool = True
     alloc_graph_output: bool = True
     alloc_mutable_buffers: bool = True
     max_batch_size: int = 8
     max_image_patches: int = 1024
     max_sequence_length: int | None = None
+    backend: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def _validate(self) -> None:
-        _check_choice("ExecutorchConfig", "backend", self.backend, BACKENDS)
+        if self.backend is not None and self.backend != self.delegate:
+            if self.delegate != "xnnpack":
+                raise ValueError(f"ExecutorchConfig got delegate={self.delegate!r} and backend={self.backend!r}; "
+                                 "backend is the old name of delegate: pass delegate only")
+            warnings.warn("ExecutorchConfig(backend=...) is the old spelling; use delegate=...", DeprecationWarning,
+                          stacklevel=4)
+            self.delegate = self.backend
+        self.backend = self.delegate
+        _check_choice("ExecutorchConfig", "delegate", self.delegate, DELEGATES)
         for name in ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"):
             _check_type("ExecutorchConfig", name, getattr(self, name), bool)
         for name in ("max_batch_size", "max_image_patches"):
@@ -55,3 +69,9 @@ class ExecutorchConfig(ExportConfig):
             _check_type("ExecutorchConfig", "max_sequence_length", self.max_sequence_length, int)
             if self.max_sequence_length < 2:
                 raise ValueError(f"ExecutorchConfig.max_sequence_length must be >= 2; got {self.max_sequence_length}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """As `ExportConfig.to_dict`, with the delegate under its name only (not the `backend` alias)."""
+        out = super().to_dict()
+        out.pop("backend", None)
+        return out

@@ -16,20 +16,19 @@ from typing import Any
 
 import torch
 
-from ...capture.capture import Capture
-from ...capture.dynamic import grow_batch, has_fixed_batch
+from ...capture.trace import Capture
+from ...capture.dynamic import grow_batch, has_fixed_batch, is_decode_step
 from ...capture.names import role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache
 from ...errors import ConversionError, PrepareError
 from ...exporter import HfExporter
 from ...record import ExportRecord
-from ...storage import atomic_file
-from ..onnx.program import checked_destination
+from .artifact import PteBuffer, write_pte
 from .config import ExecutorchConfig
+from .delegates import check_delegate, partitioners
 from .folding import fold_weight_only_math
 from .planning import ViewsBoundedByBase, check_plan
-from .targets import check_target, partitioners
 
 __all__ = ["ExecutorchExporter"]
 
@@ -57,36 +56,45 @@ class ExecutorchExporter(HfExporter):
     format = "executorch"
     config_class = ExecutorchConfig
     extra = "executorch"
-    fix_order = ()
+    fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops")
 
     def _check_model(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> None:
-        check_target(config.backend, model_name(model))
-        if config.backend == "mlx":
+        check_delegate(config.delegate, model_name(model))
+        if config.delegate == "mlx":
             from transformers import StaticCache
 
             if any(isinstance(v, StaticCache) for v in inputs.values()):
                 raise PrepareError(
                     "the MLX delegate does not take a StaticCache",
                     model=model_name(model),
-                    remedy="export with a DynamicCache (the default of generate()), or use backend='xnnpack'",
+                    remedy="export with a DynamicCache (the default of generate()), or use delegate='xnnpack'",
                 )
 
     def _capture_sample(self, inputs: dict[str, Any], config: ExecutorchConfig) -> dict[str, Any]:
         # ExecuTorch's edge passes bound a symbol whose sample size is 1 to at most 2 (measured with
-        # executorch 1.4.1: a batch-1 Llama planned a batch of 2), so trace with a batch of 2.
-        if config.dynamic and config.dynamic_shapes is None and not has_fixed_batch(inputs):
-            return grow_batch(inputs)
-        return inputs
+        # executorch 1.4.1: a batch-1 Llama planned a batch of 2), so trace with a batch of 2. A
+        # one-token prompt is traced at two tokens too: a size-1 axis leaves a tensor's dim order
+        # ambiguous, and the planned orders disagreed (a one-token Llama's rotary `cat` failed,
+        # "input tensors have different dim orders", error 0x12, at every size); a decode step's
+        # single token stays 1 (static), as does a static cache's batch and an encoder-decoder's
+        # first decoder token.
+        if not config.dynamic or config.dynamic_shapes is not None:
+            return inputs
+        roles = () if has_fixed_batch(inputs) else ("batch",)
+        if not is_decode_step(inputs):
+            roles += ("sequence",)
+        return grow_batch(inputs, roles=roles) if roles else inputs
 
     def _dim_bounds(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> ConfigBounds:
         return ConfigBounds(model, inputs, config)
 
-    def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: ExecutorchConfig):
+    def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
+                 config: ExecutorchConfig):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
         edge = to_edge_transform_and_lower(captured.program, transform_passes=[fold_weight_only_math()],
-                                           partitioner=partitioners(config.backend, dynamic_quant=_dynamic_quant(config)))
+                                           partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(config)))
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
             alloc_graph_output=config.alloc_graph_output,
@@ -107,27 +115,18 @@ class ExecutorchExporter(HfExporter):
         program.hfexport_capped_views = bounds.capped
         return program
 
-    def _record(self, captured: Capture, model, artifact, config: ExecutorchConfig) -> ExportRecord:
-        record = super()._record(captured, model, artifact, config)
-        record.details["delegation"] = delegation_summary(artifact, config.backend)
+    def _record(self, record: ExportRecord, captured: Capture, artifact, config: ExecutorchConfig) -> None:
+        record.details["delegation"] = delegation_summary(artifact, config.delegate)
         # what the runtime allocates for intermediates when it loads the method (at the dims' bounds)
         record.details["planned_memory"] = _gib(_planned_bytes(artifact))
         if capped := getattr(artifact, "hfexport_capped_views", None):
             record.details["views_bounded_by_base"] = capped
-        return record
 
-    def _save(self, artifact, stem: Path) -> list[Path]:
-        return [save_pte(artifact, stem.with_suffix(".pte"))]
+    def _write(self, artifact, stem: Path) -> list[Path]:
+        return [write_pte(artifact, stem.with_suffix(".pte"))]
 
     def _load(self, files: list[Path]) -> PteBuffer:
-        return PteBuffer(files[0].read_bytes())
-
-
-class PteBuffer:
-    """A saved `.pte` program, as the runner loads it (`buffer`, like `ExecutorchProgramManager`)."""
-
-    def __init__(self, buffer: bytes):
-        self.buffer = buffer
+        return PteBuffer.read(files[0])
 
 
 def _dynamic_quant(config: ExecutorchConfig) -> bool:
@@ -233,7 +232,7 @@ def _rank_of(inputs: dict[str, Any], name: str) -> int:
     return 0
 
 
-def delegation_summary(artifact: Any, backend: str) -> dict[str, int | str]:
+def delegation_summary(artifact: Any, delegate: str) -> dict[str, int | str]:
     """How many graph nodes the delegate took and how many stayed on portable kernels."""
     from executorch.exir.lowered_backend_module import LoweredBackendModule
 
@@ -251,12 +250,4 @@ def delegation_summary(artifact: Any, backend: str) -> dict[str, int | str]:
         if isinstance(module, LoweredBackendModule):
             graph = module.original_module.graph_module.graph
             delegated += sum(1 for n in graph.nodes if n.op == "call_function" and "getitem" not in str(n.target))
-    return {"backend": backend, "delegates": delegates, "delegated_nodes": delegated, "portable_nodes": portable}
-
-
-def save_pte(artifact: Any, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write `artifact.buffer` to `path` atomically (temporary file, then rename)."""
-    target = checked_destination(path, overwrite=overwrite, what="the ExecuTorch program")
-    with atomic_file(target, "wb") as stream:
-        artifact.write_to_file(stream)
-    return target
+    return {"delegate": delegate, "delegates": delegates, "delegated_nodes": delegated, "portable_nodes": portable}

@@ -10,7 +10,7 @@ import operator
 
 import torch
 
-from ...registry import register_fx_node_fix
+from ...workarounds import register_fx_node_fix
 
 __all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops"]
 
@@ -29,11 +29,11 @@ def _dim_arg(node: torch.fx.Node, position: int) -> int:
     "unbind) as if its first output were the list and calls len() on it; when that output's first dim "
     "is dynamic (the batch) len() specializes it to the sample's size, so the program takes that batch "
     "only (runtime: 'Attempted to resize a static tensor', error 0x12). Take each piece with slice / "
-    "select instead, which return one tensor",
+    "select instead, which return one tensor; remove once the edge verifier handles a single Tensor[] return without len() on a tensor",
     upstream="executorch exir/verification/arg_validator.py: call_function's Tensor[] return branch "
     "indexes next(iter(node.meta['val'])) (seen 1.4.1)",
     seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
-    remove_when="the edge verifier handles a single Tensor[] return without len() on a tensor",
+    remove_when="executorch>1.4.1",
 )
 def fix_split_outputs_as_slices(node: torch.fx.Node) -> bool:
     """Match split / split_with_sizes / chunk / unbind whose outputs have a symbolic first dim and
@@ -73,11 +73,11 @@ def fix_split_outputs_as_slices(node: torch.fx.Node) -> bool:
     reason="torch.export records min/max of two symbolic sizes as the Python functions torch.sym_min / "
     "torch.sym_max; ExecuTorch maps them to its prim ops only in to_executorch, but its edge verifier runs "
     "first and rejects any plain Python function target (AssertionError, no message). Use the prim ops "
-    "from the start",
+    "from the start; remove once the edge verifier accepts torch.sym_min / torch.sym_max",
     upstream="executorch exir/verification/verifier.py: check_valid_edge_op asserts a FunctionType target is "
     "'alloc' (seen 1.4.1; executorch_prim_ops_registry maps torch.sym_min later)",
     seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
-    remove_when="the edge verifier accepts torch.sym_min / torch.sym_max",
+    remove_when="executorch>1.4.1",
 )
 def fix_sym_min_max_as_prim_ops(node: torch.fx.Node) -> bool:
     """Match a call of `torch.sym_min` / `torch.sym_max` → retarget it to `executorch_prim.sym_min` /

@@ -19,22 +19,20 @@ from typing import Any
 
 import torch
 
-from ...capture.capture import Capture
+from ...capture.trace import Capture
 from ...exporter import HfExporter
-from ...record import ExportRecord, record_from_program
-from ..onnx.io_names import onnx_io_names
+from ...record import ExportRecord
 from .config import OpenVINOConfig
 
 __all__ = ["OpenVINOExporter", "declared_shapes"]
 
 
-def declared_shapes(program: torch.export.ExportedProgram) -> list[Any]:
-    """Per user input, in order, the `openvino.PartialShape` the program declares: a size it fixes
-    is static, a symbolic one dynamic (`?`)."""
+def declared_shapes(record: ExportRecord) -> list[Any]:
+    """Per input, in order, the `openvino.PartialShape` the program declares: a size it fixes is
+    static, a symbolic one dynamic (`?`)."""
     import openvino as ov
 
-    return [ov.PartialShape([d if isinstance(d, int) else -1 for d in shape])
-            for shape in record_from_program(program).input_shapes]
+    return [ov.PartialShape([d if isinstance(d, int) else -1 for d in shape]) for shape in record.input_shapes]
 
 
 class OpenVINOExporter(HfExporter):
@@ -57,33 +55,32 @@ class OpenVINOExporter(HfExporter):
     fix_order = ("fix_cat_empty_legacy_input",)
     drop_none_outputs = True  # the PyTorch frontend fails on a None output ("Tensor name is not a number")
 
-    def _convert(self, captured: Capture, model: torch.nn.Module, inputs: dict[str, Any], config: OpenVINOConfig):
+    def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
+                 config: OpenVINOConfig):
         import openvino as ov
 
-        from .model import HfOpenVINOModel
+        from .artifact import HfOpenVINOModel
         from .precision import PRECISION_RT_INFO, install_precision_hook
 
         install_precision_hook()
 
-        program = captured.program
-        ov_model = ov.convert_model(program, input=declared_shapes(program))
-        input_names, output_names = onnx_io_names(program)
-        for port, name in zip(ov_model.inputs, input_names):
+        ov_model = ov.convert_model(captured.program, input=declared_shapes(record))
+        for port, name in zip(ov_model.inputs, record.named_inputs()):
             port.get_tensor().set_names({name})
-        for port, name in zip(ov_model.outputs, output_names):
+        for port, name in zip(ov_model.outputs, record.named_outputs()):
             port.get_tensor().set_names({name})
         if config.inference_precision is not None:
             ov_model.set_rt_info(config.inference_precision, PRECISION_RT_INFO)
         return HfOpenVINOModel.wrap(ov_model, compress_to_fp16=config.compress_to_fp16)
 
-    def _record(self, captured: Capture, model, artifact, config: OpenVINOConfig) -> ExportRecord:
-        record = super()._record(captured, model, artifact, config)
+    def _record(self, record: ExportRecord, captured: Capture, artifact, config: OpenVINOConfig) -> None:
         record.details["openvino_inputs"] = {p.get_any_name(): str(p.get_partial_shape()) for p in artifact.inputs}
         record.details["inference_precision"] = config.inference_precision or "plugin default"
-        return record
 
-    def _save(self, artifact, stem: Path) -> list[Path]:
-        return artifact.save(stem.with_suffix(".xml"))
+    def _write(self, artifact, stem: Path) -> list[Path]:
+        from .artifact import write_openvino
+
+        return write_openvino(artifact, stem.with_suffix(".xml"))
 
     def _load(self, files: list[Path]):
         import openvino as ov

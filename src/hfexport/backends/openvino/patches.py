@@ -8,7 +8,7 @@ from ... import fx_fixes  # noqa: F401  (registers the shared FX fixes this back
 
 import torch
 
-from ...registry import register_patch
+from ...workarounds import register_patch
 
 
 @register_patch(
@@ -17,10 +17,10 @@ from ...registry import register_patch
     reason="for a query row whose boolean mask is all False (a left-padded position) PyTorch's SDPA "
     "returns 0 while OpenVINO's translation returns NaN, and the NaN reaches every real token of "
     "that sequence through the next layer's attention (0 * NaN); make such rows attend to all keys "
-    "and zero their output, which is exactly PyTorch's result",
+    "and zero their output, which is exactly PyTorch's result; remove once OpenVINO's SDPA returns 0 for fully masked rows",
     upstream="not filed upstream yet (OpenVINO PyTorch FE SDPA with an all-False boolean mask row)",
     seen_with={"openvino": "2026.4.1", "torch": "2.13.0"},
-    remove_when="OpenVINO's SDPA returns 0 for fully masked rows",
+    remove_when="openvino>2026.4.1",
 )
 def patch_torch_sdpa_fully_masked_rows(original):
     def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):

@@ -1,25 +1,13 @@
-"""ONNX input/output names, and the dimensions a captured program declares (numbers and role names)."""
+"""The dimensions an ONNX graph declares: the program's own (a number where it fixes a size, a
+role name where it is symbolic), and 0-d outputs pinned to 0-d."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
+from ...capture.names import dim_names, rename_expression
 
-from ...capture.names import dim_names, io_leaf_names, rename_expression
-from ...record import _placeholder_tree, none_outputs
-
-__all__ = ["onnx_io_names", "rename_symbolic_dims"]
-
-
-def onnx_io_names(program: torch.export.ExportedProgram) -> tuple[list[str], list[str]]:
-    """Input and output names: forward kwarg names, `ModelOutput` fields, and cache leaves as
-    `input.cache.<layer>.<tensor>` / `output.cache.<layer>.<tensor>` pairs."""
-    _, kwargs = _placeholder_tree(program.call_spec.in_spec)
-    outputs = _placeholder_tree(program.call_spec.out_spec)
-    output_names = [name for name, none in zip(io_leaf_names(outputs, side="output"), none_outputs(program))
-                    if not none]
-    return io_leaf_names(kwargs, side="input"), output_names
+__all__ = ["rename_symbolic_dims", "fix_scalar_outputs"]
 
 
 def rename_symbolic_dims(model: Any, input_names: list[str], input_shapes: list[tuple]) -> dict[str, str]:

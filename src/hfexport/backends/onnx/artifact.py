@@ -4,27 +4,14 @@ half-written file."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ...errors import SerializationError
+from ...storage import checked_destination, staged_files
 
-__all__ = ["HfOnnxProgram", "checked_destination"]
-
-
-def checked_destination(destination: str | os.PathLike, *, overwrite: bool, what: str) -> Path:
-    """Raise `SerializationError` when `destination` cannot be written as asked."""
-    path = Path(destination)
-    if not path.parent.exists():
-        raise SerializationError(f"cannot save {what} to {path}: folder {path.parent} does not exist",
-                                 remedy=f"create {path.parent} first")
-    if path.exists() and not overwrite:
-        raise SerializationError(f"{path} already exists", remedy="pass overwrite=True, or choose another path")
-    return path
+__all__ = ["HfOnnxProgram", "write_onnx"]
 
 
 class HfOnnxProgram(torch.onnx.ONNXProgram):
@@ -43,12 +30,13 @@ class HfOnnxProgram(torch.onnx.ONNXProgram):
 
     @classmethod
     def wrap(cls, program: torch.onnx.ONNXProgram, *, external_data: bool | None = None) -> HfOnnxProgram:
+        """`program` as an `HfOnnxProgram` (same model and exported program)."""
         wrapped = cls(program.model, program.exported_program)
         wrapped.external_data = external_data
         return wrapped
 
     def save(self, destination: str | os.PathLike, *, overwrite: bool = False,
-             external_data: bool | None = None, **kwargs) -> list[Path]:
+             external_data: bool | None = None, **kwargs: Any) -> list[Path]:
         """Save to `destination` (`model.onnx`, plus `model.onnx.data` for external weights).
 
         Written to a temporary folder beside `destination` and moved into place when complete.
@@ -61,18 +49,16 @@ class HfOnnxProgram(torch.onnx.ONNXProgram):
             The files written.
         """
         path = checked_destination(destination, overwrite=overwrite, what="the ONNX model")
-        if external_data is None:
-            external_data = self.external_data
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
-        try:
-            super().save(staging / path.name, external_data=external_data, **kwargs)
-            written = []
-            for produced in sorted(staging.iterdir()):
-                target = path.parent / produced.name
-                if target.exists() and not overwrite:
-                    raise SerializationError(f"{target} already exists", remedy="pass overwrite=True")
-                os.replace(produced, target)
-                written.append(target)
-            return written
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        with staged_files(path, overwrite=overwrite) as staging:
+            written = write_onnx(self, staging / path.name, external_data=external_data, **kwargs)
+        return [path.parent / file.name for file in written]
+
+
+def write_onnx(program: HfOnnxProgram, path: Path, *, external_data: bool | None = None, **kwargs: Any) -> list[Path]:
+    """Write `program` to `path` in a folder the caller stages (no staging of its own); return the
+    files (the model, and its weights file when they are external)."""
+    if external_data is None:
+        external_data = program.external_data
+    before = set(path.parent.iterdir())
+    torch.onnx.ONNXProgram.save(program, path, external_data=external_data, **kwargs)
+    return sorted(set(path.parent.iterdir()) - before)

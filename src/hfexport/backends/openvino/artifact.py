@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import openvino as ov
 
-from ..onnx.program import checked_destination
+from ...storage import checked_destination, staged_files
 
-__all__ = ["HfOpenVINOModel"]
+__all__ = ["HfOpenVINOModel", "write_openvino"]
 
 
 class HfOpenVINOModel(ov.Model):
@@ -21,6 +19,7 @@ class HfOpenVINOModel(ov.Model):
 
     @classmethod
     def wrap(cls, model: ov.Model, *, compress_to_fp16: bool = False) -> HfOpenVINOModel:
+        """`model` as an `HfOpenVINOModel` (the same model underneath)."""
         wrapped = cls(model._Model__model)
         wrapped.compress_to_fp16 = compress_to_fp16
         return wrapped
@@ -34,13 +33,12 @@ class HfOpenVINOModel(ov.Model):
         xml = checked_destination(path, overwrite=overwrite, what="the OpenVINO model")
         if xml.suffix != ".xml":
             xml = xml.with_suffix(".xml")
-        staging = Path(tempfile.mkdtemp(prefix=f".{xml.name}.partial-", dir=xml.parent))
-        try:
-            ov.save_model(self, str(staging / xml.name), compress_to_fp16=self.compress_to_fp16)
-            written = []
-            for produced in sorted(staging.iterdir()):
-                os.replace(produced, xml.parent / produced.name)
-                written.append(xml.parent / produced.name)
-            return written
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        with staged_files(xml, overwrite=overwrite) as staging:
+            written = write_openvino(self, staging / xml.name)
+        return [xml.parent / file.name for file in written]
+
+
+def write_openvino(model: ov.Model, xml: Path) -> list[Path]:
+    """Write `model` as `xml` and its `.bin` in a folder the caller stages; return both files."""
+    ov.save_model(model, str(xml), compress_to_fp16=getattr(model, "compress_to_fp16", False))
+    return [xml, xml.with_suffix(".bin")]

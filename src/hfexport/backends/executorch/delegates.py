@@ -1,5 +1,5 @@
-"""ExecuTorch delegates: which partitioner each `ExecutorchConfig.backend` uses, and whether it can
-run here (checked before any work)."""
+"""ExecuTorch delegates: which partitioner each `ExecutorchConfig.delegate` uses, and whether it
+can run here (checked before any work)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import platform
 import sys
 from typing import Any
 
-__all__ = ["check_target", "partitioners"]
+from .partitioner import xnnpack_partitioner
+
+__all__ = ["check_delegate", "partitioners"]
 
 
 def _macos_version() -> tuple[int, ...]:
@@ -15,42 +17,40 @@ def _macos_version() -> tuple[int, ...]:
     return tuple(int(p) for p in release.split(".") if p.isdigit()) if release else ()
 
 
-def check_target(backend: str, model_name: str) -> None:
-    """Raise `RuntimeError` when `backend` cannot be used on this machine, saying what to do."""
-    if backend == "cuda":
+def check_delegate(delegate: str, model_name: str) -> None:
+    """Raise `RuntimeError` when `delegate` cannot be used on this machine, saying what to do."""
+    if delegate == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise RuntimeError(
-                f"{model_name}: ExecutorchConfig(backend='cuda') needs CUDA, and torch.cuda.is_available() is False "
-                "here. Use backend='xnnpack' for CPU, or export on a machine with a CUDA GPU and a CUDA build of torch."
+                f"{model_name}: ExecutorchConfig(delegate='cuda') needs CUDA, and torch.cuda.is_available() is False "
+                "here. Use delegate='xnnpack' for CPU, or export on a machine with a CUDA GPU and a CUDA build of torch."
             )
-    elif backend == "mlx":
+    elif delegate == "mlx":
         if sys.platform != "darwin" or platform.machine() != "arm64" or _macos_version() < (14,):
             raise RuntimeError(
-                f"{model_name}: ExecutorchConfig(backend='mlx') needs macOS 14+ on Apple Silicon "
-                f"(this is {sys.platform}/{platform.machine()}). Use backend='xnnpack' here."
+                f"{model_name}: ExecutorchConfig(delegate='mlx') needs macOS 14+ on Apple Silicon "
+                f"(this is {sys.platform}/{platform.machine()}). Use delegate='xnnpack' here."
             )
         try:
             from executorch.backends.mlx import partitioner  # noqa: F401
         except ImportError as error:
             raise RuntimeError(
                 f"{model_name}: the MLX delegate is not in this ExecuTorch build ({error}). Install an ExecuTorch "
-                "macOS arm64 nightly that ships it (see the README), or use backend='xnnpack'."
+                "macOS arm64 nightly that ships it (see the README), or use delegate='xnnpack'."
             ) from error
 
 
-def partitioners(backend: str, *, dynamic_quant: bool = False) -> list[Any]:
-    """The partitioner list handed to `to_edge_transform_and_lower` for `backend`.
+def partitioners(delegate: str, *, dynamic_quant: bool = False) -> list[Any]:
+    """The partitioner list handed to `to_edge_transform_and_lower` for `delegate`.
 
     A dynamically quantized program first gets XNNPACK's dynamically-quantized partitioner, one op per
     partition (as ExecuTorch's own LLM export does): partitioned together with the float ops, the
     quantize/dequantize chains of dynamically quantized linears formed dependency cycles
     ("Invalid partition, found dependency cycles").
     """
-    if backend == "xnnpack":
-        from .partitioner import xnnpack_partitioner
-
+    if delegate == "xnnpack":
         if dynamic_quant:
             from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
             from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -58,7 +58,7 @@ def partitioners(backend: str, *, dynamic_quant: bool = False) -> list[Any]:
             dynamic = XnnpackPartitioner(config_precisions=ConfigPrecisionType.DYNAMIC_QUANT, per_op_mode=True)
             return [dynamic, xnnpack_partitioner()]
         return [xnnpack_partitioner()]
-    if backend == "cuda":
+    if delegate == "cuda":
         from executorch.backends.cuda.cuda_backend import CudaBackend
         from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
 

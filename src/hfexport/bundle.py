@@ -1,0 +1,147 @@
+"""An export on disk: its artifacts, a manifest naming every file, the configs, and the report.
+
+```
+out/tiny-llama/
+  manifest.json        kind ("model" | "generation"), format, components (files, bytes, inputs, outputs)
+  model.onnx           one artifact per component, as its exporter writes it (or prefill.onnx, decode.onnx)
+  config.json          the model config (+ generation_config.json for a generation export)
+  export_config.json   the ExportConfig used
+  report.json          validation and timings, with each component's files and bytes
+```
+`save_export` writes it through a staged folder (`storage.staged_folder`): nothing half-written is
+left behind, and the artifacts are written once, straight into that folder. A single graph and a
+generation export share this one path; the manifest's `kind` says which it is, and only a
+generation export records a cache and a generation config.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .record import ExportRecord, record_of
+from .storage import staged_folder
+
+__all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry"]
+
+MANIFEST = "manifest.json"
+#: 2: the manifest says its `kind`; version 1 (no kind) was always written by a generation export.
+MANIFEST_VERSION = 2
+
+
+@dataclasses.dataclass
+class SavedExport:
+    """What `save_export` wrote: the folder, the manifest and the report (as written)."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    report: dict[str, Any] | None
+
+
+def record_entry(record: ExportRecord) -> dict[str, Any]:
+    """A record's manifest entry: the interface a caller needs without the model's Python class."""
+    return {
+        "model_class": record.model_class,
+        "inputs": [
+            {"name": n, "shape": list(s), "dtype": d}
+            for n, s, d in zip(record.input_names, record.input_shapes, record.input_dtypes or [""] * len(record.input_names))
+        ],
+        "outputs": list(record.output_names),
+        "input_keys": list(record.input_keys),
+        "symbol_ranges": {k: list(v) for k, v in record.symbol_ranges.items()},
+        "input_mutations": record.details.get("input_mutations", 0),
+    }
+
+
+def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
+    """The record a manifest entry describes (no program: the artifact is loaded from its files)."""
+    inputs = entry["inputs"]
+    details = {"input_mutations": entry.get("input_mutations", 0)} if entry.get("input_mutations") else {}
+    return ExportRecord(
+        format=fmt,
+        model_class=entry.get("model_class", "?"),
+        input_names=[i["name"] for i in inputs],
+        output_names=list(entry["outputs"]),
+        input_shapes=[tuple(i["shape"]) for i in inputs],
+        symbol_ranges={k: tuple(v) for k, v in entry.get("symbol_ranges", {}).items()},
+        details=details,
+        input_keys=list(entry.get("input_keys", [])),
+        input_dtypes=[i.get("dtype", "") for i in inputs],
+    )
+
+
+def _with_sizes(report: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    """`report` with each component's files and bytes and the total (`artifact_bytes`)."""
+    report = copy.deepcopy(report)
+    per_component = report.setdefault("components", {})
+    for name, entry in components.items():
+        per_component.setdefault(name, {}).update(files=entry["files"], bytes=entry["bytes"])
+    report["artifact_bytes"] = sum(entry["bytes"] for entry in components.values())
+    return report
+
+
+def save_export(
+    exporter: Any,
+    artifacts: dict[str, Any],
+    directory: str | os.PathLike,
+    *,
+    kind: str = "model",
+    model: Any = None,
+    generation_config: Any = None,
+    tokenizer: Any = None,
+    export_config: Any = None,
+    overwrite: bool = False,
+    manifest_extra: dict[str, Any] | None = None,
+    report: dict[str, Any] | None = None,
+) -> SavedExport:
+    """Write `artifacts` (`{component name: artifact}`, from one exporter) and what loads them
+    again into `directory`.
+
+    Args:
+        exporter: the exporter that made the artifacts (its `write` puts each one in the folder).
+        kind: `"model"` (one graph, `{"model": artifact}`) or `"generation"` (its components).
+        model: the eager model; its `config` is saved beside.
+        generation_config: saved as `generation_config.json` (a generation export).
+        tokenizer: saved too when given, so `hfexport generate` can print text.
+        export_config: saved as `export_config.json`.
+        overwrite: replace an existing folder's contents; otherwise a non-empty folder is an error.
+        manifest_extra: more manifest entries (a generation export's cache).
+        report: written as `report.json`, with each component's files and bytes added.
+
+    Returns:
+        A `SavedExport`.
+    """
+    if kind not in ("model", "generation"):
+        raise ValueError(f"kind must be 'model' or 'generation', got {kind!r}")
+    target = Path(directory).resolve()
+    with staged_folder(target, overwrite=overwrite) as staging:
+        components = {}
+        for name, artifact in artifacts.items():
+            files = exporter.write(artifact, staging, name=name)
+            components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
+                                **record_entry(record_of(artifact))}
+        manifest = {
+            "hfexport_manifest": MANIFEST_VERSION,
+            "kind": kind,
+            "format": exporter.format,
+            "model_class": type(model).__name__ if model is not None else None,
+            **(manifest_extra or {}),
+            "components": components,
+        }
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
+        written = _with_sizes(report, components) if report is not None else None
+        if written is not None:
+            (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
+        if export_config is not None:
+            (staging / "export_config.json").write_text(export_config.to_json(indent=2))
+        if model is not None and getattr(model, "config", None) is not None:
+            model.config.save_pretrained(staging)
+        if generation_config is not None:
+            generation_config.save_pretrained(staging)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+    return SavedExport(target, manifest, written)

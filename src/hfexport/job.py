@@ -1,0 +1,288 @@
+"""`export_to_folder`: the one export job every front end calls.
+
+```
+export_to_folder(model, config, out, generate=..., validate=...)
+  load      a preset (`tiny:llama`), a folder written by `save_pretrained`, a hub id, or a model you built
+  export    the whole model as one graph, or its generation components (`generate=True`)
+  validate  each artifact in its runtime against eager, at the sample shape and shapes that differ
+  save      a staged folder moved into place: artifacts, manifest, configs, report
+```
+The CLI (`hfexport export`), the coverage matrix's cases and the examples call it; they parse
+and print, nothing more. A failed export or validation writes nothing.
+
+```python
+from hfexport import OnnxConfig
+from hfexport.job import export_to_folder
+
+result = export_to_folder("tiny:llama", OnnxConfig(dynamic=True), "out/tiny-llama")
+result.reports["model"].passed, result.manifest["components"]["model"]["files"]   # True, ['model.onnx']
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .config import ExportConfig
+from .errors import ValidationError
+
+__all__ = ["export_to_folder", "ExportJobResult", "default_min_cosine"]
+
+
+@dataclasses.dataclass
+class ExportJobResult:
+    """What `export_to_folder` made: the folder, each artifact with its validation report, the
+    manifest written beside them and the report (`report.json`)."""
+
+    directory: Path
+    model: Any
+    inputs: dict[str, Any]
+    artifacts: dict[str, Any]
+    components: dict[str, tuple[Any, dict[str, Any]]]
+    reports: dict[str, Any]
+    manifest: dict[str, Any]
+    report: dict[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        """Whether every artifact was validated and matched eager."""
+        return bool(self.reports) and all(report.passed for report in self.reports.values())
+
+    def files(self, component: str = "model") -> list[Path]:
+        """The files of one component as written (its main file first): `files("decode")[0]`."""
+        return [self.directory / name for name in self.manifest["components"][component]["files"]]
+
+
+def default_min_cosine(quantize: Any) -> float | None:
+    """How close a quantized artifact must stay to fp32 eager (cosine similarity per output):
+    0.97 for int4 weights, 0.98 for the other schemes; `None` (the fp32 tolerance) unquantized."""
+    if not quantize:
+        return None
+    scheme = quantize if isinstance(quantize, str) else getattr(quantize, "scheme", "")
+    return 0.97 if scheme == "int4-weights" else 0.98
+
+
+class _Silent:
+    """The progress reporter used when the caller gives none."""
+
+    total: int | None = None
+
+    @contextlib.contextmanager
+    def step(self, label: str) -> Iterator[None]:
+        yield
+
+
+def export_to_folder(
+    model: Any,
+    config: ExportConfig,
+    out: str | os.PathLike,
+    *,
+    generate: bool = False,
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+    static_cache: int | None = None,
+    validate: bool = True,
+    atol: float | None = None,
+    rtol: float | None = None,
+    min_cosine: float | None = None,
+    quantize: Any = None,
+    prompt: str = "Hello, world!",
+    overwrite: bool = False,
+    progress: Any = None,
+) -> ExportJobResult:
+    """Load `model`, export it with `config`, validate every artifact against eager and write
+    the export to `out`; return what was made.
+
+    Args:
+        model: `"tiny:<preset>"`, a folder written by `save_pretrained`, a hub id, a
+            `loading.LoadedModel`, or `(model, inputs)`.
+        config: the export config (its format picks the exporter).
+        out: the folder to write (new or empty, or `overwrite=True`).
+        generate: export the generation components (`decompose_for_generation`) instead of one graph.
+        generation_config: for `generate`: e.g. a static cache
+            (`GenerationConfig(cache_implementation="static", max_cache_len=N)`).
+        multi_token_decode: for `generate`: `decode` takes any number of new tokens.
+        static_cache: the seed's static-cache export in one argument: one `decode` graph over a
+            static cache of this many tokens that also prefills (`generate`, `multi_token_decode`
+            and `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`).
+        validate: run each artifact in its runtime against eager before anything is written.
+        atol, rtol: validation tolerance (default per format).
+        min_cosine: judge by cosine similarity instead (default for a quantized export:
+            `default_min_cosine`).
+        quantize: a quantization scheme name (`"int8-dynamic"`, calibrated on the sample inputs)
+            or an `ExportQuantizer`; `config.quantizer` is used when not given.
+        prompt: the sample prompt when the model comes with a tokenizer.
+        overwrite: replace the contents of a non-empty `out`.
+        progress: an object with `step(label)` (a context manager) and a `total` attribute, told
+            each step as it runs (the CLI's progress display).
+
+    Returns:
+        An `ExportJobResult`.
+
+    Raises:
+        ExportError: a step failed (the subclass names it; nothing was written).
+        ValidationError: an artifact differs from eager; `error.reports` holds every report and
+            nothing was written.
+    """
+    from .auto import AutoHfExporter
+    from .storage import check_output_folder
+
+    if static_cache is not None:
+        generation_config = _static_cache(static_cache, generation_config)
+        generate = multi_token_decode = True
+    steps = progress or _Silent()
+    target = Path(out).resolve()
+    check_output_folder(target, overwrite=overwrite)  # refuse before the slow part
+    exporter = AutoHfExporter.from_config(config)
+    if isinstance(quantize, str):
+        from .quantization import quantizer_for
+
+        quantizer_for(config.export_format, quantize)  # an unknown scheme fails before loading anything
+    steps.total = 5 if validate else 4
+    with steps.step(f"loading {_describe(model)}"):
+        loaded = _load(model, prompt)
+    config = _with_quantizer(config, quantize, loaded.inputs)
+    with steps.step("running generate() to find the components" if generate else "preparing inputs"):
+        components = _components(loaded, generate, generation_config, multi_token_decode)
+    if len(components) > 1:
+        steps.total = (steps.total or 0) + len(components) - 1
+
+    def exporting(name: str, module: Any):
+        return steps.step(f"exporting {name} ({type(module).__name__}) to {config.export_format}")
+
+    # the job validates every component itself, so the exporter does not validate once more
+    export_config = config.replace(validate=False) if config.validate else config
+    artifacts = exporter.export_components(components, export_config, on_component=exporting)
+    reports: dict[str, Any] = {}
+    if validate:
+        with steps.step(f"validating in {config.export_format}'s runtime against eager"):
+            reports = _validated(artifacts, components, target, atol=atol, rtol=rtol,
+                                 min_cosine=min_cosine if min_cosine is not None else default_min_cosine(config.quantizer))
+    report = _report(loaded, config, artifacts, reports, generate, quantize)
+    with steps.step(f"writing {target}"):
+        saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report)
+    return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
+                           saved.report)
+
+
+def _static_cache(length: int, generation_config: Any) -> Any:
+    if generation_config is not None:
+        raise ValueError("pass static_cache or generation_config, not both (static_cache=N is "
+                         "GenerationConfig(cache_implementation='static', max_cache_len=N))")
+    if not isinstance(length, int) or isinstance(length, bool) or length < 2:
+        raise ValueError(f"static_cache is the cache length in tokens, an int >= 2; got {length!r}")
+    from transformers import GenerationConfig
+
+    return GenerationConfig(cache_implementation="static", max_cache_len=length)
+
+
+def _describe(model: Any) -> str:
+    if isinstance(model, str):
+        return model
+    if isinstance(model, tuple):
+        return type(model[0]).__name__
+    return getattr(model, "source", type(model).__name__)
+
+
+def _load(model: Any, prompt: str) -> Any:
+    """`model` as a `LoadedModel` (a spec is loaded; a model built in Python is taken as it is)."""
+    from .loading import LoadedModel, load_model
+
+    if isinstance(model, LoadedModel):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return load_model(os.fspath(model), prompt=prompt)
+    if isinstance(model, tuple) and len(model) == 2:
+        return LoadedModel(model[0], dict(model[1]), type(model[0]).__name__)
+    raise TypeError(f"export_to_folder takes a model spec, a LoadedModel or (model, inputs); got {type(model).__name__}")
+
+
+def _with_quantizer(config: ExportConfig, quantize: Any, inputs: dict[str, Any]) -> ExportConfig:
+    """`config` with the quantizer `quantize` names (a scheme is calibrated on the sample inputs)."""
+    if quantize is None:
+        return config
+    if isinstance(quantize, str):
+        from .quantization import quantizer_for
+
+        quantize = quantizer_for(config.export_format, quantize, calibration=[inputs])
+    return config.replace(quantizer=quantize)
+
+
+def _components(loaded: Any, generate: bool, generation_config: Any, multi_token_decode: bool) -> dict[str, Any]:
+    """`{name: (module, kwargs)}`: the whole model, or its generation components."""
+    if not generate:
+        if generation_config is not None or multi_token_decode:
+            raise ValueError("generation_config and multi_token_decode shape the generation components: "
+                             "pass generate=True (--generate)")
+        return {"model": (loaded.model, loaded.inputs)}
+    from .generation.decompose import decompose_for_generation
+
+    # generate() starts an encoder-decoder's decoder itself: the prompt is the encoder's inputs
+    prompt = {k: v for k, v in loaded.inputs.items() if not k.startswith("decoder_")}
+    return decompose_for_generation(loaded.model, prompt, generation_config=generation_config,
+                                    multi_token_decode=multi_token_decode)
+
+
+def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Path, **options: Any) -> dict[str, Any]:
+    """Every artifact validated against its eager module; `ValidationError` (holding every report)
+    when one differs."""
+    from .record import record_of
+    from .validation import validate_components
+
+    reports = validate_components(artifacts, components, **options)
+    for name, report in reports.items():
+        if not report.passed:
+            error = ValidationError(
+                f"the exported {name!r} differs from eager PyTorch (max abs difference {report.max_abs:.3g}); "
+                f"nothing was written to {target}",
+                model=record_of(artifacts[name]).model_class,
+                remedy="look at the failing outputs in the report; pass a larger tolerance (--tolerance) to accept "
+                "the difference, or validate=False (--no-validate) to write the artifacts anyway",
+            )
+            error.reports = reports
+            raise error
+    return reports
+
+
+def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], reports: dict[str, Any], generate: bool,
+            quantize: Any) -> dict[str, Any]:
+    """What `report.json` says (files and sizes are added when the export is saved)."""
+    from .record import record_of
+
+    seconds = {name: record_of(artifact).details.get("export_seconds", 0.0) for name, artifact in artifacts.items()}
+    quantizer = config.quantizer
+    return {
+        "model": loaded.source,
+        "model_class": type(loaded.model).__name__,
+        "format": config.export_format,
+        "generate": bool(generate),
+        "export_seconds": round(sum(seconds.values()), 3),
+        "quantize": quantize if isinstance(quantize, str) else (quantizer.scheme if quantizer is not None else None),
+        "weight_bytes": sum(t.numel() * t.element_size()
+                            for t in [*loaded.model.parameters(), *loaded.model.buffers()]),
+        "components": {
+            name: {"export_seconds": seconds[name], "record": record_of(artifact).summary(),
+                   "validation": reports[name].to_dict() if name in reports else None}
+            for name, artifact in artifacts.items()
+        },
+    }
+
+
+def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, config: ExportConfig, generate: bool,
+          generation_config: Any, overwrite: bool, report: dict[str, Any]) -> Any:
+    if generate:
+        from .generation.package import save_generation_export
+
+        return save_generation_export(exporter, artifacts, target, model=loaded.model,
+                                      generation_config=generation_config, tokenizer=loaded.tokenizer,
+                                      export_config=config, overwrite=overwrite, report=report, details=True)
+    from .bundle import save_export
+
+    return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,
+                       export_config=config, overwrite=overwrite, report=report)
+

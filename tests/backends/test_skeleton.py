@@ -1,0 +1,56 @@
+"""Every backend folder has the same files and names: knowing one backend means knowing all."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import hfexport
+from hfexport.config import BUILTIN_FORMATS
+from hfexport.extensions import FORMATS
+
+FILES = ("__init__.py", "config.py", "exporter.py", "artifact.py", "runner.py", "patches.py")
+_PACKAGES = {"onnx": "onnxruntime", "openvino": "openvino", "executorch": "executorch"}
+
+
+@pytest.mark.parametrize("fmt", BUILTIN_FORMATS)
+def test_a_backend_folder_has_the_shared_files(fmt):
+    folder = Path(hfexport.__file__).parent / "backends" / fmt
+    assert sorted(f for f in FILES if not (folder / f).is_file()) == []
+    package = importlib.import_module(f"hfexport.backends.{fmt}")
+    assert package.__doc__ and package.__all__
+    for name in package.__all__:
+        assert getattr(package, name) is not None
+
+
+@pytest.mark.parametrize("fmt", BUILTIN_FORMATS)
+def test_a_backends_classes_are_where_its_names_say(fmt):
+    if fmt in _PACKAGES:
+        pytest.importorskip(_PACKAGES[fmt])
+    from hfexport.exporter import HfExporter
+    from hfexport.runner import Runner
+
+    entry = FORMATS.get(fmt)
+    exporter, config, runner = entry.exporter_class(), entry.config_class(), entry.runner_class()
+    prefix = exporter.__name__.removesuffix("Exporter")
+    assert (config.__name__, runner.__name__) == (f"{prefix}Config", f"{prefix}Runner")
+    assert exporter.__module__ == f"hfexport.backends.{fmt}.exporter" and issubclass(exporter, HfExporter)
+    assert config.__module__ == f"hfexport.backends.{fmt}.config" and issubclass(runner, Runner)
+    assert exporter.format == config.export_format == fmt and exporter.config_class is config
+
+
+@pytest.mark.parametrize("fmt", BUILTIN_FORMATS)
+def test_every_fx_fix_of_a_backend_is_in_its_order_tuple(fmt):
+    """The order FX fixes run in is the exporter's tuple, never the order modules were imported."""
+    if fmt in _PACKAGES:
+        pytest.importorskip(_PACKAGES[fmt])
+    from hfexport.builtins import load_workarounds
+    from hfexport.workarounds import FX_NODE_FIXES, FX_PROGRAM_FIXES
+
+    load_workarounds()
+    exporter = FORMATS.get(fmt).exporter_class()
+    mine = sorted(f.name for f in [*FX_NODE_FIXES.values(), *FX_PROGRAM_FIXES.values()] if fmt in f.formats)
+    assert sorted(exporter.fix_order) == mine
