@@ -156,7 +156,7 @@ def run_one(backend: str, source: str | None, repeats: int) -> dict:
 
 def decode_graph_ms(generation, prompt) -> float:
     """Median time of the `decode` graph's own call, on the feed the runner builds after the prompt."""
-    from hfexport.generation.runner import _State  # the runner's loop state: its feed, without the loop
+    from hfexport.generation.loop import _State  # the runner's loop state: its feed, without the loop
 
     runner = generation.runners["decode"]
     record = runner.record

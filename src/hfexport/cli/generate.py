@@ -22,7 +22,8 @@ def _prompt_ids(args, runner) -> list[int]:
 
 
 def run(args) -> int:
-    from ..generation.runner import GenerationRunner
+    """Run `hfexport generate` with the parsed `args`: generate from a saved export and print the tokens."""
+    from ..generation.loop import GenerationRunner
 
     runner = GenerationRunner.load(args.export_dir)
     ids = _prompt_ids(args, runner)

@@ -21,7 +21,7 @@ import contextlib
 import copy
 import inspect
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.utils._pytree as pytree
@@ -35,11 +35,15 @@ from .front import fronted
 __all__ = ["decompose_for_generation", "interface_kwargs", "initial_cache", "starting_component",
            "note_initial_cache", "merge_decode_steps", "Component", "PROJECTOR_NAMES"]
 
-#: Attribute names under which a multimodal model exposes its projector (SPEC R6).
+#: Attribute names under which a multimodal model exposes its projector (the names the README documents).
 PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
 
-#: `(submodule, forward kwargs)` of one component.
-Component = tuple[torch.nn.Module, dict[str, Any]]
+class Component(NamedTuple):
+    """One generation component: the module to export and the kwargs `generate` called it with
+    (a tuple, so `for name, (submodel, subinputs) in components.items()` reads it)."""
+
+    module: torch.nn.Module
+    kwargs: dict[str, Any]
 
 
 @contextlib.contextmanager
@@ -105,7 +109,7 @@ def decompose_for_generation(
     Returns:
         `{name: (submodule, kwargs)}`; `submodule(**kwargs)` reproduces what `generate` computed,
         and `exporter.export(submodule, kwargs)` gives a program whose interface takes the same
-        kwargs (the cache as `past_key_values`, the seed's name). A static cache's `decode` (and
+        kwargs (the cache as `past_key_values`, its long-standing name). A static cache's `decode` (and
         `prefill`) takes one boolean causal mask `[batch, 1, query, cache_length]`. Where the
         interface's names or mask are not what the model takes, `submodule` is a
         `ComponentFront` around it (`front.py`; `front.unwrap` gives the model).
@@ -155,7 +159,7 @@ def decompose_for_generation(
     decode = merge_decode_steps(top_calls[1], top_calls[2]) if multi_token_decode else top_calls[1]
     prompt_length = kwargs["input_ids"].shape[1] if isinstance(kwargs.get("input_ids"), torch.Tensor) else 0
     components["decode"] = _with_causal_mask(model, top_calls[1:needed], decode, kwargs, past=prompt_length)
-    return {part: fronted(module, interface_kwargs(step)) for part, (module, step) in components.items()}
+    return {part: Component(*fronted(module, interface_kwargs(step))) for part, (module, step) in components.items()}
 
 
 @contextlib.contextmanager
@@ -164,7 +168,7 @@ def full_length_caches() -> Iterator[None]:
     every token in sliding-window and chunked layers (a `DynamicLayer` / `StaticLayer` where transformers would use a window-sized
     layer); the masks still apply the window.
 
-    # NOTE: the seed exports sliding-window layers with a full key-value cache. A window-sized
+    # NOTE: sliding-window layers are exported with a full key-value cache (the mask applies the window). A window-sized
     # layer gives each layer type its own cache length (a runner would allocate several shapes),
     # caps a dynamic cache's length at the window (a decode step traced on a short prompt is then
     # guarded on that one length), and makes the prefill take the window as a tensor input
@@ -198,7 +202,7 @@ def full_length_caches() -> Iterator[None]:
 def _with_causal_mask(model: torch.nn.Module, steps: list[dict[str, Any]], component: dict[str, Any],
                       prompt: dict[str, Any], *, past: int) -> Component:
     """`(module, kwargs)` for a top-level component whose `attention_mask` is the precomputed mask
-    of a static cache: the seed's boolean causal mask and a front that builds the model's masks
+    of a static cache: one boolean causal mask and a front that builds the model's masks
     from it (see `masks.py`), when that reproduces every mask of `steps` (the calls it covers, the
     first after `past` tokens) exactly; else as captured."""
     from .masks import causal_mask, mask_layout, masks_from_causal, same_masks
@@ -246,7 +250,7 @@ def _with_allocated_cache(prefill: dict[str, Any], decode: dict[str, Any]) -> di
 def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dict[str, Any],
                     prompt: dict[str, Any]) -> Component:
     """The prefill of a static cache: its cache allocated (`_with_allocated_cache`) and, like the
-    decode's, the seed's boolean causal mask over the whole cache in place of generate's 2-D one,
+    decode's, one boolean causal mask over the whole cache in place of generate's 2-D one,
     when the model gives the same logits with it.
 
     # NOTE: `generate` passes the prefill a 2-D padding mask (or none) and the model builds its 4-D masks
@@ -300,7 +304,7 @@ def merge_decode_steps(first: dict[str, Any], second: dict[str, Any]) -> dict[st
     """One forward doing two consecutive decode steps: the cache as `first` saw it, the new tokens
     of both calls along the query axis.
 
-    # NOTE: what makes the query axis symbolic (SPEC R7). Every query-aligned input is merged,
+    # NOTE: what makes the query axis symbolic (`multi_token_decode`). Every query-aligned input is merged,
     # whatever container holds it (a dict of masks per layer type, a list, a tuple):
     # `_QUERY_AXIS` inputs are concatenated; a 4D attention mask (`[b, 1, q, kv]`, what `generate`
     # passes with a static cache) stacks its query rows; a 2D one covers past + new tokens, so the
@@ -341,7 +345,7 @@ def initial_cache(kwargs: dict[str, Any]) -> dict[str, Any]:
     (`cache.0.cumulative_length`: 0, `cache.0._sliding_window_tensor`: 4).
 
     A runner allocates the large buffers itself (zeros of the recorded shapes); these small ones
-    carry values it cannot guess. A static cache is `reset()` first, as the seed resets the
+    carry values it cannot guess. A static cache is `reset()` first, as the README's Dynamo loop resets the
     program's own template: its write counters start at 0 whatever the capture left in them.
     """
     key = next((k for k in _CACHE_KEYS if k in kwargs), None)
@@ -375,12 +379,12 @@ def note_initial_cache(components: dict[str, Component], artifacts: dict[str, An
 
 def interface_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` with the cache under its long-standing name, `past_key_values`: the exported
-    interface is the seed's (`decode(input_ids=..., past_key_values=...)`) while transformers 5.24
+    interface is the documented one (`decode(input_ids=..., past_key_values=...)`) while transformers 5.24
     calls the argument `cache`. The capture front hands it to the model under the model's own name
     (`capture.named_kwargs_forward`), so models whose old name differs (Mamba's `cache_params`)
     still get their cache.
 
-    The order is the seed's too: `input_ids, attention_mask, position_ids`, the rest, the cache
+    The order is the documented one too: `input_ids, attention_mask, position_ids`, the rest, the cache
     last. Runtimes that take inputs by position (ExecuTorch's `method.execute`, the C++
     `set_input(.., i)`) see `[input_ids, attention_mask, position_ids, cache x N]`."""
     kwargs = with_interface_cache_name(kwargs)

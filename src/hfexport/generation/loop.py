@@ -14,7 +14,7 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #   - dynamic cache: `prefill` on the prompt, then `decode` one token at a time, the cache leaves
 #     each call returns (`cache.<layer>.<tensor>`) fed to the next;
 #   - static cache (`cache_implementation="static"` + `multi_token_decode`): the one `decode`
-#     graph takes the whole prompt on an empty cache, then one token per call, with the seed's
+#     graph takes the whole prompt on an empty cache, then one token per call, with the documented
 #     boolean causal mask `[1, 1, q, max_cache_len]`; the cache starts as zeros of the recorded
 #     shapes and its write counters come back with every call;
 #   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
@@ -53,6 +53,7 @@ class GenerationResult:
     logits: list[torch.Tensor] | None = None  # per step, the last position's logits (`output_logits=True`)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-able dict (per-step logits left out)."""
         out = dataclasses.asdict(self)
         out.pop("logits")
         return out
@@ -275,7 +276,7 @@ class _State:
         if name == "attention_mask" and self.is_seq2seq:
             return self.prompt_mask
         if name.endswith("attention_mask"):
-            if len(shape) == 4:  # the seed's boolean causal mask over the whole static cache
+            if len(shape) == 4:  # the documented boolean causal mask over the whole static cache
                 length = self._cache_length()
                 if self.past + q > length:
                     raise ExportError(f"{self.past + q} tokens do not fit the static cache of {length}",
