@@ -13,6 +13,9 @@ pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
 from hfexport import fuzz  # noqa: E402
+from hfexport.fuzz import driver  # noqa: E402
+from hfexport.fuzz.checks import _is_refusal  # noqa: E402
+from hfexport.fuzz.example import _known_failure  # noqa: E402
 from hfexport.errors import CaptureError, ConversionError, PrepareError, ValidationError  # noqa: E402
 
 #: The CI run: a seed whose examples cover both parts, dynamic and static caches, both backends.
@@ -66,7 +69,7 @@ def test_drawn_prompts_and_caches_fit(example):
         assert example.max_cache_len > example.prompt_len + max(example.new_tokens, 3)  # decompose captures 3 steps
     else:
         assert example.max_cache_len is None
-    assert not fuzz._known_failure(example.arch, example.backend, example.modes)
+    assert not _known_failure(example.arch, example.backend, example.modes)
     mask = example.prompt()["attention_mask"]
     assert mask.shape == (example.batch, example.prompt_len) and int((mask == 0).sum()) == example.padding
 
@@ -157,13 +160,13 @@ def test_finding_markdown_holds_the_error_and_reproduction():
 
 def test_refusals_are_export_errors_with_a_real_remedy():
     declined = CaptureError("a dimension you marked dynamic cannot be dynamic", remedy="make that dimension static")
-    assert fuzz._is_refusal("export", declined) and fuzz._is_refusal("export-components", declined)
-    assert not fuzz._is_refusal("runner", declined)  # at run time, a declared limit is still a failure
-    assert not fuzz._is_refusal("export", CaptureError("torch.export failed", remedy="rerun with --debug ..."))
-    assert not fuzz._is_refusal("export", ConversionError("plan", remedy="... please report the model to hfexport"))
-    assert not fuzz._is_refusal("export", ValidationError("differs", remedy="pass --tolerance"))
-    assert not fuzz._is_refusal("export", PrepareError("no remedy"))
-    assert not fuzz._is_refusal("export", RuntimeError("boom"))
+    assert _is_refusal("export", declined) and _is_refusal("export-components", declined)
+    assert not _is_refusal("runner", declined)  # at run time, a declared limit is still a failure
+    assert not _is_refusal("export", CaptureError("torch.export failed", remedy="rerun with --debug ..."))
+    assert not _is_refusal("export", ConversionError("plan", remedy="... please report the model to hfexport"))
+    assert not _is_refusal("export", ValidationError("differs", remedy="pass --tolerance"))
+    assert not _is_refusal("export", PrepareError("no remedy"))
+    assert not _is_refusal("export", RuntimeError("boom"))
 
 
 def test_signature_blanks_sizes_symbols_and_model_names():
@@ -223,7 +226,7 @@ def _fake_run(example: fuzz.Example) -> fuzz.Outcome:
 def test_the_driver_shrinks_each_distinct_failure_and_runs_the_whole_budget(monkeypatch, tmp_path):
     import io
 
-    monkeypatch.setattr(fuzz, "run_example", _fake_run)
+    monkeypatch.setattr(driver, "run_example", _fake_run)  # the name the session calls
     out, report = io.StringIO(), tmp_path / "findings.md"
     options = fuzz.FuzzOptions(examples=30, seed=3, shrink_budget=500, report=str(report), progress=False)
     summary = fuzz.fuzz(options, out=out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 
 def run(args) -> int:
+    """Run `hfexport fuzz` with the parsed `args` (see `hfexport.fuzz`)."""
     from .. import fuzz
 
     return fuzz.run(args)
