@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import traceback
 
@@ -15,7 +14,9 @@ def _parser() -> argparse.ArgumentParser:
     from ..presets import preset_names
 
     parser = argparse.ArgumentParser(prog="hfexport", description=__doc__)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs (implies --verbose)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show other packages' log records, warnings and native output (hidden by default)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     export = sub.add_parser("export", help="export a model, validate it against eager, write artifact + report")
@@ -24,7 +25,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
     export.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
     export.add_argument("--delegate", help="with --format executorch: the delegate, xnnpack (default) | cuda | mlx")
-    export.add_argument("--backend", dest="delegate", help=argparse.SUPPRESS)  # the seed's name for --delegate
+    export.add_argument("--backend", dest="delegate", help=argparse.SUPPRESS)  # its name before 0.2
     export.add_argument("--generate", action="store_true",
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--static-cache", type=int, metavar="N", default=None,
@@ -83,15 +84,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the `hfexport` command line on `argv` (default: the process's); return the exit code."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="hfexport: %(levelname)s: %(message)s")
     from . import coverage, env, export, fuzz, generate, patches
+    from .quiet import command_output
 
     command = {"export": export.run, "generate": generate.run, "coverage": coverage.run, "fuzz": fuzz.run,
                "env": env.run, "patches": patches.run}[args.command]
     try:
-        return command(args)
+        # the summary of what was hidden comes before an error line, so that the error is the last line
+        with command_output(verbose=args.verbose, debug=args.debug):
+            return command(args)
     except KeyboardInterrupt:
         print("hfexport: interrupted; nothing was written", file=sys.stderr)
         return 130
