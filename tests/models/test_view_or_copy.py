@@ -32,17 +32,28 @@ class _TransposesBackContiguous(torch.nn.Module):
         return (heads.view(batch, query, HEADS * HEAD_DIM),)
 
 
+class _FlattensSplitHeads(torch.nn.Module):
+    """Falcon's `_split_heads`: heads carved out of a fused projection, then flattened back."""
+
+    def forward(self, hidden_states):
+        batch, query, _ = hidden_states.shape
+        qkv = hidden_states.view(batch, query, 1, HEADS + 2, HEAD_DIM)  # one key/value group: the heads, k, v
+        return (qkv[:, :, :, :-2].flatten(2, 3) * 2,)
+
+
 def _runs_one_token(module: torch.nn.Module) -> None:
-    program = DynamoExporter().export(module, {"hidden_states": torch.randn(2, 2, HEADS * HEAD_DIM)},
+    width = (HEADS + 2) * HEAD_DIM if isinstance(module, _FlattensSplitHeads) else HEADS * HEAD_DIM
+    program = DynamoExporter().export(module, {"hidden_states": torch.randn(2, 2, width)},
                                       config=DynamoConfig(dynamic=True))
-    one = torch.randn(2, 1, HEADS * HEAD_DIM)
+    one = torch.randn(2, 1, width)
     torch.testing.assert_close(program.module()(hidden_states=one)[0], module(one)[0])
 
 
 @pytest.mark.parametrize(("module", "patch"), [
     (_ReshapesATransposedQuery, "patch_torch_tensor_reshape"),
     (_TransposesBackContiguous, "patch_torch_tensor_contiguous"),
-], ids=["reshape", "contiguous"])
+    (_FlattensSplitHeads, "patch_torch_tensor_flatten"),
+], ids=["reshape", "contiguous", "flatten"])
 def test_a_program_traced_at_two_tokens_takes_one(module, patch):
     _runs_one_token(module())
     with without(PATCHES, patch), pytest.raises(Exception, match="Guard failed"):  # still needed

@@ -23,7 +23,7 @@ import torch
 
 from ..workarounds import register_patch
 
-__all__ = ["patch_torch_tensor_reshape", "patch_torch_tensor_contiguous", "view_is_possible"]
+__all__ = ["patch_torch_tensor_reshape", "patch_torch_tensor_flatten", "patch_torch_tensor_contiguous", "view_is_possible"]
 
 _ALL_BACKENDS = ("dynamo", "onnx", "openvino", "executorch")
 
@@ -109,13 +109,50 @@ def _reshape_without_guard(original: Callable[..., Any]) -> Callable[..., Any]:
     "query reshaped to (batch * heads, q, d) guards on q != 1 (BLOOM's attention, aten.matmul's decomposition "
     "of query @ key^T), so a multi-token decode refuses one token, and a batch traced at 1 comes out bounded "
     "to 1..2 (Mamba2); copy first where the choice depends on a symbolic size",
-    upstream="torch 2.13 aten/src/ATen/native/TensorShape.cpp reshape_symint -> computeStride (guards on "
-    "symbolic strides)",
+    upstream="not filed upstream (searched pytorch/pytorch issues for 'reshape guard symbolic strides "
+    "computeStride view or copy' and 'backed_size_oblivious reshape transposed'; #124581 and #152972 cover "
+    "unbacked sizes only); torch 2.13 aten/src/ATen/native/TensorShape.cpp reshape_symint -> computeStride "
+    "(guards on symbolic strides)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
     remove_when="torch>2.13.0",
 )
 def patch_torch_tensor_reshape(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`reshape` that copies first where view-or-copy depends on a symbolic size."""
     return _reshape_without_guard(original)
+
+
+def _flattened(tensor: torch.Tensor, start_dim: int, end_dim: int) -> list[Any]:
+    """`tensor`'s shape with dims `start_dim..end_dim` merged into one (what `flatten` views it as)."""
+    rank = tensor.dim()
+    start, end = start_dim % max(rank, 1), end_dim % max(rank, 1)
+    sizes = list(tensor.shape)
+    merged = 1
+    for size in sizes[start:end + 1]:
+        merged = merged * size
+    return [*sizes[:start], merged, *sizes[end + 1:]]
+
+
+@register_patch(
+    _ALL_BACKENDS,
+    "torch.Tensor.flatten", "torch.flatten",
+    reason="flatten is a reshape inside ATen, so it guards the same view-or-copy decision: Falcon's "
+    "`x.flatten(2, 3)` of its split heads guarded a one-graph export on more than one token; copy first where "
+    "the choice depends on a symbolic size",
+    upstream="not filed upstream (the same guard as patch_torch_tensor_reshape's, see there); torch 2.13 "
+    "aten/src/ATen/native/TensorShape.cpp flatten -> reshape_symint -> computeStride",
+    seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
+    remove_when="torch>2.13.0",
+)
+def patch_torch_tensor_flatten(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`flatten` that copies first where view-or-copy depends on a symbolic size."""
+    def flatten(self: torch.Tensor, start_dim: int = 0, end_dim: int = -1, *args: Any) -> torch.Tensor:
+        if isinstance(self, torch.Tensor) and not args and isinstance(start_dim, int) and isinstance(end_dim, int) \
+                and self.dim() > 0 and _is_symbolic(self):
+            if view_is_possible(list(self.shape), list(self.stride()), _flattened(self, start_dim, end_dim)) is None:
+                self = self.clone(memory_format=torch.contiguous_format)
+        return original(self, start_dim, end_dim, *args)
+
+    return flatten
 
 
 @register_patch(
@@ -124,11 +161,15 @@ def patch_torch_tensor_reshape(original: Callable[..., Any]) -> Callable[..., An
     reason="contiguous() checks is_contiguous on the symbolic strides and guards it: transformers' "
     "attn_output.transpose(1, 2).contiguous() after an eager attention guards on the query length "
     "not being 1 (Gemma-2's multi-token decode refuses one token); copy where the check depends on a size",
-    upstream="torch 2.13 TensorImpl::is_contiguous on symbolic sizes (guards; is_contiguous_or_false does not)",
+    upstream="not filed upstream (searched pytorch/pytorch issues for 'contiguous is_contiguous guard symbolic "
+    "size export'; pytorch/pytorch#185084, fixing #165032, changed the Python check_contiguous_sizes_strides "
+    "only); torch 2.13 TensorImpl::is_contiguous on symbolic sizes (guards; the Python "
+    "torch._prims_common.is_contiguous_or_false does not)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
     remove_when="torch>2.13.0",
 )
 def patch_torch_tensor_contiguous(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`contiguous` that copies where contiguity depends on a symbolic size."""
     # read from torch 2.13: `is_contiguous_or_false` decides without a guard (False when unsure)
     from torch._prims_common import is_contiguous_or_false
 
