@@ -25,7 +25,8 @@ def _is_legacy_empty(value: object) -> bool:
     reason="transformers' DynamicLayer starts each cache as torch.tensor([]) and torch.cat's it with "
     "[b, h, s, d] states along dim -2; PyTorch skips such legacy empty 1-D inputs, OpenVINO's PyTorch "
     "frontend fails ('Axis -2 out of the tensor rank range [-1, 0]'). Drop the empty input.; remove once OpenVINO's aten.cat translation skips empty 1-D inputs",
-    upstream="not filed upstream yet (searched openvinotoolkit/openvino issues, none matches)",
+    upstream="not filed upstream (searched openvinotoolkit/openvino issues for 'PyTorch frontend aten.cat empty "
+    "tensor Axis -2 out of the tensor rank range', none matches); OpenVINO 2026.4.1 PyTorch FE aten.cat",
     seen_with={"openvino": "2026.4.1", "transformers": "5.24.0"},
     remove_when="openvino>2026.4.1",
 )

@@ -166,7 +166,7 @@ def register_patch(
     """Register a patch: `factory(original)` replaces each target for the export's duration.
 
     Args:
-        formats: the export format(s) the patch applies to (the seed's `backend`).
+        formats: the export format(s) the patch applies to (called `backend` before 0.2).
         dotted_paths: the attributes to swap (`"torch.split"`, `"pkg.mod.Class.method"`).
         reason: why the patch exists (one sentence).
         upstream: the upstream bug (`"owner/repo#N"`), or where the behaviour lives upstream.
@@ -226,7 +226,10 @@ class PatchSession:
         def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)
             def called(*args: Any, **kwargs: Any) -> Any:
-                self._reached.add(patch.name)
+                # not while TorchDynamo traces (ExecuTorch's XNNPACK partitioner traces its SDPA
+                # pattern through the patched function): a set mutated there is a traced side effect
+                if not _dynamo_tracing():
+                    self._reached.add(patch.name)
                 return fn(*args, **kwargs)
 
             return called
@@ -237,6 +240,12 @@ class PatchSession:
             return {key: mark(value) if inspect.isfunction(value) and original.get(key) is not value else value
                     for key, value in replacement.items()}
         return replacement
+
+
+def _dynamo_tracing() -> bool:
+    import torch
+
+    return bool(torch.compiler.is_dynamo_compiling())
 
 
 @contextlib.contextmanager

@@ -27,11 +27,13 @@ __all__ = ["patch_sdpa_symbolic_is_causal", "patch_transformers_sdpa_with_mask"]
     "torch.nn.functional.scaled_dot_product_attention",
     reason="transformers' sdpa_attention_forward passes a SymBool is_causal when the query length is "
     "symbolic with sample 1 (e.g. Qwen2-VL's decode, which has no mask); decide it at trace time; remove once transformers computes is_causal as a Python bool under torch.export",
-    upstream="transformers: TODO in integrations/sdpa_attention.py (huggingface/transformers#46196 discussion)",
+    upstream="huggingface/transformers#46196 (its review left a SymBool is_causal under torch.export to exporters: "
+    "the TODO in 5.24 integrations/sdpa_attention.py); SDPA's schema takes no SymBool: pytorch/pytorch#154038 (closed)",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
     remove_when="transformers>5.24.0",
 )
 def patch_sdpa_symbolic_is_causal(original: Callable[..., Any]) -> Callable[..., Any]:
+    """SDPA that decides a symbolic `is_causal` at trace time."""
     def scaled_dot_product_attention(*args: Any, is_causal: Any = False, **kwargs: Any) -> torch.Tensor:
         if isinstance(is_causal, torch.SymBool):
             is_causal = bool(is_causal)
@@ -62,7 +64,9 @@ def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
     "grouped heads, `q_length > 1` for is_causal) even when a mask is given or the attention is not causal: "
     "a decode graph traced at 2 query tokens then guards on more than one (the static-cache loop's single-token "
     "steps are refused), and a one-graph Whisper's decoder refuses a single token through its cross-attention",
-    upstream="transformers: integrations/sdpa_attention.py (pack_gqa and is_causal preamble, 5.24)",
+    upstream="not filed upstream (searched huggingface/transformers issues for 'sdpa_attention_forward q_length "
+    "pack_gqa guard torch.export decode', none matches); transformers 5.24 integrations/sdpa_attention.py "
+    "(pack_gqa and is_causal preamble)",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
     remove_when="transformers>5.24.0",
 )

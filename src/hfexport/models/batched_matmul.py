@@ -33,12 +33,17 @@ def _same_size(a: Any, b: Any) -> bool:
     ("dynamo", "onnx", "openvino", "executorch"),
     "torch.matmul", "torch.Tensor.__matmul__",
     reason="the decomposition of aten.matmul guards on the batch being 1 when it reshapes an expanded or "
-    "strided 3-D operand (every rotary embedding): a batch traced at 1 comes out bounded to 1..2",
-    upstream="torch 2.13 _decomp/decompositions.py matmul (reshape of a batch-expanded operand)",
+    "strided 3-D operand (every rotary embedding): a batch traced at 1 comes out bounded to 1..2; "
+    "patch_torch_tensor_reshape also avoids that guard, by copying both operands (measured with torch 2.13), "
+    "so this patch now saves those copies (bmm takes the operands as they are)",
+    upstream="not filed upstream (searched pytorch/pytorch issues for 'matmul decomposition reshape expanded "
+    "operand guard batch size 1', none matches); torch 2.13 _decomp/decompositions.py matmul (reshape of a "
+    "batch-expanded operand)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
     remove_when="torch>2.13.0",
 )
 def patch_torch_matmul_batched(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch.matmul` / `@` that multiplies one batch of 3-D operands with `torch.bmm` (no reshape to decide)."""
     def matmul(input: Any, other: Any, *, out: Any = None) -> Any:
         if out is None and isinstance(input, torch.Tensor) and isinstance(other, torch.Tensor):
             if input.dim() == 3 and other.dim() == 3 and _same_size(input.shape[0], other.shape[0]):
@@ -53,14 +58,19 @@ def patch_torch_matmul_batched(original: Callable[..., Any]) -> Callable[..., An
 @register_patch(
     ("dynamo", "onnx", "openvino", "executorch"),
     "torch.nn.functional.linear",
-    reason="a Linear on a strided slice (the LM head on `hidden_states[:, -1:]`, generate's logits_to_keep=1) "
-    "decomposes to a reshape that guards on the batch being 1: a prefill traced at batch 1 comes out bounded "
-    "to 1..2",
-    upstream="torch 2.13 _decomp/decompositions.py matmul (reshape of a strided operand)",
+    reason="a Linear with a bias on a strided slice (the LM head on `hidden_states[:, -1:]`, generate's "
+    "logits_to_keep=1; Phi, GPT-J) has ATen's linear check the input's contiguity, which guards on the batch "
+    "being 1: a prefill traced at batch 1 comes out bounded to 1..2 (without a bias the matmul path is "
+    "patch_torch_tensor_reshape's)",
+    upstream="not filed upstream (searched pytorch/pytorch issues for 'torch.export linear slice batch 1 guard' "
+    "and 'is_contiguous_or_false guard backed size 1', none matches; related, for the Python contiguity check "
+    "only: pytorch/pytorch#185084, which fixes #165032); torch 2.13 at::native::linear -> is_contiguous_or_false -> "
+    "SymbolicShapeMeta::init_is_contiguous guards Eq(batch, 1) (TORCH_LOGS=+dynamic)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
     remove_when="torch>2.13.0",
 )
 def patch_torch_linear_strided_input(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`F.linear` that copies a strided 3-D input first, so no contiguity check is guarded."""
     # read from torch 2.13: `is_contiguous_or_false` decides without a guard (False when unsure)
     from torch._prims_common import is_contiguous_or_false
 

@@ -31,11 +31,14 @@ __all__ = ["patch_transformers_linear_attention_conv_state"]
     "program traced on a long prompt guards on it (Mamba2 refuses a prompt shorter than its conv kernel) or, "
     "where guards are dropped (ONNX Runtime), returns a conv state of the wrong length; prepend a zero state "
     "instead, as after a decode step",
-    upstream="transformers 5.24 cache_utils.LinearAttentionLayer.update_conv_state (prefill padding branch)",
+    upstream="not filed upstream (searched huggingface/transformers issues for 'update_conv_state prefill pad "
+    "conv states torch.export', none matches; huggingface/transformers#48256 is another prefill conv-state "
+    "bug); transformers 5.24 cache_utils.LinearAttentionLayer.update_conv_state (prefill padding branch)",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
     remove_when="transformers>5.24.0",
 )
 def patch_transformers_linear_attention_conv_state(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`update_conv_state` whose prefill prepends a zero state instead of padding behind a branch."""
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, conv_kernel_size: int | None = None,
                           **kwargs: Any) -> torch.Tensor:
         prefill = not (self.is_conv_states_initialized[state_idx] and self.has_previous_state[state_idx])

@@ -8,7 +8,7 @@ torch.onnx and OpenVINO do not know.
   (`grouped_mm_dense`), so the grouped formulation converts as is.
 - OpenVINO: its converter also lacks `histc`/`empty_permuted` from the grouped routing, so the
   experts switch to transformers' own `batched_mm` implementation (gather each row's expert
-  weights, one `bmm`), which it converts. ExecuTorch does the same (SPEC R10).
+  weights, one `bmm`), which it converts. ExecuTorch does the same.
 
 # NOTE: the formulation multiplies every row by every expert's weight and then picks, per row,
 # its own expert's result (`gather`). That costs `num_experts` times the FLOPs of a true grouped
@@ -51,11 +51,14 @@ def grouped_mm_dense(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tens
     reason="with fp32 weights under torch.export transformers calls its custom op "
     "transformers::grouped_mm_fallback, which torch.onnx cannot convert; trace the grouped matmul "
     "as plain ATen ops instead; remove once torch.onnx translates grouped_mm (or transformers stops using the custom op in export)",
-    upstream="transformers: grouped_mm_fallback is a torch.library custom op with no ONNX lowering",
+    upstream="not filed upstream for transformers::grouped_mm_fallback (searched microsoft/onnxscript, "
+    "pytorch/pytorch and huggingface/transformers issues); the aten._grouped_mm counterpart is "
+    "microsoft/onnxscript#2795 (closed)",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
     remove_when="torch>2.13.0",
 )
 def patch_transformers_moe_grouped_mm(original):
+    """transformers' `_grouped_mm` as a dense gather-and-multiply that torch.onnx converts."""
     def _grouped_mm(input: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
         return grouped_mm_dense(input, weight, offs)
 
@@ -67,12 +70,15 @@ def patch_transformers_moe_grouped_mm(original):
     "transformers.integrations.moe.ExpertsInterface.get_interface",
     reason="the grouped_mm experts route tokens with histc/empty_permuted and the grouped_mm custom op, which "
     "OpenVINO's PyTorch frontend cannot convert and XNNPACK cannot run; use transformers' batched_mm experts "
-    "(a gather and one bmm) instead, as the seed prescribes for ExecuTorch; remove once OpenVINO converts aten.histc and aten.empty_permuted",
-    upstream="OpenVINO PyTorch FE: no conversion rule for aten.histc / aten.empty_permuted (seen 2026.4.1)",
+    "(a gather and one bmm) instead, the route the README documents for ExecuTorch; remove once OpenVINO converts aten.histc and aten.empty_permuted",
+    upstream="aten.histc: openvinotoolkit/openvino#37796 (open PR adding it, for #29699); aten.empty_permuted: "
+    "not filed (searched openvinotoolkit/openvino issues, none matches); OpenVINO PyTorch FE has no conversion "
+    "rule for either (seen 2026.4.1)",
     seen_with={"transformers": "5.24.0", "openvino": "2026.4.1"},
     remove_when="openvino>2026.4.1",
 )
 def patch_transformers_experts_interface(original):
+    """The experts interface answering `batched_mm` where the graph would use `grouped_mm`."""
     def get_interface(self, experts_implementation, default):
         if experts_implementation == "grouped_mm":
             experts_implementation = "batched_mm"

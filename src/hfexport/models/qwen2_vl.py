@@ -94,12 +94,14 @@ def block_diagonal_mask(cu_seqlens: torch.Tensor, num_patches: int | torch.SymIn
     reason="the vision tower computes rotary positions and attention segments from grid_thw.tolist() "
     "(data-dependent sizes under torch.export); compute them as tensor ops over the patch index and hand "
     "them to transformers' precompute hooks (kwargs position_ids / cu_seqlens); remove once transformers computes the Qwen2-VL vision layout without .tolist()",
-    upstream="transformers: vision_utils.get_vision_position_ids / get_vision_cu_seqlens loop over "
-    "grid_thw.tolist() (the module says to precompute them before torch.export)",
+    upstream="huggingface/transformers#45396 (merged) moved the layout into vision_utils helpers that loop over "
+    "grid_thw.tolist() and take precomputed kwargs instead; no issue asks for a traceable layout (searched "
+    "huggingface/transformers issues); the same export failure in 4.52's rot_pos_emb: pytorch/pytorch#158786 (closed)",
     seen_with=_SEEN_WITH,
     remove_when="transformers>5.24.0",
 )
 def patch_qwen2_vl_vision_layout(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Qwen2-VL's vision tower computing its patch layout from `grid_thw` in the graph (no `.tolist()`)."""
     def forward(self, hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any) -> Any:
         if "position_ids" not in kwargs and "cu_seqlens" not in kwargs:
             kwargs["position_ids"], kwargs["cu_seqlens"] = vision_patch_layout(
@@ -114,11 +116,14 @@ def patch_qwen2_vl_vision_layout(original: Callable[..., Any]) -> Callable[..., 
     f"{_MODULE}.VisionAttention.forward",
     reason="the vision attention splits the patches per frame with torch.split(lengths.tolist()) "
     "(a data-dependent split under torch.export); attend once with a block-diagonal mask instead; remove once transformers' non-flash vision attention uses a mask instead of a Python-level split",
-    upstream="transformers: Qwen2-VL VisionAttention splits by cu_seqlens for non-flash attention",
+    upstream="not filed upstream (searched huggingface/transformers issues for 'Qwen2-VL VisionAttention "
+    "torch.split lengths.tolist export', none matches); transformers 5.24 VisionAttention.forward splits by "
+    "(cu_seqlens[1:] - cu_seqlens[:-1]).tolist() for non-flash attention",
     seen_with=_SEEN_WITH,
     remove_when="transformers>5.24.0",
 )
 def patch_qwen2_vl_vision_attention(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Qwen2-VL's vision attention with a block mask instead of a Python split per image."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     from transformers.utils.generic import is_flash_attention_requested
 
@@ -150,11 +155,13 @@ def patch_qwen2_vl_vision_attention(original: Callable[..., Any]) -> Callable[..
     reason="the patch embedding is a Conv3d whose kernel equals its stride and its input (one patch "
     "each), which XNNPACK does not delegate and ExecuTorch's portable convolution (1D/2D only) cannot "
     "run; it is the same product as a Linear over the flattened patch; remove once ExecuTorch runs Conv3d (portable kernel or XNNPACK)",
-    upstream="executorch: portable aten::convolution.out checks for 3-D or 4-D input (no Conv3d), seen 1.4.1",
+    upstream="pytorch/executorch#11704 (open: the portable aten::convolution.out takes 3-D or 4-D input only; "
+    "5-D support landed in pytorch/executorch#19977 and was reverted by #20888), seen 1.4.1",
     seen_with={"executorch": "1.4.1", "transformers": "5.24.0"},
     remove_when="executorch>1.4.1",
 )
 def patch_qwen2_vl_patch_embed(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Qwen2-VL's patch embedding as one linear layer over flattened patches (no Conv3d)."""
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         weight = self.proj.weight  # (embed, C, T, P, P), kernel == stride == one patch
         flat = hidden_states.reshape(-1, weight[0].numel()).to(weight.dtype)

@@ -40,11 +40,14 @@ __all__: list[str] = []
     reason="the image is padded to a multiple of the patch size only if a side is not one already, a branch "
     "decided at the sample size (ONNX then floors other sizes' patch grid: wrong logits); pad by patch - 1 "
     "always, which gives the convolution the same windows; remove once transformers pads Swin's patch embedding without a Python branch on the image size",
-    upstream="transformers: SwinPatchEmbeddings.maybe_pad branches on width % patch_size",
+    upstream="not filed upstream (searched huggingface/transformers issues for 'Swin maybe_pad torch.export "
+    "dynamic image size', none matches); transformers 5.24 SwinPatchEmbeddings.maybe_pad branches on "
+    "width % patch_size",
     seen_with={"transformers": "5.24.0", "torch": "2.13.0"},
     remove_when="transformers>5.24.0",
 )
 def patch_swin_patch_embedding_pad(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Swin's patch embedding padding by `patch - 1` always, so no branch on the image size."""
     def maybe_pad(self, pixel_values: torch.Tensor, height: Any, width: Any) -> torch.Tensor:
         patch_h, patch_w = self.patch_size
         return F.pad(pixel_values, (0, patch_w - 1, 0, patch_h - 1))

@@ -14,12 +14,14 @@ from ..workarounds import register_patch
     reason="XNNPACKQuantizer lifts every scalar of aten.add/mul into a float32 buffer, so the integer "
     "`arange(n) + 0` of transformers' mask and position code turns float and prepare_pt2e's module fails "
     "with 'tensors used as indices must be long'; lifted scalars of integer nodes are put back",
-    upstream="pytorch/executorch#22062 (fixed by pytorch/executorch#22065)",
+    upstream="pytorch/executorch#22062 (closed; fixed on main after 1.4.1 by pytorch/executorch#22065, merged: "
+    "the lifted constant takes the node's dtype)",
     seen_with={"executorch": "1.4.1", "torchao": "0.18.0"},
     remove_when="executorch>1.4.1",
     stage="quantize",
 )
 def patch_xnnpack_quantizer_integer_scalars(original):
+    """XNNPACKQuantizer's scalar lifting with the scalars of integer nodes put back."""
     def _convert_scalars_to_attrs(model: torch.fx.GraphModule) -> torch.fx.GraphModule:
         model = original(model)
         for node in model.graph.nodes:

@@ -30,8 +30,9 @@ def _dim_arg(node: torch.fx.Node, position: int) -> int:
     "is dynamic (the batch) len() specializes it to the sample's size, so the program takes that batch "
     "only (runtime: 'Attempted to resize a static tensor', error 0x12). Take each piece with slice / "
     "select instead, which return one tensor; remove once the edge verifier handles a single Tensor[] return without len() on a tensor",
-    upstream="executorch exir/verification/arg_validator.py: call_function's Tensor[] return branch "
-    "indexes next(iter(node.meta['val'])) (seen 1.4.1)",
+    upstream="not filed upstream (searched pytorch/executorch issues for 'edge verifier arg_validator split "
+    "Tensor[] len dynamic dim specialized', none matches); executorch 1.4.1 exir/verification/arg_validator.py: "
+    "call_function's Tensor[] return branch indexes next(iter(node.meta['val']))",
     seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
     remove_when="executorch>1.4.1",
 )
@@ -74,8 +75,10 @@ def fix_split_outputs_as_slices(node: torch.fx.Node) -> bool:
     "torch.sym_max; ExecuTorch maps them to its prim ops only in to_executorch, but its edge verifier runs "
     "first and rejects any plain Python function target (AssertionError, no message). Use the prim ops "
     "from the start; remove once the edge verifier accepts torch.sym_min / torch.sym_max",
-    upstream="executorch exir/verification/verifier.py: check_valid_edge_op asserts a FunctionType target is "
-    "'alloc' (seen 1.4.1; executorch_prim_ops_registry maps torch.sym_min later)",
+    upstream="pytorch/executorch#11988 (open: sym_max support, seen failing in to_executorch; the edge "
+    "verifier's rejection is not described there); executorch 1.4.1 exir/verification/verifier.py: "
+    "check_valid_edge_op asserts a FunctionType target is 'alloc' (executorch_prim_ops_registry maps "
+    "torch.sym_min later)",
     seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
     remove_when="executorch>1.4.1",
 )

@@ -18,11 +18,13 @@ from ...workarounds import register_patch
     "returns 0 while OpenVINO's translation returns NaN, and the NaN reaches every real token of "
     "that sequence through the next layer's attention (0 * NaN); make such rows attend to all keys "
     "and zero their output, which is exactly PyTorch's result; remove once OpenVINO's SDPA returns 0 for fully masked rows",
-    upstream="not filed upstream yet (OpenVINO PyTorch FE SDPA with an all-False boolean mask row)",
+    upstream="openvinotoolkit/openvino#35959 (open: NaN for an all-False boolean SDPA mask; fix proposed in "
+    "openvinotoolkit/openvino#36016, open)",
     seen_with={"openvino": "2026.4.1", "torch": "2.13.0"},
     remove_when="openvino>2026.4.1",
 )
 def patch_torch_sdpa_fully_masked_rows(original):
+    """SDPA whose fully masked rows attend every key and come out zero, as PyTorch's do."""
     def scaled_dot_product_attention(query, key, value, attn_mask=None, *args, **kwargs):
         if attn_mask is None or attn_mask.dtype != torch.bool:
             return original(query, key, value, attn_mask, *args, **kwargs)

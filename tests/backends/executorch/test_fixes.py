@@ -1,0 +1,86 @@
+"""ExecuTorch's workarounds, each on a minimal module: the sym_min/sym_max fix, Qwen2-VL's patch
+embedding as a Linear, and the XNNPACK quantizer's integer scalars."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("executorch")
+
+from hfexport import DynamoConfig, DynamoExporter, ExecutorchConfig, ExecutorchExporter, validate  # noqa: E402
+from hfexport.backends.executorch import patches  # noqa: E402,F401 - registers the fix taken out below
+from hfexport.errors import ConversionError, QuantizationError  # noqa: E402
+from hfexport.models import qwen2_vl  # noqa: E402,F401
+from hfexport.quantization import patches as quantization_patches  # noqa: E402,F401
+from hfexport.workarounds import FX_NODE_FIXES, PATCHES  # noqa: E402
+from tests.harness import without  # noqa: E402
+
+pytestmark = pytest.mark.slow  # every test lowers to ExecuTorch or runs the PT2E quantizer
+
+
+class _Shortest(torch.nn.Module):
+    """Both inputs cut to the shorter one's length: `torch.sym_min` of two symbolic sizes."""
+
+    def forward(self, a, b):
+        length = torch.sym_min(a.shape[0], b.shape[0])
+        return (a[:length] + b[:length],)
+
+
+def test_sym_min_reaches_the_edge_verifier_as_a_prim_op():
+    module, inputs = _Shortest(), {"a": torch.randn(5, 4), "b": torch.randn(3, 4)}
+    program = ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))
+    report = validate(program, module, inputs)
+    assert report.passed, report.to_table()
+    with without(FX_NODE_FIXES, "fix_sym_min_max_as_prim_ops"), pytest.raises(ConversionError, match="AssertionError"):
+        ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))  # still needed
+
+
+class _PatchEmbedding(torch.nn.Module):
+    """Qwen2-VL's patch embedding (a Conv3d whose kernel is one 2 x 4 x 4 patch), as the tiny preset has it."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import PatchEmbed
+
+        self.embed = PatchEmbed(patch_size=4, temporal_patch_size=2, in_channels=3, embed_dim=32)
+
+    def forward(self, hidden_states):
+        return (self.embed(hidden_states),)
+
+
+def test_the_patch_embedding_runs_as_a_linear():
+    """Without the patch the Conv3d is left to the portable kernel, which takes 3-D or 4-D input only
+    (error 0x12 at run time)."""
+    module = _PatchEmbedding().eval()
+    inputs = {"hidden_states": torch.randn(24, 3 * 2 * 4 * 4, generator=torch.Generator().manual_seed(0))}
+    config = ExecutorchConfig(dynamic=True)
+    report = validate(ExecutorchExporter().export(module, inputs, config=config), module, inputs)
+    assert report.passed, report.to_table()
+    with without(PATCHES, "patch_qwen2_vl_patch_embed"):
+        report = validate(ExecutorchExporter().export(module, inputs, config=config), module, inputs)
+    assert not report.passed and "0x12" in (report.cases[0].error or "")  # still needed
+
+
+class _IndexedByArange(torch.nn.Module):
+    """Columns picked by `arange(n) + 0`, the integer add of transformers' mask and position code."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return (self.proj(x)[:, torch.arange(4) + 0],)
+
+
+def test_the_xnnpack_quantizer_keeps_integer_scalars_integer():
+    """A quantize-stage patch: swapped in only around the PT2E quantizer, the same for the
+    `torch.export` and ExecuTorch formats (the former is the faster to show it)."""
+    from hfexport.quantization import PT2EQuantizer
+
+    module, inputs = _IndexedByArange().eval(), {"x": torch.randn(2, 8)}
+    config = DynamoConfig(quantizer=PT2EQuantizer("int8-dynamic"))
+    DynamoExporter().export(module, inputs, config=config)
+    with without(PATCHES, "patch_xnnpack_quantizer_integer_scalars"), \
+            pytest.raises(QuantizationError, match="tensors used as indices must be long"):
+        DynamoExporter().export(module, inputs, config=config)  # still needed
