@@ -27,6 +27,25 @@ def build(name: str):
 
 
 @pytest.fixture(scope="session")
+def dynamic_llama():
+    """`dynamic_llama(fmt)`: `(model, inputs, artifact)`, the tiny Llama preset exported to `fmt` with
+    `dynamic=True`, made once per session whichever test asks first (several files read the same
+    export; none changes it)."""
+    from hfexport import AutoExportConfig, AutoHfExporter
+
+    made = {}
+
+    def get(fmt: str):
+        if fmt not in made:
+            model, inputs = build("llama")
+            config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+            made[fmt] = model, inputs, AutoHfExporter.from_config(config).export(model, inputs, config=config)
+        return made[fmt]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def saved_generation(tmp_path_factory):
     """`saved_generation(fmt, case)`: the export of `case` (`tests.generation.exports.CASES`) to
     `fmt`, saved to disk, made once per session whichever test package asks first."""

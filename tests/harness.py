@@ -1,14 +1,34 @@
-"""The one harness every backend's parity tests use: build → export → run in runtime → compare."""
+"""The one harness every backend's parity tests use: build → export → run in runtime → compare;
+and the tiers' helpers: skip without a backend's extra, xfail a known failure."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
+import pytest
 import torch
 
 from hfexport import validate
+from hfexport._versions import EXTRAS
+from hfexport.coverage.known_failures import KNOWN_FAILURES
 from hfexport.presets import build_preset
+
+
+def require_backend(fmt: str) -> None:
+    """Skip the calling test unless every package of `fmt`'s extra imports (`pytest.importorskip`)."""
+    for package in EXTRAS[fmt]:
+        pytest.importorskip(package)
+
+
+def known_failure_marks(arch: str, backend: str, mode: str) -> list:
+    """A strict xfail with the reason (and upstream bug) of `(arch, backend, mode)` in
+    `hfexport.coverage.KNOWN_FAILURES`, or no mark when the case is not listed there."""
+    known = KNOWN_FAILURES.get((arch, backend, mode))
+    if known is None:
+        return []
+    reason = known.reason + (f" [{known.upstream}]" if known.upstream else "")
+    return [pytest.mark.xfail(reason=reason, strict=True)]
 
 
 def export_and_validate(exporter, config, name: str, inputs: dict[str, Any] | None = None, **validate_kwargs):

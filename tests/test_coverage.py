@@ -24,6 +24,7 @@ SUBSET = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("arch", "backend", "mode"), SUBSET, ids=["-".join(c) for c in SUBSET])
 def test_subset_case_matches_eager(arch, backend, mode):
     result = run_case(arch, backend, mode, timeout=600)
@@ -69,6 +70,7 @@ def test_merge_replaces_the_cases_run_again_and_keeps_the_others(tmp_path):
     assert runs == ["first run", "second run --merge"]
 
 
+@pytest.mark.slow
 def test_cli_writes_the_page_and_its_json(tmp_path):
     from hfexport.cli.main import main
 

@@ -148,15 +148,15 @@ def test_a_subclass_defined_in_a_script_gets_its_formats_workarounds():
     assert "patch_transformers_sdpa_with_mask" in record_of(program).details["patches"]
 
 
-def test_the_record_lists_only_the_patches_the_export_reached():
+@pytest.mark.slow
+def test_the_record_lists_only_the_patches_the_export_reached(dynamic_llama):
     """Every patch of a format is swapped in; the record names those whose targets ran (a Llama
     does not reach Qwen2-VL's or Swin's)."""
-    from hfexport import OnnxConfig, OnnxExporter, record_of
-    from hfexport.presets import build_preset
+    from hfexport import record_of
+    from tests.harness import require_backend
 
-    pytest.importorskip("onnxscript")
-    model, inputs = build_preset("llama")
-    patches = record_of(OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))).details["patches"]
+    require_backend("onnx")
+    patches = record_of(dynamic_llama("onnx")[2]).details["patches"]
     assert "patch_transformers_sdpa_with_mask" in patches
     assert not [p for p in patches if "qwen2_vl" in p or "swin" in p]
 

@@ -9,9 +9,8 @@ from hfexport.presets import build_preset
 from hfexport.validation import _tile
 
 
-def test_report_lists_every_output_with_its_tolerance():
-    model, inputs = build_preset("llama")
-    program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+def test_report_lists_every_output_with_its_tolerance(dynamic_llama):
+    model, inputs, program = dynamic_llama("dynamo")
     report = validate(program, model, inputs)
     names = [o.name for o in report.cases[0].outputs]
     assert names[0] == "logits" and "cache.1.values" in names

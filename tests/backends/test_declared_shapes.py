@@ -23,6 +23,8 @@ from hfexport.capture.names import role_of  # noqa: E402
 
 from ..generation.exports import CASES, MAX_CACHE_LEN  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test reads generation exports to ONNX, OpenVINO or ExecuTorch
+
 #: Inputs whose batch axis counts images rather than sequences.
 _IMAGE_INPUTS = ("pixel_values", "pixel_values_videos")
 
@@ -177,7 +179,6 @@ def _upper_bound(expression: str, ranges: dict[str, tuple]) -> int:
     return int(value)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", ["llama-static", "llama"])
 def test_executorch_method_meta_declares_the_program_shapes(saved_generation, case):
     runtime = pytest.importorskip("executorch.runtime")

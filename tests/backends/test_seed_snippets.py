@@ -7,13 +7,15 @@ import pytest
 
 from hfexport import AutoExportConfig, AutoHfExporter, record_of, validate
 from hfexport.presets import build_preset
-from tests.harness import expected_cases, padded_batch, seed_dynamic_shapes
+from tests.harness import expected_cases, padded_batch, require_backend, seed_dynamic_shapes
 
-FORMATS = ["dynamo", "onnx", "openvino"]
+#: ONNX's and OpenVINO's exports of these snippets take 10-15 s: the slow tier.
+FORMATS = ["dynamo", *(pytest.param(fmt, marks=pytest.mark.slow, id=fmt) for fmt in ("onnx", "openvino"))]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_seed_dynamic_shapes_snippet_with_padded_batch(fmt):
+    require_backend(fmt)
     model, _ = build_preset("llama")
     inputs = padded_batch()
     config = AutoExportConfig.from_dict({"export_format": fmt})
@@ -26,6 +28,7 @@ def test_seed_dynamic_shapes_snippet_with_padded_batch(fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_seed_auto_classes_snippet(fmt):
+    require_backend(fmt)
     model, inputs = build_preset("qwen3")
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
     exporter = AutoHfExporter.from_config(config)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from hfexport.capture.dynamic import plan_dynamic_shapes
@@ -34,6 +35,7 @@ print(json.dumps({"input_ids": list(grown["input_ids"].shape),
 """
 
 
+@pytest.mark.slow
 def test_a_recurrent_state_grows_with_the_batch():
     """ExecuTorch traces at batch 2; Mamba's states (`[batch, channels, kernel]`, `[batch, channels,
     state]`) must grow with the tokens, or `cat([conv_state, tokens])` fails at capture. Called on
@@ -59,6 +61,7 @@ def test_a_recurrent_state_has_a_dynamic_batch_and_fixed_widths():
         assert axes[1] == axes[2] == torch.export.Dim.STATIC
 
 
+@pytest.mark.slow
 def test_a_cache_with_one_key_value_head_keeps_heads_and_head_size_static(tmp_path):
     """With one key/value head the cache's heads axis traced symbolic (size 1) and only a guard
     tied it: a runner sizing the static cache from the declared shapes took it for the cache

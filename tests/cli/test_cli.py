@@ -1,4 +1,5 @@
-"""The CLI end to end, in a subprocess like a user runs it, and fail-closed behaviour in process."""
+"""The CLI: the README's main job and one export in a subprocess like a user runs them; everything
+else (refusals, `env`, `patches`, the other formats) in process through `main`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from hfexport.cli.main import main
+from tests.harness import require_backend
 
 
 def _hfexport(*args: str) -> subprocess.CompletedProcess:
@@ -18,11 +20,13 @@ def _hfexport(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def exported_llama(tmp_path_factory):
+    """`hfexport export tiny:llama --format dynamo`, run as a user runs it."""
     out = tmp_path_factory.mktemp("cli") / "llama"
     result = _hfexport("export", "tiny:llama", "--format", "dynamo", "-o", str(out))
     return out, result
 
 
+@pytest.mark.slow
 def test_export_writes_artifact_and_report(exported_llama):
     out, result = exported_llama
     assert result.returncode == 0, result.stderr
@@ -39,6 +43,7 @@ def test_export_writes_artifact_and_report(exported_llama):
     assert "result: PASSED" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_saved_program_matches_the_reports_model(exported_llama):
     out, _ = exported_llama
     from hfexport.presets import build_preset
@@ -54,21 +59,25 @@ def test_the_saved_program_matches_the_reports_model(exported_llama):
         assert torch.allclose(program.module()(**inputs).logits, model(**inputs).logits, atol=1e-5)
 
 
-def test_existing_output_is_refused_without_overwrite(exported_llama):
-    out, _ = exported_llama
+def test_existing_output_is_refused_without_overwrite(tmp_path, capsys):
+    out = tmp_path / "llama"  # a folder an earlier export filled
+    out.mkdir()
+    (out / "model.pt2").write_bytes(b"an earlier export")
     before = (out / "model.pt2").stat().st_mtime_ns
-    result = _hfexport("export", "tiny:bert", "-o", str(out))
-    assert result.returncode == 1
-    assert "already holds files" in result.stderr and "--overwrite" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert main(["export", "tiny:bert", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "already holds files" in err and "--overwrite" in err
+    assert "Traceback" not in err
     assert (out / "model.pt2").stat().st_mtime_ns == before
+    assert (out / "model.pt2").read_bytes() == b"an earlier export"
 
 
-def test_unknown_format_and_model_are_one_line_errors(tmp_path):
-    result = _hfexport("export", "tiny:llama", "--format", "tflite", "-o", str(tmp_path / "x"))
-    assert result.returncode == 1 and "unknown export_format 'tflite'" in result.stderr
-    result = _hfexport("export", "tiny:nope", "-o", str(tmp_path / "y"))
-    assert result.returncode == 1 and "unknown preset" in result.stderr and "Traceback" not in result.stderr
+def test_unknown_format_and_model_are_one_line_errors(tmp_path, capsys):
+    assert main(["export", "tiny:llama", "--format", "tflite", "-o", str(tmp_path / "x")]) == 1
+    assert "unknown export_format 'tflite'" in capsys.readouterr().err
+    assert main(["export", "tiny:nope", "-o", str(tmp_path / "y")]) == 1
+    err = capsys.readouterr().err
+    assert "unknown preset" in err and "Traceback" not in err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
@@ -89,7 +98,9 @@ def test_failed_validation_exits_nonzero_and_writes_nothing(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []  # no artifact, no partial folder
 
 
+@pytest.mark.slow
 def test_readme_main_job_creates_missing_parent_folders(tmp_path):
+    require_backend("onnx")
     out = tmp_path / "out" / "tiny-llama"  # the README's command, on a fresh clone without out/
     result = _hfexport("export", "tiny:llama", "--format", "onnx", "-o", str(out), "--overwrite")
     assert result.returncode == 0, result.stderr
@@ -107,16 +118,18 @@ def test_local_folder_written_by_save_pretrained(tmp_path):
     assert report["model_class"] == "GPT2LMHeadModel" and report["components"]["model"]["validation"]["passed"]
 
 
-def test_env_and_patches_commands():
-    result = _hfexport("env")
-    assert result.returncode == 0 and "transformers" in result.stdout and "tested" in result.stdout
-    result = _hfexport("patches")
-    assert result.returncode == 0
+def test_env_and_patches_commands(capsys):
+    assert main(["env"]) == 0
+    out = capsys.readouterr().out
+    assert "transformers" in out and "tested" in out
+    assert main(["patches"]) == 0
+    out = capsys.readouterr().out
     for name in ("fix_cat_empty_legacy_input", "patch_torch_sdpa_fully_masked_rows", "patch_transformers_moe_grouped_mm"):
-        assert name in result.stdout
-    assert result.stdout.count("why:") >= 4 and "remove when:" in result.stdout
-    result = _hfexport("patches", "--backend", "onnx")
-    assert "patch_transformers_moe_grouped_mm" in result.stdout and "fix_cat_empty_legacy_input" not in result.stdout
+        assert name in out
+    assert out.count("why:") >= 4 and "remove when:" in out
+    main(["patches", "--backend", "onnx"])
+    out = capsys.readouterr().out
+    assert "patch_transformers_moe_grouped_mm" in out and "fix_cat_empty_legacy_input" not in out
 
 
 @pytest.mark.parametrize(
@@ -127,7 +140,9 @@ def test_env_and_patches_commands():
         ("executorch", ["model.pte"], ["--backend", "xnnpack", "--static"]),
     ],
 )
+@pytest.mark.slow
 def test_export_to_each_runtime_reports_its_parity(tmp_path, capsys, fmt, files, extra):
+    require_backend(fmt)
     code = main(["export", "tiny:bert", "--format", fmt, "-o", str(tmp_path / fmt), "--quiet", *extra])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -145,8 +160,10 @@ def test_export_to_each_runtime_reports_its_parity(tmp_path, capsys, fmt, files,
         assert entry["validation"]["precision"].startswith("f32 ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["dynamo", "onnx"])
 def test_generate_writes_every_component_and_a_manifest(tmp_path, capsys, fmt):
+    require_backend(fmt)
     code = main(["export", "tiny:t5", "--generate", "--format", fmt, "-o", str(tmp_path / "t5"), "--quiet"])
     assert code == 0, capsys.readouterr().out
     manifest = json.loads((tmp_path / "t5" / "manifest.json").read_text())
@@ -162,10 +179,12 @@ def test_generate_writes_every_component_and_a_manifest(tmp_path, capsys, fmt):
     assert (tmp_path / "t5" / "generation_config.json").exists()
 
 
+@pytest.mark.slow
 def test_generate_prints_the_tokens_of_generate_from_a_static_cache_export(tmp_path, capsys):
     """`export --generate --multi-token-decode --static-cache N`, then `hfexport generate`."""
     from hfexport.presets import build_preset
 
+    require_backend("onnx")
     out = tmp_path / "llama"
     code = main(["export", "tiny:llama", "--generate", "--multi-token-decode", "--static-cache", "32",
                  "--format", "onnx", "-o", str(out), "--quiet"])
@@ -195,6 +214,7 @@ def test_generation_options_that_do_not_fit_are_refused_before_any_work(tmp_path
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(tmp_path, capsys):
     out = tmp_path / "llama"
     assert main(["export", "tiny:llama", "--generate", "-o", str(out), "--quiet", "--no-validate"]) == 0
@@ -203,7 +223,9 @@ def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(tmp_path, cap
     assert "--prompt-ids" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_quantize_reports_what_was_quantized_and_the_error_against_fp32(tmp_path, capsys):
+    require_backend("onnx")
     out = tmp_path / "q"
     assert main(["export", "tiny:llama", "--format", "onnx", "--quantize", "int8-dynamic", "-o", str(out),
                  "--quiet"]) == 0
@@ -219,8 +241,10 @@ def test_quantize_reports_what_was_quantized_and_the_error_against_fp32(tmp_path
     assert all(o["cosine"] >= 0.98 for case in validation["cases"] for o in case["outputs"] if o["cosine"] is not None)
 
 
+@pytest.mark.slow
 def test_generate_with_a_static_scheme_calibrates_each_component_on_its_own_inputs(tmp_path):
     """A decode step takes a cache, not the prompt: each component is calibrated on its captured kwargs."""
+    require_backend("onnx")
     out = tmp_path / "gen-int8-static"
     assert main(["export", "tiny:llama", "--format", "onnx", "--generate", "--quantize", "int8-static", "-o", str(out),
                  "-q"]) == 0

@@ -189,7 +189,7 @@ def test_sliding_window_layers_keep_a_full_length_cache():
     assert all(leaf.numel() != 1 for leaf in leaves[1:])  # no `_sliding_window_tensor` to feed
 
 
-@pytest.mark.parametrize("name", ["llama", "mamba"])
+@pytest.mark.parametrize("name", ["llama", pytest.param("mamba", marks=pytest.mark.slow)])
 def test_the_captured_kwargs_are_the_exported_interface(name):
     """The seed's pattern: `submodel(**subinputs)` as a sanity check, then export it on the same
     kwargs; the program takes those kwargs as they are (the cache as `past_key_values`)."""
@@ -222,6 +222,7 @@ def test_merging_decode_steps_reaches_masks_inside_containers():
         merge_decode_steps({**first, "rope_deltas": torch.ones(1, 2)}, {**second, "rope_deltas": torch.ones(1, 3)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama", "mistral"])
 def test_a_static_prefill_takes_the_allocated_cache_and_the_seeds_mask(name):
     """Without multi-token decode, a static cache's prefill used to allocate the cache in the graph

@@ -8,6 +8,7 @@ import torch
 from hfexport import AutoExportConfig, AutoHfExporter, validate_components
 from hfexport.presets import build_preset
 from hfexport.utils import decompose_for_generation
+from tests.harness import require_backend
 
 CASES = [
     ("dynamo", "llama"), ("dynamo", "gpt2"), ("dynamo", "mistral"), ("dynamo", "qwen3_moe"),
@@ -18,8 +19,10 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "name"), CASES, ids=[f"{f}-{n}" for f, n in CASES])
 def test_every_component_matches_its_eager_submodule(fmt, name):
+    require_backend(fmt)
     model, inputs = build_preset(name)
     inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
@@ -39,6 +42,7 @@ def test_non_generative_model_is_refused():
         DynamoExporter().export_for_generation(model, inputs)
 
 
+@pytest.mark.slow
 def test_decode_component_runs_a_greedy_step_like_generate():
     """The exported prefill + decode, fed their own cache, give generate()'s next tokens."""
     from hfexport import DynamoConfig, DynamoExporter
@@ -57,6 +61,7 @@ def test_decode_component_runs_a_greedy_step_like_generate():
     assert [int(first), int(second)] == expected.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["dynamo", "executorch"])
 def test_mamba_prefill_is_refused_naming_the_sequence_its_scan_loops_over(fmt):
     """Mamba's CPU path scans the prompt with a Python loop, so its prefill program fixes the
@@ -64,6 +69,7 @@ def test_mamba_prefill_is_refused_naming_the_sequence_its_scan_loops_over(fmt):
     Its one-token decode keeps the batch dynamic: checked at batch 3."""
     from hfexport.errors import CaptureError
 
+    require_backend(fmt)
     model, inputs = build_preset("mamba")
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
     exporter = AutoHfExporter.from_config(config)

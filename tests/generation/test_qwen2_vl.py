@@ -14,6 +14,7 @@ import torch
 from hfexport import AutoExportConfig, AutoHfExporter, validate, validate_components
 from hfexport.presets import build_preset, qwen2_vl_image
 from hfexport.utils import decompose_for_generation
+from tests.harness import require_backend
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 
@@ -25,6 +26,7 @@ def model_and_inputs():
 
 @pytest.fixture(scope="module", params=FORMATS)
 def exported(request, model_and_inputs):
+    require_backend(request.param)
     model, inputs = model_and_inputs
     config = AutoExportConfig.from_dict({"export_format": request.param, "dynamic": True})
     components = decompose_for_generation(model, inputs)  # what export_for_generation does, kept for validation
@@ -46,6 +48,7 @@ def test_layout_matches_transformers_helpers():
                            block_diagonal_mask(get_vision_cu_seqlens(grid), patches, torch.float32))
 
 
+@pytest.mark.slow
 def test_every_component_matches_eager(exported):
     artifacts, components = exported
     assert list(artifacts) == ["image_encoder", "language_model", "lm_head", "decode"]  # no projector
@@ -53,6 +56,7 @@ def test_every_component_matches_eager(exported):
         assert report.passed, f"{name}:\n{report.to_table()}"
 
 
+@pytest.mark.slow
 def test_image_encoder_takes_images_it_was_not_exported_with(exported, model_and_inputs):
     """Two images of other sizes, one with two frames: more patches, two segments, same program."""
     artifacts, components = exported

@@ -8,26 +8,25 @@ import pytest
 import torch
 
 from hfexport import GenerationExport, GenerationRunner
+from tests.harness import known_failure_marks, require_backend
 
 from .conftest import CASES, FORMATS
 
 NEW_TOKENS = 8
 
-#: (format, case) -> why it fails; strict, so a fix shows up as an unexpected pass.
-KNOWN_FAILURES: dict[tuple[str, str], str] = {}
-
 
 def _params():
+    """Every format x case; a case's preset listed in `KNOWN_FAILURES` for `generate` on that format
+    is a strict xfail, so a fix shows up as an unexpected pass."""
     for fmt in FORMATS:
-        for case in CASES:
-            marks = []
-            if (fmt, case) in KNOWN_FAILURES:
-                marks.append(pytest.mark.xfail(reason=KNOWN_FAILURES[fmt, case], strict=True))
-            yield pytest.param(fmt, case, id=f"{fmt}-{case}", marks=marks)
+        for case, (preset, _) in CASES.items():
+            yield pytest.param(fmt, case, id=f"{fmt}-{case}", marks=known_failure_marks(preset, fmt, "generate"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "case"), list(_params()))
 def test_greedy_tokens_from_the_loaded_export_equal_generate(saved_generation, fmt, case):
+    require_backend(fmt)
     saved = saved_generation(fmt, case)
     runner = GenerationRunner.load(saved.directory)
     result = runner.generate(saved.inputs["input_ids"], max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
@@ -41,7 +40,9 @@ def test_greedy_tokens_from_the_loaded_export_equal_generate(saved_generation, f
     assert result.time_to_first_token_s > 0 and result.tokens_per_s > 0
 
 
+@pytest.mark.slow
 def test_a_loaded_export_has_every_component_with_its_record(saved_generation):
+    require_backend("onnx")
     saved = saved_generation("onnx", "t5")
     export = GenerationExport.load(saved.directory)
     assert export.format == "onnx" and list(export.components) == ["encoder", "prefill", "decode"]
@@ -53,6 +54,7 @@ def test_a_loaded_export_has_every_component_with_its_record(saved_generation):
     assert manifest["cache"] == "dynamic"
 
 
+@pytest.mark.slow
 def test_a_static_export_records_its_cache(saved_generation):
     manifest = json.loads((saved_generation("dynamo", "llama-static").directory / "manifest.json").read_text())
     assert manifest["cache"] == "static" and manifest["max_cache_len"] == 32
@@ -60,6 +62,7 @@ def test_a_static_export_records_its_cache(saved_generation):
     assert set(manifest["initial_cache"].values()) == {0}  # write counters start at 0
 
 
+@pytest.mark.slow
 def test_sampling_with_a_seed_is_reproducible(saved_generation):
     runner = GenerationRunner.load(saved_generation("dynamo", "llama").directory)
     options = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=True, temperature=1.5,
@@ -71,6 +74,7 @@ def test_sampling_with_a_seed_is_reproducible(saved_generation):
     assert greedy != first
 
 
+@pytest.mark.slow
 def test_a_prompt_longer_than_the_static_cache_is_refused(saved_generation):
     from hfexport.errors import ExportError
 

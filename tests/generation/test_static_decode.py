@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hfexport import GenerationExport
+from tests.harness import require_backend
 
 from .conftest import MAX_CACHE_LEN
 from .exports import load_example
@@ -35,12 +36,14 @@ def _causal_mask(past: int, q: int) -> torch.Tensor:
     return (torch.arange(MAX_CACHE_LEN)[None, :] <= positions[:, None])[None, None]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["dynamo", "onnx"])
 def test_one_decode_graph_takes_a_prompt_then_3_tokens_then_1(saved_generation, fmt):
     """Query lengths: whole prompt on an empty cache, a block of 3, a single token; logits match
     eager calls on a StaticCache at every step."""
     from transformers import StaticCache
 
+    require_backend(fmt)
     saved = saved_generation(fmt, "llama-static")
     component = GenerationExport.load(saved.directory).components["decode"]
     runner = component.runner()
@@ -83,6 +86,7 @@ def test_a_static_export_freezes_the_query_length():
     assert shapes["input_ids"] == (1, 2) and shapes["attention_mask"] == (1, 1, 2, MAX_CACHE_LEN)
 
 
+@pytest.mark.slow
 def test_dynamo_seed_loop_on_the_saved_program(saved_generation):
     """The seed's loop: torch.export.load, the program's own StaticCache template reset, in place."""
     saved = saved_generation("dynamo", "llama-static")
@@ -93,7 +97,9 @@ def test_dynamo_seed_loop_on_the_saved_program(saved_generation):
     assert tokens == _eager_tokens(saved.model)
 
 
+@pytest.mark.slow
 def test_onnx_cache_inputs_and_outputs_pair_up_and_the_seed_loop_runs(saved_generation):
+    require_backend("onnx")
     import onnxruntime as ort
 
     saved = saved_generation("onnx", "llama-static")
@@ -112,8 +118,9 @@ def test_onnx_cache_inputs_and_outputs_pair_up_and_the_seed_loop_runs(saved_gene
     assert tokens == _eager_tokens(saved.model)
 
 
+@pytest.mark.slow
 def test_executorch_method_order_from_method_meta_and_the_python_loop(saved_generation):
-    from executorch.runtime import Runtime
+    Runtime = pytest.importorskip("executorch.runtime").Runtime
 
     saved = saved_generation("executorch", "llama-static")
     path = saved.directory / "decode.pte"
@@ -134,14 +141,16 @@ def test_executorch_method_order_from_method_meta_and_the_python_loop(saved_gene
     assert tokens == _eager_tokens(saved.model)
 
 
+@pytest.mark.slow
 def test_executorch_unplanned_io_for_the_zero_copy_loop(tmp_path):
     """`alloc_graph_input/output=False, alloc_mutable_buffers=False` (the seed's flags): the
     method's inputs and outputs are the caller's memory, and Python still generates the same."""
-    from executorch.runtime import Runtime
     from transformers import GenerationConfig
 
     from hfexport import ExecutorchConfig, ExecutorchExporter
     from hfexport.presets import build_preset
+
+    Runtime = pytest.importorskip("executorch.runtime").Runtime
 
     model, inputs = build_preset("llama")
     config = ExecutorchConfig(delegate="xnnpack", dynamic=True, alloc_graph_input=False, alloc_graph_output=False,

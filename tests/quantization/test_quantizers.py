@@ -23,8 +23,16 @@ from hfexport import AutoExportConfig, AutoHfExporter, record_of
 from hfexport.errors import QuantizationError
 from hfexport.quantization import NNCFQuantizer, OrtQuantizer, PT2EQuantizer
 from hfexport.runner import runner_for
+from tests.harness import require_backend
 
 VOCAB = 256
+
+
+def _require(fmt: str, quantizer) -> None:
+    """Skip unless `fmt`'s backend and `quantizer`'s packages import (`pytest.importorskip`)."""
+    require_backend(fmt)
+    for package in quantizer.packages:
+        pytest.importorskip(package)
 
 
 def _model():
@@ -86,6 +94,7 @@ def fp32_bytes(tmp_path_factory):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "cls", "scheme", "max_ratio", "min_cosine"), CASES,
                          ids=[f"{f}-{s}-{'nncf' if c is NNCFQuantizer or c.__name__ == '<lambda>' else c.name}"
                               for f, c, s, _, _ in CASES])
@@ -94,6 +103,7 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
     model = _model()
     calibration = CALIBRATION if scheme.endswith("static") else None
     quantizer = cls(scheme, calibration)
+    _require(fmt, quantizer)
     artifact, size = _export(fmt, model, quantizer, tmp_path, "quantized")
     assert size <= max_ratio * fp32_bytes(fmt), f"{size:,} bytes vs {fp32_bytes(fmt):,} fp32"
     record = record_of(artifact)
@@ -110,10 +120,12 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
         assert quantization["quantized_matmuls"] >= 14  # 7 projections x 2 layers (+ lm_head)
 
 
+@pytest.mark.slow
 def test_pt2e_static_on_executorch_for_an_encoder():
     """Static int8 through XNNPACK on BERT (an LLM's RoPE slices fail to load in XNNPACK, see README)."""
     from hfexport.presets import build_preset
 
+    _require("executorch", PT2EQuantizer("int8-static"))
     model, inputs = build_preset("bert")
     config = AutoExportConfig.from_dict({"export_format": "executorch", "dynamic": True})
     config.quantizer = PT2EQuantizer("int8-static", calibration=[inputs])
@@ -139,6 +151,7 @@ class _Untraceable(torch.nn.Module):
     ("dynamo", PT2EQuantizer("int8-static"), "needs calibration data"),
 ])
 def test_bad_combinations_fail_before_any_tracing(fmt, quantizer, message):
+    _require(fmt, quantizer)
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
     config.quantizer = quantizer
     with pytest.raises(QuantizationError, match=message):
@@ -159,6 +172,7 @@ def test_an_unknown_scheme_is_refused():
         OrtQuantizer("int3")
 
 
+@pytest.mark.slow
 def test_generation_components_are_each_quantized():
     """export_for_generation with a quantizer: every component quantized, and each still computes
     what its eager submodule does (cosine >= 0.98 on its captured inputs)."""
@@ -168,6 +182,7 @@ def test_generation_components_are_each_quantized():
     from hfexport import validate
     from hfexport.utils import decompose_for_generation
 
+    _require("onnx", OrtQuantizer("int8-static"))
     model, inputs = build_preset("llama")
     config = OnnxConfig(dynamic=True, quantizer=OrtQuantizer("int8-static", calibration=CALIBRATION))
     artifacts = OnnxExporter().export_for_generation(model, inputs, config=config)

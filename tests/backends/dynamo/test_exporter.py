@@ -28,10 +28,9 @@ def test_mistral_sliding_window_is_shorter_than_the_input():
     assert model.config.sliding_window < inputs["input_ids"].shape[1]
 
 
-def test_batch_one_capture_serves_batch_three_at_other_lengths():
-    model, inputs = build_preset("llama")
+def test_batch_one_capture_serves_batch_three_at_other_lengths(dynamic_llama):
+    model, inputs, program = dynamic_llama("dynamo")
     assert inputs["input_ids"].shape[0] == 1
-    program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
     module = program.module()
     for batch, length in [(3, 5), (3, 13), (2, 2)]:
         ids = torch.randint(3, 128, (batch, length), generator=torch.Generator().manual_seed(length))

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from executorch.runtime import Runtime
 
-from hfexport import AutoExportConfig, AutoHfExporter, ExecutorchConfig, ExecutorchExporter, record_of, validate
-from hfexport.errors import ConversionError, PrepareError
-from hfexport.workarounds import FX_NODE_FIXES
-from hfexport.presets import build_preset
-from tests.backends.panel import panel_params
-from tests.harness import export_and_validate, seed_dynamic_shapes, without
+Runtime = pytest.importorskip("executorch.runtime").Runtime
+
+from hfexport import (AutoExportConfig, AutoHfExporter, ExecutorchConfig, ExecutorchExporter, record_of,  # noqa: E402
+                      validate)
+from hfexport.errors import ConversionError, PrepareError  # noqa: E402
+from hfexport.workarounds import FX_NODE_FIXES  # noqa: E402
+from hfexport.presets import build_preset  # noqa: E402
+from tests.backends.panel import panel_params  # noqa: E402
+from tests.harness import export_and_validate, seed_dynamic_shapes, without  # noqa: E402
 
 ATOL = 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", panel_params("executorch"))
 def test_panel_matches_eager_in_executorch_runtime(name):
     program, report, _, _ = export_and_validate(ExecutorchExporter(), ExecutorchConfig(dynamic=True), name)
@@ -37,6 +40,7 @@ def qwen3_pte(tmp_path_factory):
     return model, inputs, et_program, path
 
 
+@pytest.mark.slow
 def test_seed_snippet_save_load_execute(qwen3_pte):
     model, inputs, _, path = qwen3_pte
     program = Runtime.get().load_program(str(path))
@@ -47,6 +51,7 @@ def test_seed_snippet_save_load_execute(qwen3_pte):
     assert (outputs[0] - expected).abs().max() < ATOL
 
 
+@pytest.mark.slow
 def test_dynamic_program_takes_other_sizes(qwen3_pte):
     model, _, _, path = qwen3_pte
     method = Runtime.get().load_program(str(path)).load_method("forward")
@@ -58,6 +63,7 @@ def test_dynamic_program_takes_other_sizes(qwen3_pte):
         assert (method.execute([ids, mask])[0] - expected).abs().max() < ATOL
 
 
+@pytest.mark.slow
 def test_dynamic_bounds_come_from_the_config(qwen3_pte):
     model, _, et_program, _ = qwen3_pte
     bounds = record_of(et_program).details["dim_bounds"]
@@ -67,6 +73,7 @@ def test_dynamic_bounds_come_from_the_config(qwen3_pte):
                for why in bounds.values())
 
 
+@pytest.mark.slow
 def test_explicit_dims_win_over_derived_bounds():
     model, _ = build_preset("llama")
     ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
@@ -87,6 +94,7 @@ def test_explicit_dims_win_over_derived_bounds():
         assert (method.execute([ids, mask])[0] - expected).abs().max() < ATOL
 
 
+@pytest.mark.slow
 def test_seed_auto_classes_with_executorch_format():
     model, inputs = build_preset("gpt2")
     config = AutoExportConfig.from_dict({"export_format": "executorch", "backend": "xnnpack", "dynamic": False})
@@ -125,6 +133,7 @@ def test_mlx_refuses_a_static_cache(monkeypatch):
         ExecutorchExporter().export(model, dict(inputs, past_key_values=cache), config=ExecutorchConfig(delegate="mlx"))
 
 
+@pytest.mark.slow
 def test_memory_planning_flags_change_the_planned_program():
     model, inputs = build_preset("bert")
 
@@ -147,6 +156,7 @@ def test_memory_planning_flags_change_the_planned_program():
     assert record_of(default).details["planned_memory"] == f"{arenas / 2**20:,.1f} MiB"
 
 
+@pytest.mark.slow
 def test_save_refuses_to_overwrite(qwen3_pte, tmp_path):
     from hfexport.backends.executorch.artifact import save_pte
     from hfexport.errors import SerializationError
@@ -172,6 +182,7 @@ class _Halves(torch.nn.Module):
         return left * torch.sigmoid(right)
 
 
+@pytest.mark.slow
 def test_split_pieces_keep_a_dynamic_batch():
     """ExecuTorch's edge verifier calls len() on the first piece of a Tensor[] op, which fixed the
     batch at the traced size (2): batch 1 then failed at run time with error 0x12 (Mamba, Phi-3,
@@ -190,6 +201,7 @@ def test_split_pieces_keep_a_dynamic_batch():
         ExecutorchExporter().export(module, {"input_values": x[:1]}, config=ExecutorchConfig(dynamic=True))
 
 
+@pytest.mark.slow
 def test_a_plan_larger_than_memory_is_refused_at_export(monkeypatch):
     """A plan over this machine's memory used to load as a bare std::bad_alloc (BLOOM planned 8 TB);
     now the export says how much, which tensor, and which bounds to lower."""
@@ -201,6 +213,7 @@ def test_a_plan_larger_than_memory_is_refused_at_export(monkeypatch):
         ExecutorchExporter().export(_Halves().eval(), {"input_values": x}, config=ExecutorchConfig(dynamic=True))
 
 
+@pytest.mark.slow
 def test_a_large_plan_is_named_at_export(monkeypatch, caplog):
     """A plan that fits this machine but not a device (T5 plans 16.9 GiB by default) is named at
     export with the bounds behind it and how to lower them; a static program has none to lower."""
@@ -218,6 +231,7 @@ def test_a_large_plan_is_named_at_export(monkeypatch, caplog):
     assert not any("will allocate" in r.message for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_max_sequence_length_bounds_the_sequence():
     model, inputs = build_preset("llama")
     et_program = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True, max_sequence_length=32))
@@ -246,6 +260,7 @@ class _CrossAttention(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, k, k).transpose(1, 2).reshape(batch, -1, 32)
 
 
+@pytest.mark.slow
 def test_a_view_is_planned_within_its_base(monkeypatch):
     """ExecuTorch bounds a view's sizes apart from its base's, and `(b_enc * frames) // b` bounds far
     above the base: the view ran past the arena and Whisper's prefill failed to *load* (error 0x21).
@@ -281,6 +296,7 @@ class _DecayFromWeights(torch.nn.Module):
         return torch.exp(input_values[..., None] * -torch.exp(self.a_log))
 
 
+@pytest.mark.slow
 def test_weight_only_math_is_folded():
     """Left to the XNNPACK delegate, `-exp(a_log)` broadcast against a dynamic batch wrote outside
     its buffers once the program, first run at batch 1, ran at batch 3 (heap corruption here; wrong
@@ -297,6 +313,7 @@ def test_weight_only_math_is_folded():
             assert (method.execute([x])[0] - module(x)).abs().max() < ATOL
 
 
+@pytest.mark.slow
 def test_a_one_token_prompt_is_traced_at_two_tokens():
     """A size-1 sequence left the dim orders of a Llama's rotary `cat` inputs ambiguous and the
     planned orders disagreed: every call failed, at every size ("input tensors have different dim

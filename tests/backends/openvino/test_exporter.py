@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
-import openvino as ov
 import pytest
 import torch
 
-from hfexport import OpenVINOConfig, OpenVINOExporter, validate
-from hfexport.errors import ConversionError, SerializationError
-from hfexport.presets import build_preset
-from tests.backends.panel import panel_params
-from tests.harness import expected_cases, export_and_validate, padded_batch, without
+ov = pytest.importorskip("openvino")
+
+from hfexport import OpenVINOConfig, OpenVINOExporter, validate  # noqa: E402
+from hfexport.errors import ConversionError, SerializationError  # noqa: E402
+from hfexport.presets import build_preset  # noqa: E402
+from tests.backends.panel import panel_params  # noqa: E402
+from tests.harness import expected_cases, export_and_validate, padded_batch, without  # noqa: E402
+
+pytestmark = pytest.mark.slow  # every test exports to OpenVINO
 
 ATOL = 1e-4
 
@@ -26,9 +29,8 @@ def test_panel_matches_eager_in_openvino(name, dynamic):
 
 
 @pytest.fixture(scope="module")
-def llama_ov():
-    model, inputs = build_preset("llama")
-    return model, inputs, OpenVINOExporter().export(model, inputs, config=OpenVINOConfig(dynamic=True))
+def llama_ov(dynamic_llama):
+    return dynamic_llama("openvino")
 
 
 def test_seed_snippet_save_and_plain_compile_model(llama_ov, tmp_path):
