@@ -58,8 +58,8 @@ _LAZY = {
     "RuntimeLoadError": "hfexport.errors",
     "ValidationError": "hfexport.errors",
     "TESTED_VERSIONS": "hfexport._versions",
-    "GenerationRunner": "hfexport.generation.runner",
-    "GenerationResult": "hfexport.generation.runner",
+    "GenerationRunner": "hfexport.generation.loop",
+    "GenerationResult": "hfexport.generation.loop",
     "GenerationExport": "hfexport.generation.package",
     "save_generation_export": "hfexport.generation.package",
 }

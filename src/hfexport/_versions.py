@@ -52,10 +52,12 @@ class PackageStatus:
 
     @property
     def is_installed(self) -> bool:
+        """Whether the distribution is installed."""
         return self.installed is not None
 
     @property
     def has_drift(self) -> bool:
+        """Whether the installed version differs from the tested one (release numbers compared)."""
         if self.installed is None:
             return False
         try:
@@ -73,6 +75,7 @@ def installed_version(name: str) -> str | None:
 
 
 def package_status(name: str) -> PackageStatus:
+    """The `PackageStatus` of distribution `name` (one of `TESTED_VERSIONS`)."""
     return PackageStatus(name, TESTED_VERSIONS[name], installed_version(name))
 
 
@@ -82,6 +85,7 @@ def is_importable(name: str) -> bool:
 
 
 def pip_line(extra: str) -> str:
+    """The `pip install "hfexport[extra]"` line that installs `extra`."""
     return f'pip install "hfexport[{extra}]"'
 
 

@@ -172,11 +172,14 @@ class ExportConfig:
         return cls(**data)
 
     def to_json(self, **kwargs: Any) -> str:
+        """The config as JSON (`to_dict`); `json.dumps` keywords pass through."""
         return json.dumps(self.to_dict(), **kwargs)
 
     @classmethod
     def from_json(cls, text: str) -> ExportConfig:
+        """The config a JSON object (as `to_json` writes it) describes."""
         return cls.from_dict(json.loads(text))
 
     def replace(self, **changes: Any) -> ExportConfig:
+        """A copy with the given fields changed (checked like a new config)."""
         return dataclasses.replace(self, **changes)

@@ -1,4 +1,4 @@
-"""Facade for the seed's `from hfexport.exporter_dynamo import register_pytree_node`."""
+"""Facade for `from hfexport.exporter_dynamo import register_pytree_node`, the documented import path."""
 
 from .backends.dynamo.exporter import DynamoExporter
 from .capture.pytree import register_pytree_node

@@ -107,7 +107,7 @@ def export_to_folder(
         generation_config: for `generate`: e.g. a static cache
             (`GenerationConfig(cache_implementation="static", max_cache_len=N)`).
         multi_token_decode: for `generate`: `decode` takes any number of new tokens.
-        static_cache: the seed's static-cache export in one argument: one `decode` graph over a
+        static_cache: the static-cache export of the README in one argument: one `decode` graph over a
             static cache of this many tokens that also prefills (`generate`, `multi_token_decode`
             and `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`).
         validate: run each artifact in its runtime against eager before anything is written.

@@ -21,6 +21,7 @@ __all__ = ["LoadedModel", "load_model", "sample_inputs_for"]
 
 @dataclasses.dataclass
 class LoadedModel:
+    """A model ready to export: the module, sample inputs, where it came from, its tokenizer if any."""
     model: torch.nn.Module
     inputs: dict[str, Any]
     source: str

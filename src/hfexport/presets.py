@@ -96,6 +96,7 @@ class SubConfig:
     kwargs: dict[str, Any]
 
     def build(self) -> Any:
+        """The sub-config object (a vision or text config of a composite model)."""
         import transformers
 
         return getattr(transformers, self.config_class)(**self.kwargs)
@@ -284,6 +285,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
 
 
 def preset_names() -> list[str]:
+    """The names of the embedded tiny presets (`tiny:<name>` on the CLI)."""
     return list(PRESETS)
 
 
@@ -299,4 +301,5 @@ def build_preset(name: str, seed: int = 0, **overrides: Any) -> tuple[torch.nn.M
 
 
 def sample_inputs(name: str, model: torch.nn.Module) -> dict[str, Any]:
+    """Sample inputs for the preset `name`'s model (built from its config)."""
     return PRESETS[name.removeprefix("tiny:")].inputs(model.config)

@@ -1,4 +1,4 @@
-"""Helpers the seed imports from `hfexport.utils` (a facade over where they live)."""
+"""Helpers documented under `hfexport.utils` (a facade over where they live)."""
 
 from .capture.pytree import register_pytree_node
 from .generation.decompose import decompose_for_generation

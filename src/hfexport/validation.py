@@ -68,6 +68,7 @@ class CaseReport:
 
     @property
     def passed(self) -> bool:
+        """Whether the case ran and every output passed."""
         return self.error is None and all(o.passed for o in self.outputs)
 
 
@@ -87,14 +88,17 @@ class ValidationReport:
 
     @property
     def passed(self) -> bool:
+        """Whether every case passed (and there was at least one)."""
         return bool(self.cases) and all(c.passed for c in self.cases)
 
     @property
     def max_abs(self) -> float:
+        """The largest absolute difference over every output of every case."""
         values = [o.max_abs for c in self.cases for o in c.outputs if not math.isnan(o.max_abs)]
         return max(values, default=float("nan"))
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-able dict, with each case's verdict and the rule applied."""
         out = dataclasses.asdict(self)
         out["passed"] = self.passed
         out["rule"] = "pass if max|artifact - eager| <= atol + rtol * max|eager| (exact for int/bool)"

@@ -27,7 +27,7 @@ Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
 
 
 #: Roles whose size-1 sample, in a decode step (a cache that holds tokens), means "one token per
-#: step": kept static, so a decode step stays a single-token graph (SPEC R7). Anywhere else (a
+#: step": kept static, so a decode step stays a single-token graph (without `multi_token_decode`). Anywhere else (a
 #: one-token prompt) a size-1 sequence is as dynamic as any other size.
 _STEP_ROLES = ("sequence", "decoder_sequence")
 
@@ -46,7 +46,7 @@ _MODEL_FIXED_ROLES = ("patch_features", "grid", "state", "broadcast", "heads", "
 def has_fixed_batch(inputs: dict[str, Any]) -> bool:
     """Whether `inputs` carry a preallocated fixed-size cache (`StaticCache`): it is allocated for
     one batch size, so the graph keeps that batch static and its symbolic axes are the query and
-    cache lengths (SPEC R8; the seed's ONNX loop sizes every symbolic cache axis as the cache length)."""
+    cache lengths (examples/decode_loop_onnxruntime.py sizes every symbolic cache axis as the cache length)."""
     from .pytree import is_static_cache
 
     return any(is_static_cache(value) for value in inputs.values())
@@ -110,7 +110,7 @@ def plan_dynamic_shapes(inputs: dict[str, Any], *, dynamic: bool, dynamic_shapes
 
     The capture traces a front whose signature is exactly the input names (see
     `capture.named_kwargs_forward`), so the plan is `{input name: shapes}`. Explicit
-    `dynamic_shapes` keyed by input names (the seed's form) get `None` for inputs they do not
+    `dynamic_shapes` keyed by input names (torch.export's form) get `None` for inputs they do not
     name, which stay static.
 
     Args:

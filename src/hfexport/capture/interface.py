@@ -43,7 +43,7 @@ def named_kwargs_forward(model: torch.nn.Module, names: list[str], constants: di
     # that arrive through `**kwargs` ("Must provide a tree_name when there might be a mismatch",
     # pytorch/pytorch#164313, fixed upstream by pytorch/pytorch#186879). A front that names every
     # input keeps the exported interface exactly the caller's names (`past_key_values=` works on
-    # the program, as in the seed) and never goes through `**kwargs`. Same module: parameter
+    # the program, as the README shows) and never goes through `**kwargs`. Same module: parameter
     # names do not change.
     """
     original = model.forward
@@ -101,7 +101,7 @@ def _distinct_outputs(outputs: Any) -> Any:
 
 def model_argument_names(forward: Any, names: Any) -> dict[str, str]:
     """Interface name -> the model's name for it: `past_key_values` reaches a 5.24 forward as
-    `cache` (its own name), so the seed's interface works for every model (Mamba's old name was
+    `cache` (its own name), so the documented interface works for every model (Mamba's old name was
     `cache_params`) and costs no deprecation warning."""
     try:
         parameters = inspect.signature(forward).parameters

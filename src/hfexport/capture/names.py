@@ -32,7 +32,7 @@ __all__ = ["io_leaf_names", "dim_names", "role_of", "CACHE_PREFIX", "INTERFACE_C
 
 CACHE_PREFIX = "cache"
 
-#: The cache argument's name in exported interfaces (the seed's); transformers 5.24 calls it `cache`.
+#: The cache argument's name in exported interfaces (its long-standing name); transformers 5.24 calls it `cache`.
 INTERFACE_CACHE_NAME = "past_key_values"
 
 

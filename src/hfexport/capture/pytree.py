@@ -378,4 +378,5 @@ def flatten_with_names(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 def leaf_names(tree: Any, prefix: str = "") -> list[str]:
+    """The names of `tree`'s leaves, in flattening order (see `flatten_with_names`)."""
     return [name for name, _ in flatten_with_names(tree, prefix)]

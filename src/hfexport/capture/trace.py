@@ -315,7 +315,7 @@ def functionalized(program: torch.export.ExportedProgram, size_oblivious: bool) 
     """`program` with its in-place writes to user inputs lifted into `USER_INPUT_MUTATION` outputs.
 
     # NOTE: torch.export's default IR keeps `index_copy_`/`add_` on the cache tensors as graph ops;
-    # only a functional graph states the write in its signature (SPEC R8: the Dynamo program models
+    # only a functional graph states the write in its signature (the Dynamo program models
     # the cache update as a `USER_INPUT_MUTATION`, and ExecuTorch's method outputs carry the
     # mutated tensors). An empty decomposition table functionalizes without decomposing anything.
     """

@@ -11,6 +11,7 @@ def _names(value: str | None) -> list[str] | None:
 
 
 def run(args) -> int:
+    """Run `hfexport coverage` with the parsed `args`: 0 when every case is as expected, 1 otherwise."""
     from ..coverage import load_results, merge_results, render_markdown, run_matrix, save_results
     from ..coverage.matrix import BACKENDS, FAILED, MODES
     from ..storage import atomic_file

@@ -9,6 +9,7 @@ from .._versions import EXTRAS, TESTED_VERSIONS, package_status
 
 
 def run(args) -> int:
+    """Print the installed backends and versions against the tested set; always 0."""
     print(f"hfexport {__import__('hfexport').__version__}  python {platform.python_version()}  {sys.platform}")
     print(f"{'package':<14} {'installed':<16} {'tested':<12} status")
     for name in TESTED_VERSIONS:

@@ -123,6 +123,7 @@ def run_generate(arch: str, backend: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    """Run one case (`ARCH BACKEND MODE`), print its `RESULT` line; always 0."""
     arch, backend, mode = argv
     torch.manual_seed(0)
     start = time.perf_counter()

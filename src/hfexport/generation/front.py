@@ -2,8 +2,8 @@
 
 # NOTE: `decompose_for_generation` promises that `submodel(**kwargs)` reproduces what `generate`
 # computed and that `exporter.export(submodel, kwargs)` gives a program taking the same kwargs
-# (`exported.module()(**kwargs)`, the seed's sanity check). Three things stand between them:
-# - the interface names the cache `past_key_values` (the seed's name), which transformers 5.24
+# (`exported.module()(**kwargs)`, the README's sanity check). Three things stand between them:
+# - the interface names the cache `past_key_values` (the name documented in the README), which transformers 5.24
 #   renamed `cache`: Llama still accepts the old name with a deprecation warning, Mamba's forward
 #   drops it into `**kwargs` and runs without its cache;
 # - `generate` passes constants (`use_cache=True`, `logits_to_keep=1`), which a program bakes in
@@ -37,9 +37,11 @@ class ComponentFront(torch.nn.Module):
 
     @property
     def config(self) -> Any:
+        """The wrapped model's config (what exporters read bounds and masks from)."""
         return getattr(self.model, "config", None)
 
     def forward(self, **kwargs: Any) -> Any:
+        """Call the model with the interface's kwargs (see the class docstring)."""
         from ..capture.interface import call_model
         from .masks import masks_from_causal
 

@@ -6,7 +6,7 @@
 # config with `layer_types`, Qwen3 included), additive float masks under eager attention
 # (Gemma-2). Exported as captured, each form is a different interface, and a dict of masks
 # whose sliding entry a caller must build knows the window. The static `decode` graph instead
-# takes the seed's one boolean causal mask `[batch, 1, query, cache_length]` (padding included)
+# takes one boolean causal mask (the interface the README documents) `[batch, 1, query, cache_length]` (padding included)
 # and the component's front (`front.ComponentFront`) builds from it, in the graph, what the model was given:
 # the window applied from each query's own slot (the last position its row attends, which is its
 # cache position: sliding-window layers keep a full-length cache, see `decompose`), the dtype

@@ -1,4 +1,4 @@
-"""Quantization during export (SPEC R9): a `quantizer=` on every config.
+"""Quantization during export: a `quantizer=` on every config.
 
 | quantizer       | stage                 | formats                  | schemes                                   |
 |-----------------|-----------------------|--------------------------|-------------------------------------------|

@@ -61,6 +61,7 @@ class ExportQuantizer:
 
     @property
     def needs_calibration(self) -> bool:
+        """Whether the scheme is static: it needs calibration data."""
         return self.scheme in self.static_schemes
 
     def check(self, export_format: str) -> None:
@@ -119,6 +120,7 @@ class ExportQuantizer:
         return clone
 
     def to_dict(self) -> dict[str, Any]:
+        """The quantizer as a config file holds it (`{"quantizer": name, "scheme": ...}`); calibration data are left out."""
         return {"quantizer": self.name, "scheme": self.scheme}
 
     def __repr__(self) -> str:

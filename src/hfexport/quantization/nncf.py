@@ -45,6 +45,7 @@ class NNCFQuantizer(ExportQuantizer):
         self.smooth_quant = smooth_quant
 
     def check(self, export_format: str) -> None:
+        """As `ExportQuantizer.check`, with the schemes NNCF supports on `export_format`."""
         super().check(export_format)
         if export_format == "dynamo" and self.scheme == "int8-static":
             from ..errors import QuantizationError
@@ -54,9 +55,11 @@ class NNCFQuantizer(ExportQuantizer):
                                     "weight compression ('int8-weights', 'int4-weights')")
 
     def to_dict(self) -> dict[str, Any]:
+        """As `ExportQuantizer.to_dict`, with NNCF's own options."""
         return {**super().to_dict(), "group_size": self.group_size, "smooth_quant": self.smooth_quant}
 
     def stage_for(self, export_format: str) -> str:
+        """`"fx"` for the torch.export backend, `"model"` (the converted model) for ONNX and OpenVINO."""
         return "fx" if export_format == "dynamo" else "model"
 
     def _compress(self, model: Any) -> Any:
@@ -71,9 +74,11 @@ class NNCFQuantizer(ExportQuantizer):
         return nncf.compress_weights(model, **options)
 
     def quantize_program(self, module: torch.fx.GraphModule, samples: list[dict[str, Any]]) -> torch.nn.Module:
+        """Compress the weights of the `torch.export` module with NNCF (weight-only schemes)."""
         return self._compress(module)
 
     def quantize_model(self, artifact: Any, samples: list[list[torch.Tensor]]) -> Any:
+        """Compress or quantize the converted ONNX or OpenVINO model with NNCF."""
         import nncf
 
         from ..runner import to_numpy

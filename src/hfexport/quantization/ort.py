@@ -33,6 +33,7 @@ class OrtQuantizer(ExportQuantizer):
     extra = "onnx"
 
     def quantize_model(self, artifact: Any, samples: list[list[torch.Tensor]]) -> Any:
+        """Quantize the ONNX model with ONNX Runtime's quantization tools (dynamic or static, calibrated on `samples`)."""
         import onnx
         from onnxruntime import quantization as q
 

@@ -41,6 +41,7 @@ class PT2EQuantizer(ExportQuantizer):
         return XNNPACKQuantizer().set_global(config)
 
     def quantize_program(self, module: torch.fx.GraphModule, samples: list[dict[str, Any]]) -> torch.nn.Module:
+        """Quantize the `torch.export` module with PT2E and XNNPACK's quantizer (prepare, calibrate, convert)."""
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         prepared = prepare_pt2e(module, self._xnnpack_quantizer())

@@ -1,4 +1,4 @@
-"""What a quantizer did to an artifact, counted in the artifact itself (SPEC R9; USERS.md #5: a
+"""What a quantizer did to an artifact, counted in the artifact itself (a
 "quantized" model whose layers were silently skipped must show it)."""
 
 from __future__ import annotations

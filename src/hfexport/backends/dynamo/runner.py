@@ -13,6 +13,7 @@ __all__ = ["DynamoRunner"]
 
 
 class DynamoRunner(Runner):
+    """Runs an `ExportedProgram` through `.module()`, as a PyTorch user does."""
     runtime = "torch.export ExportedProgram.module()"
 
     def __init__(self, artifact, record):
@@ -24,6 +25,7 @@ class DynamoRunner(Runner):
         return "as exported (PyTorch eager kernels)"
 
     def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
+        """Run on forward kwargs (caches as objects): the program takes the forward's pytree."""
         with torch.no_grad():
             return [x for x in pytree.tree_leaves(self.module(**inputs)) if x is not None]
 

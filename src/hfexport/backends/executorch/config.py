@@ -21,7 +21,7 @@ class ExecutorchConfig(ExportConfig):
     Args:
         delegate: the delegate the program is lowered to: `"xnnpack"` (CPU, default), `"cuda"`
             (needs CUDA) or `"mlx"` (Apple Silicon, macOS 14+).
-        backend: the seed's name for `delegate`, kept as a deprecated alias (it reads back as the
+        backend: the original name of `delegate`, kept as a deprecated alias (it reads back as the
             delegate).
         alloc_graph_input: let memory planning allocate graph inputs; `False` makes the caller's
             input tensors the storage (in-place static cache).

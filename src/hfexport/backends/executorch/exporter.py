@@ -160,7 +160,7 @@ class ConfigBounds:
         role = role_of(name, _rank_of(self.inputs, name), axis)
         if role == "cache_length" and self.static_cache:
             # planned at exactly the static cache's size: method_meta then gives the caller's
-            # buffer sizes (the seed's C++ loop allocates the cache from `nbytes()`)
+            # buffer sizes (examples/decode_loop_executorch.cpp allocates the cache from `nbytes()`)
             upper, why = size, "the static cache's max_cache_len"
         elif role in ("batch", "images"):
             upper, why = self.max_batch, "ExecutorchConfig.max_batch_size"

@@ -52,6 +52,7 @@ class ViewsBoundedByBase(PassBase):
         self.capped: list[str] = []
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        """Bound every symbolic size (ExecuTorch's own pass), then cap each view's bound at its base's."""
         from executorch.exir import memory
 
         self.upper_bounds(graph_module)

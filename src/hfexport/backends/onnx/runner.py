@@ -14,6 +14,7 @@ __all__ = ["OnnxRunner"]
 
 
 class OnnxRunner(Runner):
+    """Runs an ONNX model in ONNX Runtime on the CPU, fed by input name."""
     runtime = "ONNX Runtime (CPUExecutionProvider)"
 
     def __init__(self, artifact, record):

@@ -14,6 +14,7 @@ __all__ = ["OpenVINORunner"]
 
 
 class OpenVINORunner(Runner):
+    """Compiles an OpenVINO model for the CPU plugin, as a user's `compile_model` does, and runs it."""
     runtime = "OpenVINO CPU plugin"
 
     def __init__(self, artifact, record):
