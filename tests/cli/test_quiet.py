@@ -65,9 +65,17 @@ def _other_package() -> Iterator[logging.Logger]:
     handler = logging.StreamHandler()
     logger.addHandler(handler)
     logger.propagate = False
+    # its own level, as torch gives its loggers: in the whole suite an earlier test's package left the
+    # root level or logging.disable() where a WARNING record of an unconfigured logger never got emitted
+    disabled_before = logging.root.manager.disable
+    logger.setLevel(logging.WARNING)
+    logger.disabled = False
+    logging.disable(logging.NOTSET)
     try:
         yield logger
     finally:
+        logging.disable(disabled_before)
+        logger.setLevel(logging.NOTSET)
         logger.removeHandler(handler)
         logger.propagate = True
 
