@@ -95,3 +95,30 @@ def test_a_static_cache_mask_is_resized_as_a_causal_mask():
     assert torch.equal(longer[:2], causal_mask(torch.tensor([[1] * 6, [0, 0, 1, 1, 1, 1]]), 0, 6, 10))
     decode = causal_mask(padding, 4, 2, 8)  # two tokens after four cached
     assert torch.equal(_causal_mask(decode, (2, 1, 1, 8)), causal_mask(padding, 4, 1, 8))
+
+
+def test_a_static_cache_resize_keeps_the_query_inside_the_cache():
+    """ExecuTorch bounds a static cache's length at `max_cache_len`, so the resized case moved it
+    down while the query grew: 12 tokens written + 4 new in a cache of 15, which eager refuses
+    (the fuzzer's Gemma-3 static multi-token decode on ExecuTorch, seed 203)."""
+    from hfexport.record import ExportRecord
+    from hfexport.validation import resize_inputs
+
+    names = ["input_ids", "attention_mask", "position_ids", "past_key_values.0.cumulative_length",
+             "past_key_values.0.keys", "past_key_values.0.values"]
+    shapes = [("batch", "query"), ("batch", 1, "query", "cache_length"), ("batch", "query"), (),
+              ("batch", 2, "cache_length", 16), ("batch", 2, "value_length", 16)]  # as torch.export gave them
+    record = ExportRecord("executorch", "Gemma3ForCausalLM", names, ["logits"], shapes,
+                          {"batch": (1, 8), "query": (1, 128), "cache_length": (1, 16), "value_length": (1, 16)})
+    inputs = {"input_ids": torch.ones(1, 2, dtype=torch.long),
+              "attention_mask": torch.ones(1, 1, 2, 16, dtype=torch.bool),
+              "position_ids": torch.tensor([[12, 13]]),
+              "past_key_values.0.cumulative_length": torch.tensor(12),
+              "past_key_values.0.keys": torch.zeros(1, 2, 16, 16), "past_key_values.0.values": torch.zeros(1, 2, 16, 16)}
+    resized = resize_inputs(inputs, record)
+    assert resized["input_ids"].shape == (3, 4)
+    assert resized["past_key_values.0.keys"].shape == resized["past_key_values.0.values"].shape == (3, 2, 16, 16)
+    written = 12
+    inputs["past_key_values.0.cumulative_length"] = torch.tensor(written + 2)  # 14 + 4 would not fit either
+    resized = resize_inputs(inputs, record)
+    assert resized["input_ids"].shape == (3, 1) and resized["attention_mask"].shape == (3, 1, 1, 16)

@@ -210,6 +210,7 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2, *
                                   "other sizes (see the record's symbol_ranges), or validate(resized=False)")
         new_values[symbol] = target
     _keep_mask_covering_cache(record, new_values, values)
+    _keep_writes_inside_static_cache(record, tensors, new_values, values)
     sizes = {**values, **new_values}  # an expression (`s0 + s1`) is sized from every symbol, moved or not
     symbols = {name: sympy.Symbol(name) for name in sizes}
     substitution = {symbols[name]: v for name, v in sizes.items()}
@@ -307,6 +308,34 @@ def _keep_mask_covering_cache(record: ExportRecord, new_values: dict[str, int], 
     past = cache[2] if isinstance(cache[2], int) else size.get(cache[2])
     if query is not None and past is not None and mask[1] not in (ids[1], cache[2]):
         new_values[mask[1]] = past + query
+
+
+def _keep_writes_inside_static_cache(record: ExportRecord, tensors: list[torch.Tensor], new_values: dict[str, int],
+                                     values: dict[str, int]) -> None:
+    """A static cache's decode step writes its query at `cumulative_length`: keep cumulative + query
+    within every cache tensor's length. Where a length is bounded at the sample's (ExecuTorch bounds
+    it by `max_cache_len`), moving every size would shorten the cache under the tokens already
+    written and give inputs eager itself refuses; such a length is kept, and a query that no longer
+    fits is moved down instead of up."""
+    named = dict(zip(record.input_names, zip(tensors, record.input_shapes)))
+    written = [int(t) for name, (t, _) in named.items() if name.endswith("cumulative_length") and t.dim() == 0]
+    ids = named.get("input_ids") or named.get("decoder_input_ids")
+    lengths = {shape[2] for name, (_, shape) in named.items() if name.endswith((".keys", ".values")) and len(shape) == 4}
+    if not written or ids is None or len(ids[1]) != 2 or not lengths:
+        return
+    query_dim = ids[1][1]
+    for dim in lengths:
+        if isinstance(dim, str) and new_values.get(dim, values[dim]) < values[dim]:
+            del new_values[dim]
+    size = {**values, **new_values}
+    room = min(d if isinstance(d, int) else size[d] for d in lengths) - max(written)
+    if not isinstance(query_dim, str) or size[query_dim] <= room:
+        return
+    query = room if room != values[query_dim] else room - 1  # the most that fits, or one fewer than the sample
+    if query >= 1:
+        new_values[query_dim] = query
+    else:
+        new_values.pop(query_dim, None)  # one token that just fits: it stays, the other sizes still move
 
 
 # -- comparison -----------------------------------------------------------------------------------
