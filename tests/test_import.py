@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BACKEND_PACKAGES = ("onnx", "onnxscript", "onnxruntime", "executorch", "openvino", "nncf", "torchao")
+BACKEND_PACKAGES = ("onnx", "onnxscript", "onnxruntime", "executorch", "openvino", "nncf", "torchao", "ray")
 
 
 def _modules_after(code: str) -> set[str]:

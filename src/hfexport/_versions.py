@@ -27,6 +27,7 @@ TESTED_VERSIONS: dict[str, str] = {
     "openvino": "2026.4.1",
     "nncf": "3.4.0",
     "torchao": "0.18.0",
+    "ray": "2.58.0",
 }
 
 #: Extra name -> distributions it installs (mirrors `[project.optional-dependencies]`).
@@ -36,6 +37,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "executorch": ("executorch",),
     "openvino": ("openvino",),
     "quantization": ("nncf", "torchao"),
+    "ray": ("ray",),
 }
 
 #: Distribution name -> top-level import name, where they differ.

@@ -10,10 +10,18 @@ def _names(value: str | None) -> list[str] | None:
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
 
 
+def _this_run(args) -> str:
+    """The command line as the page's list of runs records it."""
+    flags = "".join(f" --{flag} {value}" for flag, value in (
+        ("backends", args.backends), ("modes", args.modes), ("only", args.only)) if value)
+    return "hfexport coverage" + flags + "".join(f" --{flag}" for flag in ("merge", "resume") if getattr(args, flag))
+
+
 def run(args) -> int:
     """Run `hfexport coverage` with the parsed `args`: 0 when every case is as expected, 1 otherwise."""
     from ..coverage import load_results, merge_results, render_markdown, run_matrix, save_results
-    from ..coverage.matrix import BACKENDS, FAILED, MODES
+    from ..executors import choose_executor
+    from ..coverage.matrix import BACKENDS, FAILED, MODES, done_results
     from ..storage import atomic_file
 
     backends = _names(args.backends) or list(BACKENDS)
@@ -25,24 +33,32 @@ def run(args) -> int:
     output = Path(args.output)
     if not output.parent.is_dir():
         raise ValueError(f"{output.parent} does not exist; create it or choose another --output")
-    done = []
+    executor = choose_executor(args.jobs, args.ray, args.ray_address)
+    saved, previous, runs = output.with_suffix(".json"), [], [_this_run(args)]
+    if (args.merge or args.resume) and saved.exists():
+        previous, previous_runs = load_results(saved)
+        runs = previous_runs + runs
+    done = done_results(previous) if args.resume else []
+    finished = []
 
     def progress(result) -> None:
-        done.append(result)
+        finished.append(result)
+        save_results(saved, merge_results(previous, finished), runs)  # an interrupted run loses only the cells running
         seconds = f" ({result.seconds:.0f} s)" if result.seconds is not None else ""
         detail = f": {result.detail}" if result.detail and result.verdict != "ok" else ""
-        print(f"[{len(done)}] {result.arch} {result.backend} {result.mode}: {result.verdict}{seconds}{detail}",
+        print(f"[{len(finished)}] {result.arch} {result.backend} {result.mode}: {result.verdict}{seconds}{detail}",
               file=sys.stderr, flush=True)
 
-    results = run_matrix(_names(args.only), backends, modes, timeout=args.timeout, jobs=args.jobs,
-                         on_result=progress)
-    this_run = "hfexport coverage" + "".join(f" --{flag} {value}" for flag, value in (
-        ("backends", args.backends), ("modes", args.modes), ("only", args.only)) if value) + (
-        " --merge" if args.merge else "")
-    saved, runs = output.with_suffix(".json"), [this_run]
-    if args.merge and saved.exists():
-        previous, previous_runs = load_results(saved)
-        results, runs = merge_results(previous, results), previous_runs + runs
+    if done:
+        print(f"hfexport: resuming {saved}: {len(done)} cases done, not run again", file=sys.stderr)
+    try:
+        results = run_matrix(_names(args.only), backends, modes, timeout=args.timeout, executor=executor, done=done,
+                             on_result=progress)
+    except KeyboardInterrupt:
+        print(f"hfexport: interrupted; {len(finished)} finished cases saved in {saved} (--resume runs the others)",
+              file=sys.stderr)
+        return 130
+    results = merge_results(previous, results)
     with atomic_file(output) as page:
         page.write(render_markdown(results, runs))
     save_results(saved, results, runs)

@@ -71,6 +71,23 @@ def _parser() -> argparse.ArgumentParser:
     coverage.add_argument("--jobs", "-j", type=int, default=1, help="cases run at once (default 1)")
     coverage.add_argument("--merge", action="store_true",
                           help="keep the other cases of the JSON beside --output; replace only those run now")
+    coverage.add_argument("--resume", action="store_true",
+                          help="keep the cases of the JSON beside --output (saved after each case) and run only the "
+                          "others; cases that crashed or timed out run again")
+    _add_ray_arguments(coverage)
+
+    many = sub.add_parser("export-many", help="export each model of a list to each format, each in its own "
+                          "subprocess, here or on Ray; write DIR/summary.json and DIR/summary.md")
+    many.add_argument("list", help="a .txt (one model a line: tiny:llama, a folder, a hub id; # comments) or a "
+                      '.json (a list of models, or of objects {"model": ..., "generate": true, ...})')
+    many.add_argument("--format", "-f", default="dynamo", help="comma-separated: dynamo,onnx,executorch,openvino")
+    many.add_argument("--output", "-o", required=True, help="the folder: DIR/<model>/<format> per export")
+    many.add_argument("--timeout", type=float, default=1800, help="seconds per export (default 1800)")
+    many.add_argument("--jobs", "-j", type=int, default=1, help="exports run at once here (default 1)")
+    many.add_argument("--resume", action="store_true",
+                      help="keep the exports DIR/summary.json lists as done and run only the others; exports "
+                      "that crashed or timed out run again")
+    _add_ray_arguments(many)
 
     fuzz = sub.add_parser("fuzz", help="draw random tiny decoders, export them dynamic to each backend, compare "
                           "with eager; print a shrunk reproduction of each failure")
@@ -83,14 +100,22 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ray", action="store_true",
+                        help='run each cell as a Ray task (pip install "hfexport[ray]"): on the cluster of '
+                        "RAY_ADDRESS, or a local instance")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="the Ray cluster to join (auto, HOST:6379; implies --ray)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `hfexport` command line on `argv` (default: the process's); return the exit code."""
     args = _parser().parse_args(argv)
-    from . import coverage, env, export, fuzz, generate, patches
+    from . import coverage, env, export, export_many, fuzz, generate, patches
     from .quiet import command_output
 
     command = {"export": export.run, "generate": generate.run, "coverage": coverage.run, "fuzz": fuzz.run,
-               "env": env.run, "patches": patches.run}[args.command]
+               "env": env.run, "patches": patches.run, "export-many": export_many.run}[args.command]
     try:
         # the summary of what was hidden comes before an error line, so that the error is the last line
         with command_output(verbose=args.verbose, debug=args.debug):

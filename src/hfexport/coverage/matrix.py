@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import datetime
 import json
 import os
 import platform
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..storage import atomic_file
+from ..executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
 from .known_failures import BACKENDS, KNOWN_FAILURES, MODES, KnownFailure
 
-__all__ = ["KNOWN_FAILURES", "CaseResult", "KnownFailure", "applicable", "load_results", "merge_results",
-           "render_markdown", "run_case", "run_matrix", "save_results"]
+__all__ = ["KNOWN_FAILURES", "RERUN_ON_RESUME", "CaseResult", "KnownFailure", "applicable", "case_cell", "done_results",
+           "load_results", "merge_results", "render_markdown", "run_case", "run_matrix", "save_results"]
 
 FAILED = ("export failure", "runtime failure", "mismatch", "timeout", "crash")
 
@@ -74,32 +73,38 @@ def applicable(arch: str, mode: str) -> bool:
 
 
 def run_case(arch: str, backend: str, mode: str, timeout: float = 900, threads: int | None = None) -> CaseResult:
-    """Run one case in a subprocess (`python -m hfexport.coverage.case`) and read its result."""
+    """Run one case in a subprocess (`python -m hfexport.coverage.case`) and read its result: one
+    attempt (the executors of `run_matrix` run a case once more when its process was killed)."""
+    return _attempt(arch, backend, mode, timeout, threads)[0]
+
+
+def case_cell(arch: str, backend: str, mode: str, timeout: float, threads: int | None) -> dict[str, Any]:
+    """One case as an executor's cell (`hfexport.executors`): `run_case`'s result as a dict,
+    marked `LOST` when its process was killed before it gave one."""
+    result, lost = _attempt(arch, backend, mode, timeout, threads)
+    return {**result.to_dict(), LOST: lost}
+
+
+def _attempt(arch: str, backend: str, mode: str, timeout: float, threads: int | None) -> tuple[CaseResult, bool]:
+    """`(result, whether the process was killed before giving one)`."""
     from ..presets import PRESETS
 
     kind = PRESETS[arch].kind
     known = KNOWN_FAILURES.get((arch, backend, mode))
-    threads = threads or os.cpu_count() or 1
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    command = [sys.executable, "-m", "hfexport.coverage.case", arch, backend, mode]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as expired:
-        stage = _last_stage(expired.stdout)
-        return CaseResult(arch, kind, backend, mode, "timeout", f"no result after {timeout:.0f} s (in {stage})",
-                          timeout, known=known)
-    for line in reversed(done.stdout.splitlines()):
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
-            status, detail, seconds = result.pop("status"), result.pop("detail", None), result.pop("seconds", None)
-            if status == "runtime failure" and (log := _runtime_log(done.stderr)):
-                detail = f"{detail} [{log}]"
-            return CaseResult(arch, kind, backend, mode, status, detail, seconds, result, known)
+    outcome = run_subprocess([sys.executable, "-m", "hfexport.coverage.case", arch, backend, mode],
+                             timeout=timeout, threads=threads or os.cpu_count() or 1,
+                             env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    if outcome.timed_out:
+        return CaseResult(arch, kind, backend, mode, "timeout", f"no result after {timeout:.0f} s (in {outcome.stage})",
+                          timeout, known=known), False
+    if outcome.result is not None:
+        result = dict(outcome.result)
+        status, detail, seconds = result.pop("status"), result.pop("detail", None), result.pop("seconds", None)
+        if status == "runtime failure" and (log := _runtime_log(outcome.stderr)):
+            detail = f"{detail} [{log}]"
+        return CaseResult(arch, kind, backend, mode, status, detail, seconds, result, known), False
     # no RESULT line: the process died (a segfault in a runtime, out of memory, ...)
-    stage = _last_stage(done.stdout)
-    tail = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "")[:300]
-    how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
-    return CaseResult(arch, kind, backend, mode, "crash", f"{how} in {stage}: {tail}", known=known)
+    return CaseResult(arch, kind, backend, mode, "crash", outcome.how(), known=known), outcome.is_lost
 
 
 _RUNTIME_LOG = re.compile(r"^\[[\w.]+:\d+\] (.*(?:Check failed|KernelCall failed|Attempted to resize|Error|error).*)$")
@@ -113,22 +118,28 @@ def _runtime_log(stderr: str) -> str:
     return "; ".join(dict.fromkeys(found))[:400]
 
 
-def _last_stage(stdout: str | bytes | None) -> str:
-    text = stdout.decode(errors="replace") if isinstance(stdout, bytes) else (stdout or "")
-    stages = [line.split(" ", 1)[1] for line in text.splitlines() if line.startswith("STAGE ")]
-    return stages[-1] if stages else "startup"
+#: Statuses `--resume` runs again: a crash or a timeout may say more about the machine than the case.
+RERUN_ON_RESUME = ("crash", "timeout")
+
+
+def done_results(results: Iterable[CaseResult]) -> list[CaseResult]:
+    """The cases of a saved matrix that a resumed run keeps: every status but `RERUN_ON_RESUME`."""
+    return [r for r in results if r.status not in RERUN_ON_RESUME]
 
 
 def run_matrix(archs: Iterable[str] | None = None, backends: Iterable[str] = BACKENDS,
                modes: Iterable[str] = MODES, *, timeout: float = 900, jobs: int = 1,
+               executor: Executor | None = None, done: Iterable[CaseResult] = (),
                on_result: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
     """Run every applicable (architecture, backend, mode) case; results in table order.
 
     Args:
         archs: preset names (default: all of `hfexport.presets`).
         timeout: seconds one case may take before it counts as `timeout`.
-        jobs: cases run at once; each gets `cpu_count // jobs` threads.
-        on_result: called as each case finishes (progress).
+        jobs: cases run at once by the default executor; each gets `cpu_count // jobs` threads.
+        executor: where the cases run (default `LocalExecutor(jobs)`; `RayExecutor()` on Ray).
+        done: cases already run (a resumed matrix, `done_results`): kept as they are, not run again.
+        on_result: called as each case finishes (progress, saving).
     """
     from ..presets import PRESETS
 
@@ -137,15 +148,19 @@ def run_matrix(archs: Iterable[str] | None = None, backends: Iterable[str] = BAC
     if unknown:
         raise ValueError(f"unknown architectures {unknown}; known: {', '.join(PRESETS)}")
     cases = [(a, b, m) for a in archs for b in backends for m in modes if applicable(a, m)]
-    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
-    results: dict[tuple[str, str, str], CaseResult] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(run_case, *case, timeout, threads): case for case in cases}
-        for future in concurrent.futures.as_completed(futures):
-            result = future.result()
-            results[futures[future]] = result
-            if on_result:
-                on_result(result)
+    kept = {(r.arch, r.backend, r.mode): r for r in done}
+    results = {case: kept[case] for case in cases if case in kept}
+    executor = executor or LocalExecutor(jobs)
+    cells = [Cell(case, case_cell, (*case, timeout, executor.threads),
+                  {"arch": case[0], "kind": PRESETS[case[0]].kind, "backend": case[1], "mode": case[2]})
+             for case in cases if case not in kept]
+
+    def finished(cell: Cell, data: dict[str, Any]) -> None:
+        results[cell.key] = result = CaseResult.from_dict(data)
+        if on_result:
+            on_result(result)
+
+    executor.run(cells, finished)
     return [results[case] for case in cases]
 
 

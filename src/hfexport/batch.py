@@ -1,0 +1,246 @@
+"""Batch exports: each model of a list to each format, each export in its own subprocess, here or on Ray.
+
+```
+run_batch(read_model_list("models.txt"), ["dynamo", "onnx"], "out", executor=RayExecutor())
+  out/<model-slug>/<format>/   what `hfexport export` writes: artifacts, manifest, report.json
+  out/summary.json             every export: status, first line of its error, seconds, artifact bytes
+  out/summary.md               the same as a table
+```
+Each export is the export job (`hfexport.job.export_to_folder`, validation included) run as
+`python -m hfexport.batch_item` with a timeout, by the executors of the coverage matrix
+(`hfexport.executors`): a crash or a hang costs one export, a killed worker is retried
+once, and `summary.json` is saved after every finished export so that `resume=True` runs only
+those not done. On a cluster, the output folder must be one that every node can write.
+
+A list is a `.txt` file, one model a line (`tiny:llama`, a local folder, a hub id; `#` starts a
+comment), or a `.json` list of models or of objects `{"model": ..., "generate": true, ...}` whose
+other keys are options of the export job (`OPTIONS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
+from .storage import atomic_file
+
+__all__ = ["OPTIONS", "RERUN_ON_RESUME", "BatchItem", "BatchResult", "export_cell", "load_summary",
+           "read_model_list", "render_summary", "run_batch", "save_summary"]
+
+#: Keys an object of a `.json` list may have besides `model`: `name` (the folder, instead of the
+#: model's slug), `dynamic` (default true) and these keyword arguments of `export_to_folder`.
+OPTIONS = ("generate", "multi_token_decode", "static_cache", "quantize", "validate", "atol", "rtol", "min_cosine",
+           "prompt")
+#: Statuses `resume` runs again: a crash or a timeout may say more about the machine than the export.
+RERUN_ON_RESUME = ("crash", "timeout")
+SUMMARY = "summary.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchItem:
+    """One model of the list: its spec, the options of its export and the folder name it gets."""
+
+    model: str
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    name: str | None = None
+
+    @property
+    def slug(self) -> str:
+        """The folder of this model's exports: `name`, or the model with `/` as `--` (`tiny-llama`,
+        `org--model`)."""
+        if self.name:
+            return self.name
+        text = re.sub(r"^(\./|/)+", "", self.model.strip().rstrip("/")).replace("/", "--").replace(":", "-")
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "model"
+
+    def spec(self) -> dict[str, Any]:
+        """What the subprocess is told: the model and its options."""
+        return {"model": self.model, **self.options}
+
+
+def _item(entry: Any, where: str) -> BatchItem:
+    if isinstance(entry, str):
+        return BatchItem(entry)
+    if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
+        raise ValueError(f"{where}: an entry is a model string or an object with a \"model\" string; got {entry!r}")
+    unknown = sorted(set(entry) - {"model", "name", "dynamic", *OPTIONS})
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown} for {entry['model']}; use model, name, dynamic, "
+                         + ", ".join(OPTIONS))
+    options = {k: v for k, v in entry.items() if k not in ("model", "name")}
+    return BatchItem(entry["model"], options, entry.get("name"))
+
+
+def read_model_list(path: str | Path) -> list[BatchItem]:
+    """The models of a list file: a `.txt` (one model a line, `#` comments) or a `.json` (a list of
+    model strings or objects `{"model": ..., "generate": true, ...}`).
+
+    Args:
+        path: the list file.
+
+    Returns:
+        The models in list order; two of them that would share a folder are an error.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"model list {path} does not exist; give the path of a .txt or .json list")
+    if path.suffix == ".json":
+        entries = json.loads(path.read_text())
+        if not isinstance(entries, list):
+            raise ValueError(f"{path}: a .json model list is a JSON list; got {type(entries).__name__}")
+        items = [_item(entry, f"{path} entry {i}") for i, entry in enumerate(entries)]
+    elif path.suffix == ".txt":
+        lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+        items = [BatchItem(line) for line in lines if line]
+    else:
+        raise ValueError(f"{path}: a model list is a .txt (one model a line) or a .json file; rename it")
+    slugs = [item.slug for item in items]
+    twice = sorted({slug for slug in slugs if slugs.count(slug) > 1})
+    if twice:
+        raise ValueError(f"{path}: more than one entry would be written to {twice}; give each a distinct "
+                         "\"name\" in a .json list")
+    if not items:
+        raise ValueError(f"{path} lists no model; add one a line (tiny:llama, a folder, a hub id)")
+    return items
+
+
+@dataclasses.dataclass
+class BatchResult:
+    """One export of the batch: a model to a format, its status and the first line of its error."""
+
+    model: str
+    format: str
+    output: str
+    status: str
+    detail: str | None = None
+    seconds: float | None = None
+    artifact_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The export as `summary.json` stores it."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BatchResult:
+        """Back from `to_dict` (or a cell's result dict)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+def export_cell(spec: dict[str, Any], fmt: str, directory: str, output: str, timeout: float,
+                threads: int) -> dict[str, Any]:
+    """One export as an executor's cell: `python -m hfexport.batch_item` writing `directory/output`,
+    its result as a `BatchResult` dict, marked `LOST` when its process was killed before it gave one."""
+    base = {"model": spec["model"], "format": fmt, "output": output}
+    outcome = run_subprocess([sys.executable, "-m", "hfexport.batch_item", json.dumps(spec), fmt,
+                              str(Path(directory) / output)], timeout=timeout, threads=threads)
+    if outcome.timed_out:
+        return {**base, "status": "timeout", "detail": f"no result after {timeout:.0f} s (in {outcome.stage})",
+                "seconds": timeout}
+    if outcome.result is not None:
+        return {**base, **outcome.result}
+    return {**base, "status": "crash", "detail": outcome.how(), LOST: outcome.is_lost}
+
+
+def save_summary(directory: Path, results: Sequence[BatchResult], runs: Sequence[str]) -> None:
+    """`directory/summary.json`: the commands it comes from and every export (written atomically)."""
+    with atomic_file(directory / SUMMARY) as stream:
+        json.dump({"runs": list(runs), "results": [r.to_dict() for r in results]}, stream, indent=1)
+
+
+def load_summary(directory: Path) -> tuple[list[BatchResult], list[str]]:
+    """The exports and the runs of `directory/summary.json`."""
+    data = json.loads((directory / SUMMARY).read_text())
+    return [BatchResult.from_dict(item) for item in data["results"]], list(data["runs"])
+
+
+def render_summary(results: Sequence[BatchResult]) -> str:
+    """The exports as a Markdown table: model, format, status (with the error's first line), seconds, bytes."""
+    lines = ["| model | format | status | seconds | artifact bytes |", "|---|---|---|---|---|"]
+    for r in results:
+        status = r.status if r.status == "ok" else f"{r.status}: {r.detail or ''}".replace("|", "\\|")
+        seconds = f"{r.seconds:.1f}" if r.seconds is not None else ""
+        size = f"{r.artifact_bytes:,}" if r.artifact_bytes is not None else ""
+        lines.append(f"| {r.model} | {r.format} | {status} | {seconds} | {size} |")
+    return "\n".join(lines) + "\n"
+
+
+def _merged(previous: Iterable[BatchResult], new: Iterable[BatchResult]) -> list[BatchResult]:
+    fresh = {r.output: r for r in new}
+    merged = [fresh.pop(r.output, r) for r in previous]
+    return merged + list(fresh.values())
+
+
+def _done(previous: Iterable[BatchResult], directory: Path) -> dict[str, BatchResult]:
+    """The exports a resumed batch keeps: final statuses, and for `ok` the folder still there."""
+    return {r.output: r for r in previous
+            if r.status not in RERUN_ON_RESUME and (r.status != "ok" or (directory / r.output).is_dir())}
+
+
+def run_batch(items: Sequence[BatchItem], formats: Sequence[str], directory: str | Path, *,
+              executor: Executor | None = None, jobs: int = 1, timeout: float = 1800, resume: bool = False,
+              run: str = "hfexport export-many",
+              on_result: Callable[[BatchResult], None] | None = None) -> list[BatchResult]:
+    """Export each item to each format into `directory/<slug>/<format>`; write `summary.json` (after
+    every export) and `summary.md`.
+
+    Args:
+        items: the models (`read_model_list`).
+        formats: export formats (`dynamo`, `onnx`, `executorch`, `openvino`).
+        directory: the output folder (created); on Ray, a folder every node can write.
+        executor: where the exports run (default `LocalExecutor(jobs)`).
+        jobs: exports run at once by the default executor.
+        timeout: seconds one export may take before it counts as `timeout`.
+        resume: keep the exports `summary.json` lists as done (any status but `RERUN_ON_RESUME`;
+            an `ok` one whose folder is gone runs again) and run the others.
+        run: the command recorded in `summary.json`.
+        on_result: called as each export finishes (progress).
+
+    Returns:
+        Every export of `items` x `formats`, in that order.
+    """
+    from .auto import AutoExportConfig
+
+    for fmt in formats:
+        AutoExportConfig.from_dict({"export_format": fmt})  # an unknown format fails before any export
+    directory = Path(directory)
+    previous, runs = [], [run]
+    if (directory / SUMMARY).exists():
+        if not resume:
+            raise ValueError(f"{directory} holds an earlier batch ({SUMMARY}); pass --resume (resume=True) to "
+                             "continue it, or choose another output folder")
+        previous, earlier = load_summary(directory)
+        runs = earlier + runs
+    directory.mkdir(parents=True, exist_ok=True)
+    done = _done(previous, directory) if resume else {}
+    executor = executor or LocalExecutor(jobs)
+    wanted = [(item, fmt, f"{item.slug}/{fmt}") for item in items for fmt in formats]
+    results = {output: done[output] for _, _, output in wanted if output in done}
+    where = str(directory.resolve())
+    cells = [Cell((item.slug, fmt), export_cell, (item.spec(), fmt, where, output, timeout, executor.threads),
+                  {"model": item.model, "format": fmt, "output": output})
+             for item, fmt, output in wanted if output not in done]
+    finished: list[BatchResult] = []
+
+    def record(cell: Cell, data: dict[str, Any]) -> None:
+        result = BatchResult.from_dict(data)
+        results[result.output] = result
+        finished.append(result)
+        save_summary(directory, _merged(previous, finished), runs)
+        if on_result:
+            on_result(result)
+
+    executor.run(cells, record)
+    ordered = [results[output] for _, _, output in wanted]
+    merged = _merged(previous, ordered)
+    save_summary(directory, merged, runs)
+    with atomic_file(directory / "summary.md") as page:
+        page.write("# Batch export\n\nFrom " + ", then ".join(f"`{r}`" for r in runs) + ".\n\n")
+        page.write(render_summary(merged))
+    return ordered

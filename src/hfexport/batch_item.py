@@ -1,0 +1,47 @@
+"""One export of a batch (`hfexport.batch`), run as `python -m hfexport.batch_item SPEC FORMAT OUT`.
+
+`SPEC` is the JSON of one list entry (`{"model": "tiny:llama", "generate": true}`). The export job
+(`hfexport.job.export_to_folder`) writes `OUT` as `hfexport export` would, validation included.
+Prints `STAGE <name>` lines as it goes and one final `RESULT <json>` line; never raises: a failure
+becomes status `failed` with the error's first line (and its traceback on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from typing import Any
+
+from hfexport.executors import StageLines, first_line
+
+
+def export(spec: dict[str, Any], fmt: str, out: str) -> dict[str, Any]:
+    """Export `spec["model"]` to `fmt` into `out`; return the status and the artifact bytes."""
+    from hfexport.auto import AutoExportConfig
+    from hfexport.job import export_to_folder
+
+    options = dict(spec)
+    model = options.pop("model")
+    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": options.pop("dynamic", True)})
+    result = export_to_folder(model, config, out, progress=StageLines(), **options)
+    return {"status": "ok", "detail": None, "artifact_bytes": result.report.get("artifact_bytes")}
+
+
+def main(argv: list[str]) -> int:
+    """Run one export (`SPEC FORMAT OUT`), print its `RESULT` line; always 0."""
+    spec, fmt, out = argv
+    start = time.perf_counter()
+    try:
+        result = export(json.loads(spec), fmt, out)
+    except Exception as error:  # noqa: BLE001 - an export never raises; the traceback goes to stderr
+        traceback.print_exc()
+        result = {"status": "failed", "detail": first_line(error)}
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    print("RESULT " + json.dumps(result, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,47 @@
+"""`hfexport export-many LIST --format F[,F...] -o DIR`: each model of a list to each format
+(`hfexport.batch.run_batch`), here or on Ray; prints each export as it finishes and the summary.
+
+Exit codes: 0 every export ok; 1 otherwise; 130 interrupted (`--resume` continues).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def _this_run(args) -> str:
+    formats = f" --format {args.format}" if args.format else ""
+    return f"hfexport export-many {args.list}{formats}" + (" --resume" if args.resume else "")
+
+
+def run(args) -> int:
+    """Run `hfexport export-many` with the parsed `args`; return the exit code."""
+    from ..batch import SUMMARY, read_model_list, render_summary, run_batch
+    from ..executors import choose_executor
+
+    items = read_model_list(args.list)
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    executor = choose_executor(args.jobs, args.ray, args.ray_address)
+    finished = []
+
+    def progress(result) -> None:
+        finished.append(result)
+        detail = f": {result.detail}" if result.status != "ok" else ""
+        seconds = f" ({result.seconds:.0f} s)" if result.seconds is not None else ""
+        print(f"[{len(finished)}] {result.model} {result.format}: {result.status}{seconds}{detail}",
+              file=sys.stderr, flush=True)
+
+    output = Path(args.output)
+    try:
+        results = run_batch(items, formats, output, executor=executor, timeout=args.timeout, resume=args.resume,
+                            run=_this_run(args), on_result=progress)
+    except KeyboardInterrupt:
+        print(f"hfexport: interrupted; {len(finished)} finished exports saved in {output / SUMMARY} "
+              "(--resume runs the others)", file=sys.stderr)
+        return 130
+    print(render_summary(results), end="")
+    failed = [r for r in results if r.status != "ok"]
+    print(f"hfexport: {len(results)} exports, {len(failed)} not ok; wrote {output / SUMMARY} and "
+          f"{output / 'summary.md'}", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,93 @@
+"""Batch exports (`hfexport export-many`): the list formats, the summary, resume, and Ray with a retry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from hfexport.batch import BatchItem, read_model_list, run_batch
+from hfexport.executors import LocalExecutor, RayExecutor
+from tests.processes import KillOnce, local_ray  # noqa: F401 - local_ray is a fixture
+
+TWO = "# two presets, one a line\ntiny:bert\n\ntiny:llama  # a decoder\n"
+
+
+def test_a_txt_list_is_one_model_a_line_with_comments(tmp_path):
+    listing = tmp_path / "models.txt"
+    listing.write_text(TWO)
+    assert [(item.model, item.slug) for item in read_model_list(listing)] == [
+        ("tiny:bert", "tiny-bert"), ("tiny:llama", "tiny-llama")]
+
+
+def test_a_json_list_holds_models_or_objects_with_options(tmp_path):
+    listing = tmp_path / "models.json"
+    listing.write_text(json.dumps(["org/model", {"model": "tiny:llama", "generate": True, "name": "llama-gen"}]))
+    items = read_model_list(listing)
+    assert items == [BatchItem("org/model"), BatchItem("tiny:llama", {"generate": True}, "llama-gen")]
+    assert [item.slug for item in items] == ["org--model", "llama-gen"]
+    assert items[1].spec() == {"model": "tiny:llama", "generate": True}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[{"model": "tiny:llama", "generat": true}]', r"unknown keys \['generat'\]"),
+    ('["tiny:llama", {"model": "tiny:llama", "generate": true}]', r"more than one entry would be written to"),
+    ('{"model": "tiny:llama"}', "a .json model list is a JSON list"),
+])
+def test_a_bad_json_list_is_refused_with_what_to_change(tmp_path, text, message):
+    listing = tmp_path / "models.json"
+    listing.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        read_model_list(listing)
+
+
+def test_an_earlier_batch_is_continued_only_with_resume(tmp_path):
+    (tmp_path / "summary.json").write_text('{"runs": [], "results": []}')
+    with pytest.raises(ValueError, match="pass --resume"):
+        run_batch([BatchItem("tiny:bert")], ["dynamo"], tmp_path)
+    with pytest.raises(ValueError, match="tensorrt"):
+        run_batch([BatchItem("tiny:bert")], ["tensorrt"], tmp_path / "new")
+
+
+@pytest.fixture(scope="module")
+def local_batch(tmp_path_factory):
+    """Two presets on dynamo here, the second added by a resumed run: `(folder, results, commands of
+    the resumed run's subprocesses)`."""
+    directory = tmp_path_factory.mktemp("batch") / "out"
+    listing = directory.parent / "models.txt"
+    listing.write_text(TWO)
+    items = read_model_list(listing)
+    run_batch(items[:1], ["dynamo"], directory, executor=LocalExecutor(1))
+    launched, real = [], subprocess.run
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess, "run", lambda command, *a, **k: launched.append(command) or real(command, *a, **k))
+        results = run_batch(items, ["dynamo"], directory, executor=LocalExecutor(1), resume=True)
+    return directory, results, launched
+
+
+@pytest.mark.slow
+def test_a_batch_writes_each_export_and_a_summary_and_resume_runs_only_the_missing(local_batch):
+    directory, results, launched = local_batch
+    assert [(r.model, r.format, r.status, r.output) for r in results] == [
+        ("tiny:bert", "dynamo", "ok", "tiny-bert/dynamo"), ("tiny:llama", "dynamo", "ok", "tiny-llama/dynamo")]
+    assert len(launched) == 1 and "tiny:llama" in launched[0][3]  # bert was done: not run again
+    for r in results:
+        report = json.loads((directory / r.output / "report.json").read_text())
+        assert report["artifact_bytes"] == r.artifact_bytes > 0 and r.seconds > 0
+        assert report["components"]["model"]["validation"]["passed"]
+    summary = json.loads((directory / "summary.json").read_text())
+    assert len(summary["runs"]) == 2 and [r["status"] for r in summary["results"]] == ["ok", "ok"]
+    assert "| tiny:llama | dynamo | ok |" in (directory / "summary.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_batch_on_ray_gives_the_same_summary_and_retries_a_killed_export(local_batch, local_ray, tmp_path):
+    directory, local, _ = local_batch
+    items = [BatchItem("tiny:bert"), BatchItem("tiny:llama")]
+    with KillOnce("hfexport.batch_item", str(tmp_path)) as killer:  # the first export's process, mid-export
+        results = run_batch(items, ["dynamo"], tmp_path / "out", executor=RayExecutor())
+    assert len(killer.killed) == 1
+    assert [(r.model, r.format, r.output, r.status, r.detail) for r in results] == [
+        (r.model, r.format, r.output, r.status, r.detail) for r in local]
+    assert all((tmp_path / "out" / r.output / "report.json").is_file() for r in results)
