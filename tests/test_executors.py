@@ -72,6 +72,18 @@ def test_ray_missing_names_the_extra(monkeypatch):
         RayExecutor()
 
 
+def test_an_address_nothing_answers_at_is_refused_at_once():
+    """`ray.init` retries an unreachable address for minutes; the executor says so in seconds."""
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(ValueError, match=f"nothing answers at 127.0.0.1:{port}.*ray start --head"):
+        RayExecutor(address=f"127.0.0.1:{port}").run([], lambda cell, result: None)
+
+
 def test_an_interrupted_matrix_keeps_its_finished_cases_and_resume_runs_the_others(tmp_path, monkeypatch):
     """Saved after every case: Ctrl-C during the second case, then `--resume` runs only that one."""
     from hfexport.cli.main import main

@@ -242,6 +242,8 @@ class RayExecutor(Executor):
                 ray.shutdown()
 
     def _init(self, ray: Any) -> None:
+        if self.address:
+            _check_reachable(self.address)
         try:
             ray.init(address=self.address, num_cpus=None if self.address else self.num_cpus)
         except Exception as error:
@@ -262,6 +264,23 @@ class RayExecutor(Executor):
         except ray.exceptions.RayTaskError as error:
             # a task that failed because something under it was lost, not because of its own code
             return self.failed(cell, error, lost=isinstance(error.cause, lost_kinds))
+
+
+def _check_reachable(address: str, timeout: float = 10.0) -> None:
+    """Refuse a cluster address nothing answers at, within `timeout` seconds: `ray.init` itself
+    retries an unreachable address for minutes before it fails."""
+    import socket
+
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # a form ray.init reads another way; let it say what it thinks
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as error:
+        raise ValueError(f"running cells on Ray: nothing answers at {address} ({error}); start the head node with "
+                         "`ray start --head --port=6379` and pass its HOST:6379 as --ray-address") from None
 
 
 def choose_executor(jobs: int = 1, ray: bool = False, address: str | None = None) -> Executor:
