@@ -122,3 +122,21 @@ def test_a_static_cache_resize_keeps_the_query_inside_the_cache():
     inputs["past_key_values.0.cumulative_length"] = torch.tensor(written + 2)  # 14 + 4 would not fit either
     resized = resize_inputs(inputs, record)
     assert resized["input_ids"].shape == (3, 1) and resized["attention_mask"].shape == (3, 1, 1, 16)
+
+
+def test_a_static_cache_that_holds_the_writes_is_still_resized():
+    """The cache length moves when the writes fit it (a one-token decode on ExecuTorch, whose cache
+    length is bounded at the sample's): keeping it there left every input at the sample's shape
+    (the fuzzer's Llama, static cache of 48, seed 206)."""
+    from hfexport.record import ExportRecord
+    from hfexport.validation import resize_inputs
+
+    names = ["input_ids", "attention_mask", "position_ids", "past_key_values.0.cumulative_length",
+             "past_key_values.0.keys", "past_key_values.0.values"]
+    shapes = [(2, 1), (2, 1, 1, "cache_length"), (2, 1), (), (2, 2, "cache_length", 16), (2, 2, "cache_length", 16)]
+    record = ExportRecord("executorch", "LlamaForCausalLM", names, ["logits"], shapes, {"cache_length": (1, 48)})
+    inputs = {"input_ids": torch.ones(2, 1, dtype=torch.long), "attention_mask": torch.ones(2, 1, 1, 48, dtype=torch.bool),
+              "position_ids": torch.ones(2, 1, dtype=torch.long), "past_key_values.0.cumulative_length": torch.tensor(1),
+              "past_key_values.0.keys": torch.zeros(2, 2, 48, 16), "past_key_values.0.values": torch.zeros(2, 2, 48, 16)}
+    resized = resize_inputs(inputs, record)
+    assert resized["past_key_values.0.keys"].shape == (2, 2, 47, 16) and resized["attention_mask"].shape == (2, 1, 1, 47)

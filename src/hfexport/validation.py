@@ -324,16 +324,24 @@ def _keep_writes_inside_static_cache(record: ExportRecord, tensors: list[torch.T
     if not written or ids is None or len(ids[1]) != 2 or not lengths:
         return
     query_dim = ids[1][1]
+
+    def room() -> int:
+        size = {**values, **new_values}
+        return min(d if isinstance(d, int) else size[d] for d in lengths) - max(written)
+
+    def query() -> int:
+        return query_dim if isinstance(query_dim, int) else new_values.get(query_dim, values[query_dim])
+
+    if query() <= room():
+        return
     for dim in lengths:
         if isinstance(dim, str) and new_values.get(dim, values[dim]) < values[dim]:
             del new_values[dim]
-    size = {**values, **new_values}
-    room = min(d if isinstance(d, int) else size[d] for d in lengths) - max(written)
-    if not isinstance(query_dim, str) or size[query_dim] <= room:
+    if not isinstance(query_dim, str) or query() <= room():
         return
-    query = room if room != values[query_dim] else room - 1  # the most that fits, or one fewer than the sample
-    if query >= 1:
-        new_values[query_dim] = query
+    fitting = room() if room() != values[query_dim] else room() - 1  # the most that fits, or one fewer than the sample
+    if fitting >= 1:
+        new_values[query_dim] = fitting
     else:
         new_values.pop(query_dim, None)  # one token that just fits: it stays, the other sizes still move
 
