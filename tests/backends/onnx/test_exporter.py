@@ -156,3 +156,17 @@ def test_swin_pads_sides_that_are_not_a_multiple_of_the_patch():
     with pytest.raises(Exception, match="Reshape"):
         session.run(None, {name: torch.randn(1, 3, 34, 34).numpy()})
     assert "patch_swin_patch_embedding_pad" in record_of(program).details["patches"]  # applied, not just registered
+
+
+@pytest.mark.parametrize("name", ["bloom", "llama"])
+def test_a_one_token_prompt_is_traced_at_two_tokens(name):
+    """Traced at one token, BLOOM's padding-mask indexing (`mask[batch_idx, kv_idx]`, every index
+    of size 1) lost its broadcast in the ONNX graph: ONNX Runtime refused 3 tokens ("Non concat axis
+    dimensions must match") while the Dynamo program took them (the long fuzz run, seed 206)."""
+    model, inputs = build_preset(name)
+    one = {k: v[:1, :1] for k, v in inputs.items()}
+    program = OnnxExporter().export(model, one, config=OnnxConfig(dynamic=True))
+    report = validate(program, model, one)
+    assert report.passed and [c.label for c in report.cases] == ["sample", "resized"], report.to_table()
+    three = {k: v[:, :3].repeat(3 // v.shape[0] + 1, 1)[:3] for k, v in inputs.items()}
+    assert validate(program, model, three, resized=False).passed

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ...capture.dynamic import grow_batch, is_decode_step
 from ...capture.trace import Capture
 from ...exporter import HfExporter
 from ...record import ExportRecord
@@ -37,6 +38,17 @@ class OnnxExporter(HfExporter):
     config_class = OnnxConfig
     extra = "onnx"
     fix_order = ()
+
+    def _capture_sample(self, inputs: dict[str, Any], config: OnnxConfig) -> dict[str, Any]:
+        # A one-token prompt is traced at two tokens. At one, the conversion lost a broadcast: BLOOM's
+        # padding mask indexes `mask[batch_idx, kv_idx]` (transformers' create_causal_mask), and with
+        # every index of size 1 an index reached the ONNX Concat without the Expand that broadcasts
+        # it (torchlib's aten_index emits one; the converted graph had none), so the model refused 3
+        # tokens in ONNX Runtime ("Non concat axis dimensions must match", the long fuzz run, seed
+        # 206) while the Dynamo program took them. A decode step's one token stays 1.
+        if not config.dynamic or config.dynamic_shapes is not None or is_decode_step(inputs):
+            return inputs
+        return grow_batch(inputs, roles=("sequence",))
 
     def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
                  config: OnnxConfig) -> HfOnnxProgram:
