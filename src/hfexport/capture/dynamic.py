@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch", "has_fixed_batch"]
+__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch", "grown_sample", "has_fixed_batch"]
 
 
 #: `bounds(leaf name, axis, sample size) -> (min, max)` or None for an unbounded `Dim.AUTO`.
@@ -193,6 +193,18 @@ def grow_batch(inputs: dict[str, Any], size: int = 2, roles: tuple[str, ...] = (
         return value
 
     return {name: grow(name, value) for name, value in inputs.items()}
+
+
+def grown_sample(inputs: dict[str, Any], config: Any, *, batch: bool) -> dict[str, Any]:
+    """The sample a backend traces with `dynamic=True`: a one-token prompt at two tokens (a decode
+    step's one token stays 1) and, with `batch`, a batch of 1 at 2 (a static cache's batch stays).
+    Explicit `dynamic_shapes` or a static export trace the sample as given."""
+    if not config.dynamic or config.dynamic_shapes is not None:
+        return inputs
+    roles = ("batch",) if batch and not has_fixed_batch(inputs) else ()
+    if not is_decode_step(inputs):
+        roles += ("sequence",)
+    return grow_batch(inputs, roles=roles) if roles else inputs
 
 
 # -- step 3, check: the program keeps every axis the caller asked to be dynamic -------------------

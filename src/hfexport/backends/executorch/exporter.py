@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ...capture.trace import Capture
-from ...capture.dynamic import grow_batch, has_fixed_batch, is_decode_step
+from ...capture.dynamic import grown_sample, has_fixed_batch
 from ...capture.names import role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache
@@ -78,12 +78,7 @@ class ExecutorchExporter(HfExporter):
         # "input tensors have different dim orders", error 0x12, at every size); a decode step's
         # single token stays 1 (static), as does a static cache's batch and an encoder-decoder's
         # first decoder token.
-        if not config.dynamic or config.dynamic_shapes is not None:
-            return inputs
-        roles = () if has_fixed_batch(inputs) else ("batch",)
-        if not is_decode_step(inputs):
-            roles += ("sequence",)
-        return grow_batch(inputs, roles=roles) if roles else inputs
+        return grown_sample(inputs, config, batch=True)
 
     def _dim_bounds(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> ConfigBounds:
         return ConfigBounds(model, inputs, config)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ...capture.dynamic import grow_batch, is_decode_step
+from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
 from ...exporter import HfExporter
 from ...record import ExportRecord
@@ -46,9 +46,7 @@ class OnnxExporter(HfExporter):
         # it (torchlib's aten_index emits one; the converted graph had none), so the model refused 3
         # tokens in ONNX Runtime ("Non concat axis dimensions must match", the long fuzz run, seed
         # 206) while the Dynamo program took them. A decode step's one token stays 1.
-        if not config.dynamic or config.dynamic_shapes is not None or is_decode_step(inputs):
-            return inputs
-        return grow_batch(inputs, roles=("sequence",))
+        return grown_sample(inputs, config, batch=False)
 
     def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
                  config: OnnxConfig) -> HfOnnxProgram:
