@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 from .extensions import FORMATS
 from .record import ExportRecord
 
-__all__ = ["Runner", "runner_for", "to_numpy"]
+__all__ = ["Runner", "CacheSession", "runner_for", "to_numpy"]
 
 
 def to_numpy(tensor: torch.Tensor):
@@ -51,9 +51,40 @@ class Runner:
         outputs = self.run_flat([feed[name] for name in self.record.input_names])
         return dict(zip(self.record.output_names, outputs))
 
+    def cache_session(self, cache: dict[str, torch.Tensor]) -> CacheSession:
+        """A session that keeps the cache leaves `cache` (`{"cache.<layer>.<tensor>": tensor}`)
+        between calls. This one feeds them and takes back the updated leaves each call; a backend
+        whose runtime can keep the cache where it computes (bound buffers, runtime state) returns
+        its own."""
+        return CacheSession(self, cache)
+
     def flat_inputs(self, inputs: dict[str, Any]) -> list[Any]:
         """`inputs` flattened to the artifact's input leaves (caches expanded to their tensors)."""
         return pytree.tree_leaves(inputs)
+
+
+class CacheSession:
+    """The cache between the calls of one component, kept where the runtime computes it.
+
+    `run(feed)` takes the component's other inputs by name and returns its outputs other than the
+    cache by name; `cache()` gives the current cache leaves back as tensors (to hand them to
+    another component, or to check them). This base class keeps them as tensors on the Python
+    side: every call feeds the whole cache and takes the whole updated cache back.
+    """
+
+    def __init__(self, runner: Runner, cache: dict[str, torch.Tensor]):
+        self.runner = runner
+        self._cache = dict(cache)
+
+    def run(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Run one call on `feed` (no cache leaves) and the kept cache; the outputs other than the cache."""
+        outputs = self.runner.run_named({**feed, **self._cache})
+        self._cache.update({name: value for name, value in outputs.items() if name.startswith("cache.")})
+        return {name: value for name, value in outputs.items() if not name.startswith("cache.")}
+
+    def cache(self) -> dict[str, torch.Tensor]:
+        """The cache leaves after the last call, as tensors."""
+        return dict(self._cache)
 
 
 def runner_for(artifact: Any, record: ExportRecord) -> Runner:

@@ -189,7 +189,9 @@ class _State:
     def __init__(self, runner: GenerationRunner, prompt: torch.Tensor, attention_mask, encoder_inputs):
         self.runner = runner
         self.prompt = prompt
-        self.cache: dict[str, torch.Tensor] = {}
+        self.cache: dict[str, torch.Tensor] = {}  # the cache leaves while no session holds them
+        self.session = None  # (component name, CacheSession) of the component last run
+        self.length: int | None = None  # a static cache's length, read from its buffers
         self.past = 0
         self.first = True
         self.encoder_hidden: torch.Tensor | None = None
@@ -235,12 +237,28 @@ class _State:
             self._init_cache(record)
         feed = {input_name: self._value(input_name, shape, dtype, ids)
                 for input_name, shape, dtype in zip(record.input_names, record.input_shapes,
-                                                    record.input_dtypes or [""] * len(record.input_names))}
-        outputs = runner.run_named(feed)
-        self.cache.update({k: v for k, v in outputs.items() if k.startswith("cache.")})
+                                                    record.input_dtypes or [""] * len(record.input_names))
+                if not input_name.startswith("cache.")}
+        outputs = self._session(name, runner).run(feed)
         self.past += ids.shape[1]
         self.first = False
         return outputs["logits"]
+
+    def _session(self, name: str, runner) -> Any:
+        """The cache session of component `name`; switching components hands the cache over."""
+        if self.session is not None and self.session[0] != name:
+            self.cache = self.session[1].cache()
+            self.session = None
+        if self.session is None:
+            missing = [n for n in runner.record.input_names if n.startswith("cache.") and n not in self.cache]
+            if missing:
+                raise ExportError(f"no value for cache inputs {missing} (the previous call did not return them)",
+                                  remedy="export the components again with this version of hfexport")
+            if self.runner.static:
+                self._cache_length()
+            self.session = (name, runner.cache_session(self.cache))
+            self.cache = {}  # the session holds them now
+        return self.session[1]
 
     def _init_cache(self, record) -> None:
         """The empty cache the first call takes: recorded small leaves (window sizes, write
@@ -262,11 +280,6 @@ class _State:
     def _value(self, name: str, shape, dtype: str, ids: torch.Tensor) -> torch.Tensor:
         q = ids.shape[1]
         positions = torch.arange(self.past, self.past + q)
-        if name.startswith("cache."):
-            if name not in self.cache:
-                raise ExportError(f"no value for cache input {name!r} (the previous call did not return it)",
-                                  remedy="export the components again with this version of hfexport")
-            return self.cache[name]
         if name in ("input_ids", "decoder_input_ids"):
             return ids
         if name in ("position_ids", "decoder_position_ids"):
@@ -292,10 +305,10 @@ class _State:
                           remedy="drive this component yourself; its inputs are listed in manifest.json")
 
     def _cache_length(self) -> int:
-        keys = [v for k, v in self.cache.items() if k.endswith(".keys") and v.dim() == 4]
-        if keys:
-            return int(keys[0].shape[2])
-        return int(self.runner.max_cache_len)
+        if self.length is None:
+            keys = [v for k, v in self.cache.items() if k.endswith(".keys") and v.dim() == 4]
+            self.length = int(keys[0].shape[2]) if keys else int(self.runner.max_cache_len)
+        return self.length
 
 
 def _as_list(value: Any) -> list[int]:
