@@ -38,6 +38,7 @@ WORKAROUND_MODULES = (
     "hfexport.models.linear_attention",
     "hfexport.models.moe",
     "hfexport.models.qwen2_vl",
+    "hfexport.models.static_cache",
     "hfexport.models.swin",
     "hfexport.quantization.patches",
 )

@@ -242,6 +242,23 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2, *
     return {**inputs, **pytree.tree_unflatten(resized, spec)}
 
 
+def _static_layers_sized_by_buffers(cache: Any) -> None:
+    """Give each static layer of `cache` (eager's copy of a resized input) the length of its buffers.
+
+    # NOTE: a resized cache keeps the sample's `max_cache_len` (a number of the layer, part of
+    # the input's tree spec, so the program's copy must keep it), which eager reads when a model
+    # builds its mask from a 2-D one (BLOOM): eager would refuse a resized cache the program
+    # takes (the program reads the buffers' length, `models/static_cache.py`).
+    """
+    for layer in getattr(cache, "layers", None) or []:
+        keys = getattr(layer, "keys", None)
+        if isinstance(getattr(layer, "max_cache_len", None), int) and isinstance(keys, torch.Tensor) and keys.dim() >= 2:
+            layer.max_cache_len = int(keys.shape[-2])
+    for child in ("self_attention_cache", "cross_attention_cache"):
+        if hasattr(cache, child):
+            _static_layers_sized_by_buffers(getattr(cache, child))
+
+
 def _padding_mask(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """A 2-D padding mask resized: rows repeated, new positions attended (appended on the right, so
     a left-padded row stays left-padded and the last position, whose logits are kept, is a token)."""
@@ -433,8 +450,11 @@ def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=
     from .generation.decompose import full_length_caches
 
     try:  # the caches a model builds keep every token, as in the export (see `full_length_caches`)
+        eager_inputs = copy.deepcopy(inputs)
+        for value in eager_inputs.values():
+            _static_layers_sized_by_buffers(value)
         with inference_mode(model), full_length_caches():
-            eager = call_model(model, copy.deepcopy(inputs))
+            eager = call_model(model, eager_inputs)
     except Exception as error:  # noqa: BLE001 - the check cannot be made: a failed case, never a pass
         if label == "sample":
             raise

@@ -159,6 +159,10 @@ def decompose_for_generation(
     decode = merge_decode_steps(top_calls[1], top_calls[2]) if multi_token_decode else top_calls[1]
     prompt_length = kwargs["input_ids"].shape[1] if isinstance(kwargs.get("input_ids"), torch.Tensor) else 0
     components["decode"] = _with_causal_mask(model, top_calls[1:needed], decode, kwargs, past=prompt_length)
+    if is_static_cache(next((decode[k] for k in _CACHE_KEYS if k in decode), None)):
+        for part, past in (("prefill", 0), ("decode", prompt_length)):
+            if part in components:
+                components[part] = _with_positions(model, *components[part], past=past)
     return {part: Component(*fronted(module, interface_kwargs(step))) for part, (module, step) in components.items()}
 
 
@@ -208,8 +212,11 @@ def _with_causal_mask(model: torch.nn.Module, steps: list[dict[str, Any]], compo
     from .masks import causal_mask, mask_layout, masks_from_causal, same_masks
 
     captured = [step.get("attention_mask") for step in steps]
-    layout = mask_layout(model.config, captured[0])
+    static = is_static_cache(next((component[k] for k in _CACHE_KEYS if k in component), None))
+    layout = mask_layout(model.config, captured[0], static=static)
     ids = prompt.get("input_ids")
+    if static and captured[0] is None and ids is not None and isinstance(component.get("input_ids"), torch.Tensor):
+        return _with_mask_where_none(model, component, prompt, past=past)
     if layout is None or ids is None or not all(isinstance(step.get("input_ids"), torch.Tensor) for step in steps):
         return model, component
     padding = prompt.get("attention_mask", torch.ones_like(ids))
@@ -225,6 +232,72 @@ def _with_causal_mask(model: torch.nn.Module, steps: list[dict[str, Any]], compo
     if layout == [(None, None, torch.bool)]:
         return model, component  # the model takes the causal mask as it is (Llama)
     return fronted(model, component, layout)
+
+
+def _with_mask_where_none(model: torch.nn.Module, component: dict[str, Any], prompt: dict[str, Any], *,
+                          past: int) -> Component:
+    """A static-cache component `generate` called without a mask, given the documented causal
+    mask in the first layout with which the model gives the captured call's logits; else as captured.
+
+    # NOTE: BLOOM's `create_masks_for_generate` returns no mask for a prompt without padding (its
+    # alibi then spans the whole cache), where other models get a causal mask. Exported so, its
+    # static decode took `input_ids` and the cache alone: not the documented
+    # `input_ids, attention_mask, position_ids` a runner or the README's loop feeds.
+    """
+    from .masks import PADDING_ROW, causal_mask
+
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return model, component
+    cache = next((component[k] for k in _CACHE_KEYS if k in component), None)
+    keys = [layer.keys for layer in getattr(cache, "layers", []) if isinstance(getattr(layer, "keys", None), torch.Tensor)]
+    if "attention_mask" not in parameters or not keys:
+        return model, component
+    query = component["input_ids"].shape[1]
+    padding = prompt.get("attention_mask", torch.ones_like(prompt["input_ids"]))
+    candidate = {**component, "attention_mask": causal_mask(padding, past, query, keys[0].shape[-2])}
+    if _same_logits(model, component, model, candidate):
+        return model, candidate  # the model takes the causal mask as it is
+    layout = [(None, PADDING_ROW, torch.int64)]
+    if _same_logits(model, component, *fronted(model, interface_kwargs(candidate), layout)):
+        return fronted(model, candidate, layout)
+    return model, component
+
+
+def _with_positions(model: torch.nn.Module, module: torch.nn.Module, kwargs: dict[str, Any], *,
+                    past: int) -> Component:
+    """A static-cache component given the documented causal mask, with `position_ids` too where the
+    model takes none (the front drops them): every static `decode` takes `input_ids,
+    attention_mask, position_ids` and the cache, so one loop drives them all. BLOOM's positions
+    come from its mask (alibi)."""
+    ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    if "position_ids" in kwargs or not isinstance(ids, torch.Tensor) or getattr(mask, "ndim", 0) != 4:
+        return module, kwargs
+    try:
+        if "position_ids" in inspect.signature(model.forward).parameters:
+            return module, kwargs
+    except (TypeError, ValueError):
+        return module, kwargs
+    positions = torch.arange(past, past + ids.shape[1])[None].expand(ids.shape[0], -1)
+    return fronted(module, {**kwargs, "position_ids": positions}, unused=("position_ids",))
+
+
+def _same_logits(model: torch.nn.Module, kwargs: dict[str, Any], module: torch.nn.Module,
+                 traced: dict[str, Any]) -> bool:
+    """Whether `module(**traced)` gives the logits of `model(**kwargs)` (within 1e-5); a call
+    that fails gives none."""
+    from ..capture.interface import call_model
+
+    try:
+        with inference_mode(model), full_length_caches():
+            want = call_model(model, copy.deepcopy(kwargs))
+            got = module(**copy.deepcopy(traced))
+    except Exception:  # noqa: BLE001 - a form the model refuses is not its form
+        return False
+    logits = [getattr(out, "logits", None) for out in (want, got)]
+    return all(isinstance(x, torch.Tensor) for x in logits) and logits[0].shape == logits[1].shape \
+        and torch.allclose(logits[0], logits[1], atol=1e-5, rtol=1e-5)
 
 
 def _with_allocated_cache(prefill: dict[str, Any], decode: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +336,7 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
 
     prefill = _with_allocated_cache(prefill, decode)
     mask, ids = decode.get("attention_mask"), prefill.get("input_ids")
-    layout = mask_layout(model.config, mask)
+    layout = mask_layout(model.config, mask, static=True)
     given = prefill.get("attention_mask")  # generate leaves out a mask of ones
     if layout is None or not isinstance(ids, torch.Tensor) or given is not None and getattr(given, "ndim", 0) != 2:
         return _with_causal_mask(model, [prefill], prefill, prompt, past=0)
@@ -271,14 +344,7 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
     padding = prompt.get("attention_mask", torch.ones_like(ids))
     candidate = {**prefill, "attention_mask": causal_mask(padding, 0, ids.shape[1], length)}
     module, traced = fronted(model, interface_kwargs(candidate), None if layout == [(None, None, torch.bool)] else layout)
-    from ..capture.interface import call_model
-
-    with inference_mode(model), full_length_caches():
-        want = call_model(model, copy.deepcopy(prefill))
-        got = module(**copy.deepcopy(traced))
-    logits = [getattr(out, "logits", None) for out in (want, got)]
-    if all(isinstance(x, torch.Tensor) for x in logits) and logits[0].shape == logits[1].shape \
-            and torch.allclose(logits[0], logits[1], atol=1e-5, rtol=1e-5):
+    if _same_logits(model, prefill, module, traced):
         return module, traced
     return _with_causal_mask(model, [prefill], prefill, prompt, past=0)
 

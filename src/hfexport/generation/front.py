@@ -29,11 +29,13 @@ class ComponentFront(torch.nn.Module):
     added, and with a mask `layout` one boolean causal `attention_mask` becomes the masks the
     model takes (see `masks.masks_from_causal`)."""
 
-    def __init__(self, model: torch.nn.Module, layout: Any = None, constants: dict[str, Any] | None = None):
+    def __init__(self, model: torch.nn.Module, layout: Any = None, constants: dict[str, Any] | None = None,
+                 unused: tuple[str, ...] = ()):
         super().__init__()
         self.model = model
         self.layout = layout
         self.constants = dict(constants or {})
+        self.unused = tuple(unused)  # interface inputs the model has no use for (BLOOM's position_ids)
 
     @property
     def config(self) -> Any:
@@ -47,20 +49,25 @@ class ComponentFront(torch.nn.Module):
 
         if self.layout is not None and isinstance(kwargs.get("attention_mask"), torch.Tensor):
             kwargs["attention_mask"] = masks_from_causal(kwargs["attention_mask"], self.layout)
+        for name in self.unused:
+            kwargs.pop(name, None)
         return call_model(self.model, {**self.constants, **kwargs})
 
 
-def fronted(module: torch.nn.Module, kwargs: dict[str, Any], layout: Any = None) -> tuple[torch.nn.Module, dict[str, Any]]:
+def fronted(module: torch.nn.Module, kwargs: dict[str, Any], layout: Any = None,
+            unused: tuple[str, ...] = ()) -> tuple[torch.nn.Module, dict[str, Any]]:
     """`(module, kwargs)` as `decompose_for_generation` hands a component back: the constants
-    held by a `ComponentFront` around `module` when there are any, or the interface's names or
-    mask would not reach `module` as they are; the kwargs left are those the program takes."""
+    held by a `ComponentFront` around `module` when there are any, or the interface's names,
+    mask or `unused` inputs would not reach `module` as they are; the kwargs left are those the
+    program takes."""
     from ..capture.interface import model_argument_names, split_constants
 
     traced, constants = split_constants(kwargs)
     if isinstance(module, ComponentFront):
-        return ComponentFront(module.model, layout or module.layout, {**module.constants, **constants}), traced
-    if constants or layout is not None or model_argument_names(module.forward, list(kwargs)):
-        return ComponentFront(module, layout, constants), traced
+        return ComponentFront(module.model, layout or module.layout, {**module.constants, **constants},
+                              tuple(dict.fromkeys(module.unused + tuple(unused)))), traced
+    if constants or layout is not None or unused or model_argument_names(module.forward, list(kwargs)):
+        return ComponentFront(module, layout, constants, unused), traced
     return module, kwargs
 
 

@@ -13,6 +13,9 @@
 # and additive form converted. The front is used only when it reproduces, exactly, every mask
 # `generate` computed during the capture (`masks_from_causal` is checked against them); any
 # other mask (chunked attention, a model-specific mask function) keeps its captured form.
+# A model that builds its masks itself from a 2-D padding mask over the whole static cache
+# (BLOOM's `create_masks_for_generate`, for its alibi) is given that row: the slots the last query
+# attends, which is generate's 2-D mask (ones over past and new tokens, padding and free slots 0).
 """
 
 from __future__ import annotations
@@ -21,20 +24,27 @@ from typing import Any
 
 import torch
 
-__all__ = ["mask_layout", "causal_mask", "masks_from_causal", "same_masks"]
+__all__ = ["mask_layout", "causal_mask", "masks_from_causal", "same_masks", "PADDING_ROW"]
 
 #: Layer types whose mask is the causal mask, optionally with a window on it.
 _FULL, _SLIDING = "full_attention", "sliding_attention"
 
-#: What the model takes: `(key or None for a bare tensor, window or None, dtype)` per mask.
-Layout = list[tuple[Any, "int | None", torch.dtype]]
+#: The window slot of a layout entry for a 2-D padding mask over the whole cache (the model
+#: builds its causal mask itself).
+PADDING_ROW = "padding_row"
+
+#: What the model takes: `(key or None for a bare tensor, window or None or PADDING_ROW, dtype)` per mask.
+Layout = list[tuple[Any, "int | str | None", torch.dtype]]
 
 
-def mask_layout(config: Any, captured: Any) -> Layout | None:
+def mask_layout(config: Any, captured: Any, *, static: bool = False) -> Layout | None:
     """How the model's `attention_mask` is laid out, given the text `config` and a captured
-    mask; `None` when it is not a causal mask with at most a sliding window."""
+    mask; `None` when it is not a causal mask with at most a sliding window. With a `static`
+    cache a 2-D mask is a padding mask over the whole cache (`PADDING_ROW`)."""
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     window = getattr(text, "sliding_window", None)
+    if static and isinstance(captured, torch.Tensor) and captured.dim() == 2:
+        return [(None, PADDING_ROW, captured.dtype)]
     if isinstance(captured, dict):
         if not captured or not set(captured) <= {_FULL, _SLIDING} or window is None and _SLIDING in captured:
             return None
@@ -81,7 +91,8 @@ def _as_dtype(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def masks_from_causal(mask: torch.Tensor, layout: Layout) -> Any:
     """What the model takes as `attention_mask`, built from the boolean causal `mask`."""
     allowed = mask if mask.dtype == torch.bool else mask != 0
-    built = {key: _as_dtype(_windowed(allowed, window) if window else allowed, dtype)
+    built = {key: allowed[:, 0, -1, :].to(dtype) if window == PADDING_ROW
+             else _as_dtype(_windowed(allowed, window) if window else allowed, dtype)
              for key, window, dtype in layout}
     return built[None] if None in built else built
 
