@@ -200,7 +200,8 @@ class HfExporter:
         """The quantizer's calibration samples as the program takes them (its input names)."""
         from .generation.decompose import interface_kwargs
 
-        samples = quantizer.calibration_samples() if quantizer.needs_calibration else [sample]
+        samples = quantizer.calibration_samples() if quantizer.needs_calibration or quantizer.calibration is not None \
+            else [sample]
         out = []
         for raw in samples:  # copies: calibration runs must not grow the capture sample's cache
             kwargs = interface_kwargs(normalize_inputs(copy.deepcopy(raw), model=model))
@@ -370,7 +371,7 @@ def _for_component(config: ExportConfig | None, kwargs: dict[str, Any]) -> Expor
     component's own captured inputs (the caller's calibration data are forward kwargs of the whole
     model, which a decode step or an encoder does not take)."""
     quantizer = getattr(config, "quantizer", None)
-    if quantizer is None or not quantizer.needs_calibration:
+    if quantizer is None or not quantizer.needs_calibration and quantizer.calibration is None:
         return config
     import dataclasses
 

@@ -9,7 +9,7 @@ from ..workarounds import register_patch
 
 
 @register_patch(
-    ("executorch", "dynamo"),
+    ("executorch", "dynamo", "onnx", "openvino"),
     "executorch.backends.xnnpack.quantizer.xnnpack_quantizer._convert_scalars_to_attrs",
     reason="XNNPACKQuantizer lifts every scalar of aten.add/mul into a float32 buffer, so the integer "
     "`arange(n) + 0` of transformers' mask and position code turns float and prepare_pt2e's module fails "

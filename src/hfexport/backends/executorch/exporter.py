@@ -89,7 +89,7 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir.passes import MemoryPlanningPass
 
         edge = to_edge_transform_and_lower(captured.program, transform_passes=[fold_weight_only_math()],
-                                           partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(config)))
+                                           partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)))
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
             alloc_graph_output=config.alloc_graph_output,
@@ -124,8 +124,10 @@ class ExecutorchExporter(HfExporter):
         return PteBuffer.read(files[0])
 
 
-def _dynamic_quant(config: ExecutorchConfig) -> bool:
-    return config.quantizer is not None and getattr(config.quantizer, "scheme", "") == "int8-dynamic"
+def _dynamic_quant(program: Any) -> bool:
+    """Whether `program` quantizes activations at run time (PT2E's `choose_qparams`), whatever
+    quantizer made it: the built-in scheme or a user's PT2E quantizer object."""
+    return any(node.op == "call_function" and "choose_qparams" in str(node.target) for node in program.graph.nodes)
 
 
 class ConfigBounds:
