@@ -43,6 +43,13 @@ class TorchaoQuantizer(ExportQuantizer):
             `IntxWeightOnlyConfig`, per group of `group_size`); `None` (default) keeps it float.
             An embedding whose table is tied to the output layer gets a copy of its own.
 
+    # NOTE: not offered on the `dynamo` format: torchao's weight-only schemes do not decode faster
+    # than fp32 with PyTorch's CPU kernels here (torchao 0.17, torch 2.13, 2 CPUs, a 126 MB Llama,
+    # eager `generate` with a static cache of 256): `Int8WeightOnlyConfig` 0.7 tok/s against fp32's
+    # 1.7 in the same run; `Int4WeightOnlyConfig` needs bf16 for its CPU layout (`tile_packed_to_4d`:
+    # "Only bfloat16 is supported") and the `mslk` package for the plain one. A lower precision
+    # or a slower program presented as a speed option would be weaker than asked.
+
     ```python
     config = ExecutorchConfig(quantizer=TorchaoQuantizer("int8-dynamic-int4-weights", group_size=32))
     ```
