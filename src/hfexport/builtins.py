@@ -57,7 +57,8 @@ def _register_formats() -> None:
 def _register_quantizers() -> None:
     for name, where in (("pt2e", "hfexport.quantization.pt2e:PT2EQuantizer"),
                         ("nncf", "hfexport.quantization.nncf:NNCFQuantizer"),
-                        ("ort", "hfexport.quantization.ort:OrtQuantizer")):
+                        ("ort", "hfexport.quantization.ort:OrtQuantizer"),
+                        ("torchao", "hfexport.quantization.torchao:TorchaoQuantizer")):
         if name not in QUANTIZERS:
             register_quantizer(name, where)
 

@@ -122,7 +122,8 @@ class HfExporter:
             from .quantization.report import quantization_summary
 
             record.details["quantization"] = {**quantizer.to_dict(), "stage": quantizer.stage_for(self.format),
-                                              **quantization_summary(self.format, artifact)}
+                                              **quantization_summary(self.format, artifact),
+                                              **(quantizer.details() if hasattr(quantizer, "details") else {})}
         # the patches whose targets this export ran (of those swapped in, most serve other models)
         record.details["patches"] = [*patches.reached(), *captured.patches_reached]
         record.details["fx_fixes"] = captured.fixes_applied

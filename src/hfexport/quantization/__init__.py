@@ -6,20 +6,24 @@
 | `NNCFQuantizer` | OpenVINO / ONNX model | openvino, onnx           | int8-static, int8-weights, int4-weights   |
 |                 | torch.export graph    | dynamo                   | int8-weights, int4-weights                |
 | `OrtQuantizer`  | ONNX model            | onnx                     | int8-dynamic, int8-static                 |
+| `TorchaoQuantizer` | torch.export graph | executorch               | int8-dynamic-int4-weights                 |
 """
 
 from .base import Calibration, ExportQuantizer
 from .nncf import NNCFQuantizer
 from .ort import OrtQuantizer
 from .pt2e import PT2EQuantizer
+from .torchao import TorchaoQuantizer
 
-__all__ = ["ExportQuantizer", "Calibration", "PT2EQuantizer", "NNCFQuantizer", "OrtQuantizer", "quantizer_for"]
+__all__ = ["ExportQuantizer", "Calibration", "PT2EQuantizer", "NNCFQuantizer", "OrtQuantizer", "TorchaoQuantizer",
+           "quantizer_for"]
 
 #: CLI names -> (quantizer class, scheme) per format.
 CLI_SCHEMES = {
     "dynamo": {"int8-dynamic": (PT2EQuantizer, "int8-dynamic"), "int8-static": (PT2EQuantizer, "int8-static"),
                "int8-weights": (NNCFQuantizer, "int8-weights"), "int4-weights": (NNCFQuantizer, "int4-weights")},
-    "executorch": {"int8-dynamic": (PT2EQuantizer, "int8-dynamic"), "int8-static": (PT2EQuantizer, "int8-static")},
+    "executorch": {"int8-dynamic": (PT2EQuantizer, "int8-dynamic"), "int8-static": (PT2EQuantizer, "int8-static"),
+                   "int8-dynamic-int4-weights": (TorchaoQuantizer, "int8-dynamic-int4-weights")},
     "onnx": {"int8-dynamic": (OrtQuantizer, "int8-dynamic"), "int8-static": (OrtQuantizer, "int8-static"),
              "int8-weights": (NNCFQuantizer, "int8-weights"), "int4-weights": (NNCFQuantizer, "int4-weights")},
     "openvino": {"int8-static": (NNCFQuantizer, "int8-static"), "int8-weights": (NNCFQuantizer, "int8-weights"),

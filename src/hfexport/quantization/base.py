@@ -119,6 +119,11 @@ class ExportQuantizer:
         clone.calibration = calibration
         return clone
 
+    def details(self) -> dict[str, Any]:
+        """What the last run decided that the user should see (the record's `details["quantization"]`
+        carries it): layers given another granularity, and why. Empty by default."""
+        return {}
+
     def to_dict(self) -> dict[str, Any]:
         """The quantizer as a config file holds it (`{"quantizer": name, "scheme": ...}`); calibration data are left out."""
         return {"quantizer": self.name, "scheme": self.scheme}
@@ -131,6 +136,6 @@ def _suggestion(export_format: str) -> str:
     return {
         "onnx": "for ONNX use OrtQuantizer or NNCFQuantizer",
         "openvino": "for OpenVINO use NNCFQuantizer",
-        "executorch": "for ExecuTorch use PT2EQuantizer",
+        "executorch": "for ExecuTorch use PT2EQuantizer or TorchaoQuantizer",
         "dynamo": "for torch.export use PT2EQuantizer",
     }.get(export_format, "see hfexport.quantization for the quantizers and their formats")

@@ -21,7 +21,7 @@ def quantization_summary(export_format: str, artifact: Any) -> dict[str, Any]:
         if export_format == "dynamo":
             return _fx(artifact.graph)
         if export_format == "executorch":
-            return _fx(artifact.exported_program().graph)
+            return _executorch(artifact.exported_program())
     except Exception as error:  # noqa: BLE001 - a report must not fail the export
         return {"summary_error": str(error)[:200]}
     return {}
@@ -60,6 +60,18 @@ def _from_low_precision(node: Any, depth: int = 5) -> bool:
     if node.op == "call_function" and "dequantize" in str(node.target):
         return True
     return any(_from_low_precision(arg, depth - 1) for arg in node.args if hasattr(arg, "op"))
+
+
+def _executorch(program: Any) -> dict[str, Any]:
+    """`_fx` over the program's graph and the graphs its delegates took (XNNPACK runs those)."""
+    from executorch.exir.lowered_backend_module import LoweredBackendModule
+
+    outside = _fx(program.graph)
+    inside = [_fx(module.original_module.graph) for module in program.graph_module.children()
+              if isinstance(module, LoweredBackendModule)]
+    return {"quantized_matmuls": outside["quantized_matmuls"] + sum(c["quantized_matmuls"] for c in inside),
+            "float_matmuls": outside["float_matmuls"] + sum(c["float_matmuls"] for c in inside),
+            "delegated_quantized_matmuls": sum(c["quantized_matmuls"] for c in inside)}
 
 
 def _fx(graph: Any) -> dict[str, Any]:

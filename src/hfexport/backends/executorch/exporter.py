@@ -97,7 +97,8 @@ class ExecutorchExporter(HfExporter):
         )
         bounds = ViewsBoundedByBase()
         program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning,
-                                                             sym_shape_eval_pass=bounds))
+                                                             sym_shape_eval_pass=bounds,
+                                                             do_quant_fusion_and_const_prop=_quantized_embedding(config)))
         _check_plan_size(program, captured, model)
         if problems := check_plan(program):
             raise ConversionError(
@@ -112,6 +113,8 @@ class ExecutorchExporter(HfExporter):
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: ExecutorchConfig) -> None:
         record.details["delegation"] = delegation_summary(artifact, config.delegate)
+        if libraries := kernel_libraries(artifact):
+            record.details["kernel_libraries"] = libraries
         # what the runtime allocates for intermediates when it loads the method (at the dims' bounds)
         record.details["planned_memory"] = _gib(_planned_bytes(artifact))
         if capped := getattr(artifact, "hfexport_capped_views", None):
@@ -128,6 +131,14 @@ def _dynamic_quant(program: Any) -> bool:
     """Whether `program` quantizes activations at run time (PT2E's `choose_qparams`), whatever
     quantizer made it: the built-in scheme or a user's PT2E quantizer object."""
     return any(node.op == "call_function" and "choose_qparams" in str(node.target) for node in program.graph.nodes)
+
+
+def _quantized_embedding(config: ExecutorchConfig) -> bool:
+    # NOTE: a weight-only quantized embedding reaches the edge as torchao's `dequantize_affine` ->
+    # `embedding`, which has no ExecuTorch kernel ("Missing out variants: torchao::dequantize_affine");
+    # ExecuTorch's quant fusion rewrites it into `quantized_decomposed::embedding_{4bit,byte}`,
+    # which reads only the looked-up rows (as ExecuTorch's LLM export does).
+    return getattr(config.quantizer, "embedding_bits", None) is not None
 
 
 class ConfigBounds:
@@ -227,6 +238,15 @@ def _rank_of(inputs: dict[str, Any], name: str) -> int:
     if head == "cache" or _is_cache(value):
         return 4
     return 0
+
+
+def kernel_libraries(artifact: Any) -> list[str]:
+    """The op namespaces outside ExecuTorch's portable kernels the program calls (their libraries load
+    with the runner: `runner.KERNEL_LIBRARIES`)."""
+    from .runner import KERNEL_LIBRARIES
+
+    names = {op.name.split("::")[0] for plan in artifact.executorch_program.execution_plan for op in plan.operators}
+    return sorted(names & set(KERNEL_LIBRARIES))
 
 
 def delegation_summary(artifact: Any, delegate: str) -> dict[str, int | str]:

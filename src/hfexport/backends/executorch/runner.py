@@ -20,6 +20,7 @@ class ExecutorchRunner(Runner):
         super().__init__(artifact, record)
         from executorch.runtime import Runtime
 
+        _register_kernels(record)
         program = Runtime.get().load_program(artifact.buffer)
         self.method = program.load_method("forward")
 
@@ -34,3 +35,22 @@ class ExecutorchRunner(Runner):
         skip = self.record.details.get("input_mutations", 0)
         return [out if isinstance(out, torch.Tensor) else torch.as_tensor(out) for out in outputs[skip:]
                 if out is not None]  # a None output (an empty `hidden_states` entry) has no tensor
+
+
+#: Kernel libraries outside ExecuTorch's portable set, by the op namespace a program calls them in.
+KERNEL_LIBRARIES = {"quantized_decomposed": "executorch.kernels.quantized",
+                    "llama": "executorch.extension.llm.custom_ops.custom_ops"}
+
+
+def _register_kernels(record) -> None:
+    """Load the kernel libraries the program's ops need into the runtime (`record.details["kernel_libraries"]`).
+
+    # NOTE: the Python runtime registers only the portable kernels; a quantized embedding
+    # (`quantized_decomposed::embedding_4bit`) or ExecuTorch's LLM ops (`llama::custom_sdpa`)
+    # load ("Missing operator", error 0x14) once their library's module is imported, which
+    # registers its kernels (executorch 1.4.1). A C++ runner links the same libraries.
+    """
+    import importlib
+
+    for namespace in record.details.get("kernel_libraries", ()):
+        importlib.import_module(KERNEL_LIBRARIES[namespace])
