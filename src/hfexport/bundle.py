@@ -97,6 +97,7 @@ def save_export(
     overwrite: bool = False,
     manifest_extra: dict[str, Any] | None = None,
     report: dict[str, Any] | None = None,
+    check: Any = None,
 ) -> SavedExport:
     """Write `artifacts` (`{component name: artifact}`, from one exporter) and what loads them
     again into `directory`.
@@ -111,6 +112,9 @@ def save_export(
         overwrite: replace an existing folder's contents; otherwise a non-empty folder is an error.
         manifest_extra: more manifest entries (a generation export's cache).
         report: written as `report.json`, with each component's files and bytes added.
+        check: called with the written folder before it takes `directory`'s place: its returned
+            dict is added to the report, and an exception leaves nothing written (the export
+            job's accuracy gate, which runs the saved export).
 
     Returns:
         A `SavedExport`.
@@ -144,4 +148,7 @@ def save_export(
             generation_config.save_pretrained(staging)
         if tokenizer is not None:
             tokenizer.save_pretrained(staging)
+        if check is not None and (found := check(staging)):
+            written = {**(written or {}), **found}
+            (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
     return SavedExport(target, manifest, written)

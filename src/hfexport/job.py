@@ -30,8 +30,9 @@ from typing import Any
 
 from .config import ExportConfig
 from .errors import ValidationError
+from .generation.accuracy import default_min_agreement
 
-__all__ = ["export_to_folder", "ExportJobResult", "default_min_cosine"]
+__all__ = ["export_to_folder", "ExportJobResult", "default_min_cosine", "default_min_agreement"]
 
 
 @dataclasses.dataclass
@@ -90,6 +91,8 @@ def export_to_folder(
     atol: float | None = None,
     rtol: float | None = None,
     min_cosine: float | None = None,
+    min_agreement: float | None = None,
+    accuracy_tokens: int | None = None,
     quantize: Any = None,
     prompt: str = "Hello, world!",
     overwrite: bool = False,
@@ -114,6 +117,12 @@ def export_to_folder(
         atol, rtol: validation tolerance (default per format).
         min_cosine: judge by cosine similarity instead (default for a quantized export:
             `default_min_cosine`).
+        min_agreement: for a quantized generation export: the share of greedy tokens that must
+            equal fp32 eager `generate`'s over `accuracy_tokens` steps (teacher-forced,
+            `generation.accuracy`); default `default_min_agreement` (0.9 int8, 0.75 int4). The
+            result is in the report (`accuracy`); under the floor nothing is written.
+        accuracy_tokens: steps the accuracy gate compares (default 64, fewer when a static cache
+            holds fewer after the prompt).
         quantize: a quantization scheme name (`"int8-dynamic"`, calibrated on the sample inputs)
             or an `ExportQuantizer`; `config.quantizer` is used when not given.
         prompt: the sample prompt when the model comes with a tokenizer.
@@ -164,8 +173,14 @@ def export_to_folder(
             reports = _validated(artifacts, components, target, atol=atol, rtol=rtol,
                                  min_cosine=min_cosine if min_cosine is not None else default_min_cosine(config.quantizer))
     report = _report(loaded, config, artifacts, reports, generate, quantize)
+    gate = None
+    if validate and generate and config.quantizer is not None:
+        gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
+                              min_agreement if min_agreement is not None else default_min_agreement(config.quantizer))
+        steps.total = (steps.total or 0) + 1
     with steps.step(f"writing {target}"):
-        saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report)
+        saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report,
+                      check=gate and (lambda folder: _checked(gate, folder, steps)))
     return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
                            saved.report)
 
@@ -273,14 +288,44 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
     }
 
 
+def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: int | None,
+                   floor: float | None) -> Any:
+    """The check a quantized generation export passes before it is written: its greedy tokens
+    against fp32 eager (`generation.accuracy.greedy_agreement`), held to `floor`."""
+    from .generation.accuracy import DEFAULT_TOKENS, greedy_agreement
+
+    def gate(folder: Path) -> dict[str, Any]:
+        found = greedy_agreement(folder, loaded.model, loaded.inputs, generation_config=generation_config,
+                                 new_tokens=tokens or DEFAULT_TOKENS, min_agreement=floor)
+        if not found.passed:
+            error = ValidationError(
+                f"the quantized export's greedy tokens agree with fp32 eager generate() on {found.agreement:.0%} of "
+                f"{found.tokens} steps (floor {floor:.0%}; first difference at step {found.first_difference}, "
+                f"lowest logits cosine {found.min_cosine:.3f}); nothing was written to {target}",
+                model=type(loaded.model).__name__,
+                remedy="choose a milder scheme (int8 rather than int4, a smaller group size), or lower the floor "
+                "(--min-agreement / min_agreement=) to accept it")
+            error.accuracy = found
+            raise error
+        return {"accuracy": found.to_dict()}
+
+    return gate
+
+
+def _checked(gate: Any, folder: Path, steps: Any) -> dict[str, Any]:
+    with steps.step("comparing the quantized export's greedy tokens with fp32 eager"):
+        return gate(folder)
+
+
 def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, config: ExportConfig, generate: bool,
-          generation_config: Any, overwrite: bool, report: dict[str, Any]) -> Any:
+          generation_config: Any, overwrite: bool, report: dict[str, Any], check: Any = None) -> Any:
     if generate:
         from .generation.package import save_generation_export
 
         return save_generation_export(exporter, artifacts, target, model=loaded.model,
                                       generation_config=generation_config, tokenizer=loaded.tokenizer,
-                                      export_config=config, overwrite=overwrite, report=report, details=True)
+                                      export_config=config, overwrite=overwrite, report=report, details=True,
+                                      check=check)
     from .bundle import save_export
 
     return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,

@@ -45,7 +45,8 @@ def run(args) -> int:
         result = export_to_folder(
             args.model, config, args.output, generate=args.generate, multi_token_decode=args.multi_token_decode,
             static_cache=args.static_cache, validate=not args.no_validate, atol=args.tolerance,
-            rtol=args.rtol, min_cosine=args.min_cosine, quantize=args.quantize, prompt=args.prompt,
+            rtol=args.rtol, min_cosine=args.min_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
+            prompt=args.prompt,
             overwrite=args.overwrite, progress=Progress(enabled=not args.quiet))
     except ValidationError as error:
         for report in getattr(error, "reports", {}).values():
@@ -82,3 +83,7 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
         print("  validation:     skipped (--no-validate)")
     for report in reports.values():
         print(report.to_table())
+    if accuracy := summary.get("accuracy"):
+        print(f"  accuracy:       greedy tokens equal fp32 eager generate()'s on {accuracy['agreement']:.0%} of "
+              f"{accuracy['tokens']} steps (floor {accuracy['min_agreement']:.0%}); logits cosine "
+              f"min {accuracy['min_cosine']:.4f}, mean {accuracy['mean_cosine']:.4f}")

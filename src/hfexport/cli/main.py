@@ -33,11 +33,14 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--multi-token-decode", action="store_true",
                         help="with --generate: decode takes any number of new tokens (query axis kept dynamic)")
     export.add_argument("--quantize", metavar="SCHEME", default=None,
-                        help="int8-dynamic | int8-static | int8-weights | int4-weights (which ones depend on "
+                        help="int8-dynamic | int8-static | int8-weights | int4-weights | int8-dynamic-int4-weights (which ones depend on "
                         "--format; static schemes calibrate on the sample prompt)")
     export.add_argument("--min-cosine", type=float, default=None,
                         help="with --quantize: pass if each output's cosine similarity with fp32 eager reaches "
                         "this (default 0.97 for int4-weights, 0.98 otherwise)")
+    export.add_argument("--min-agreement", type=float, default=None,
+                        help="with --generate --quantize: pass if the greedy tokens equal fp32 eager generate()'s "
+                        "on this share of 64 teacher-forced steps (default 0.75 for int4 schemes, 0.9 otherwise)")
     export.add_argument("--overwrite", action="store_true", help="replace an output folder that holds files")
     export.add_argument("--no-validate", action="store_true", help="skip the comparison with eager")
     export.add_argument("--tolerance", type=float, default=None, help="absolute tolerance (default per format)")

@@ -165,6 +165,20 @@ class GenerationRunner:
             logits=raw_logits if output_logits else None,
         )
 
+    def score(self, input_ids: Any, tokens: list[int], **encoder_inputs: Any) -> list[torch.Tensor]:
+        """Teacher-forced logits: the last position's raw logits after the prompt, then after each
+        of `tokens` fed in turn; entry `i` is what the export predicts for `tokens[i]` (`len(tokens)`
+        entries). What an accuracy check compares with eager, free of the drift a free-running
+        loop accumulates after its first differing token."""
+        prompt = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1) if not isinstance(
+            input_ids, torch.Tensor) else input_ids.reshape(1, -1).long()
+        state = _State(self, prompt, None, encoder_inputs)
+        step_ids, logits = state.decoder_prefix(), []
+        for token in tokens:
+            logits.append(state.step(step_ids)[0, -1].float().clone())
+            step_ids = torch.tensor([[int(token)]])
+        return logits
+
     def _generation_config(self, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
                            repetition_penalty, eos_token_id):
         from transformers import GenerationConfig

@@ -81,6 +81,7 @@ def save_generation_export(
     extra: dict[str, Any] | None = None,
     report: dict[str, Any] | None = None,
     details: bool = False,
+    check: Any = None,
 ) -> Any:
     """Write `artifacts` (from `exporter.export_for_generation`) and what a runner needs into `directory`.
 
@@ -95,6 +96,7 @@ def save_generation_export(
         report: written as `report.json` beside the manifest, with each component's files and
             bytes added under `components` and their total as `artifact_bytes`.
         details: return the `bundle.SavedExport` (folder, manifest, report) instead of the folder.
+        check: run on the written folder before it is moved into place (see `bundle.save_export`).
 
     Returns:
         The folder written (or, with `details`, what was written).
@@ -104,7 +106,8 @@ def save_generation_export(
     merged = _merged_generation_config(model, generation_config)
     saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
                         tokenizer=tokenizer, export_config=export_config, overwrite=overwrite,
-                        manifest_extra={**_cache_kind(artifacts, merged), **(extra or {})}, report=report)
+                        manifest_extra={**_cache_kind(artifacts, merged), **(extra or {})}, report=report,
+                        check=check)
     return saved if details else saved.directory
 
 

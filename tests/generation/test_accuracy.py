@@ -1,0 +1,63 @@
+"""The accuracy gate of a quantized generation export: teacher-forced greedy tokens and logits
+against fp32 eager `generate` (generation/accuracy.py), reported, and refused under the floor."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hfexport import AutoExportConfig, GenerationRunner
+from hfexport.errors import ValidationError
+from hfexport.job import export_to_folder
+from hfexport.presets import build_preset
+from tests.harness import require_backend
+
+pytestmark = pytest.mark.slow  # exports, quantization and generation
+CACHE = 40
+
+
+def _config(fmt: str):
+    return AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+
+
+def test_teacher_forced_logits_are_generates_logits(tmp_path):
+    from transformers import GenerationConfig
+
+    model, inputs = build_preset("llama")
+    prompt = {"input_ids": inputs["input_ids"][:1]}
+    export_to_folder((model, prompt), _config("dynamo"), tmp_path, static_cache=CACHE, validate=False)
+    with torch.no_grad():
+        out = model.generate(**prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True,
+                             generation_config=GenerationConfig(cache_implementation="static", max_cache_len=CACHE))
+    tokens = out.sequences[0, prompt["input_ids"].shape[1]:].tolist()
+    got = GenerationRunner.load(tmp_path).score(prompt["input_ids"], tokens)
+    assert len(got) == len(tokens)
+    for step, (g, w) in enumerate(zip(got, out.logits)):
+        torch.testing.assert_close(g, w[0].float(), atol=1e-4, rtol=1e-4, msg=f"step {step}")
+
+
+def test_a_quantized_generation_export_reports_its_agreement_with_fp32_eager(tmp_path):
+    require_backend("onnx")
+    model, inputs = build_preset("llama")
+    prompt = {"input_ids": inputs["input_ids"][:1]}
+    result = export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE,
+                              quantize="int8-dynamic")
+    accuracy = result.report["accuracy"]
+    assert accuracy["tokens"] == CACHE - prompt["input_ids"].shape[1]  # as many as the cache holds after the prompt
+    assert accuracy["min_agreement"] == 0.9 and accuracy["passed"]
+    assert accuracy["agreement"] >= 0.9 and accuracy["min_cosine"] >= 0.98  # measured 1.0 and 0.9999
+    assert json.loads((tmp_path / "q" / "report.json").read_text())["accuracy"] == accuracy
+
+
+def test_under_the_agreement_floor_nothing_is_written(tmp_path):
+    pytest.importorskip("torchao")
+    model, inputs = build_preset("llama")
+    prompt = {"input_ids": inputs["input_ids"][:1]}
+    with pytest.raises(ValidationError, match="agree with fp32 eager") as caught:
+        export_to_folder((model, prompt), _config("dynamo"), tmp_path / "q", static_cache=CACHE,
+                         quantize="int8-dynamic", min_agreement=1.01, accuracy_tokens=6)
+    assert caught.value.accuracy.tokens == 6
+    assert not (tmp_path / "q").exists() and not list(tmp_path.iterdir())  # no half-written folder either
