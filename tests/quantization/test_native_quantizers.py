@@ -35,7 +35,8 @@ def _xnnpack_dynamic():
 
     # NOTE: a static config (is_dynamic=False, per tensor or per channel) on this dynamic-shape
     # Llama crashes the ExecuTorch 1.4.1 runtime in `load_method` (a segmentation fault while
-    # XNNPACK initialises the delegate); not investigated yet. A dynamic per-tensor config is not
+    # XNNPACK initialises the delegate), as the README's limits say of the built-in int8-static
+    # (pytorch/executorch#21568). A dynamic per-tensor config is not
     # delegated ("Missing out variants: quantized_decomposed::quantize_per_tensor"). The user's
     # dynamic per-channel config runs.
     return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
