@@ -13,6 +13,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 
 
+#: Test modules that start a local Ray instance: run by one worker, one after the other.
+_RAY_MODULES = ("tests/test_batch.py", "tests/test_executors.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command), each test module
+    runs on one worker, so its module-scoped exports are made once, and the modules that start a
+    local Ray instance share one worker."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("ray" if path in _RAY_MODULES else path))
+
+
 @pytest.fixture(autouse=True)
 def _quiet_hfexport_logs(caplog):
     caplog.set_level(logging.WARNING, logger="hfexport")
