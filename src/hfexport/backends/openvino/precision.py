@@ -18,9 +18,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["PRECISION_RT_INFO", "recorded_precision", "compile_config", "install_precision_hook"]
+__all__ = ["PRECISION_RT_INFO", "KV_CACHE_RT_INFO", "recorded_precision", "compile_config", "install_precision_hook"]
 
 PRECISION_RT_INFO = ["runtime_options", "INFERENCE_PRECISION_HINT"]
+#: read by the CPU plugin itself at compile time (`Config::applyRtInfo`, 2026.4.1)
+KV_CACHE_RT_INFO = ["runtime_options", "KV_CACHE_PRECISION"]
 _HINT = "INFERENCE_PRECISION_HINT"
 
 
