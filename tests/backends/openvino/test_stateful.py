@@ -42,6 +42,8 @@ def test_static_decode_is_stateful_and_its_tokens_equal_stateless_and_generate(s
     assert entry["state"]["stateful"] and entry["state"]["variables"] == STATIC_LEAVES
     assert entry["state"]["beam_idx"] == "beam_idx"
     assert entry["state"]["variable_types"] == {"cache.0.cumulative_length": "i32", "cache.1.cumulative_length": "i32"}
+    # what a caller without hfexport passes to compile_model (also in the model's rt_info)
+    assert entry["compile_properties"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
     model = ov.Core().read_model(stateful.directory / "decode.xml")
     assert sorted(i.get_any_name() for i in model.inputs) == ["attention_mask", "beam_idx", "input_ids", "position_ids"]
     assert [o.get_any_name() for o in model.outputs] == ["logits"]

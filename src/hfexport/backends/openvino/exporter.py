@@ -93,9 +93,15 @@ class OpenVINOExporter(HfExporter):
         return artifact
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: OpenVINOConfig) -> None:
+        from .precision import recorded_options
+
         record.details["openvino_inputs"] = {p.get_any_name(): str(p.get_partial_shape()) for p in artifact.inputs}
         record.details["inference_precision"] = config.inference_precision or "plugin default"
         record.details["kv_cache_precision"] = config.kv_cache_precision or config.inference_precision or "plugin default"
+        # what `compile_model(model, "CPU")` is given from the model's rt_info; a process without
+        # hfexport passes them itself (the plugin's other defaults, measured best for batch-1
+        # decode on 2 cores: PERFORMANCE_HINT=LATENCY, one stream, DYNAMIC_QUANTIZATION_GROUP_SIZE=32)
+        record.details["compile_properties"] = recorded_options(artifact)
 
     def _write(self, artifact, stem: Path) -> list[Path]:
         from .artifact import write_openvino
