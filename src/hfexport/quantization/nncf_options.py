@@ -49,7 +49,10 @@ def _annotation(scheme: str, name: str) -> Any:
 
 def check_options(owner: str, scheme: str, options: dict[str, Any]) -> dict[str, Any]:
     """`options` checked against the NNCF function of `scheme`: unknown names raise naming the
-    valid ones; enum names (`"INT4_ASYM"`) and dicts for dataclass parameters become the objects."""
+    valid ones; enum names (`"INT4_ASYM"`) and dicts for dataclass parameters become the objects.
+    Without options nothing is imported (a quantizer stays a plain object until it runs)."""
+    if not options:
+        return {}
     valid = _parameters(scheme)
     unknown = sorted(set(options) - set(valid))
     function = nncf_function(scheme).__name__
