@@ -59,6 +59,11 @@ def test_a_bad_group_size_is_refused(group_size):
         NNCFQuantizer("int4-weights", group_size=group_size)
 
 
+def test_a_group_size_on_per_channel_int8_is_refused():
+    with pytest.raises(ValueError, match="per-channel in NNCF"):
+        NNCFQuantizer("int8-weights", group_size=32)
+
+
 def test_data_aware_compression_without_calibration_fails_before_tracing():
     quantizer = NNCFQuantizer("int4-weights", awq=True)
     assert quantizer.needs_calibration

@@ -65,6 +65,9 @@ class NNCFQuantizer(ExportQuantizer):
                                        or (group_size <= 0 and group_size != -1)):
             raise ValueError(f"NNCFQuantizer: group_size={group_size!r} is not a group size; pass a positive int "
                              "(e.g. 32, 64, 128) or -1 for one group per channel")
+        if scheme == "int8-weights" and group_size not in (None, -1):
+            raise ValueError(f"NNCFQuantizer('int8-weights') is per-channel in NNCF (group_size={group_size} is "
+                             "refused by nncf.compress_weights); drop group_size, or use 'int4-weights' for groups")
         from .nncf_options import check_options
 
         options = check_options(type(self).__name__, self.scheme, dict(nncf_options))
