@@ -43,8 +43,11 @@ class SavedExport:
 
 
 def record_entry(record: ExportRecord) -> dict[str, Any]:
-    """A record's manifest entry: the interface a caller needs without the model's Python class."""
-    return {
+    """A record's manifest entry: the interface a caller needs without the model's Python class
+    (with `state` when the artifact keeps its cache as runtime state: a caller resets or sets
+    those variables instead of feeding the cache leaves; `compile_properties` when the runtime
+    should be given some)."""
+    entry = {
         "model_class": record.model_class,
         "inputs": [
             {"name": n, "shape": list(s), "dtype": d}
@@ -55,12 +58,19 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
         "symbol_ranges": {k: list(v) for k, v in record.symbol_ranges.items()},
         "input_mutations": record.details.get("input_mutations", 0),
     }
+    for key in ("state", "compile_properties"):  # a runtime's own facts a caller needs (OpenVINO)
+        if record.details.get(key):
+            entry[key] = record.details[key]
+    return entry
 
 
 def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
     """The record a manifest entry describes (no program: the artifact is loaded from its files)."""
     inputs = entry["inputs"]
     details = {"input_mutations": entry.get("input_mutations", 0)} if entry.get("input_mutations") else {}
+    for key in ("state", "compile_properties"):
+        if entry.get(key):
+            details[key] = entry[key]
     return ExportRecord(
         format=fmt,
         model_class=entry.get("model_class", "?"),

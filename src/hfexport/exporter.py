@@ -9,6 +9,7 @@ export(model, inputs, config)
   5. record    the artifact's `ExportRecord`, built once: names, shapes, dtypes of its interface
   6. convert   backend-specific (`_convert`), naming the artifact's inputs and outputs from the record
   7. quantize  a model-stage quantizer (ONNX Runtime, NNCF on the converted model)
+  8. finish    backend-specific rewrite of the final artifact (`_finish`: OpenVINO's cache as state)
 ```
 The backend's own artifact comes back with the record attached (`record_of`). The model is left
 exactly as it was (training flags, patched attributes), also when a step raises.
@@ -117,6 +118,7 @@ class HfExporter:
             _check_conversion_kept_shapes(record, captured, model)
             if quantizer is not None and quantizer.stage_for(self.format) == "model":
                 artifact = self._quantize_model(artifact, record, model, sample, config)
+            artifact = self._finish(artifact, record, sample, config)
         self._record(record, captured, artifact, config)
         if quantizer is not None:
             from .quantization.report import quantization_summary
@@ -314,6 +316,12 @@ class HfExporter:
         if mutated:  # written in place (a static cache): say which inputs, in the program's order
             record.details["input_mutations"] = len(mutated)
         return record
+
+    def _finish(self, artifact: Any, record: ExportRecord, sample: dict[str, Any], config: ExportConfig) -> Any:
+        """Step 8: the artifact after quantization (`sample`: the kwargs it was traced on),
+        rewritten once more if the backend needs to (the interface in `record` stays what the
+        runner takes); this one returns it as is."""
+        return artifact
 
     def _record(self, record: ExportRecord, captured: Capture, artifact: Any, config: ExportConfig) -> None:
         """Add what the backend knows about `artifact` to its record (delegation, precision, ...)."""

@@ -53,8 +53,9 @@ def _onnx_declared(path) -> tuple[list[list], dict[str, list]]:
     return [shape(v) for v in graph.input], {v.name: shape(v) for v in graph.output}
 
 
-def _openvino_declared(model) -> tuple[list[list], dict[str, list]]:
-    """Input ports' shapes in order, and output ports' shapes by name.
+def _openvino_declared(model, record) -> tuple[list[list], dict[str, list]]:
+    """Input ports' shapes in `record.input_names` order, and output ports' shapes by name; a
+    stateful model's cache leaves are its variables (their shapes on both sides).
 
     Inputs are taken by position: an input passed through unchanged to an output (T5's encoder
     states, a sliding window's size) shares its tensor with that output, and a saved model gives
@@ -63,7 +64,12 @@ def _openvino_declared(model) -> tuple[list[list], dict[str, list]]:
     def shape(port) -> list:
         return [d.get_length() if d.is_static else None for d in port.get_partial_shape()]
 
-    return [shape(p) for p in model.inputs], {p.get_any_name(): shape(p) for p in model.outputs}
+    states = {op.get_variable_id(): shape(op.output(0)) for op in model.get_ops() if op.get_type_name() == "ReadValue"}
+    ports = iter(p for p in model.inputs if p.get_any_name() != "beam_idx")
+    inputs = [states[name] if name in states else shape(next(ports)) for name in record.input_names]
+    outputs = {p.get_any_name(): shape(p) for p in model.outputs}
+    outputs.update({f"output.{name}": dims for name, dims in states.items()})
+    return inputs, outputs
 
 
 def _io_name(record_name: str) -> str:
@@ -146,7 +152,7 @@ def test_openvino_declares_the_program_shapes(saved_generation, case):
     saved, components = _components(saved_generation, "openvino", case)
     for component in components.values():
         record = component.record
-        declared, outputs = _openvino_declared(component.artifact)
+        declared, outputs = _openvino_declared(component.artifact, record)
         assert len(declared) == len(record.input_names)
         _check_inputs(record, declared, named=False)
         inputs = {_io_name(name): dims for name, dims in zip(record.input_names, declared)}
@@ -160,7 +166,7 @@ def test_the_static_decode_graph_declares_its_cache_in_full(saved_generation):
     config = saved.model.config
     heads, head_dim = config.num_key_value_heads, config.head_dim
     for fmt, declared_of, length in (("onnx", lambda c: _onnx_declared(c.files[0]), "cache_length"),
-                                     ("openvino", lambda c: _openvino_declared(c.artifact), None)):
+                                     ("openvino", lambda c: _openvino_declared(c.artifact, c.record), None)):
         decode = _components(saved_generation, fmt, "llama-static")[1]["decode"]
         inputs, outputs = declared_of(decode)
         caches = [dims for name, dims in [*zip(decode.record.input_names, inputs), *outputs.items()]

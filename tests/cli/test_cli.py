@@ -81,6 +81,16 @@ def test_unknown_format_and_model_are_one_line_errors(tmp_path, capsys):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
+def test_stateless_is_refused_outside_openvino_and_sets_the_config(tmp_path, capsys):
+    from hfexport.cli.export import _config_from_args
+    from hfexport.cli.main import _parser
+
+    assert main(["export", "tiny:llama", "--format", "onnx", "--stateless", "-o", str(tmp_path / "x")]) == 1
+    assert "--stateless picks OpenVINO's plain (stateless) model" in capsys.readouterr().err
+    args = _parser().parse_args(["export", "tiny:llama", "--format", "openvino", "--stateless", "-o", "d"])
+    assert _config_from_args(args).stateful is False
+
+
 def test_failed_validation_exits_nonzero_and_writes_nothing(tmp_path, capsys):
     from hfexport.workarounds import PATCHES, register_patch
 

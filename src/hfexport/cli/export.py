@@ -25,6 +25,10 @@ def _config_from_args(args) -> Any:
         if args.format != "executorch":
             raise ValueError(f"--delegate picks an ExecuTorch delegate; it does not apply to --format {args.format}")
         data["delegate"] = args.delegate
+    if getattr(args, "stateless", False):
+        if args.format != "openvino":
+            raise ValueError(f"--stateless picks OpenVINO's plain (stateless) model; it does not apply to --format {args.format}")
+        data["stateful"] = False
     return AutoExportConfig.from_dict(data)
 
 

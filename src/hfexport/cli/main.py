@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
     export.add_argument("--delegate", help="with --format executorch: the delegate, xnnpack (default) | cuda | mlx")
     export.add_argument("--backend", dest="delegate", help=argparse.SUPPRESS)  # its name before 0.2
+    export.add_argument("--stateless", action="store_true",
+                        help="with --format openvino: keep the cache as inputs/outputs (default: OpenVINO variables)")
     export.add_argument("--generate", action="store_true",
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--static-cache", type=int, metavar="N", default=None,

@@ -12,6 +12,13 @@ from .base import ExportQuantizer
 __all__ = ["NNCFQuantizer"]
 
 _WEIGHT_MODES = {"int8-weights": "INT8_ASYM", "int4-weights": "INT4_SYM"}
+#: the `nncf.CompressWeightsMode`s each weight scheme stands for (a `mode=` outside them is refused)
+_SCHEME_MODES = {
+    "int8-weights": ("INT8_ASYM", "INT8_SYM"),
+    "int4-weights": ("INT4_SYM", "INT4_ASYM", "NF4", "MXFP4", "FP4", "NVFP4", "CB4"),
+}
+#: weight-compression options that run the model on data: they need `calibration`
+_DATA_AWARE = ("awq", "scale_estimation", "gptq", "lora_correction")
 
 
 class NNCFQuantizer(ExportQuantizer):
@@ -28,9 +35,20 @@ class NNCFQuantizer(ExportQuantizer):
       channel when a layer's input size is not a multiple of it); the embeddings and the last
       layer stay int8, as NNCF does for LLMs.
 
+    Any other keyword is one of NNCF's own parameters, passed to the function the scheme calls
+    (`nncf.compress_weights` or `nncf.quantize`) as given; the valid names are that function's
+    (`hfexport.quantization.nncf_options`), and an unknown one is an error naming them.
+
     ```python
     config = OpenVINOConfig(dynamic=True, quantizer=NNCFQuantizer("int4-weights"))
+    NNCFQuantizer("int4-weights", mode=nncf.CompressWeightsMode.INT4_ASYM, ratio=0.8, group_size=64)
+    NNCFQuantizer(mode=nncf.CompressWeightsMode.INT8_SYM)              # the scheme follows the mode
+    NNCFQuantizer("int4-weights", calibration=prompts, awq=True, scale_estimation=True)
     ```
+    Options that run the model on data (`awq`, `scale_estimation`, `gptq`, `lora_correction`, a
+    `sensitivity_metric` other than the weights' own error) need `calibration` (forward kwargs,
+    mapped to the artifact's inputs as for `int8-static`); an `nncf.Dataset` passed as
+    `dataset=` is handed to NNCF unchanged instead.
     """
 
     name = "nncf"
@@ -39,38 +57,103 @@ class NNCFQuantizer(ExportQuantizer):
     schemes = ("int8-static", "int8-weights", "int4-weights")
     packages = ("nncf",)
 
-    def __init__(self, scheme: str, calibration=None, *, group_size: int = 32, smooth_quant: bool = True):
+    def __init__(self, scheme: str | None = None, calibration=None, *, group_size: int | None = None,
+                 smooth_quant: bool = True, **nncf_options: Any):
+        scheme = scheme if scheme is not None else _scheme_of(nncf_options.get("mode"))
         super().__init__(scheme, calibration)
-        self.group_size = group_size
+        if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                       or (group_size <= 0 and group_size != -1)):
+            raise ValueError(f"NNCFQuantizer: group_size={group_size!r} is not a group size; pass a positive int "
+                             "(e.g. 32, 64, 128) or -1 for one group per channel")
+        if scheme == "int8-weights" and group_size not in (None, -1):
+            raise ValueError(f"NNCFQuantizer('int8-weights') is per-channel in NNCF (group_size={group_size} is "
+                             "refused by nncf.compress_weights); drop group_size, or use 'int4-weights' for groups")
+        from .nncf_options import check_options
+
+        options = check_options(type(self).__name__, self.scheme, dict(nncf_options))
+        if group_size is not None:
+            options["group_size"] = group_size
+        self._check_mode(options.get("mode"))
+        dataset = options.get("dataset")
+        if dataset is not None and not _is_nncf_dataset(dataset):
+            if calibration is not None:
+                raise ValueError("NNCFQuantizer: pass calibration= or dataset=, not both")
+            self.calibration, options = dataset, {k: v for k, v in options.items() if k != "dataset"}
+        self.options = options
         self.smooth_quant = smooth_quant
+
+    @property
+    def group_size(self) -> int | None:
+        """The int4 group size NNCF is given (32 unless set), `None` for the other schemes."""
+        return self.options.get("group_size", 32 if self.scheme == "int4-weights" else None)
+
+    def _check_mode(self, mode: Any) -> None:
+        if mode is None:
+            return
+        import nncf
+
+        allowed = _SCHEME_MODES.get(self.scheme)
+        if allowed is None:
+            if not isinstance(mode, nncf.QuantizationMode):
+                raise ValueError(f"NNCFQuantizer('int8-static'): mode= takes an nncf.QuantizationMode, got {mode!r}")
+        elif not isinstance(mode, nncf.CompressWeightsMode) or mode.name not in allowed:
+            raise ValueError(f"NNCFQuantizer({self.scheme!r}): mode={mode!r} is not one of this scheme's "
+                             f"nncf.CompressWeightsMode: {', '.join(allowed)}; pick the scheme that matches the mode")
+
+    @property
+    def needs_calibration(self) -> bool:
+        """A static scheme, or weight compression with an option that runs the model on data."""
+        if self.scheme in self.static_schemes:
+            return True
+        if _is_nncf_dataset(self.options.get("dataset")):
+            return False  # the caller's own dataset
+        metric = self.options.get("sensitivity_metric")
+        data_metric = metric is not None and getattr(metric, "name", metric) != "WEIGHT_QUANTIZATION_ERROR"
+        return data_metric or any(self.options.get(name) for name in _DATA_AWARE)
 
     def check(self, export_format: str) -> None:
         """As `ExportQuantizer.check`, with the schemes NNCF supports on `export_format`."""
         super().check(export_format)
-        if export_format == "dynamo" and self.scheme == "int8-static":
-            from ..errors import QuantizationError
+        from ..errors import QuantizationError
 
+        if export_format == "dynamo" and self.scheme == "int8-static":
             raise QuantizationError("NNCFQuantizer('int8-static') on the torch.export graph is not wired yet",
                                     remedy="use PT2EQuantizer('int8-static') for torch.export, or NNCF's "
                                     "weight compression ('int8-weights', 'int4-weights')")
+        if export_format == "dynamo" and (self.needs_calibration or "dataset" in self.options):
+            raise QuantizationError("NNCFQuantizer: data-aware weight compression on the torch.export graph is not "
+                                    "wired yet", remedy="export to openvino or onnx for awq/scale_estimation/gptq, "
+                                    "or drop those options")
 
     def to_dict(self) -> dict[str, Any]:
-        """As `ExportQuantizer.to_dict`, with NNCF's own options."""
-        return {**super().to_dict(), "group_size": self.group_size, "smooth_quant": self.smooth_quant}
+        """As `ExportQuantizer.to_dict`, with NNCF's options as JSON holds them (enums by name)."""
+        from .nncf_options import options_to_json
+
+        out = {**super().to_dict(), "smooth_quant": self.smooth_quant, **options_to_json(self.options)}
+        if self.group_size is not None:
+            out["group_size"] = self.group_size
+        return out
+
+    def __repr__(self) -> str:
+        options = "".join(f", {k}={v!r}" for k, v in self.to_dict().items() if k not in ("quantizer", "scheme"))
+        return f"{type(self).__name__}(scheme={self.scheme!r}{options})"
 
     def stage_for(self, export_format: str) -> str:
         """`"fx"` for the torch.export backend, `"model"` (the converted model) for ONNX and OpenVINO."""
         return "fx" if export_format == "dynamo" else "model"
 
-    def _compress(self, model: Any) -> Any:
+    def _compress(self, model: Any, dataset: Any = None) -> Any:
         import nncf
 
-        mode = getattr(nncf.CompressWeightsMode, _WEIGHT_MODES[self.scheme])
-        options: dict[str, Any] = {"mode": mode}
+        options: dict[str, Any] = {"mode": getattr(nncf.CompressWeightsMode, _WEIGHT_MODES[self.scheme])}
         if self.scheme == "int4-weights":
-            options.update(group_size=self.group_size, ratio=1.0,
-                           advanced_parameters=nncf.AdvancedCompressionParameters(
-                               group_size_fallback_mode=nncf.GroupSizeFallbackMode.ADJUST))
+            options.update(group_size=32, ratio=1.0)
+            if "advanced_parameters" not in self.options:
+                options["advanced_parameters"] = nncf.AdvancedCompressionParameters(
+                    group_size_fallback_mode=nncf.GroupSizeFallbackMode.ADJUST)
+        options.update(self.options)
+        if dataset is not None and "dataset" not in options:
+            options["dataset"] = dataset
         return nncf.compress_weights(model, **options)
 
     def quantize_program(self, module: torch.fx.GraphModule, samples: list[dict[str, Any]]) -> torch.nn.Module:
@@ -85,19 +168,19 @@ class NNCFQuantizer(ExportQuantizer):
 
         onnx_program = hasattr(artifact, "model_proto")
         model = artifact.model_proto if onnx_program else artifact
-        if self.scheme in _WEIGHT_MODES:
-            quantized = self._compress(model)
+        if onnx_program:
+            names = [i.name for i in model.graph.input]
+            feeds = [{n: to_numpy(t) for n, t in zip(names, sample)} for sample in samples]
         else:
-            if onnx_program:
-                names = [i.name for i in model.graph.input]
-                feeds = [{n: to_numpy(t) for n, t in zip(names, sample)} for sample in samples]
-            else:
-                feeds = [[to_numpy(t) for t in sample] for sample in samples]
-            options: dict[str, Any] = {}
+            feeds = [[to_numpy(t) for t in sample] for sample in samples]
+        if self.scheme in _WEIGHT_MODES:
+            quantized = self._compress(model, nncf.Dataset(feeds) if self.needs_calibration else None)
+        else:
+            options: dict[str, Any] = {"model_type": nncf.ModelType.TRANSFORMER, "subset_size": len(feeds)}
             if not self.smooth_quant:
                 options["advanced_parameters"] = nncf.AdvancedQuantizationParameters(smooth_quant_alpha=-1)
-            quantized = nncf.quantize(model, nncf.Dataset(feeds), model_type=nncf.ModelType.TRANSFORMER,
-                                      subset_size=len(feeds), **options)
+            options.update(self.options)
+            quantized = nncf.quantize(model, nncf.Dataset(feeds), **options)
         if onnx_program:
             from ..backends.onnx.artifact import HfOnnxProgram
 
@@ -105,3 +188,21 @@ class NNCFQuantizer(ExportQuantizer):
         from ..backends.openvino.artifact import HfOpenVINOModel
 
         return HfOpenVINOModel.wrap(quantized, compress_to_fp16=getattr(artifact, "compress_to_fp16", False))
+
+
+def _scheme_of(mode: Any) -> str:
+    """The scheme an NNCF `mode` (enum or name) belongs to, when no scheme is named."""
+    if mode is None:
+        raise ValueError("NNCFQuantizer needs a scheme ('int8-static', 'int8-weights', 'int4-weights') or an NNCF mode=")
+    name = getattr(mode, "name", mode)
+    for scheme, modes in _SCHEME_MODES.items():
+        if name in modes:
+            return scheme
+    if type(mode).__name__ == "QuantizationMode":
+        return "int8-static"
+    raise ValueError(f"NNCFQuantizer: mode={mode!r} belongs to no scheme; weight modes: "
+                     f"{', '.join(m for modes in _SCHEME_MODES.values() for m in modes)}")
+
+
+def _is_nncf_dataset(value: Any) -> bool:
+    return type(value).__name__ == "Dataset" and type(value).__module__.startswith("nncf")

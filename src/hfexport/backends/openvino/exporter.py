@@ -60,7 +60,7 @@ class OpenVINOExporter(HfExporter):
         import openvino as ov
 
         from .artifact import HfOpenVINOModel
-        from .precision import PRECISION_RT_INFO, install_precision_hook
+        from .precision import KV_CACHE_RT_INFO, PRECISION_RT_INFO, install_precision_hook
 
         install_precision_hook()
 
@@ -71,11 +71,37 @@ class OpenVINOExporter(HfExporter):
             port.get_tensor().set_names({name})
         if config.inference_precision is not None:
             ov_model.set_rt_info(config.inference_precision, PRECISION_RT_INFO)
+        kv_cache = config.kv_cache_precision or config.inference_precision
+        if kv_cache is not None:  # the CPU plugin reads this one from rt_info itself
+            ov_model.set_rt_info(kv_cache, KV_CACHE_RT_INFO)
         return HfOpenVINOModel.wrap(ov_model, compress_to_fp16=config.compress_to_fp16)
 
+    def _finish(self, artifact, record: ExportRecord, sample: dict[str, Any], config: OpenVINOConfig):
+        """The cache as state (`stateful.py`), after quantization so that calibration feeds the cache."""
+        if config.stateful:
+            import torch.utils._pytree as pytree
+
+            from .stateful import make_stateful
+
+            leaves = [leaf for leaf in pytree.tree_leaves(record.artifact_inputs(sample)) if isinstance(leaf, torch.Tensor)]
+            # a static cache is written in place: a reset state is its zeros at the traced length
+            written = bool(record.details.get("input_mutations"))
+            sizes = {name: list(leaf.shape) for name, leaf in zip(record.input_names, leaves)} if written else {}
+            state = make_stateful(artifact, sizes)
+            if state is not None:
+                record.details["state"] = {"stateful": True, **state}
+        return artifact
+
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: OpenVINOConfig) -> None:
+        from .precision import recorded_options
+
         record.details["openvino_inputs"] = {p.get_any_name(): str(p.get_partial_shape()) for p in artifact.inputs}
         record.details["inference_precision"] = config.inference_precision or "plugin default"
+        record.details["kv_cache_precision"] = config.kv_cache_precision or config.inference_precision or "plugin default"
+        # what `compile_model(model, "CPU")` is given from the model's rt_info; a process without
+        # hfexport passes them itself (the plugin's other defaults, measured best for batch-1
+        # decode on 2 cores: PERFORMANCE_HINT=LATENCY, one stream, DYNAMIC_QUANTIZATION_GROUP_SIZE=32)
+        record.details["compile_properties"] = recorded_options(artifact)
 
     def _write(self, artifact, stem: Path) -> list[Path]:
         from .artifact import write_openvino

@@ -18,9 +18,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["PRECISION_RT_INFO", "recorded_precision", "compile_config", "install_precision_hook"]
+__all__ = ["PRECISION_RT_INFO", "KV_CACHE_RT_INFO", "recorded_precision", "recorded_options", "compile_config", "install_precision_hook"]
 
 PRECISION_RT_INFO = ["runtime_options", "INFERENCE_PRECISION_HINT"]
+#: read by the CPU plugin itself at compile time (`Config::applyRtInfo`, 2026.4.1)
+KV_CACHE_RT_INFO = ["runtime_options", "KV_CACHE_PRECISION"]
 _HINT = "INFERENCE_PRECISION_HINT"
 
 
@@ -32,6 +34,19 @@ def recorded_precision(model: Any) -> str | None:
     except (AttributeError, RuntimeError, TypeError):
         return None
     return None
+
+
+def recorded_options(model: Any) -> dict[str, str]:
+    """The compile properties `model`'s rt_info records (`runtime_options`), by name."""
+    out = {}
+    for name in (PRECISION_RT_INFO[1], KV_CACHE_RT_INFO[1]):
+        key = [PRECISION_RT_INFO[0], name]
+        try:
+            if model.has_rt_info(key):
+                out[name] = str(model.get_rt_info(key).astype(str))
+        except (AttributeError, RuntimeError, TypeError):
+            continue
+    return out
 
 
 def compile_config(model: Any, config: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,4 +1,9 @@
-"""`OpenVINORunner`: compiles an OpenVINO model for CPU, exactly as a user's `compile_model` does."""
+"""`OpenVINORunner`: compiles an OpenVINO model for CPU, exactly as a user's `compile_model` does.
+
+A stateful model (`stateful.py`: the cache as variables) runs through one infer request whose
+state holds the cache; `run_flat` still takes and returns the cache leaves (it sets the state
+from them and reads it back), so validation compares the same interface as for a stateless model.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 
-from ...runner import Runner, to_numpy
+from ...runner import CacheSession, Runner, to_numpy
+from .stateful import BEAM_IDX, state_variables
 
-__all__ = ["OpenVINORunner"]
+__all__ = ["OpenVINORunner", "StatefulSession", "OpenVINOCacheSession"]
 
 
 class OpenVINORunner(Runner):
@@ -22,13 +27,124 @@ class OpenVINORunner(Runner):
         import openvino as ov
 
         self.compiled = ov.Core().compile_model(artifact, "CPU")  # no extra config: what users get
+        self.variables = state_variables(artifact)
+        # by position, not by name: the runtime's port names need not be the record's
+        # (`encoder_outputs.last_hidden_state`); a stateful model lost its cache inputs and ends with `beam_idx`
+        fed = [name for name in record.input_names if name not in self.variables]
+        self.input_ports = dict(zip(fed, self.compiled.inputs))
+        self.output_ports = dict(zip([n for n in record.output_names if n not in self.variables], self.compiled.outputs))
 
     @property
     def precision(self) -> str:
         hint = self.compiled.get_property("INFERENCE_PRECISION_HINT")  # what the compiled model runs in
         return f"{hint.to_string() if hasattr(hint, 'to_string') else hint} (CPU plugin INFERENCE_PRECISION_HINT)"
 
+    @property
+    def is_stateful(self) -> bool:
+        """Whether the model keeps its cache as state (variables named by the cache leaves)."""
+        return bool(self.variables)
+
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.is_stateful:
+            values = dict(zip(self.record.input_names, leaves))
+            session = StatefulSession(self, {name: values[name] for name in self.variables})
+            outputs = session.run({name: value for name, value in values.items() if name not in self.variables})
+            outputs.update(session.cache())
+            return [outputs[name] for name in self.record.output_names]
         feed = [to_numpy(leaf) for leaf in leaves]
         result = self.compiled(feed)
         return [torch.from_numpy(np.array(result[out])) for out in self.compiled.outputs]
+
+    def cache_session(self, cache: dict[str, torch.Tensor]) -> CacheSession:
+        """A stateful model: one infer request whose state holds `cache`; a stateless one: the
+        cache kept as OpenVINO tensors, each call's outputs bound as the next call's inputs."""
+        if self.is_stateful:
+            return StatefulSession(self, cache)
+        return OpenVINOCacheSession(self, cache)
+
+
+class StatefulSession(CacheSession):
+    """The cache in the state of one infer request: set once from `cache`, then each call feeds
+    only the other inputs (and `beam_idx = 0..batch-1`); `cache()` reads the state back."""
+
+    def __init__(self, runner: OpenVINORunner, cache: dict[str, torch.Tensor]):
+        import openvino as ov
+
+        missing = [name for name in runner.variables if name not in cache]
+        if missing:
+            from ...errors import RuntimeLoadError
+
+            raise RuntimeLoadError(f"the stateful OpenVINO model needs initial values for its state {missing}",
+                                   remedy="pass every cache leaf the manifest lists (zeros for an empty static cache)")
+        self.runner = runner
+        self.request = runner.compiled.create_infer_request()
+        self.request.reset_state()
+        for state in self.request.query_state():
+            # a variable's type may be narrower than the leaf's (`stateful.py`: int64 kept as int32)
+            value = to_numpy(cache[state.name]).astype(state.state.data.dtype, copy=False)
+            state.state = ov.Tensor(value)
+        self._beam_port = runner.compiled.input(BEAM_IDX)
+        self._batch: dict[int, np.ndarray] = {}
+
+    def _beam_idx(self, feed: dict[str, torch.Tensor]) -> np.ndarray:
+        batch = int(next(iter(feed.values())).shape[0]) if feed else 1
+        if batch not in self._batch:
+            self._batch[batch] = np.arange(batch, dtype=np.int32)
+        return self._batch[batch]
+
+    def run(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One call on `feed` (no cache leaves); the state advances in place; the outputs by name."""
+        inputs = {self.runner.input_ports[name]: to_numpy(value) for name, value in feed.items()}
+        inputs[self._beam_port] = self._beam_idx(feed)
+        self.request.infer(inputs, share_inputs=True)
+        return {name: torch.from_numpy(np.array(self.request.get_tensor(port).data))
+                for name, port in self.runner.output_ports.items()}
+
+    def cache(self) -> dict[str, torch.Tensor]:
+        """The state now, as tensors (copies), by cache leaf name."""
+        states = {state.name: state.state for state in self.request.query_state()}
+        record = self.runner.record
+        dtypes = dict(zip(record.input_names, record.input_dtypes))
+        ranks = {name: len(shape) for name, shape in zip(record.input_names, record.input_shapes)}
+        out = {}
+        for name in self.runner.variables:
+            value = torch.from_numpy(np.array(states[name].data))
+            if ranks.get(name) == 0:  # NOTE: the CPU plugin (2026.4.1) hands a 0-d state back as [1]
+                value = value.reshape(())
+            out[name] = value.to(getattr(torch, dtypes[name])) if dtypes.get(name) else value
+        return out
+
+
+class OpenVINOCacheSession(CacheSession):
+    """A stateless model's cache kept as OpenVINO tensors: two infer requests take turns, the
+    cache outputs of one bound as the cache inputs of the other, so no step copies the cache
+    through numpy."""
+
+    def __init__(self, runner: OpenVINORunner, cache: dict[str, torch.Tensor]):
+        import openvino as ov
+
+        self.runner = runner
+        self.requests = [runner.compiled.create_infer_request() for _ in range(2)]
+        self.turn = 0
+        self._cache = {name: ov.Tensor(to_numpy(value)) for name, value in cache.items() if name in runner.input_ports}
+
+    def run(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One call on `feed` and the kept cache tensors; the outputs other than the cache."""
+        request = self.requests[self.turn]
+        self.turn = 1 - self.turn
+        ports = self.runner.input_ports
+        for name, tensor in self._cache.items():
+            if name in ports:  # a prefill returns a cache it does not take
+                request.set_tensor(ports[name], tensor)
+        request.infer({ports[name]: to_numpy(value) for name, value in feed.items()}, share_inputs=True)
+        out = {}
+        for name, port in self.runner.output_ports.items():
+            if name.startswith("cache."):
+                self._cache[name] = request.get_tensor(port)
+            else:
+                out[name] = torch.from_numpy(np.array(request.get_tensor(port).data))
+        return out
+
+    def cache(self) -> dict[str, torch.Tensor]:
+        """The cache after the last call, as tensors (copies)."""
+        return {name: torch.from_numpy(np.array(t.data)) for name, t in self._cache.items()}
