@@ -59,6 +59,8 @@ CASES = [
     ("onnx", OrtQuantizer, "int8-static", 0.40, 0.98),
     ("onnx", NNCFQuantizer, "int8-weights", 0.40, 0.99),
     ("onnx", NNCFQuantizer, "int4-weights", 0.30, 0.97),
+    ("onnx", OrtQuantizer, "int8-weights", 0.40, 0.99),  # MatMulNBits, measured 0.9999
+    ("onnx", OrtQuantizer, "int4-weights", 0.30, 0.97),  # MatMulNBits, measured 0.98
     ("openvino", lambda scheme, calibration: NNCFQuantizer(scheme, calibration, smooth_quant=False),
      "int8-static", 0.40, 0.98),
     ("openvino", NNCFQuantizer, "int8-weights", 0.40, 0.99),
@@ -118,6 +120,9 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
     assert quantization["quantizer"] == type(quantizer).name and quantization["scheme"] == scheme
     if "quantized_matmuls" in quantization and fmt != "executorch":
         assert quantization["quantized_matmuls"] >= 14  # 7 projections x 2 layers (+ lm_head)
+    if scheme.endswith("weights") and cls is OrtQuantizer:  # the packed kernel, not dequantized weights
+        ops = [node.op_type for node in artifact.model_proto.graph.node]
+        assert ops.count("MatMulNBits") == 15 and "DequantizeLinear" not in ops
 
 
 @pytest.mark.slow
@@ -170,6 +175,23 @@ def test_a_missing_package_names_the_pip_line():
 def test_an_unknown_scheme_is_refused():
     with pytest.raises(ValueError, match="int8-dynamic, int8-static"):
         OrtQuantizer("int3")
+
+
+@pytest.mark.parametrize(("options", "message"), [({"block_size": 24}, "power of two"),
+                                                  ({"block_size": 8}, "power of two"),
+                                                  ({"accuracy_level": 5}, "accuracy_level")])
+def test_bad_matmul_nbits_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        OrtQuantizer("int4-weights", **options)
+
+
+def test_the_cli_weight_schemes_on_onnx_are_matmul_nbits():
+    from hfexport.quantization import quantizer_for
+
+    for scheme in ("int4-weights", "int8-weights"):
+        quantizer = quantizer_for("onnx", scheme)
+        assert isinstance(quantizer, OrtQuantizer) and quantizer.to_dict() == {
+            "quantizer": "onnxruntime", "scheme": scheme, "block_size": 32, "accuracy_level": 4, "is_symmetric": True}
 
 
 @pytest.mark.slow
