@@ -15,6 +15,7 @@ and weight-only int4/int8 into `MatMulNBits`.
 
 from __future__ import annotations
 
+import copy
 import logging
 import tempfile
 from pathlib import Path
@@ -54,8 +55,15 @@ class OrtQuantizer(ExportQuantizer):
             activations to int8 per block, ORT's fastest CPU path).
         is_symmetric: symmetric blocks (no zero points) rather than asymmetric.
 
+    Instead of a scheme name, ONNX Runtime's own config object may be given, used as it is:
+    `onnxruntime.quantization.DynamicQuantConfig` (scheme `"int8-dynamic"`), `StaticQuantConfig`
+    (`"int8-static"`; its `calibration_data_reader` is replaced by one over `calibration=`, fed by
+    the model's input names; `None` there is fine) or a `matmul_nbits_quantizer` weight-only config
+    such as `DefaultWeightOnlyQuantConfig(bits=4, ...)` (`"int4-weights"` / `"int8-weights"`).
+
     ```python
     config = OnnxConfig(dynamic=True, quantizer=OrtQuantizer("int4-weights"))
+    config = OnnxConfig(dynamic=True, quantizer=OrtQuantizer(DynamicQuantConfig(per_channel=False)))
     ```
     """
 
@@ -66,9 +74,13 @@ class OrtQuantizer(ExportQuantizer):
     packages = ("onnxruntime",)
     extra = "onnx"
 
-    def __init__(self, scheme: str, calibration=None, *, block_size: int = 32, accuracy_level: int = 4,
-                 is_symmetric: bool = True):
-        super().__init__(scheme, calibration)
+    def __init__(self, scheme: Any, calibration=None, *, block_size: int = 32, accuracy_level: int = 4,
+                 is_symmetric: bool = True, ort_config: str | None = None):
+        if ort_config is not None:  # a config file's entry for an object that JSON cannot hold
+            raise QuantizationError(f"OrtQuantizer was made from ONNX Runtime's {ort_config}, which a config file "
+                                    "does not hold", remedy=f"pass OrtQuantizer({ort_config}(...)) in Python")
+        self.ort_config = None if isinstance(scheme, str) else scheme
+        super().__init__(_scheme_of(scheme), calibration)
         if block_size < 16 or block_size & (block_size - 1):
             raise ValueError(f"OrtQuantizer: block_size must be a power of two >= 16 (MatMulNBits' blocks); "
                              f"got {block_size}")
@@ -78,10 +90,19 @@ class OrtQuantizer(ExportQuantizer):
         self.accuracy_level = accuracy_level
         self.is_symmetric = is_symmetric
 
+    @property
+    def needs_calibration(self) -> bool:
+        """As `ExportQuantizer.needs_calibration`; a `StaticQuantConfig` with its own reader needs none."""
+        if getattr(self.ort_config, "calibration_data_reader", None) is not None:
+            return False
+        return super().needs_calibration
+
     def to_dict(self) -> dict[str, Any]:
-        """As `ExportQuantizer.to_dict`, with the weight-only options."""
+        """As `ExportQuantizer.to_dict`, with the weight-only options (or the ORT config's class)."""
         out = super().to_dict()
-        if self.scheme in _NBITS:
+        if self.ort_config is not None:
+            out["ort_config"] = type(self.ort_config).__name__
+        elif self.scheme in _NBITS:
             out.update(block_size=self.block_size, accuracy_level=self.accuracy_level, is_symmetric=self.is_symmetric)
         return out
 
@@ -99,7 +120,13 @@ class OrtQuantizer(ExportQuantizer):
         with tempfile.TemporaryDirectory(prefix="hfexport-ort-") as tmp:
             source, target = Path(tmp) / "model.onnx", Path(tmp) / "model.int8.onnx"
             onnx.save_model(artifact.model_proto, source)
-            if self.scheme == "int8-dynamic":
+            if self.ort_config is not None:
+                config = copy.copy(self.ort_config)
+                if isinstance(config, q.StaticQuantConfig) and samples and self.calibration is not None:
+                    config.calibration_data_reader = _reader([i.name for i in artifact.model_proto.graph.input],
+                                                             samples)
+                q.quantize(source, target, config)
+            elif self.scheme == "int8-dynamic":
                 q.quantize_dynamic(source, target, weight_type=q.QuantType.QInt8, per_channel=True)
             else:
                 names = [i.name for i in artifact.model_proto.graph.input]
@@ -113,10 +140,13 @@ class OrtQuantizer(ExportQuantizer):
     def _matmul_nbits(self, proto: Any) -> Any:
         """`proto` with its constant-weight MatMuls replaced by `MatMulNBits` (weight-only schemes)."""
         MatMulNBitsQuantizer = _matmul_nbits_quantizer_class()
-        # accuracy_level 0 means "unset": ORT's quantizer then writes no attribute (its default).
-        quantizer = MatMulNBitsQuantizer(proto, bits=_NBITS[self.scheme], block_size=self.block_size,
-                                         is_symmetric=self.is_symmetric,
-                                         accuracy_level=self.accuracy_level or None)
+        if self.ort_config is not None:
+            quantizer = MatMulNBitsQuantizer(proto, algo_config=self.ort_config,
+                                             accuracy_level=getattr(self.ort_config, "accuracy_level", None))
+        else:  # accuracy_level 0 means "unset": ORT's quantizer then writes no attribute (its default)
+            quantizer = MatMulNBitsQuantizer(proto, bits=_NBITS[self.scheme], block_size=self.block_size,
+                                             is_symmetric=self.is_symmetric,
+                                             accuracy_level=self.accuracy_level or None)
         logger = logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer")
         level = logger.level
         logger.setLevel(logging.WARNING)  # it logs a line per node at INFO
@@ -130,6 +160,23 @@ class OrtQuantizer(ExportQuantizer):
                                     "(the model has no MatMul with a constant 2-D weight)",
                                     remedy="use OrtQuantizer('int8-dynamic') or NNCFQuantizer for this model")
         return quantized
+
+
+def _scheme_of(scheme: Any) -> str:
+    """The short scheme name of `scheme`: itself, or that of an ONNX Runtime config object."""
+    if isinstance(scheme, str):
+        return scheme
+    from onnxruntime import quantization as q
+
+    if isinstance(scheme, q.DynamicQuantConfig):
+        return "int8-dynamic"
+    if isinstance(scheme, q.StaticQuantConfig):
+        return "int8-static"
+    bits = getattr(scheme, "bits", 4)  # RTN/GPTQ configs have no `bits`: 4
+    if type(scheme).__name__.endswith("WeightOnlyQuantConfig") and bits in (4, 8):
+        return f"int{bits}-weights"
+    raise ValueError(f"OrtQuantizer takes a scheme name or DynamicQuantConfig, StaticQuantConfig, or a 4/8-bit "
+                     f"weight-only config from onnxruntime.quantization; got {scheme!r}")
 
 
 def _matmul_nbits_quantizer_class() -> type:
