@@ -47,6 +47,7 @@ def test_the_decode_graph_is_fused_and_says_what_did_not_fuse(static_llama):
     assert details["fused"]["MultiHeadAttention"] == 2
     assert set(details["not_fused"]) == {"RotaryEmbedding", "GroupQueryAttention"}
     assert "ScatterElements" in details["not_fused"]["GroupQueryAttention"]
+    assert details["mha_cache_layout"].startswith("2 attentions")  # no Transpose of the cache before MHA
 
 
 def test_the_cache_is_written_by_one_scatter_on_the_cache_input(static_llama):
@@ -59,6 +60,8 @@ def test_the_cache_is_written_by_one_scatter_on_the_cache_input(static_llama):
     writers = {node.output[0]: node for node in proto.graph.node}
     node = writers["output.cache.0.keys"]
     assert node.op_type == "ScatterElements" and node.input[0] == "input.cache.0.keys"
+    readers = [n.op_type for n in proto.graph.node if "output.cache.0.keys" in n.input]
+    assert "Transpose" not in readers  # attention reads the buffer in its own layout
 
 
 def test_the_cache_stays_in_bound_buffers_and_tokens_equal_generate(static_llama):
@@ -88,7 +91,7 @@ def test_the_bound_cache_equals_the_base_sessions_after_the_same_steps(static_ll
     bound = after_steps(type(decode).cache_session.__get__(decode))
     assert bound.in_place and bound.reason is None
     # the key/value buffers are aliased; only the 0-d write counters get their own output buffer
-    assert all(name.endswith("cumulative_length") for name in bound._copied)
+    assert bound.copied and all(name.endswith("cumulative_length") for name in bound.copied)
     want, have = base.cache(), bound.cache()
     assert want.keys() == have.keys()
     for name in want:

@@ -66,9 +66,15 @@ class OnnxRunner(Runner):
 class OnnxCacheSession(CacheSession):
     """The cache of one component kept in bound `OrtValue`s between calls (IO binding).
 
+    A cache output written in place by a scatter on its own input shares that input's buffer;
+    any other cache output (a growing dynamic cache, a write counter, a prefill's first cache) is
+    taken from ONNX Runtime after each call and bound as the next call's input: a copy, listed
+    in `copied` with why.
+
     Attributes:
-        in_place: whether each step writes the cache in place (no per-step copies).
-        reason: why not, when `in_place` is False.
+        in_place: whether the aliased buffers really are written in place (checked on the first call).
+        reason: why not, when `in_place` is False (the session then copies every leaf each call).
+        copied: `{leaf: why}` for the leaves copied each call while `in_place` holds.
     """
 
     def __init__(self, runner: OnnxRunner, cache: dict[str, torch.Tensor]):
@@ -76,27 +82,26 @@ class OnnxCacheSession(CacheSession):
         import onnxruntime as ort
 
         record = runner.record
-        onnx_inputs = dict(zip(record.input_names, runner.input_names))
-        onnx_outputs = dict(zip(record.output_names, [o.name for o in runner.session.get_outputs()]))
+        self._inputs = dict(zip(record.input_names, runner.input_names))
+        self._outputs = dict(zip(record.output_names, [o.name for o in runner.session.get_outputs()]))
         self.in_place, self.reason, self._checked = True, None, False
-        self._inputs = onnx_inputs
         self._arrays = {name: np.array(to_numpy(value)) for name, value in cache.items()}  # owned buffers
-        self._values = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in self._arrays.items()}
+        pairs = {self._inputs[name]: self._outputs[name] for name in cache if name in self._outputs}
+        writers = in_place_writers(runner.graph_proto(), pairs)
+        self._aliased = [name for name in cache if name in self._outputs and writers[self._inputs[name]]]
+        self._values = {name: ort.OrtValue.ortvalue_from_numpy(self._arrays[name]) for name in self._aliased}
+        self._taken = [name for name in record.output_names if name.startswith("cache.") and name not in self._aliased]
+        self._returned = [name for name in record.output_names if not name.startswith("cache.")]
+        self.copied = {name: "its output is not written by a scatter on its input (grows, or is read after "
+                       "the write)" for name in self._taken}
         self._binding = runner.session.io_binding()
-        self._paired = {name: onnx_outputs[name] for name in cache if name in onnx_outputs}
-        writers = in_place_writers(runner.graph_proto(), {onnx_inputs[n]: o for n, o in self._paired.items()})
-        # A pair whose output is not written by the input's last reader gets its own output buffer,
-        # copied back after each call (a write counter read by every layer: a few bytes).
-        self._copied = {name: np.empty_like(self._arrays[name]) for name in self._paired
-                        if not writers[onnx_inputs[name]]}
         for name, value in self._values.items():
-            self._binding.bind_ortvalue_input(onnx_inputs[name], value)
-            if name in self._paired:
-                target = ort.OrtValue.ortvalue_from_numpy(self._copied[name]) if name in self._copied else value
-                self._binding.bind_ortvalue_output(self._paired[name], target)
-        self._other_outputs = [name for name in record.output_names if name not in self._paired]
-        self._onnx_outputs = onnx_outputs
-        self._order = [*(name for name in self._values if name in self._paired), *self._other_outputs]
+            self._binding.bind_ortvalue_input(self._inputs[name], value)
+            self._binding.bind_ortvalue_output(self._outputs[name], value)
+        for name in cache:
+            if name not in self._values:
+                self._binding.bind_cpu_input(self._inputs[name], self._arrays[name])
+        self._order = [*self._aliased, *self._taken, *self._returned]  # the binding's output order
 
     def run(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Run one call on `feed` (no cache leaves); the cache is updated in its bound buffers."""
@@ -104,8 +109,8 @@ class OnnxCacheSession(CacheSession):
             return super().run(feed)
         for name, tensor in feed.items():
             self._binding.bind_cpu_input(self._inputs[name], to_numpy(tensor))
-        for name in self._other_outputs:  # rebound each call: a bound output keeps the last call's shape
-            self._binding.bind_output(self._onnx_outputs[name], "cpu")
+        for name in (*self._taken, *self._returned):  # rebound each call: a bound output keeps its last shape
+            self._binding.bind_output(self._outputs[name], "cpu")
         try:
             self.runner.session.run_with_iobinding(self._binding)
         except Exception as error:  # noqa: BLE001 - only the first call: the binding itself refused
@@ -115,18 +120,18 @@ class OnnxCacheSession(CacheSession):
                             f"{str(error).splitlines()[0][:200]}", self.cache())
             return super().run(feed)
         outputs = dict(zip(self._order, self._binding.get_outputs()))
-        for name, buffer in self._copied.items():
-            np.copyto(self._arrays[name], buffer)
+        for name in self._taken:
+            self._arrays[name] = np.array(outputs[name].numpy())
+            if name in self._inputs:
+                self._binding.bind_cpu_input(self._inputs[name], self._arrays[name])
         if not self._checked:
             self._checked = True
-            moved = [name for name in self._paired if name not in self._copied
-                     and outputs[name].data_ptr() != self._values[name].data_ptr()]
+            moved = [name for name in self._aliased if outputs[name].data_ptr() != self._values[name].data_ptr()]
             if moved:
-                updated = {name: torch.from_numpy(np.array(outputs[name].numpy())) if name in self._paired
+                updated = {name: torch.from_numpy(np.array(outputs[name].numpy())) if name in self._aliased
                            else torch.from_numpy(self._arrays[name].copy()) for name in self._arrays}
                 self._fall_back(f"ONNX Runtime wrote {moved[0]} outside the bound buffer", updated)
-                return {name: torch.from_numpy(np.array(outputs[name].numpy())) for name in self._other_outputs}
-        return {name: torch.from_numpy(outputs[name].numpy()) for name in self._other_outputs}
+        return {name: torch.from_numpy(np.array(outputs[name].numpy())) for name in self._returned}
 
     def cache(self) -> dict[str, torch.Tensor]:
         """The cache leaves after the last call, copied out of the bound buffers."""
