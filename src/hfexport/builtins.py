@@ -58,6 +58,7 @@ def _register_quantizers() -> None:
     for name, where in (("pt2e", "hfexport.quantization.pt2e:PT2EQuantizer"),
                         ("nncf", "hfexport.quantization.nncf:NNCFQuantizer"),
                         ("ort", "hfexport.quantization.ort:OrtQuantizer"),
+                        ("onnxruntime", "hfexport.quantization.ort:OrtQuantizer"),  # its to_dict() name
                         ("torchao", "hfexport.quantization.torchao:TorchaoQuantizer")):
         if name not in QUANTIZERS:
             register_quantizer(name, where)

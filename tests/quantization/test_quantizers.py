@@ -59,6 +59,9 @@ CASES = [
     ("onnx", OrtQuantizer, "int8-static", 0.40, 0.98),
     ("onnx", NNCFQuantizer, "int8-weights", 0.40, 0.99),
     ("onnx", NNCFQuantizer, "int4-weights", 0.30, 0.97),
+    ("onnx", OrtQuantizer, "int8-weights", 0.40, 0.99),  # MatMulNBits, measured 0.9999
+    # OrtQuantizer("int4-weights") runs in tests/backends/onnx/test_decode.py (the fused decode
+    # graph) and below through DefaultWeightOnlyQuantConfig
     ("openvino", lambda scheme, calibration: NNCFQuantizer(scheme, calibration, smooth_quant=False),
      "int8-static", 0.40, 0.98),
     ("openvino", NNCFQuantizer, "int8-weights", 0.40, 0.99),
@@ -118,6 +121,9 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
     assert quantization["quantizer"] == type(quantizer).name and quantization["scheme"] == scheme
     if "quantized_matmuls" in quantization and fmt != "executorch":
         assert quantization["quantized_matmuls"] >= 14  # 7 projections x 2 layers (+ lm_head)
+    if scheme.endswith("weights") and cls is OrtQuantizer:  # the packed kernel, not dequantized weights
+        ops = [node.op_type for node in artifact.model_proto.graph.node]
+        assert ops.count("MatMulNBits") == 15 and "DequantizeLinear" not in ops
 
 
 @pytest.mark.slow
@@ -172,6 +178,23 @@ def test_an_unknown_scheme_is_refused():
         OrtQuantizer("int3")
 
 
+@pytest.mark.parametrize(("options", "message"), [({"block_size": 24}, "power of two"),
+                                                  ({"block_size": 8}, "power of two"),
+                                                  ({"accuracy_level": 5}, "accuracy_level")])
+def test_bad_matmul_nbits_options_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        OrtQuantizer("int4-weights", **options)
+
+
+def test_the_cli_weight_schemes_on_onnx_are_matmul_nbits():
+    from hfexport.quantization import quantizer_for
+
+    for scheme in ("int4-weights", "int8-weights"):
+        quantizer = quantizer_for("onnx", scheme)
+        assert isinstance(quantizer, OrtQuantizer) and quantizer.to_dict() == {
+            "quantizer": "onnxruntime", "scheme": scheme, "block_size": 32, "accuracy_level": 4, "is_symmetric": True}
+
+
 @pytest.mark.slow
 def test_generation_components_are_each_quantized():
     """export_for_generation with a quantizer: every component quantized, and each still computes
@@ -202,3 +225,55 @@ def test_a_config_with_a_quantizer_round_trips_through_json():
     again = AutoExportConfig.from_json(config.to_json())
     assert isinstance(again.quantizer, NNCFQuantizer)
     assert again.quantizer.to_dict() == config.quantizer.to_dict()
+
+
+def _ort_configs():
+    """ONNX Runtime's own config objects, each with the cosine floor of its scheme."""
+    from onnxruntime import quantization as q
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig
+
+    return [
+        ("dynamic", q.DynamicQuantConfig(weight_type=q.QuantType.QInt8, per_channel=True), None, 0.99),
+        # the reader is hfexport's, over calibration= (the model's input names)
+        ("static", q.StaticQuantConfig(None, quant_format=q.QuantFormat.QDQ, per_channel=True,
+                                       extra_options={"ActivationSymmetric": True}), CALIBRATION, 0.98),
+        ("weights", DefaultWeightOnlyQuantConfig(block_size=64, is_symmetric=False, accuracy_level=4, bits=4),
+         None, 0.97),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(3), ids=["dynamic", "static", "weights"])
+def test_ort_quantizer_takes_onnx_runtimes_own_configs(index, tmp_path):
+    pytest.importorskip("onnxruntime")
+    _, ort_config, calibration, min_cosine = _ort_configs()[index]
+    quantizer = OrtQuantizer(ort_config, calibration=calibration)
+    assert quantizer.scheme == {0: "int8-dynamic", 1: "int8-static", 2: "int4-weights"}[index]
+    model = _model()
+    artifact, _ = _export("onnx", model, quantizer, tmp_path, "quantized")
+    record = record_of(artifact)
+    runner = runner_for(artifact, record)
+    for prompt in HELD_OUT:
+        logits = runner.run(record.artifact_inputs(prompt))[0]
+        with torch.no_grad():
+            want = model(**prompt).logits
+        cosine = torch.nn.functional.cosine_similarity(logits.flatten().double(), want.flatten().double(), dim=0)
+        assert cosine >= min_cosine, f"cosine {float(cosine):.5f}"
+    assert record.details["quantization"]["quantized_matmuls"] >= 14
+    if index == 2:  # the config's own block size and zero points reached MatMulNBits
+        nbits = [node for node in artifact.model_proto.graph.node if node.op_type == "MatMulNBits"]
+        assert len(nbits) == 15 and all(len(node.input) >= 4 for node in nbits)
+        assert {a.i for node in nbits for a in node.attribute if a.name == "block_size"} == {64}
+    assert record.details["quantization"]["ort_config"] == type(ort_config).__name__
+
+
+def test_an_ort_config_quantizer_in_a_config_file_is_refused_with_the_remedy():
+    """`to_dict` of a quantizer made from an ORT config names its class; rebuilt from those options
+    (as a config file would), it is refused rather than becoming the short-form scheme's defaults."""
+    from onnxruntime.quantization import DynamicQuantConfig
+
+    options = OrtQuantizer(DynamicQuantConfig()).to_dict()
+    assert options == {"quantizer": "onnxruntime", "scheme": "int8-dynamic", "ort_config": "DynamicQuantConfig"}
+    del options["quantizer"]
+    with pytest.raises(QuantizationError, match=r"OrtQuantizer\(DynamicQuantConfig"):
+        OrtQuantizer(**options)

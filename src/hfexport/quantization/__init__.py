@@ -3,10 +3,17 @@
 | quantizer       | stage                 | formats                  | schemes                                   |
 |-----------------|-----------------------|--------------------------|-------------------------------------------|
 | `PT2EQuantizer` | torch.export graph    | executorch, dynamo       | int8-dynamic, int8-static                 |
+|                 |                       | executorch, dynamo, onnx | a user's torchao PT2E `Quantizer`         |
 | `NNCFQuantizer` | OpenVINO / ONNX model | openvino, onnx           | int8-static, int8-weights, int4-weights   |
 |                 | torch.export graph    | dynamo                   | int8-weights, int4-weights                |
-| `OrtQuantizer`  | ONNX model            | onnx                     | int8-dynamic, int8-static                 |
+| `OrtQuantizer`  | ONNX model            | onnx                     | int8-dynamic, int8-static, int4-weights,  |
+|                 |                       |                          | int8-weights (`MatMulNBits`)              |
 | `TorchaoQuantizer` | torch.export graph | executorch               | int8-dynamic-int4-weights                 |
+
+The CLI's `--quantize int4-weights` and `int8-weights` on ONNX are `OrtQuantizer`'s
+(`MatMulNBits`, a kernel that reads the packed weights). NNCF's weight compression on ONNX stays
+available from Python, but ONNX Runtime runs its `DequantizeLinear -> MatMul` weights dequantized
+to fp32 on every call: smaller, not faster (see `OrtQuantizer` for the measurements).
 """
 
 from .base import Calibration, ExportQuantizer
@@ -25,7 +32,7 @@ CLI_SCHEMES = {
     "executorch": {"int8-dynamic": (PT2EQuantizer, "int8-dynamic"), "int8-static": (PT2EQuantizer, "int8-static"),
                    "int8-dynamic-int4-weights": (TorchaoQuantizer, "int8-dynamic-int4-weights")},
     "onnx": {"int8-dynamic": (OrtQuantizer, "int8-dynamic"), "int8-static": (OrtQuantizer, "int8-static"),
-             "int8-weights": (NNCFQuantizer, "int8-weights"), "int4-weights": (NNCFQuantizer, "int4-weights")},
+             "int8-weights": (OrtQuantizer, "int8-weights"), "int4-weights": (OrtQuantizer, "int4-weights")},
     "openvino": {"int8-static": (NNCFQuantizer, "int8-static"), "int8-weights": (NNCFQuantizer, "int8-weights"),
                  "int4-weights": (NNCFQuantizer, "int4-weights")},
 }

@@ -2,7 +2,8 @@
 
 `config.py` (`OnnxConfig`), `exporter.py` (`OnnxExporter`), `artifact.py` (`HfOnnxProgram`),
 `runner.py` (`OnnxRunner`), `patches.py`, and `dims.py` (the dimensions the graph declares),
-`translations.py` (ATen ops torch.onnx does not translate). Importing this package imports no
+`translations.py` (ATen ops torch.onnx does not translate), `fusions.py` (ONNX Runtime's fused
+kernels). Importing this package imports no
 ONNX package; the exporter, artifact and runner modules do.
 """
 

@@ -20,6 +20,13 @@ class OnnxConfig(ExportConfig):
         opset: the ONNX opset to target (18 to 23).
         optimize: run onnxscript's graph optimizer after conversion (constant folding, fusions).
         external_data: write weights next to the `.onnx` file; `None` decides by size (over 2 GB).
+        ort_fusions: rewrite the graph for ONNX Runtime's fused kernels (onnxscript's
+            `optimize_for_ort`: RMSNorm and residual + RMSNorm into `SimplifiedLayerNormalization` /
+            `SkipSimplifiedLayerNormalization`, attention into `MultiHeadAttention`, ...). Applied
+            after conversion, before a quantizer (so `MatMulNBits` takes the MatMuls that remain),
+            to every ONNX export; `record.details["ort_fusions"]` counts what fused and says why a
+            decoder's attention or rotary fusion did not. The fused ops are `com.microsoft`
+            contrib ops: such a model runs in ONNX Runtime only; `False` keeps standard ONNX ops.
     """
 
     export_format = "onnx"
@@ -27,11 +34,13 @@ class OnnxConfig(ExportConfig):
     opset: int = 18
     optimize: bool = True
     external_data: bool | None = None
+    ort_fusions: bool = True
 
     def _validate(self) -> None:
         _check_type("OnnxConfig", "opset", self.opset, int)
         if self.opset not in SUPPORTED_OPSETS:
             raise ValueError(f"OnnxConfig.opset must be one of {', '.join(map(str, SUPPORTED_OPSETS))}; got {self.opset}")
         _check_type("OnnxConfig", "optimize", self.optimize, bool)
+        _check_type("OnnxConfig", "ort_fusions", self.ort_fusions, bool)
         if self.external_data is not None:
             _check_type("OnnxConfig", "external_data", self.external_data, bool)

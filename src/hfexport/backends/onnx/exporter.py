@@ -14,7 +14,9 @@ from ...exporter import HfExporter
 from ...record import ExportRecord
 from .artifact import HfOnnxProgram, write_onnx
 from .config import OnnxConfig
+from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
+from .fusions import fuse_for_ort
 
 __all__ = ["OnnxExporter"]
 
@@ -66,6 +68,10 @@ class OnnxExporter(HfExporter):
             report=False,
         )
         rename_symbolic_dims(onnx_program.model, [v.name for v in onnx_program.model.graph.inputs], record.input_shapes)
+        fix_index_copy_transposes(onnx_program.model)
+        if config.ort_fusions:
+            fused, record.details["ort_fusions"] = fuse_for_ort(onnx_program.model)
+            onnx_program = torch.onnx.ONNXProgram(fused, onnx_program.exported_program)
         fix_scalar_outputs(onnx_program.model)
         return HfOnnxProgram.wrap(onnx_program, external_data=config.external_data)
 

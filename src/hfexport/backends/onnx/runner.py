@@ -1,16 +1,28 @@
-"""`OnnxRunner`: runs an ONNX program in ONNX Runtime (CPU), fed by input name."""
+"""`OnnxRunner`: runs an ONNX program in ONNX Runtime (CPU), fed by input name; its cache session
+keeps a generation component's cache in ONNX Runtime's own buffers (IO binding).
+
+# NOTE: why one buffer per cache pair: each `input.cache.<l>.<t>` and its `output.cache.<l>.<t>`
+# are bound to the same `OrtValue`, so ONNX Runtime writes the step's update where it reads the
+# cache from (the export writes a static cache with one `ScatterElements` on the cache input, see
+# `cache_writes.py`); a step copies no cache in or out, only the logits come back. Whether ONNX
+# Runtime really wrote into the bound buffer is checked on the first call (the output's address);
+# where it did not, or refused the binding, the session copies the cache each step as the base
+# `CacheSession` does and says why in `reason` (and in `record.details["cache_session"]`).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 
-from ...runner import Runner, to_numpy
+from ...runner import CacheSession, Runner, to_numpy
 
-__all__ = ["OnnxRunner"]
+__all__ = ["OnnxRunner", "OnnxCacheSession"]
+
+logger = logging.getLogger("hfexport")
 
 
 class OnnxRunner(Runner):
@@ -36,3 +48,118 @@ class OnnxRunner(Runner):
             raise ValueError(f"the ONNX model takes {len(self.input_names)} inputs, got {len(leaves)} tensors")
         feed = {name: to_numpy(leaf) for name, leaf in zip(self.input_names, leaves)}
         return [torch.from_numpy(np.asarray(out)) for out in self.session.run(None, feed)]
+
+    def graph_proto(self) -> Any:
+        """The model's `GraphProto` (weights left on disk for a saved model)."""
+        import onnx
+
+        if hasattr(self.artifact, "model_proto"):
+            return self.artifact.model_proto.graph
+        return onnx.load(str(self.artifact), load_external_data=False).graph
+
+    def cache_session(self, cache: dict[str, torch.Tensor]) -> CacheSession:
+        """A session holding `cache` in ONNX Runtime buffers, each cache input bound to the buffer
+        of its paired output (see the module docstring)."""
+        return OnnxCacheSession(self, cache)
+
+
+class OnnxCacheSession(CacheSession):
+    """The cache of one component kept in bound `OrtValue`s between calls (IO binding).
+
+    A cache output written in place by a scatter on its own input shares that input's buffer;
+    any other cache output (a growing dynamic cache, a write counter, a prefill's first cache) is
+    taken from ONNX Runtime after each call and bound as the next call's input: a copy, listed
+    in `copied` with why.
+
+    Attributes:
+        in_place: whether the aliased buffers really are written in place (checked on the first call).
+        reason: why not, when `in_place` is False (the session then copies every leaf each call).
+        copied: `{leaf: why}` for the leaves copied each call while `in_place` holds.
+    """
+
+    def __init__(self, runner: OnnxRunner, cache: dict[str, torch.Tensor]):
+        super().__init__(runner, cache)
+        import onnxruntime as ort
+
+        record = runner.record
+        self._inputs = dict(zip(record.input_names, runner.input_names))
+        self._outputs = dict(zip(record.output_names, [o.name for o in runner.session.get_outputs()]))
+        self.in_place, self.reason, self._checked = True, None, False
+        self._arrays = {name: np.array(to_numpy(value)) for name, value in cache.items()}  # owned buffers
+        pairs = {self._inputs[name]: self._outputs[name] for name in cache if name in self._outputs}
+        writers = in_place_writers(runner.graph_proto(), pairs)
+        self._aliased = [name for name in cache if name in self._outputs and writers[self._inputs[name]]]
+        self._values = {name: ort.OrtValue.ortvalue_from_numpy(self._arrays[name]) for name in self._aliased}
+        self._taken = [name for name in record.output_names if name.startswith("cache.") and name not in self._aliased]
+        self._returned = [name for name in record.output_names if not name.startswith("cache.")]
+        self.copied = {name: "its output is not written by a scatter on its input (grows, or is read after "
+                       "the write)" for name in self._taken}
+        self._binding = runner.session.io_binding()
+        for name, value in self._values.items():
+            self._binding.bind_ortvalue_input(self._inputs[name], value)
+            self._binding.bind_ortvalue_output(self._outputs[name], value)
+        for name in cache:
+            if name not in self._values:
+                self._binding.bind_cpu_input(self._inputs[name], self._arrays[name])
+        self._order = [*self._aliased, *self._taken, *self._returned]  # the binding's output order
+
+    def run(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Run one call on `feed` (no cache leaves); the cache is updated in its bound buffers."""
+        if not self.in_place:
+            return super().run(feed)
+        for name, tensor in feed.items():
+            self._binding.bind_cpu_input(self._inputs[name], to_numpy(tensor))
+        for name in (*self._taken, *self._returned):  # rebound each call: a bound output keeps its last shape
+            self._binding.bind_output(self._outputs[name], "cpu")
+        try:
+            self.runner.session.run_with_iobinding(self._binding)
+        except Exception as error:  # noqa: BLE001 - only the first call: the binding itself refused
+            if self._checked:
+                raise
+            self._fall_back(f"ONNX Runtime refused one buffer for a cache input and its output: "
+                            f"{str(error).splitlines()[0][:200]}", self.cache())
+            return super().run(feed)
+        outputs = dict(zip(self._order, self._binding.get_outputs()))
+        for name in self._taken:
+            self._arrays[name] = np.array(outputs[name].numpy())
+            if name in self._inputs:
+                self._binding.bind_cpu_input(self._inputs[name], self._arrays[name])
+        if not self._checked:
+            self._checked = True
+            moved = [name for name in self._aliased if outputs[name].data_ptr() != self._values[name].data_ptr()]
+            if moved:
+                updated = {name: torch.from_numpy(np.array(outputs[name].numpy())) if name in self._aliased
+                           else torch.from_numpy(self._arrays[name].copy()) for name in self._arrays}
+                self._fall_back(f"ONNX Runtime wrote {moved[0]} outside the bound buffer", updated)
+        return {name: torch.from_numpy(np.array(outputs[name].numpy())) for name in self._returned}
+
+    def cache(self) -> dict[str, torch.Tensor]:
+        """The cache leaves after the last call, copied out of the bound buffers."""
+        if not self.in_place:
+            return super().cache()
+        return {name: torch.from_numpy(array.copy()) for name, array in self._arrays.items()}
+
+    def _fall_back(self, reason: str, cache: dict[str, torch.Tensor]) -> None:
+        """Copy `cache` in and out each step from now on (the base session), with `reason` recorded."""
+        self._cache = cache
+        self.in_place, self.reason = False, reason
+        self.runner.record.details["cache_session"] = {"in_place": False, "reason": reason}
+        logger.warning("ONNX Runtime cache session copies the cache each step: %s", reason)
+
+
+def in_place_writers(graph: Any, pairs: dict[str, str]) -> dict[str, bool]:
+    """For each `{input name: output name}` pair, whether one buffer can hold both: the output is
+    made by a scatter whose data input is the input, and nothing else reads the input's values
+    (a `Shape` reads only its shape), so no op can read the input after its output was written."""
+    producers = {out: node for node in graph.node for out in node.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    result = {}
+    for source, target in pairs.items():
+        writer = producers.get(target)
+        others = [n for n in readers.get(source, []) if n is not writer and n.op_type != "Shape"]
+        result[source] = (writer is not None and writer.op_type in ("ScatterElements", "ScatterND")
+                          and writer.input[0] == source and not others)
+    return result

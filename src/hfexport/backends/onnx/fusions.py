@@ -1,0 +1,126 @@
+"""ONNX Runtime's fused kernels on the converted graph: onnxscript's `optimize_for_ort`, with what
+fused counted in the graph and, for the fusions a decoder would want that did not happen, why.
+
+# NOTE: onnxscript (0.7.2, `onnxscript.rewriter.ort_fusions._core.optimize_for_ort`) rewrites
+# RMSNorm into `SimplifiedLayerNormalization`, residual + RMSNorm into
+# `SkipSimplifiedLayerNormalization`, and SDPA into `MultiHeadAttention` (`com.microsoft` ops, so
+# the model then runs in ONNX Runtime only). Its own fusion counts name intermediate steps (a
+# rotary match that a later step did not take is inlined back), so the record counts the fused
+# ops in the final graph instead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+__all__ = ["fuse_for_ort"]
+
+#: The fused ops (ONNX Runtime contrib ops) whose count the record gives.
+FUSED_OPS = ("GroupQueryAttention", "MultiHeadAttention", "Attention", "RotaryEmbedding",
+             "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "SkipLayerNormalization",
+             "LayerNormalization", "FastGelu", "BiasGelu", "Gelu", "FusedMatMul")
+
+
+def fuse_for_ort(model: Any) -> tuple[Any, dict[str, Any]]:
+    """`optimize_for_ort` on a copy of the ONNX IR `model`; return the model to keep and the
+    record's entry `{"fused": {op type: count}, "not_fused": {fusion: reason}}`.
+
+    When ONNX Runtime refuses to load the fused graph, the unfused `model` is kept and the entry
+    says so (`{"fused": {}, "refused": error}`): the export is what it would be with
+    `OnnxConfig(ort_fusions=False)`, and the record shows why.
+
+    # NOTE: seen with onnxscript 0.7.2 / onnxruntime 1.32 on GPT-2 traced with static shapes: the
+    # fused graph feeds a rank-3 tensor to a `Gemm` ("Input 0 expected to have rank 2"); the
+    # unfused one runs.
+    """
+    import onnx_ir as ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    fused_model = ir.from_proto(ir.to_proto(model))
+    _, steps = optimize_for_ort(fused_model)
+    kv_4d = fix_mha_transposed_kv(fused_model)
+    refused = _load_error(fused_model)
+    if refused:
+        return model, {"fused": {}, "refused": f"ONNX Runtime refused the fused graph, kept unfused: {refused}"}
+    # NOTE: ONNX Runtime registers SimplifiedLayerNormalization in the default domain, not com.microsoft.
+    ops = Counter(node.op_type for node in fused_model.graph if node.domain in ("", "com.microsoft"))
+    fused = {op: ops[op] for op in FUSED_OPS if ops[op]}
+    return fused_model, {"fused": fused, "not_fused": _not_fused(fused_model, steps, fused),
+                         "mha_cache_layout": f"{kv_4d} attentions read the cache as it is (4-D key/value)"}
+
+
+def fix_mha_transposed_kv(model: Any) -> int:
+    """Feed `MultiHeadAttention` its key and value as `[batch, heads, length, head_size]` where the
+    fusion transposed them to `[batch, length, hidden]`; return how many were rewritten.
+
+    # NOTE: onnxscript's SDPA -> MHA fusion (0.7.2) always gives MHA 3-D key/value, so a cache
+    # `[b, n, max_cache_len, h]` is transposed and reshaped in full before each attention: on the
+    # 134 MB Llama at static cache 2048 that Transpose took a third of the decode step (ORT profiler).
+    # ORT's MHA also takes 4-D BNSH key/value (its `past` layout), which is the cache as it is.
+    """
+    count = 0
+    for node in [n for n in model.graph if n.op_type == "MultiHeadAttention" and n.domain == "com.microsoft"]:
+        heads = node.attributes.get("num_heads")
+        if len(node.inputs) < 3 or heads is None:
+            continue
+        sources = [_bnsh_source(node.inputs[i], heads.value) for i in (1, 2)]
+        if any(source is None for source in sources):
+            continue
+        for index, source in zip((1, 2), sources):
+            node.replace_input_with(index, source)
+        count += 1
+    if count:
+        from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+        RemoveUnusedNodesPass()(model)
+    return count
+
+
+def _bnsh_source(value: Any, heads: int) -> Any:
+    """The 4-D `[b, heads, s, h]` tensor that `value` is `Reshape(Transpose(x, [0, 2, 1, 3]), [b, s, heads*h])` of."""
+    reshape = value.producer() if value is not None else None
+    if reshape is None or reshape.op_type != "Reshape":
+        return None
+    transpose = reshape.inputs[0].producer()
+    perm = transpose.attributes.get("perm") if transpose is not None and transpose.op_type == "Transpose" else None
+    if perm is None or list(perm.value) != [0, 2, 1, 3]:
+        return None
+    source = transpose.inputs[0]
+    shape = source.shape
+    if shape is None or len(shape) != 4 or shape[1] != heads or not isinstance(shape[3], int):
+        return None
+    return source
+
+
+def _load_error(model: Any) -> str | None:
+    """Why ONNX Runtime cannot open `model` as `OnnxRunner` does (its own graph optimizations on),
+    the first line of its error, or None when it can."""
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        ort.InferenceSession(ir.to_proto(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # noqa: BLE001 - recorded in the export record, the unfused graph kept
+        return str(error).splitlines()[0][:300]
+    return None
+
+
+def _not_fused(model: Any, steps: dict[str, int], fused: dict[str, int]) -> dict[str, str]:
+    """Why the fusions a decoder's graph would take did not apply (only those whose pattern is there)."""
+    reasons = {}
+    if steps.get("rotary_embedding") and "RotaryEmbedding" not in fused:
+        reasons["RotaryEmbedding"] = (
+            "the rotary pattern matched, but onnxscript's cos/sin cache fusion (CosSinCacheFusion, 0.7.2) "
+            "expects the angles as MatMul(inv_freq, position_ids) + Transpose; torch.export lowers that "
+            "product (inner size 1) to a broadcast Mul, so the rotation stays as Mul/Slice/Neg/Concat")
+    has_scatter = any(node.op_type in ("ScatterND", "ScatterElements") for node in model.graph)
+    if steps.get("sdpa") and "GroupQueryAttention" not in fused and has_scatter:
+        reasons["GroupQueryAttention"] = (
+            "onnxscript's GQA fusion matches a growing cache (Concat(past, new) fed to attention); this "
+            "graph's static cache is written in place by a scatter (ScatterElements, see cache_writes.py) and "
+            "attention reads the whole buffer "
+            "under the boolean mask, so SDPA became MultiHeadAttention with the mask as bias")
+    return reasons

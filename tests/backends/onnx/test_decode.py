@@ -1,0 +1,137 @@
+"""The ONNX static-cache decode graph: ORT fusions recorded, the cache written by one op, kept in
+ONNX Runtime's bound buffers between steps, int4 `MatMulNBits` after fusion; each checked against
+eager `generate` or the base cache session."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+pytest.importorskip("onnxruntime")
+
+from hfexport import GenerationRunner, OnnxConfig, OnnxExporter, record_of  # noqa: E402
+from hfexport.generation.loop import _State  # noqa: E402
+from hfexport.runner import CacheSession, runner_for  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+NEW_TOKENS = 24
+
+
+def _ops(proto) -> list[str]:
+    return [node.op_type for node in proto.graph.node]
+
+
+def _details(directory) -> dict:
+    """The decode component's record details, as the export's `report.json` holds them."""
+    import json
+
+    return json.loads((directory / "report.json").read_text())["components"]["decode"]["record"]
+
+
+@pytest.fixture(scope="module")
+def static_llama(saved_generation):
+    """The static-cache Llama (multi-token decode) saved to ONNX, with its runner."""
+    saved = saved_generation("onnx", "llama-static")
+    return saved, GenerationRunner.load(saved.directory)
+
+
+def test_the_decode_graph_is_fused_and_says_what_did_not_fuse(static_llama):
+    saved, _ = static_llama
+    details = _details(saved.directory)["ort_fusions"]
+    # 2 layers, 5 RMSNorms: the first alone, the 4 others each after a residual add
+    assert details["fused"]["SimplifiedLayerNormalization"] == 1
+    assert details["fused"]["SkipSimplifiedLayerNormalization"] == 4
+    assert details["fused"]["MultiHeadAttention"] == 2
+    assert set(details["not_fused"]) == {"RotaryEmbedding", "GroupQueryAttention"}
+    assert "ScatterElements" in details["not_fused"]["GroupQueryAttention"]
+    assert details["mha_cache_layout"].startswith("2 attentions")  # no Transpose of the cache before MHA
+
+
+def test_the_cache_is_written_by_one_scatter_on_the_cache_input(static_llama):
+    import onnx
+
+    saved, _ = static_llama
+    proto = onnx.load(saved.directory / "decode.onnx")
+    ops = _ops(proto)
+    assert ops.count("ScatterElements") == 4 and "ScatterND" not in ops  # 2 layers x keys, values
+    writers = {node.output[0]: node for node in proto.graph.node}
+    node = writers["output.cache.0.keys"]
+    assert node.op_type == "ScatterElements" and node.input[0] == "input.cache.0.keys"
+    readers = [n.op_type for n in proto.graph.node if "output.cache.0.keys" in n.input]
+    assert "Transpose" not in readers  # attention reads the buffer in its own layout
+
+
+def test_the_cache_stays_in_bound_buffers_and_tokens_equal_generate(static_llama):
+    saved, runner = static_llama
+    got = runner.generate(saved.inputs["input_ids"], max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                          eos_token_id=None)
+    want, _ = saved.eager(NEW_TOKENS)
+    assert got.tokens == want
+
+
+def test_the_bound_cache_equals_the_base_sessions_after_the_same_steps(static_llama):
+    saved, runner = static_llama
+    decode = runner.runners["decode"]
+
+    def after_steps(make_session):
+        decode.cache_session = make_session
+        try:
+            state = _State(runner, saved.inputs["input_ids"], None, {})
+            ids = saved.inputs["input_ids"]
+            for _ in range(6):
+                ids = state.step(ids)[:, -1:].argmax(-1)
+        finally:
+            del decode.cache_session  # back to the class's
+        return state.session[1]
+
+    base = after_steps(lambda cache: CacheSession(decode, cache))
+    bound = after_steps(type(decode).cache_session.__get__(decode))
+    assert bound.in_place and bound.reason is None
+    # the key/value buffers are aliased; only the 0-d write counters get their own output buffer
+    assert bound.copied and all(name.endswith("cumulative_length") for name in bound.copied)
+    want, have = base.cache(), bound.cache()
+    assert want.keys() == have.keys()
+    for name in want:
+        assert torch.equal(want[name], have[name]), name
+
+
+def test_fusions_off_keeps_standard_onnx_ops():
+    from hfexport.presets import build_preset
+
+    model, inputs = build_preset("llama")
+    program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True, ort_fusions=False))
+    record = record_of(program)
+    assert "ort_fusions" not in record.details
+    assert all(node.domain in ("", "ai.onnx") for node in program.model_proto.graph.node)
+    got = runner_for(program, record).run(record.artifact_inputs(inputs))[0]
+    with torch.no_grad():
+        assert torch.allclose(got, model(**inputs).logits, atol=1e-4)
+
+
+def test_int4_after_fusion_is_matmul_nbits_and_close_to_fp32_eager(tmp_path):
+    """int4 weights on the fused static-cache decode graph: every projection and the LM head a
+    `MatMulNBits`, and the prompt's next-token logits (the multi-token decode call on the empty
+    cache) close to fp32 eager `generate`'s: cosine >= 0.97, a lossy scheme."""
+    from transformers import GenerationConfig
+
+    from hfexport.job import export_to_folder
+    from hfexport.presets import build_preset
+    from hfexport.quantization import OrtQuantizer
+
+    model, inputs = build_preset("llama")
+    config = OnnxConfig(dynamic=True, quantizer=OrtQuantizer("int4-weights"))
+    export_to_folder((model, inputs), config, tmp_path / "q", generate=True, static_cache=32, validate=False)
+    runner = GenerationRunner.load(tmp_path / "q")
+    details = _details(tmp_path / "q")
+    assert details["ort_fusions"]["fused"]["MultiHeadAttention"] == 2
+    assert details["quantization"]["quantized_matmuls"] == 15 and details["quantization"]["float_matmuls"] == 0
+    got = runner.generate(inputs["input_ids"], max_new_tokens=8, min_new_tokens=8, eos_token_id=None, output_logits=True)
+    with torch.no_grad():
+        eager = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True,
+                               return_dict_in_generate=True,
+                               generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))
+    first = torch.nn.functional.cosine_similarity(got.logits[0].flatten(), eager.logits[0].flatten(), dim=0)
+    assert first >= 0.97, float(first)
