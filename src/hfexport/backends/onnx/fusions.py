@@ -28,7 +28,8 @@ def fuse_for_ort(model: Any) -> tuple[Any, dict[str, Any]]:
 
     When ONNX Runtime refuses to load the fused graph, the unfused `model` is kept and the entry
     says so (`{"fused": {}, "refused": error}`): the export is what it would be with
-    `OnnxConfig(ort_fusions=False)`, and the record shows why.
+    `OnnxConfig(ort_fusions=False)`, and the record shows why. A QDQ graph is left as it is
+    (`{"fused": {}, "skipped": why}`).
 
     # NOTE: seen with onnxscript 0.7.2 / onnxruntime 1.32 on GPT-2 traced with static shapes: the
     # fused graph feeds a rank-3 tensor to a `Gemm` ("Input 0 expected to have rank 2"); the
@@ -37,6 +38,12 @@ def fuse_for_ort(model: Any) -> tuple[Any, dict[str, Any]]:
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
+    if any(node.op_type == "DequantizeLinear" for node in model.graph):
+        # NOTE: a QDQ graph (a PT2E-quantized program): ONNX Runtime's QDQ transformer turns each
+        # DequantizeLinear -> MatMul into an int8 kernel, and optimize_for_ort (0.7.2) would fold
+        # the weight's transpose into a FusedMatMul, which that transformer does not take
+        return model, {"fused": {}, "skipped": "a QDQ graph (quantized on the torch.export graph): its "
+                       "DequantizeLinear -> MatMul pairs are left for ONNX Runtime's QDQ transformer"}
     fused_model = ir.from_proto(ir.to_proto(model))
     _, steps = optimize_for_ort(fused_model)
     kv_4d = fix_mha_transposed_kv(fused_model)
