@@ -91,3 +91,23 @@ def _copy(kwargs):
     import copy
 
     return copy.deepcopy(kwargs)
+
+
+def test_a_static_cache_without_key_buffers_generates(tmp_path):
+    """Mamba2's cache (conv and SSM states, no key buffers, no max_cache_len) through the runner's
+    cache session: the static cache's length was read from buffers it does not have (coverage
+    matrix, mamba2 generate)."""
+    from hfexport import AutoExportConfig, GenerationRunner
+    from hfexport.job import export_to_folder
+
+    model, inputs = build_preset("mamba2", seed=0)
+    prompt = {"input_ids": inputs["input_ids"][:1]}
+    # ONNX, where the matrix found it: reloading a Dynamo .pt2 holding this cache logs through a
+    # malformed message of torch 2.13's torch.export.load fallback, which pytest's log capture raises on
+    pytest.importorskip("onnxruntime")
+    export_to_folder((model, prompt), AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True}),
+                     tmp_path, generate=True, validate=False)
+    with torch.no_grad():
+        want = model.generate(**prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    got = GenerationRunner.load(tmp_path).generate(prompt["input_ids"], max_new_tokens=4, eos_token_id=None)
+    assert got.tokens == want[0, prompt["input_ids"].shape[1]:].tolist()

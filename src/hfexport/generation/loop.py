@@ -318,10 +318,15 @@ class _State:
         raise ExportError(f"the runner does not know how to fill the input {name!r}",
                           remedy="drive this component yourself; its inputs are listed in manifest.json")
 
-    def _cache_length(self) -> int:
+    def _cache_length(self) -> int | None:
+        """A static cache's length: its key buffers' (read before a session holds them), else the
+        manifest's `max_cache_len`; `None` for a cache without either (Mamba's states)."""
         if self.length is None:
             keys = [v for k, v in self.cache.items() if k.endswith(".keys") and v.dim() == 4]
-            self.length = int(keys[0].shape[2]) if keys else int(self.runner.max_cache_len)
+            if keys:
+                self.length = int(keys[0].shape[2])
+            elif self.runner.max_cache_len:
+                self.length = int(self.runner.max_cache_len)
         return self.length
 
 
