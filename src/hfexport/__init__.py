@@ -20,7 +20,7 @@ from typing import Any
 # nothing is imported until one is used), so every registry is filled before anything asks it.
 from . import builtins as _builtins  # noqa: F401
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _LAZY = {
     "HfExporter": "hfexport.exporter",
