@@ -140,3 +140,14 @@ def test_a_static_cache_that_holds_the_writes_is_still_resized():
               "past_key_values.0.keys": torch.zeros(2, 2, 48, 16), "past_key_values.0.values": torch.zeros(2, 2, 48, 16)}
     resized = resize_inputs(inputs, record)
     assert resized["past_key_values.0.keys"].shape == (2, 2, 47, 16) and resized["attention_mask"].shape == (2, 1, 1, 47)
+
+
+def test_a_cache_leaf_is_masked_by_slot_even_when_its_heads_equal_the_prompt_length():
+    """Fuzz seed 303: a GPT-J key cache `[2, 4, 4, 8]` under a 2 x 4 padding mask was masked along
+    its heads (they equal the prompt length), so its padded slot was compared with eager."""
+    from hfexport.validation import _padding_keep
+
+    mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]])
+    keep = _padding_keep((2, 4, 4, 8), mask, cache=True)
+    assert keep.shape == (2, 1, 4, 1) and not keep[1, 0, 0, 0] and keep[1, 0, 1, 0] and keep[0].all()
+    assert _padding_keep((2, 4, 4, 8), mask).shape == (2, 4, 1, 1)  # not a cache: [batch, query, ...]
