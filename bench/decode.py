@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import _median_seconds, build_model, copy_bandwidth  # noqa: E402 - the sibling benchmark's model
+from bench import _median_seconds, build_model, copy_bandwidth, decode_graph_ms  # noqa: E402 - bench.py's pieces
 
 #: The recipe each runtime deploys, by precision (the CLI's --quantize names).
 SCHEMES = {
@@ -76,7 +76,7 @@ def run_one(fmt: str, scheme: str, cache: int, source: str | None) -> dict:
                 for _ in range(3)]
         rate = sorted(r.tokens_per_s for r in runs)[1]
         ttft = sorted(r.time_to_first_token_s for r in runs)[1]
-        graph_ms = _decode_graph_ms(runner, prompt)
+        graph_ms = decode_graph_ms(runner, prompt)
         accuracy = greedy_agreement(folder, model, {"input_ids": prompt[:, :16]}, generation_config=generation_config)
     eager = _eager(model, prompt, generation_config)
     bandwidth = copy_bandwidth()
@@ -94,22 +94,6 @@ def run_one(fmt: str, scheme: str, cache: int, source: str | None) -> dict:
         "agreement": round(accuracy.agreement, 3), "min_cosine": round(accuracy.min_cosine, 4),
         "accuracy_tokens": accuracy.tokens,
     }
-
-
-def _decode_graph_ms(generation, prompt) -> float:
-    """Median time of the `decode` graph's own call after the prompt (the runner's feed, no loop)."""
-    from hfexport.generation.loop import _State  # the runner's loop state: its feed, without the loop
-
-    state = _State(generation, prompt, None, {})
-    state.step(prompt)
-    session = state.session[1]
-    runner = generation.runners["decode"]
-    token = prompt[:, -1:]
-    feed = {name: state._value(name, shape, dtype, token)
-            for name, shape, dtype in zip(runner.record.input_names, runner.record.input_shapes,
-                                          runner.record.input_dtypes) if not name.startswith("cache.")}
-    state.past += 1
-    return _median_seconds(lambda: session.run(feed), 8) * 1000
 
 
 def _eager(model, prompt, generation_config) -> dict:

@@ -5,6 +5,8 @@ cache was refused (its cache length fixed at `max_cache_len`, a one-token prompt
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from transformers import GenerationConfig
@@ -23,6 +25,7 @@ MAX_CACHE_LEN = 16
 LOOP_INPUTS = ["input_ids", "attention_mask", "position_ids"]
 
 
+@functools.cache  # decomposed once per case, shared by the tests below (none changes them)
 def _bloom_components(batch: int, padding: bool, multi_token_decode: bool):
     model, _ = build_preset("bloom", seed=0)
     ids = torch.randint(1, 128, (batch, 6), generator=torch.Generator().manual_seed(batch))

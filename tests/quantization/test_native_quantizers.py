@@ -6,13 +6,11 @@ per-channel config, on the random Llama of test_quantizers.py)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from hfexport import AutoExportConfig, AutoHfExporter, record_of
 from hfexport.errors import QuantizationError
-from hfexport.runner import runner_for
 from tests.harness import require_backend
-from tests.quantization.test_quantizers import CALIBRATION, HELD_OUT, _model
+from tests.quantization.test_quantizers import CALIBRATION, _model, held_out_cosines
 
 pytest.importorskip("torchao")
 
@@ -58,13 +56,8 @@ def test_a_users_pt2e_quantizer_runs_in_each_runtime(fmt, build):
     assert quantization["scheme"] == "custom" and quantization["calibrated_on"] == "calibration="
     if fmt != "executorch":  # XNNPACK's delegate holds the quantized linears
         assert quantization["quantized_matmuls"] >= 14, quantization  # 2 layers x 7 projections
-    runner = runner_for(artifact, record)
-    for prompt in HELD_OUT:
-        got = runner.run(record.artifact_inputs(prompt))[0].double()
-        with torch.no_grad():
-            want = model(**prompt).logits.double()
-        cosine = torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0)
-        assert cosine >= 0.98, float(cosine)
+    for cosine in held_out_cosines(artifact, model):
+        assert cosine >= 0.98, cosine
 
 
 def test_openvino_refuses_a_pt2e_quantizer_object_before_tracing():

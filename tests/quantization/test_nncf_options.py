@@ -8,13 +8,11 @@ weights, >= 0.98 for int8 static).
 from __future__ import annotations
 
 import pytest
-import torch
 
 from hfexport import AutoExportConfig, OpenVINOConfig, record_of
 from hfexport.errors import QuantizationError
 from hfexport.quantization import NNCFQuantizer
-from hfexport.runner import runner_for
-from tests.quantization.test_quantizers import CALIBRATION, HELD_OUT, _export, _model, _require
+from tests.quantization.test_quantizers import CALIBRATION, _export, _model, _require, held_out_cosines
 
 nncf = pytest.importorskip("nncf")
 
@@ -71,18 +69,6 @@ def test_data_aware_compression_without_calibration_fails_before_tracing():
         quantizer.check("openvino")
 
 
-def _cosines(artifact, model) -> list[float]:
-    record = record_of(artifact)
-    runner = runner_for(artifact, record)  # the OpenVINO CPU plugin
-    out = []
-    for prompt in HELD_OUT:
-        logits = runner.run(record.artifact_inputs(prompt))[0]
-        with torch.no_grad():
-            want = model(**prompt).logits
-        out.append(float(torch.nn.functional.cosine_similarity(logits.flatten().double(), want.flatten().double(), dim=0)))
-    return out
-
-
 APPLIED = [
     pytest.param(lambda: NNCFQuantizer(mode=nncf.CompressWeightsMode.INT4_ASYM, ratio=0.8, group_size=64,
                                        all_layers=True), 0.97, id="int4-asym-ratio-group-all-layers"),
@@ -107,7 +93,7 @@ def test_nncf_parameters_reach_nncf_and_the_artifact_stays_close_to_fp32_eager(m
     assert quantizer.to_dict().items() <= quantization.items()  # the record says what ran
     # counted in the OpenVINO model: int4/int8 weight constants, or FakeQuantize ops for int8-static
     assert quantization["low_precision_constants"] + quantization["fake_quantize_ops"] >= 14, quantization
-    cosines = _cosines(artifact, model)
+    cosines = held_out_cosines(artifact, model)
     assert min(cosines) >= min_cosine, cosines
     if quantizer.options.get("ratio") == 0.8:  # the mixed-precision split happened: int4 and int8 weights
         types = {c.get_element_type().get_type_name() for c in artifact.get_ops() if c.get_type_name() == "Constant"}

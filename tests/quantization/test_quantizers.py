@@ -75,6 +75,19 @@ CASES = [
 ]
 
 
+def held_out_cosines(artifact, model) -> list[float]:
+    """The logits cosine with fp32 eager `model` on each held-out prompt, the artifact run in its runtime."""
+    record = record_of(artifact)
+    runner = runner_for(artifact, record)
+    out = []
+    for prompt in HELD_OUT:
+        logits = runner.run(record.artifact_inputs(prompt))[0]
+        with torch.no_grad():
+            want = model(**prompt).logits
+        out.append(float(torch.nn.functional.cosine_similarity(logits.flatten().double(), want.flatten().double(), dim=0)))
+    return out
+
+
 def _export(fmt: str, model, quantizer, tmp_path, name: str):
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
     config.quantizer = quantizer
@@ -110,13 +123,8 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
     artifact, size = _export(fmt, model, quantizer, tmp_path, "quantized")
     assert size <= max_ratio * fp32_bytes(fmt), f"{size:,} bytes vs {fp32_bytes(fmt):,} fp32"
     record = record_of(artifact)
-    runner = runner_for(artifact, record)
-    for prompt in HELD_OUT:
-        logits = runner.run(record.artifact_inputs(prompt))[0]
-        with torch.no_grad():
-            want = model(**prompt).logits
-        cosine = torch.nn.functional.cosine_similarity(logits.flatten().double(), want.flatten().double(), dim=0)
-        assert cosine >= min_cosine, f"cosine {float(cosine):.5f}"
+    for cosine in held_out_cosines(artifact, model):
+        assert cosine >= min_cosine, f"cosine {cosine:.5f}"
     quantization = record.details["quantization"]
     assert quantization["quantizer"] == type(quantizer).name and quantization["scheme"] == scheme
     if "quantized_matmuls" in quantization and fmt != "executorch":
@@ -252,13 +260,8 @@ def test_ort_quantizer_takes_onnx_runtimes_own_configs(index, tmp_path):
     model = _model()
     artifact, _ = _export("onnx", model, quantizer, tmp_path, "quantized")
     record = record_of(artifact)
-    runner = runner_for(artifact, record)
-    for prompt in HELD_OUT:
-        logits = runner.run(record.artifact_inputs(prompt))[0]
-        with torch.no_grad():
-            want = model(**prompt).logits
-        cosine = torch.nn.functional.cosine_similarity(logits.flatten().double(), want.flatten().double(), dim=0)
-        assert cosine >= min_cosine, f"cosine {float(cosine):.5f}"
+    for cosine in held_out_cosines(artifact, model):
+        assert cosine >= min_cosine, f"cosine {cosine:.5f}"
     assert record.details["quantization"]["quantized_matmuls"] >= 14
     if index == 2:  # the config's own block size and zero points reached MatMulNBits
         nbits = [node for node in artifact.model_proto.graph.node if node.op_type == "MatMulNBits"]
