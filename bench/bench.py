@@ -164,7 +164,7 @@ def decode_graph_ms(generation, prompt) -> float:
     session = state.session[1]
     record = generation.runners["decode"].record
     token = prompt[:, -1:]
-    feed = {name: state._value(name, shape, dtype, token)
+    feed = {name: state._value(record, name, shape, dtype, token)
             for name, shape, dtype in zip(record.input_names, record.input_shapes, record.input_dtypes)
             if not name.startswith("cache.")}
     # Few calls: a static cache is written in place, one position per call.

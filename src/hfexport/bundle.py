@@ -46,7 +46,8 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
     """A record's manifest entry: the interface a caller needs without the model's Python class
     (with `state` when the artifact keeps its cache as runtime state: a caller resets or sets
     those variables instead of feeding the cache leaves; `compile_properties` when the runtime
-    should be given some)."""
+    should be given some; `in_place_cache`, the ONNX cache inputs whose output is written into
+    their own buffer)."""
     entry = {
         "model_class": record.model_class,
         "inputs": [
@@ -58,18 +59,23 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
         "symbol_ranges": {k: list(v) for k, v in record.symbol_ranges.items()},
         "input_mutations": record.details.get("input_mutations", 0),
     }
-    for key in ("state", "compile_properties"):  # a runtime's own facts a caller needs (OpenVINO)
-        if record.details.get(key):
+    for key in _RUNTIME_FACTS:
+        if record.details.get(key) is not None:
             entry[key] = record.details[key]
     return entry
+
+
+#: A runtime's own facts a caller needs, kept in the manifest: OpenVINO's state variables and
+#: compile properties, the ONNX cache inputs written in place (so a runner need not read the graph).
+_RUNTIME_FACTS = ("state", "compile_properties", "in_place_cache")
 
 
 def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
     """The record a manifest entry describes (no program: the artifact is loaded from its files)."""
     inputs = entry["inputs"]
     details = {"input_mutations": entry.get("input_mutations", 0)} if entry.get("input_mutations") else {}
-    for key in ("state", "compile_properties"):
-        if entry.get(key):
+    for key in _RUNTIME_FACTS:
+        if entry.get(key) is not None:
             details[key] = entry[key]
     return ExportRecord(
         format=fmt,

@@ -98,9 +98,10 @@ class HfExporter:
             quantizer.check(self.format)  # before any tracing
         start = time.perf_counter()
         from .generation.decompose import full_length_caches
+        from .generation.front import traced_sample
 
         with inference_mode(model), full_length_caches(), applied_patches(self.format) as patches:
-            sample = self._capture_sample(kwargs, config)
+            sample = traced_sample(model, self._capture_sample(kwargs, config), config)
             bounds = self._dim_bounds(model, sample, config)
             captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order, bounds=bounds,
                                drop_none_outputs=self.drop_none_outputs)

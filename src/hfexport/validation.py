@@ -211,6 +211,7 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2, *
         new_values[symbol] = target
     _keep_mask_covering_cache(record, new_values, values)
     _keep_writes_inside_static_cache(record, tensors, new_values, values)
+    _keep_attended_covering_writes(record, tensors, new_values, values)
     sizes = {**values, **new_values}  # an expression (`s0 + s1`) is sized from every symbol, moved or not
     symbols = {name: sympy.Symbol(name) for name in sizes}
     substitution = {symbols[name]: v for name, v in sizes.items()}
@@ -361,6 +362,26 @@ def _keep_writes_inside_static_cache(record: ExportRecord, tensors: list[torch.T
         new_values[query_dim] = fitting
     else:
         new_values.pop(query_dim, None)  # one token that just fits: it stays, the other sizes still move
+
+
+def _keep_attended_covering_writes(record: ExportRecord, tensors: list[torch.Tensor], new_values: dict[str, int],
+                                   values: dict[str, int]) -> None:
+    """Where a static mask's last axis is a size of its own (attention reads that many slots,
+    `generation/attended.py`), resize it to the slots written after the call, as the runner
+    passes: the cached tokens plus the query, within the cache."""
+    named = dict(zip(record.input_names, zip(tensors, record.input_shapes)))
+    mask, ids = named.get("attention_mask"), named.get("input_ids")
+    lengths = [shape[2] for name, (_, shape) in named.items() if name.endswith((".keys", ".values")) and len(shape) == 4]
+    written = [int(t) for name, (t, _) in named.items() if name.endswith("cumulative_length") and t.dim() == 0]
+    if not (mask and len(mask[1]) == 4 and ids and len(ids[1]) == 2 and lengths and written):
+        return
+    attended, query = mask[1][3], ids[1][1]
+    if not isinstance(attended, str) or attended in lengths:
+        return
+    size = {**values, **new_values}
+    query_size = query if isinstance(query, int) else size[query]
+    room = min(d if isinstance(d, int) else size[d] for d in lengths)
+    new_values[attended] = min(max(written) + query_size, room)
 
 
 # -- comparison -----------------------------------------------------------------------------------

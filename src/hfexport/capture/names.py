@@ -31,6 +31,9 @@ __all__ = ["io_leaf_names", "dim_names", "role_of", "CACHE_PREFIX", "INTERFACE_C
            "with_interface_cache_name"]
 
 CACHE_PREFIX = "cache"
+#: The role of a static cache's mask's last axis: the slots attention reads, from the tokens
+#: cached plus the query up to the cache's length (`generation/attended.py`).
+ATTENDED_ROLE = "attended"
 
 #: The cache argument's name in exported interfaces (its long-standing name); transformers 5.24 calls it `cache`.
 INTERFACE_CACHE_NAME = "past_key_values"
@@ -102,8 +105,8 @@ def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
         if "conv_states" in leaf_name or "recurrent_states" in leaf_name:  # Mamba2's are [b, heads, dim, state]
             return ("batch",) + ("state",) * (rank - 1)
         return _CACHE_ROLES if rank == 4 else _STATE_ROLES[:rank]
-    if leaf_name.endswith("attention_mask") and rank == 4:  # [batch, 1, query, keys] (a static cache's mask)
-        return ("batch", "broadcast", "sequence", "cache_length")
+    if leaf_name.endswith("attention_mask") and rank == 4:  # [batch, 1, query, slots attended] (a static cache's mask)
+        return ("batch", "broadcast", "sequence", ATTENDED_ROLE)
     if leaf_name.split(".")[-1] in ("position_ids", "decoder_position_ids") and rank == 3:
         return ("sections", "batch", "sequence")  # multimodal rotary positions (Qwen2-VL: t, h, w [, text])
     if leaf_name.split(".")[-1] in _PATCH_INPUTS and rank == 2:
@@ -131,7 +134,9 @@ def dim_names(names: list[str], shapes: list[tuple[int | str, ...]]) -> dict[str
     groups = _same_size(names, shapes)
     mapping: dict[str, str] = {}
     by_group: dict[str, str] = {}
-    for name, shape in zip(names, shapes):
+    # a static mask's last axis is the cache's length where attention reads every slot: named so
+    masks_last = sorted(zip(names, shapes), key=lambda item: item[0].endswith("attention_mask") and len(item[1]) == 4)
+    for name, shape in masks_last:
         clean = name.removeprefix("input.")
         for axis, (dim, role) in enumerate(zip(shape, _naming_roles(clean, len(shape)))):
             if not _is_symbol(dim) or dim in mapping:

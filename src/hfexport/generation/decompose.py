@@ -163,6 +163,7 @@ def decompose_for_generation(
         for part, past in (("prefill", 0), ("decode", prompt_length)):
             if part in components:
                 components[part] = _with_positions(model, *components[part], past=past)
+                components[part] = _attending_written_slots(*components[part], past=past)
     return {part: Component(*fronted(module, interface_kwargs(step))) for part, (module, step) in components.items()}
 
 
@@ -281,6 +282,39 @@ def _with_positions(model: torch.nn.Module, module: torch.nn.Module, kwargs: dic
         return module, kwargs
     positions = torch.arange(past, past + ids.shape[1])[None].expand(ids.shape[0], -1)
     return fronted(module, {**kwargs, "position_ids": positions}, unused=("position_ids",))
+
+
+def _attending_written_slots(module: torch.nn.Module, kwargs: dict[str, Any], *,
+                             past: int) -> Component:
+    """A static-cache component (`module`, its `kwargs` with the interface's causal mask over the
+    whole cache) whose attention follows its mask's length (`attended.py`), when the narrowed
+    call (`past` cached tokens, the query, one free slot) gives the full call's logits; else
+    unchanged. The kwargs keep the mask over the whole cache, the documented interface a static
+    export takes; a dynamic capture traces the narrowed one (`front.traced_sample`).
+
+    # NOTE: only for a cache whose layers are all plain `StaticLayer`s (a subclass may return other
+    # slots) and a model given a 4-D mask: a 2-D padding row over the whole cache (BLOOM's,
+    # `masks.PADDING_ROW`) is sized by the buffers inside the model.
+    """
+    from transformers.cache_utils import StaticCache, StaticLayer
+
+    from .attended import narrowed
+    from .front import ComponentFront
+    from .masks import PADDING_ROW
+
+    cache = next((kwargs[k] for k in _CACHE_KEYS if k in kwargs), None)
+    if not (isinstance(cache, StaticCache) and cache.layers and all(type(layer) is StaticLayer for layer in cache.layers)):
+        return module, kwargs
+    layout = module.layout if isinstance(module, ComponentFront) else None
+    if layout and any(window == PADDING_ROW for _, window, _ in layout):
+        return module, kwargs
+    sample = narrowed(kwargs, written=past)
+    if sample is None:
+        return module, kwargs
+    attended = fronted(module, kwargs, attended=True)
+    if _same_logits(module, kwargs, attended[0], sample):
+        return attended
+    return module, kwargs
 
 
 def _same_logits(model: torch.nn.Module, kwargs: dict[str, Any], module: torch.nn.Module,

@@ -16,26 +16,29 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 
-__all__ = ["ComponentFront", "fronted", "unwrap"]
+__all__ = ["ComponentFront", "fronted", "unwrap", "traced_sample"]
 
 
 class ComponentFront(torch.nn.Module):
     """`model` called with the exported interface's kwargs: the cache under `past_key_values`
     reaches it under its own name, `constants` (the non-tensor kwargs `generate` passed) are
-    added, and with a mask `layout` one boolean causal `attention_mask` becomes the masks the
-    model takes (see `masks.masks_from_causal`)."""
+    added, with a mask `layout` one boolean causal `attention_mask` becomes the masks the
+    model takes (see `masks.masks_from_causal`), and with `attended` a static cache's attention
+    reads only the slots that mask covers (`attended.attending`)."""
 
     def __init__(self, model: torch.nn.Module, layout: Any = None, constants: dict[str, Any] | None = None,
-                 unused: tuple[str, ...] = ()):
+                 unused: tuple[str, ...] = (), attended: bool = False):
         super().__init__()
         self.model = model
         self.layout = layout
         self.constants = dict(constants or {})
         self.unused = tuple(unused)  # interface inputs the model has no use for (BLOOM's position_ids)
+        self.attended = attended
 
     @property
     def config(self) -> Any:
@@ -45,32 +48,54 @@ class ComponentFront(torch.nn.Module):
     def forward(self, **kwargs: Any) -> Any:
         """Call the model with the interface's kwargs (see the class docstring)."""
         from ..capture.interface import call_model
+        from .attended import attending
         from .masks import masks_from_causal
 
-        if self.layout is not None and isinstance(kwargs.get("attention_mask"), torch.Tensor):
-            kwargs["attention_mask"] = masks_from_causal(kwargs["attention_mask"], self.layout)
+        mask = kwargs.get("attention_mask")
+        if self.layout is not None and isinstance(mask, torch.Tensor):
+            kwargs["attention_mask"] = masks_from_causal(mask, self.layout)
         for name in self.unused:
             kwargs.pop(name, None)
-        return call_model(self.model, {**self.constants, **kwargs})
+        narrowing = self.attended and isinstance(mask, torch.Tensor)
+        with attending(mask.shape[-1]) if narrowing else contextlib.nullcontext():
+            return call_model(self.model, {**self.constants, **kwargs})
 
 
 def fronted(module: torch.nn.Module, kwargs: dict[str, Any], layout: Any = None,
-            unused: tuple[str, ...] = ()) -> tuple[torch.nn.Module, dict[str, Any]]:
+            unused: tuple[str, ...] = (), attended: bool = False) -> tuple[torch.nn.Module, dict[str, Any]]:
     """`(module, kwargs)` as `decompose_for_generation` hands a component back: the constants
     held by a `ComponentFront` around `module` when there are any, or the interface's names,
-    mask or `unused` inputs would not reach `module` as they are; the kwargs left are those the
-    program takes."""
+    mask, `unused` inputs or `attended` slots would not reach `module` as they are; the kwargs
+    left are those the program takes."""
     from ..capture.interface import model_argument_names, split_constants
 
     traced, constants = split_constants(kwargs)
     if isinstance(module, ComponentFront):
         return ComponentFront(module.model, layout or module.layout, {**module.constants, **constants},
-                              tuple(dict.fromkeys(module.unused + tuple(unused)))), traced
-    if constants or layout is not None or unused or model_argument_names(module.forward, list(kwargs)):
-        return ComponentFront(module, layout, constants, unused), traced
+                              tuple(dict.fromkeys(module.unused + tuple(unused))),
+                              attended or module.attended), traced
+    if constants or layout is not None or unused or attended or model_argument_names(module.forward, list(kwargs)):
+        return ComponentFront(module, layout, constants, unused, attended), traced
     return module, kwargs
 
 
 def unwrap(module: torch.nn.Module) -> torch.nn.Module:
     """The model inside a `ComponentFront` (else `module`)."""
     return module.model if isinstance(module, ComponentFront) else module
+
+
+def traced_sample(model: torch.nn.Module, inputs: dict[str, Any], config: Any) -> dict[str, Any]:
+    """The sample a capture traces `model` with: for a front whose attention follows its mask,
+    under `dynamic=True` (every axis symbolic), the mask cut to the slots written after the call
+    and one free slot (`attended.narrowed`), so the mask's last axis is traced as a size of its
+    own (at the cache's length it would be traced as that length); else `inputs`."""
+    from ..capture.names import INTERFACE_CACHE_NAME
+    from .attended import narrowed
+
+    if not (isinstance(model, ComponentFront) and model.attended and config.dynamic and config.dynamic_shapes is None):
+        return inputs
+    layers = getattr(inputs.get(INTERFACE_CACHE_NAME), "layers", None) or []
+    written = max((int(layer.cumulative_length) for layer in layers), default=None)
+    if written is None:
+        return inputs
+    return narrowed(inputs, written=written) or inputs

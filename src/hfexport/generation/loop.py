@@ -15,8 +15,10 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #     each call returns (`cache.<layer>.<tensor>`) fed to the next;
 #   - static cache (`cache_implementation="static"` + `multi_token_decode`): the one `decode`
 #     graph takes the whole prompt on an empty cache, then one token per call, with the documented
-#     boolean causal mask `[1, 1, q, max_cache_len]`; the cache starts as zeros of the recorded
-#     shapes and its write counters come back with every call;
+#     boolean causal mask `[1, 1, q, attended]`: over the slots written so far (cached + q) where
+#     the program's attention follows the mask (`generation/attended.py`), else over the whole
+#     cache; the cache starts as zeros of the recorded shapes and its write counters come back
+#     with every call;
 #   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
 # The next token is chosen with transformers' own logits processors (repetition penalty, minimum
 # length, temperature, top-k, top-p), so sampling means what it means in `generate()`.
@@ -249,7 +251,7 @@ class _State:
         record = runner.record
         if self.first:
             self._init_cache(record)
-        feed = {input_name: self._value(input_name, shape, dtype, ids)
+        feed = {input_name: self._value(record, input_name, shape, dtype, ids)
                 for input_name, shape, dtype in zip(record.input_names, record.input_shapes,
                                                     record.input_dtypes or [""] * len(record.input_names))
                 if not input_name.startswith("cache.")}
@@ -291,7 +293,7 @@ class _State:
             raise ExportError("the export does not record max_cache_len", remedy="export again with hfexport")
         return [int(d) if not isinstance(d, str) else int(self.runner.max_cache_len) for d in shape]
 
-    def _value(self, name: str, shape, dtype: str, ids: torch.Tensor) -> torch.Tensor:
+    def _value(self, record, name: str, shape, dtype: str, ids: torch.Tensor) -> torch.Tensor:
         q = ids.shape[1]
         positions = torch.arange(self.past, self.past + q)
         if name in ("input_ids", "decoder_input_ids"):
@@ -303,12 +305,13 @@ class _State:
         if name == "attention_mask" and self.is_seq2seq:
             return self.prompt_mask
         if name.endswith("attention_mask"):
-            if len(shape) == 4:  # the documented boolean causal mask over the whole static cache
+            if len(shape) == 4:  # the documented boolean causal mask over a static cache's slots
                 length = self._cache_length()
                 if self.past + q > length:
                     raise ExportError(f"{self.past + q} tokens do not fit the static cache of {length}",
                                       remedy="export with a larger max_cache_len (--static-cache N)")
-                mask = torch.arange(length)[None, :] <= positions[:, None]
+                attended = self.past + q if _attends_written_slots(record, shape) else length
+                mask = torch.arange(attended)[None, :] <= positions[:, None]
                 return mask[None, None].to(getattr(torch, dtype or "bool"))
             return torch.ones((1, self.past + q), dtype=getattr(torch, dtype or "int64"))
         if name.startswith("encoder_outputs") or name == "encoder_hidden_states":
@@ -328,6 +331,14 @@ class _State:
             elif self.runner.max_cache_len:
                 self.length = int(self.runner.max_cache_len)
         return self.length
+
+
+def _attends_written_slots(record, mask_shape) -> bool:
+    """Whether a program's attention reads as many slots as its 4-D mask covers: the mask's last
+    axis is a size of its own, not the cache's length (`generation/attended.py`)."""
+    lengths = {shape[2] for name, shape in zip(record.input_names, record.input_shapes)
+               if name.endswith(".keys") and len(shape) == 4}
+    return isinstance(mask_shape[-1], str) and bool(lengths) and mask_shape[-1] not in lengths
 
 
 def _as_list(value: Any) -> list[int]:

@@ -18,9 +18,9 @@ import torch
 
 from ...capture.trace import Capture
 from ...capture.dynamic import grown_sample, has_fixed_batch
-from ...capture.names import role_of
+from ...capture.names import ATTENDED_ROLE, role_of
 from ...capture.prepare import model_name
-from ...capture.pytree import _is_cache
+from ...capture.pytree import _is_cache, is_static_cache
 from ...errors import ConversionError, PrepareError
 from ...exporter import HfExporter
 from ...record import ExportRecord
@@ -161,6 +161,7 @@ class ConfigBounds:
         self.max_batch = config.max_batch_size
         self.max_patches = config.max_image_patches
         self.static_cache = has_fixed_batch(inputs)
+        self.cache_length = _static_cache_length(inputs)
         self.inputs = inputs
         self.chosen: dict[str, str] = {}
 
@@ -170,6 +171,8 @@ class ConfigBounds:
             # planned at exactly the static cache's size: method_meta then gives the caller's
             # buffer sizes (examples/decode_loop_executorch.cpp allocates the cache from `nbytes()`)
             upper, why = size, "the static cache's max_cache_len"
+        elif role == ATTENDED_ROLE and self.cache_length is not None:
+            upper, why = self.cache_length, "the static cache's max_cache_len (a mask attends at most every slot)"
         elif role in ("batch", "images"):
             upper, why = self.max_batch, "ExecutorchConfig.max_batch_size"
         elif role == "patches":
@@ -183,6 +186,16 @@ class ConfigBounds:
         upper = max(upper, size)
         self.chosen[f"{name}[{axis}] ({role or 'dim'})"] = f"<= {upper}: {why}"
         return 1, upper
+
+
+def _static_cache_length(inputs: dict[str, Any]) -> int | None:
+    """The length of the static cache among `inputs` (its key buffers'), or `None`."""
+    for value in inputs.values():
+        if is_static_cache(value):
+            keys = [layer.keys for layer in value.layers if isinstance(getattr(layer, "keys", None), torch.Tensor)]
+            if keys:
+                return int(keys[0].shape[-2])
+    return None
 
 
 def _physical_memory() -> int:

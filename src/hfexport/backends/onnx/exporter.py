@@ -17,6 +17,7 @@ from .config import OnnxConfig
 from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
+from .runner import in_place_writers
 
 __all__ = ["OnnxExporter"]
 
@@ -82,6 +83,12 @@ class OnnxExporter(HfExporter):
         record.details["onnx_outputs"] = {v.name: [str(d) for d in v.shape.dims] for v in graph.outputs
                                           if v.shape is not None}
         record.details["opset"] = config.opset
+        cache_inputs = {v.name for v in graph.inputs if v.name.startswith("input.")}
+        outputs = {v.name for v in graph.outputs}
+        pairs = {name: "output." + name[len("input."):] for name in cache_inputs
+                 if "output." + name[len("input."):] in outputs}
+        # the cache inputs whose paired output is written in place (the runner binds one buffer to both)
+        record.details["in_place_cache"] = sorted(name for name, ok in in_place_writers(graph, pairs).items() if ok)
 
     def _write(self, artifact: HfOnnxProgram, stem: Path) -> list[Path]:
         return write_onnx(artifact, stem.with_suffix(".onnx"))

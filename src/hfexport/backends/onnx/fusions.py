@@ -128,6 +128,6 @@ def _not_fused(model: Any, steps: dict[str, int], fused: dict[str, int]) -> dict
         reasons["GroupQueryAttention"] = (
             "onnxscript's GQA fusion matches a growing cache (Concat(past, new) fed to attention); this "
             "graph's static cache is written in place by a scatter (ScatterElements, see cache_writes.py) and "
-            "attention reads the whole buffer "
-            "under the boolean mask, so SDPA became MultiHeadAttention with the mask as bias")
+            "attention reads the slots its boolean mask covers (a Slice of the buffer, generation/attended.py), "
+            "so SDPA became MultiHeadAttention with the mask as bias")
     return reasons

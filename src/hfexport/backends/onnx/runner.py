@@ -87,7 +87,9 @@ class OnnxCacheSession(CacheSession):
         self.in_place, self.reason, self._checked = True, None, False
         self._arrays = {name: np.array(to_numpy(value)) for name, value in cache.items()}  # owned buffers
         pairs = {self._inputs[name]: self._outputs[name] for name in cache if name in self._outputs}
-        writers = in_place_writers(runner.graph_proto(), pairs)
+        recorded = record.details.get("in_place_cache")  # found at export: the graph is not read again
+        writers = ({source: source in recorded for source in pairs} if recorded is not None
+                   else in_place_writers(runner.graph_proto(), pairs))
         self._aliased = [name for name in cache if name in self._outputs and writers[self._inputs[name]]]
         self._values = {name: ort.OrtValue.ortvalue_from_numpy(self._arrays[name]) for name in self._aliased}
         self._taken = [name for name in record.output_names if name.startswith("cache.") and name not in self._aliased]
@@ -150,16 +152,20 @@ class OnnxCacheSession(CacheSession):
 def in_place_writers(graph: Any, pairs: dict[str, str]) -> dict[str, bool]:
     """For each `{input name: output name}` pair, whether one buffer can hold both: the output is
     made by a scatter whose data input is the input, and nothing else reads the input's values
-    (a `Shape` reads only its shape), so no op can read the input after its output was written."""
-    producers = {out: node for node in graph.node for out in node.output}
+    (a `Shape` reads only its shape), so no op can read the input after its output was written.
+    `graph`: a `GraphProto` or an ONNX IR graph."""
+    nodes = [(node.op_type, list(node.input), list(node.output)) if hasattr(node, "input") else
+             (node.op_type, [v.name if v is not None else "" for v in node.inputs], [v.name for v in node.outputs])
+             for node in (graph if callable(getattr(graph, "node", None)) else graph.node)]
+    producers = {out: node for node in nodes for out in node[2]}
     readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
+    for node in nodes:
+        for name in node[1]:
             readers.setdefault(name, []).append(node)
     result = {}
     for source, target in pairs.items():
         writer = producers.get(target)
-        others = [n for n in readers.get(source, []) if n is not writer and n.op_type != "Shape"]
-        result[source] = (writer is not None and writer.op_type in ("ScatterElements", "ScatterND")
-                          and writer.input[0] == source and not others)
+        others = [n for n in readers.get(source, []) if n is not writer and n[0] != "Shape"]
+        result[source] = (writer is not None and writer[0] in ("ScatterElements", "ScatterND")
+                          and writer[1][0] == source and not others)
     return result
