@@ -2,7 +2,8 @@
 
 ```
 out/tiny-llama/
-  manifest.json        kind ("model" | "generation"), format, components (files, bytes, inputs, outputs)
+  manifest.json        kind ("model" | "generation"), format, components (files, bytes, inputs, outputs,
+                       each file's size and fingerprint: `check_files` refuses a missing or replaced one)
   model.onnx           one artifact per component, as its exporter writes it (or prefill.onnx, decode.onnx)
   config.json          the model config (+ generation_config.json for a generation export)
   export_config.json   the ExportConfig used
@@ -23,10 +24,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .errors import SerializationError
 from .record import ExportRecord, record_of
 from .storage import staged_folder
 
-__all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry"]
+__all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry",
+           "fingerprint", "check_files"]
 
 MANIFEST = "manifest.json"
 #: 2: the manifest says its `kind`; version 1 (no kind) was always written by a generation export.
@@ -90,6 +93,53 @@ def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
     )
 
 
+#: How much of each end of a file its fingerprint reads: cheap for a weights file of many GB, and
+#: a file of the same size from another export (other weights, same shapes) differs there.
+_FINGERPRINT_BYTES = 1 << 20
+
+
+def fingerprint(path: Path) -> dict[str, Any]:
+    """`{"bytes": size, "sha256_ends": digest}` of `path`: its size and a SHA-256 of its first and
+    last MiB."""
+    import hashlib
+
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        digest.update(stream.read(_FINGERPRINT_BYTES))
+        if size > _FINGERPRINT_BYTES:
+            stream.seek(max(_FINGERPRINT_BYTES, size - _FINGERPRINT_BYTES))
+            digest.update(stream.read(_FINGERPRINT_BYTES))
+    return {"bytes": size, "sha256_ends": digest.hexdigest()}
+
+
+def check_files(directory: Path, name: str, entry: dict[str, Any]) -> list[Path]:
+    """The files of component `name` (its manifest `entry`) in `directory`, each present and the
+    one the export wrote (size and fingerprint, where the manifest has them).
+
+    Raises:
+        SerializationError: a file is missing or was replaced (a weights file copied from another
+            export, a truncated copy), naming it.
+    """
+    files = [directory / f for f in entry["files"]]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise SerializationError(f"component {name!r} of {directory} is missing {', '.join(missing)}",
+                                 remedy="copy the export folder whole (weights files included), or export again")
+    for path in files:
+        expected = entry.get("fingerprints", {}).get(path.name)
+        if expected is None:
+            continue  # written before fingerprints were recorded
+        found = fingerprint(path) if path.stat().st_size == expected["bytes"] else {"bytes": path.stat().st_size}
+        if found != expected:
+            raise SerializationError(
+                f"{path} is not the file this export wrote ({found['bytes']:,} bytes, expected {expected['bytes']:,}"
+                f"{'' if found['bytes'] != expected['bytes'] else ', same size but other contents'}): it was "
+                "replaced, truncated or copied from another export",
+                remedy="copy the export folder whole (weights files included), or export again")
+    return files
+
+
 def _with_sizes(report: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
     """`report` with each component's files and bytes and the total (`artifact_bytes`)."""
     report = copy.deepcopy(report)
@@ -143,6 +193,7 @@ def save_export(
         for name, artifact in artifacts.items():
             files = exporter.write(artifact, staging, name=name)
             components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
+                                "fingerprints": {f.name: fingerprint(f) for f in files},
                                 **record_entry(record_of(artifact))}
         manifest = {
             "hfexport_manifest": MANIFEST_VERSION,

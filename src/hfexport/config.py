@@ -31,6 +31,13 @@ class ExportFormat(str, enum.Enum):
 #: The names of the built-in export formats, in the order reports list them.
 BUILTIN_FORMATS: tuple[str, ...] = tuple(fmt.value for fmt in ExportFormat)
 
+#: Weights above this many bytes go to a file of their own beside the program when a config's
+#: external-weights option is left at `None` (ONNX's `.data`, ExecuTorch's `.ptd`): the program
+#: file stays small enough to parse without the weights (a runner reading the graph, a tool
+#: inspecting it), and the weights are written tensor by tensor instead of inside one serialized
+#: message (protobuf refuses one over 2 GiB).
+EXTERNAL_WEIGHTS_BYTES = 512 * 2**20
+
 
 def _check_choice(owner: str, field: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,32 @@ class _Silent:
     @contextlib.contextmanager
     def step(self, label: str) -> Iterator[None]:
         yield
+
+
+class _Timed:
+    """A progress reporter that passes each step on to `inner` and keeps its seconds by label
+    (`seconds`, the report's `job_seconds`: where an export's time went)."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.seconds: dict[str, float] = {}
+
+    @property
+    def total(self) -> int | None:
+        return self.inner.total
+
+    @total.setter
+    def total(self, value: int | None) -> None:
+        self.inner.total = value
+
+    @contextlib.contextmanager
+    def step(self, label: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            with self.inner.step(label):
+                yield
+        finally:
+            self.seconds[label] = round(time.perf_counter() - start, 3)
 
 
 def export_to_folder(
@@ -144,7 +171,7 @@ def export_to_folder(
     if static_cache is not None:
         generation_config = _static_cache(static_cache, generation_config)
         generate = multi_token_decode = True
-    steps = progress or _Silent()
+    steps = _Timed(progress or _Silent())
     target = Path(out).resolve()
     check_output_folder(target, overwrite=overwrite)  # refuse before the slow part
     exporter = AutoHfExporter.from_config(config)
@@ -172,7 +199,7 @@ def export_to_folder(
         with steps.step(f"validating in {config.export_format}'s runtime against eager"):
             reports = _validated(artifacts, components, target, atol=atol, rtol=rtol,
                                  min_cosine=min_cosine if min_cosine is not None else default_min_cosine(config.quantizer))
-    report = _report(loaded, config, artifacts, reports, generate, quantize)
+    report = {**_report(loaded, config, artifacts, reports, generate, quantize), "job_seconds": dict(steps.seconds)}
     gate = None
     if validate and generate and config.quantizer is not None:
         gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,

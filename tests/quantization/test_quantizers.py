@@ -151,6 +151,21 @@ def test_pt2e_static_on_executorch_for_an_encoder():
     assert torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0) >= 0.99
 
 
+@pytest.mark.slow
+def test_pt2e_static_on_executorch_refuses_a_model_with_rotary_embeddings():
+    """The program would crash the process in ExecuTorch's load_method (pytorch/executorch#21568):
+    refused before lowering, with the dynamic schemes as the remedy."""
+    from hfexport.presets import build_preset
+
+    _require("executorch", PT2EQuantizer("int8-static"))
+    model, inputs = build_preset("llama")
+    config = AutoExportConfig.from_dict({"export_format": "executorch", "dynamic": True})
+    config.quantizer = PT2EQuantizer("int8-static", calibration=[inputs])
+    with pytest.raises(QuantizationError, match="executorch#21568") as refused:
+        AutoHfExporter.from_config(config).export(model, inputs, config=config)
+    assert "int8-dynamic-int4-weights" in refused.value.remedy
+
+
 class _Untraceable(torch.nn.Module):
     """A model that fails the test if anything traces or runs it."""
 

@@ -31,6 +31,8 @@ import torch
 
 __all__ = ["attending", "narrowed"]
 
+#: The width `attending` set, per context: the patched method is the class's while it is active,
+#: and a static layer updated elsewhere meanwhile (another thread) still returns its whole buffers.
 _WIDTH: contextvars.ContextVar[Any] = contextvars.ContextVar("hfexport_attended_slots", default=None)
 
 

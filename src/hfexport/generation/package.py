@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..bundle import MANIFEST, MANIFEST_VERSION, record_from_entry
+from ..bundle import MANIFEST, MANIFEST_VERSION, check_files, record_from_entry
 from ..errors import SerializationError
 from ..record import ExportRecord, record_of
 
@@ -139,10 +139,7 @@ class GenerationExport:
         exporter = AutoHfExporter.from_format(fmt)
         components = {}
         for name, entry in manifest["components"].items():
-            files = [directory / f for f in entry["files"]]
-            missing = [str(f) for f in files if not f.exists()]
-            if missing:
-                raise SerializationError(f"component {name!r} is missing {missing}", remedy="export again")
+            files = check_files(directory, name, entry)
             components[name] = LoadedComponent(name, exporter.load(files), record_from_entry(fmt, entry), files)
         config = generation_config = tokenizer = None
         if (directory / "config.json").is_file():

@@ -21,7 +21,7 @@ from ...capture.dynamic import grown_sample, has_fixed_batch
 from ...capture.names import ATTENDED_ROLE, role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache, is_static_cache
-from ...errors import ConversionError, PrepareError
+from ...errors import ConversionError, PrepareError, QuantizationError
 from ...exporter import HfExporter
 from ...record import ExportRecord
 from .artifact import PteBuffer, write_pte
@@ -88,6 +88,7 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
+        _refuse_static_quantized_rotary(captured.program, model)
         edge = to_edge_transform_and_lower(captured.program, transform_passes=[fold_weight_only_math()],
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)))
         planning = MemoryPlanningPass(
@@ -131,6 +132,30 @@ def _dynamic_quant(program: Any) -> bool:
     """Whether `program` quantizes activations at run time (PT2E's `choose_qparams`), whatever
     quantizer made it: the built-in scheme or a user's PT2E quantizer object."""
     return any(node.op == "call_function" and "choose_qparams" in str(node.target) for node in program.graph.nodes)
+
+
+def _refuse_static_quantized_rotary(program: Any, model: torch.nn.Module) -> None:
+    """Refuse a program with statically quantized activations (PT2E `int8-static`, or a user's
+    static XNNPACK config) in a model with rotary position embeddings.
+
+    # NOTE: such a program lowers, but ExecuTorch 1.4.1's runtime crashes the process in
+    # `load_method` (a segmentation fault while XNNPACK initialises the delegate: the quantized
+    # slice of the rotary embedding; pytorch/executorch#21568), measured on the tiny Llama with
+    # per-tensor and per-channel static configs. Validation would take the whole process
+    # down with it, and so would a user's runner; encoders without rotary embeddings (BERT, ViT)
+    # load and run.
+    """
+    rotary = next((type(m).__name__ for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")), None)
+    static = not _dynamic_quant(program) and any(
+        node.op == "call_function" and "quantize_per_tensor" in str(node.target) for node in program.graph.nodes)
+    if rotary and static:
+        raise QuantizationError(
+            f"statically quantized activations in a model with rotary embeddings ({rotary}) make a program "
+            "ExecuTorch 1.4.1 cannot load: XNNPACK crashes the process in load_method (pytorch/executorch#21568)",
+            model=model_name(model),
+            remedy="quantize with int8-dynamic-int4-weights or int8-dynamic (or a dynamic XNNPACK config, "
+            "get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))",
+        )
 
 
 def _quantized_embedding(config: ExecutorchConfig) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ...config import EXTERNAL_WEIGHTS_BYTES
 from ...storage import checked_destination, staged_files
 
 __all__ = ["HfOnnxProgram", "write_onnx"]
@@ -43,7 +44,7 @@ class HfOnnxProgram(torch.onnx.ONNXProgram):
 
         Args:
             overwrite: replace existing files; without it an existing `destination` is an error.
-            external_data: weights in a separate file; `None` decides by size (over 2 GB).
+            external_data: weights in a separate file; `None` decides by size (`OnnxConfig.external_data`).
 
         Returns:
             The files written.
@@ -54,11 +55,19 @@ class HfOnnxProgram(torch.onnx.ONNXProgram):
         return [path.parent / file.name for file in written]
 
 
+def weight_bytes(program: torch.onnx.ONNXProgram) -> int:
+    """The bytes of `program`'s initializers (its weights)."""
+    return sum(value.const_value.nbytes for value in program.model.graph.initializers.values()
+               if value.const_value is not None)
+
+
 def write_onnx(program: HfOnnxProgram, path: Path, *, external_data: bool | None = None, **kwargs: Any) -> list[Path]:
     """Write `program` to `path` in a folder the caller stages (no staging of its own); return the
     files (the model, and its weights file when they are external)."""
     if external_data is None:
         external_data = program.external_data
+    if external_data is None:
+        external_data = weight_bytes(program) > EXTERNAL_WEIGHTS_BYTES
     before = set(path.parent.iterdir())
     torch.onnx.ONNXProgram.save(program, path, external_data=external_data, **kwargs)
     return sorted(set(path.parent.iterdir()) - before)

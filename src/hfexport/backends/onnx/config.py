@@ -19,7 +19,9 @@ class OnnxConfig(ExportConfig):
     Args:
         opset: the ONNX opset to target (18 to 23).
         optimize: run onnxscript's graph optimizer after conversion (constant folding, fusions).
-        external_data: write weights next to the `.onnx` file; `None` decides by size (over 2 GB).
+        external_data: write the weights to one `<name>.onnx.data` file beside the graph (the
+            manifest lists it and records its fingerprint); `None` does so for weights over
+            `hfexport.config.EXTERNAL_WEIGHTS_BYTES` (512 MiB).
         ort_fusions: rewrite the graph for ONNX Runtime's fused kernels (onnxscript's
             `optimize_for_ort`: RMSNorm and residual + RMSNorm into `SimplifiedLayerNormalization` /
             `SkipSimplifiedLayerNormalization`, attention into `MultiHeadAttention`, ...). Applied

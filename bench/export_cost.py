@@ -1,0 +1,172 @@
+"""Benchmark: what an export costs (seconds, peak memory, where the time goes), hfexport beside the reference.
+
+    python bench/export_cost.py                                  # onnx, openvino, executorch; both tools
+    python bench/export_cost.py --backends executorch --runs hfexport,hfexport-external
+    python bench/export_cost.py --markdown bench/EXPORT_COST.md --json bench/export_cost.json
+
+Each run (`tool:backend`) is one subprocess, so its peak memory is that export's alone: the random
+Llama of `bench.py` (134 MB of fp32 weights, or `--model DIR`) is built, the process's RSS is
+sampled every 5 ms from then on, and one dynamic single-graph export is made and saved:
+  - `hfexport`: the export job, `export_to_folder(..., validate=False)` (capture, conversion,
+    fusions, save), its seconds split by stage (`record.details["stage_seconds"]`, the report's
+    `job_seconds`), then validation timed on its own, after the export (`hfexport.utils.validate`,
+    what the job adds by default, kept apart so the export columns compare exports alone);
+  - `hfexport-external`: the same with the weights outside the program (`external_data=True` on
+    ONNX, `external_weights=True` on ExecuTorch; OpenVINO's `.bin` always is);
+  - `reference`: `transformers.exporters` (installed with transformers 5.24, the tool hfexport is
+    measured against; hfexport itself never imports it), `AutoHfExporter.from_config(config)
+    .export(model, inputs, config)` then `save_program`, as its documentation shows.
+Columns: export seconds (and the ratio to the reference's), peak RSS growth over the weight bytes,
+and the stages. Targets (issue 18, this 2-CPU machine): peak growth <= 1.2x the weights on every
+backend; hfexport's export time <= 0.7x the reference's. A miss is marked, never hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench import _rss_bytes, build_model  # noqa: E402 - bench.py's pieces
+
+BACKENDS = ("onnx", "openvino", "executorch")
+TOOLS = ("hfexport", "hfexport-external", "reference")
+TARGET_MEMORY, TARGET_TIME = 1.2, 0.7
+
+
+class _PeakRss:
+    """The highest RSS of this process while active, sampled every 5 ms on a thread."""
+
+    def __init__(self) -> None:
+        self.peak = _rss_bytes()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.005):
+            self.peak = max(self.peak, _rss_bytes())
+
+    def __enter__(self) -> _PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_bytes())
+
+
+def run_one(tool: str, backend: str, source: str | None) -> dict:
+    """One export and its measurements, in this (fresh) process."""
+    import gc
+
+    import torch
+
+    model = build_model(source)
+    inputs = {"input_ids": torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))}
+    weight_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    gc.collect()
+    baseline = _rss_bytes()
+    result = {"tool": tool, "format": backend, "weight_bytes": weight_bytes}
+    with tempfile.TemporaryDirectory() as tmp, _PeakRss() as rss:
+        start = time.perf_counter()
+        if tool == "reference":
+            from transformers.exporters import AutoExportConfig, AutoHfExporter
+
+            config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+            exporter = AutoHfExporter.from_config(config)
+            exported = exporter.export(model, inputs, config)
+            exporter.save_program(exported.program, Path(tmp) / "model")
+        else:
+            from hfexport import AutoExportConfig
+            from hfexport.job import export_to_folder
+
+            options = {"export_format": backend, "dynamic": True}
+            if tool == "hfexport-external":
+                options.update({"onnx": {"external_data": True}, "executorch": {"external_weights": True}}.get(backend, {}))
+            job = export_to_folder((model, inputs), AutoExportConfig.from_dict(options), Path(tmp) / "export",
+                                   validate=False)
+            stages = job.report["components"]["model"]["record"].get("stage_seconds", {})
+            result["stages"] = {**stages, "job": job.report.get("job_seconds", {})}
+            result["artifact_files"] = job.manifest["components"]["model"]["files"]
+        result["export_seconds"] = round(time.perf_counter() - start, 2)
+    result["peak_growth"] = round((rss.peak - baseline) / weight_bytes, 2)
+    if tool != "reference":
+        from hfexport.utils import validate
+
+        start = time.perf_counter()
+        result["validation_passed"] = validate(job.artifacts["model"], model, inputs).passed
+        result["validate_seconds"] = round(time.perf_counter() - start, 2)
+    return result
+
+
+def _child(run: str, source: str | None) -> dict:
+    command = [sys.executable, __file__, "--one", run] + (["--model", source] if source else [])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tool, backend = run.split(":")
+        return {"tool": tool, "format": backend, "error": ((done.stderr.strip().splitlines() or ["no output"])[-1])[:300]}
+    return json.loads(lines[-1])
+
+
+def markdown(results: list[dict]) -> str:
+    """The results as a Markdown table, misses marked."""
+    reference = {r["format"]: r["export_seconds"] for r in results if r["tool"] == "reference" and "error" not in r}
+    rows = ["| backend | tool | export s (vs reference, target <= 0.7) | peak RSS growth / weights (target <= 1.2) "
+            "| stages s | validation s |", "|---|---|---|---|---|---|"]
+    for r in results:
+        if "error" in r:
+            rows.append(f"| {r['format']} | {r['tool']} | error: {r['error']} | | | |")
+            continue
+        ratio = ""
+        if r["tool"] != "reference" and r["format"] in reference:
+            value = r["export_seconds"] / reference[r["format"]]
+            ratio = f" ({value:.2f}x{' **miss**' if value > TARGET_TIME else ''})"
+        memory = f"{r['peak_growth']}{' **miss**' if r['peak_growth'] > TARGET_MEMORY else ''}"
+        stages = ", ".join(f"{k} {v}" for k, v in r.get("stages", {}).items() if k != "job")
+        validation = f"{r['validate_seconds']} ({'passed' if r['validation_passed'] else 'FAILED'})" \
+            if "validate_seconds" in r else "-"
+        rows.append(f"| {r['format']} | {r['tool']} | {r['export_seconds']}{ratio} | {memory} | {stages} | {validation} |")
+    return "\n".join(rows) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--runs", default=",".join(TOOLS), help="tools to run: " + ", ".join(TOOLS))
+    parser.add_argument("--model", default=None, help="a local model folder (default: bench.py's random Llama)")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--markdown", default=None)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        tool, backend = args.one.split(":")
+        print(json.dumps(run_one(tool, backend, args.model)))
+        return
+    results = []
+    for backend in args.backends.split(","):
+        for tool in args.runs.split(","):
+            if tool == "hfexport-external" and backend == "openvino":
+                continue  # OpenVINO's weights are always their own .bin
+            results.append(_child(f"{tool}:{backend}", args.model))
+            print(json.dumps(results[-1]), flush=True)
+    table = markdown(results)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
