@@ -21,7 +21,7 @@ class OnnxConfig(ExportConfig):
         optimize: run onnxscript's graph optimizer after conversion (constant folding, fusions).
         external_data: write the weights to one `<name>.onnx.data` file beside the graph (the
             manifest lists it and records its fingerprint); `None` does so for weights over
-            `hfexport.config.EXTERNAL_WEIGHTS_BYTES` (512 MiB).
+            `hfexport.config.EXTERNAL_WEIGHTS_BYTES` (64 MiB).
         ort_fusions: rewrite the graph for ONNX Runtime's fused kernels (onnxscript's
             `optimize_for_ort`: RMSNorm and residual + RMSNorm into `SimplifiedLayerNormalization` /
             `SkipSimplifiedLayerNormalization`, attention into `MultiHeadAttention`, ...). Applied

@@ -11,6 +11,7 @@ fused counted in the graph and, for the fusions a decoder would want that did no
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -44,7 +45,7 @@ def fuse_for_ort(model: Any) -> tuple[Any, dict[str, Any]]:
         # the weight's transpose into a FusedMatMul, which that transformer does not take
         return model, {"fused": {}, "skipped": "a QDQ graph (quantized on the torch.export graph): its "
                        "DequantizeLinear -> MatMul pairs are left for ONNX Runtime's QDQ transformer"}
-    fused_model = ir.from_proto(ir.to_proto(model))
+    fused_model = model.clone()  # new graph, nodes and values; the weights' tensors shared, not copied
     _, steps = optimize_for_ort(fused_model)
     kv_4d = fix_mha_transposed_kv(fused_model)
     refused = _load_error(fused_model)
@@ -102,16 +103,29 @@ def _bnsh_source(value: Any, heads: int) -> Any:
 
 def _load_error(model: Any) -> str | None:
     """Why ONNX Runtime cannot open `model` as `OnnxRunner` does (its own graph optimizations on),
-    the first line of its error, or None when it can."""
+    the first line of its error, or None when it can.
+
+    # NOTE: the model is saved to a scratch folder with its weights in an external file, written
+    # tensor by tensor (onnx_ir's `save` leaves the model unchanged), and ONNX Runtime opens that
+    # file: serialized in memory the check held three more copies of the weights (the proto, its
+    # bytes, the session's), 5.3x the weights at the export's peak on the 134 MB Llama
+    # (`bench/export_cost.py`), and a model over 2 GiB could not be serialized at all.
+    """
+    import tempfile
+
     import onnx_ir as ir
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    try:
-        ort.InferenceSession(ir.to_proto(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as error:  # noqa: BLE001 - recorded in the export record, the unfused graph kept
-        return str(error).splitlines()[0][:300]
+    options.add_session_config_entry("session.disable_prepacking", "1")  # a second copy of every weight
+    with tempfile.TemporaryDirectory(prefix="hfexport-ort-check-") as scratch:
+        path = os.path.join(scratch, "fused.onnx")
+        ir.save(model, path, external_data="fused.onnx.data", max_in_flight_bytes=64 * 2**20)
+        try:
+            ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # noqa: BLE001 - recorded in the export record, the unfused graph kept
+            return str(error).splitlines()[0][:300]
     return None
 
 
