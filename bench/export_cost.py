@@ -84,7 +84,8 @@ def run_one(tool: str, backend: str, source: str | None) -> dict:
             config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
             exporter = AutoHfExporter.from_config(config)
             exported = exporter.export(model, inputs, config)
-            exporter.save_program(exported.program, Path(tmp) / "model")
+            suffix = {"onnx": ".onnx", "openvino": ".xml", "executorch": ".pte"}[backend]
+            exporter.save_program(exported.program, Path(tmp) / f"model{suffix}")
         else:
             from hfexport import AutoExportConfig
             from hfexport.job import export_to_folder
