@@ -142,7 +142,10 @@ class GenerationExport:
             files = [directory / f for f in entry["files"]]
             missing = [str(f) for f in files if not f.exists()]
             if missing:
-                raise SerializationError(f"component {name!r} is missing {missing}", remedy="export again")
+                raise SerializationError(f"component {name!r} is missing {missing}",
+                                         remedy="copy the missing file(s) back beside manifest.json (every file it "
+                                         "lists belongs to the export: an ExecuTorch .ptd holds the program's "
+                                         "weights), or export again")
             components[name] = LoadedComponent(name, exporter.load(files), record_from_entry(fmt, entry), files)
         config = generation_config = tokenizer = None
         if (directory / "config.json").is_file():
