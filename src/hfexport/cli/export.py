@@ -29,6 +29,11 @@ def _config_from_args(args) -> Any:
         if args.format != "openvino":
             raise ValueError(f"--stateless picks OpenVINO's plain (stateless) model; it does not apply to --format {args.format}")
         data["stateful"] = False
+    if getattr(args, "external_weights", None) is not None:
+        if args.format != "executorch":
+            raise ValueError("--external-weights puts an ExecuTorch program's weights in a .ptd; it does not apply "
+                             f"to --format {args.format}")
+        data["external_weights"] = args.external_weights
     return AutoExportConfig.from_dict(data)
 
 
