@@ -45,7 +45,8 @@ def save_pte(program: Any, path: str | os.PathLike, *, overwrite: bool = False) 
     """Write `program` to `path` atomically (temporary file, then rename); a program whose weights
     live outside it is refused (its `.pte` alone cannot run: `ExecutorchExporter().save` writes both)."""
     if data_payloads(program):
-        raise SerializationError(f"the ExecuTorch program keeps its weights outside the .pte; {path} alone would not load",
+        raise SerializationError(f"the ExecuTorch program keeps its weights outside the .pte; {path} alone "
+                                 "would not load",
                                  remedy="save it with ExecutorchExporter().save(program, folder), which writes the "
                                  ".pte and its .ptd")
     target = checked_destination(path, overwrite=overwrite, what="the ExecuTorch program")

@@ -149,9 +149,9 @@ def check_data_file(program_path: Path | None, data_path: Path | None, recorded:
     name = recorded.get("file", "its .ptd")
     program_name = program_path.name if program_path is not None else "the program"
     if data_path is None or not data_path.is_file():
-        where = f" ({data_path} does not exist)" if data_path is not None else ""
+        missing = "no data file was given" if data_path is None else f"{data_path} does not exist"
         raise RuntimeLoadError(
-            f"the ExecuTorch program {program_name} keeps its weights in {name}, which was not given{where}",
+            f"the ExecuTorch program {program_name} keeps its weights in {name}; {missing}",
             model=model,
             remedy=f"keep {name} beside {program_name} (every file manifest.json lists belongs to the export) and "
             "load both, or export again")
