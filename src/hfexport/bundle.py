@@ -26,10 +26,10 @@ from typing import Any
 
 from .errors import SerializationError
 from .record import ExportRecord, record_of
-from .storage import staged_folder
+from .storage import fingerprint, staged_folder
 
 __all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry",
-           "fingerprint", "check_files"]
+           "check_files"]
 
 MANIFEST = "manifest.json"
 #: 2: the manifest says its `kind`; version 1 (no kind) was always written by a generation export.
@@ -50,7 +50,8 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
     (with `state` when the artifact keeps its cache as runtime state: a caller resets or sets
     those variables instead of feeding the cache leaves; `compile_properties` when the runtime
     should be given some; `in_place_cache`, the ONNX cache inputs whose output is written into
-    their own buffer)."""
+    their own buffer; `external_weights`, the ExecuTorch `.ptd` a program keeps its weights in,
+    with the fingerprint its runner checks)."""
     entry = {
         "model_class": record.model_class,
         "inputs": [
@@ -69,8 +70,9 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
 
 
 #: A runtime's own facts a caller needs, kept in the manifest: OpenVINO's state variables and
-#: compile properties, the ONNX cache inputs written in place (so a runner need not read the graph).
-_RUNTIME_FACTS = ("state", "compile_properties", "in_place_cache")
+#: compile properties, the ONNX cache inputs written in place (so a runner need not read the graph),
+#: the ExecuTorch weights file and its fingerprint (so a runner refuses another export's).
+_RUNTIME_FACTS = ("state", "compile_properties", "in_place_cache", "external_weights")
 
 
 def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
@@ -91,26 +93,6 @@ def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
         input_keys=list(entry.get("input_keys", [])),
         input_dtypes=[i.get("dtype", "") for i in inputs],
     )
-
-
-#: How much of each end of a file its fingerprint reads: cheap for a weights file of many GB, and
-#: a file of the same size from another export (other weights, same shapes) differs there.
-_FINGERPRINT_BYTES = 1 << 20
-
-
-def fingerprint(path: Path) -> dict[str, Any]:
-    """`{"bytes": size, "sha256_ends": digest}` of `path`: its size and a SHA-256 of its first and
-    last MiB."""
-    import hashlib
-
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        digest.update(stream.read(_FINGERPRINT_BYTES))
-        if size > _FINGERPRINT_BYTES:
-            stream.seek(max(_FINGERPRINT_BYTES, size - _FINGERPRINT_BYTES))
-            digest.update(stream.read(_FINGERPRINT_BYTES))
-    return {"bytes": size, "sha256_ends": digest.hexdigest()}
 
 
 def check_files(directory: Path, name: str, entry: dict[str, Any]) -> list[Path]:

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from .errors import SerializationError
 
-__all__ = ["atomic_file", "check_output_folder", "checked_destination", "staged_files", "staged_folder"]
+__all__ = ["atomic_file", "check_output_folder", "checked_destination", "fingerprint", "staged_files", "staged_folder"]
 
 
 def check_output_folder(target: Path, *, overwrite: bool) -> None:
@@ -92,3 +92,23 @@ def staged_files(destination: Path, *, overwrite: bool) -> Iterator[Path]:
             os.replace(file, destination.parent / file.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+#: How much of each end of a file its fingerprint reads: cheap for a weights file of many GB, and
+#: a file of the same size from another export (other weights, same shapes) differs there.
+_FINGERPRINT_BYTES = 1 << 20
+
+
+def fingerprint(path: Path) -> dict[str, Any]:
+    """`{"bytes": size, "sha256_ends": digest}` of `path`: its size and a SHA-256 of its first and
+    last MiB (what the manifest records of each file, and a runner checks a weights file by)."""
+    import hashlib
+
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        digest.update(stream.read(_FINGERPRINT_BYTES))
+        if size > _FINGERPRINT_BYTES:
+            stream.seek(max(_FINGERPRINT_BYTES, size - _FINGERPRINT_BYTES))
+            digest.update(stream.read(_FINGERPRINT_BYTES))
+    return {"bytes": size, "sha256_ends": digest.hexdigest()}

@@ -29,6 +29,13 @@ def _config_from_args(args) -> Any:
         if args.format != "openvino":
             raise ValueError(f"--stateless picks OpenVINO's plain (stateless) model; it does not apply to --format {args.format}")
         data["stateful"] = False
+    if getattr(args, "external_weights", None) is not None:
+        option = {"executorch": "external_weights", "onnx": "external_data"}.get(args.format)
+        if option is None:
+            raise ValueError("--external-weights puts the weights of an ExecuTorch program in a .ptd and of an ONNX "
+                             f"graph in a .onnx.data; it does not apply to --format {args.format} (OpenVINO's are "
+                             "always in their .bin)")
+        data[option] = args.external_weights
     return AutoExportConfig.from_dict(data)
 
 

@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--backend", dest="delegate", help=argparse.SUPPRESS)  # its name before 0.2
     export.add_argument("--stateless", action="store_true",
                         help="with --format openvino: keep the cache as inputs/outputs (default: OpenVINO variables)")
+    export.add_argument("--external-weights", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --format executorch or onnx: the weights in <name>.ptd beside <name>.pte, or "
+                        "<name>.onnx.data beside <name>.onnx (default: when they exceed 64 MiB)")
     export.add_argument("--generate", action="store_true",
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--static-cache", type=int, metavar="N", default=None,

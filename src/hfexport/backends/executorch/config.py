@@ -36,6 +36,13 @@ class ExecutorchConfig(ExportConfig):
             cache length); default: the model config's `max_position_embeddings` (4096 when it
             has none). Memory planning sizes every intermediate for it, so a model that
             materializes its attention scores needs a bound it can afford.
+        external_weights: keep the weights outside the program, in ExecuTorch's named-data file
+            `<name>.ptd` beside `<name>.pte` (the runner maps it; elsewhere load both:
+            `_load_for_executorch(pte, data_path=ptd)`, or the C++ `Module(pte, ptd)`). `None`
+            (default) decides by size: over 64 MiB of weights (`hfexport.config.EXTERNAL_WEIGHTS_BYTES`);
+            `True` always, `False` never (CLI `--external-weights` / `--no-external-weights`).
+            XNNPACK only. `ExecutorchProgramManager.save("model.pte")` writes the program alone: save
+            such an export with `ExecutorchExporter().save(program, folder)`.
     """
 
     export_format = "executorch"
@@ -47,6 +54,7 @@ class ExecutorchConfig(ExportConfig):
     max_batch_size: int = 8
     max_image_patches: int = 1024
     max_sequence_length: int | None = None
+    external_weights: bool | None = None
     backend: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def _validate(self) -> None:
@@ -69,6 +77,12 @@ class ExecutorchConfig(ExportConfig):
             _check_type("ExecutorchConfig", "max_sequence_length", self.max_sequence_length, int)
             if self.max_sequence_length < 2:
                 raise ValueError(f"ExecutorchConfig.max_sequence_length must be >= 2; got {self.max_sequence_length}")
+        if self.external_weights is not None:
+            _check_type("ExecutorchConfig", "external_weights", self.external_weights, bool)
+        if self.external_weights and self.delegate != "xnnpack":
+            raise ValueError(f"ExecutorchConfig(external_weights=True) files XNNPACK's weights outside the program; "
+                             f"the {self.delegate} delegate keeps its own (executorch 1.4.1: CUDA writes them to its "
+                             "own .ptd, MLX into the .pte): leave external_weights unset")
 
     def to_dict(self) -> dict[str, Any]:
         """As `ExportConfig.to_dict`, with the delegate under its name only (not the `backend` alias)."""

@@ -1,10 +1,11 @@
 """`ExecutorchExporter`: the captured program lowered to an ExecuTorch `.pte` (XNNPACK by default).
 
 ```
-capture (shared) -> to_edge_transform_and_lower(fold weight-only math, partitioner)
-        -> to_executorch(views bounded by their base, memory planning) -> plan checks
+capture (shared) -> to_edge_transform_and_lower(fold weight-only math, [weights tagged], partitioner)
+        -> to_executorch(views bounded by their base, memory planning, [external constants]) -> plan checks
 ```
-Ops the delegate cannot take stay on ExecuTorch's portable kernels; the record counts both.
+Ops the delegate cannot take stay on ExecuTorch's portable kernels; the record counts both. With
+`ExecutorchConfig.external_weights`, the weights go to `<name>.ptd` beside `<name>.pte` (`external.py`).
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache, is_static_cache
 from ...errors import ConversionError, PrepareError, QuantizationError
 from ...exporter import HfExporter
-from ...record import ExportRecord
+from ...record import ExportRecord, record_of
+from ...storage import fingerprint
 from .artifact import PteBuffer, write_pte
 from .config import ExecutorchConfig
+from .compat import data_payloads
 from .delegates import check_delegate, partitioners
+from .external import external_reason, tag_delegated_weights, weights_tag, write_ptd
 from .folding import fold_weight_only_math
 from .planning import ViewsBoundedByBase, check_plan
 
@@ -89,7 +93,9 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir.passes import MemoryPlanningPass
 
         _refuse_static_quantized_rotary(captured.program, model)
-        edge = to_edge_transform_and_lower(captured.program, transform_passes=[fold_weight_only_math()],
+        external = external_reason(config, captured.program)
+        passes = [fold_weight_only_math(), *([tag_delegated_weights()] if external else [])]
+        edge = to_edge_transform_and_lower(captured.program, transform_passes=passes,
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)))
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
@@ -99,7 +105,8 @@ class ExecutorchExporter(HfExporter):
         bounds = ViewsBoundedByBase()
         program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning,
                                                              sym_shape_eval_pass=bounds,
-                                                             do_quant_fusion_and_const_prop=_quantized_embedding(config)))
+                                                             do_quant_fusion_and_const_prop=_quantized_embedding(config),
+                                                             external_constants=weights_tag if external else False))
         _check_plan_size(program, captured, model)
         if problems := check_plan(program):
             raise ConversionError(
@@ -110,6 +117,7 @@ class ExecutorchExporter(HfExporter):
                 "please report the model to hfexport",
             )
         program.hfexport_capped_views = bounds.capped
+        program.hfexport_external_weights = external
         return program
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: ExecutorchConfig) -> None:
@@ -120,12 +128,24 @@ class ExecutorchExporter(HfExporter):
         record.details["planned_memory"] = _gib(_planned_bytes(artifact))
         if capped := getattr(artifact, "hfexport_capped_views", None):
             record.details["views_bounded_by_base"] = capped
+        if data_payloads(artifact):
+            # the file's name, size and fingerprint are added when it is written (`_write`)
+            reason = getattr(artifact, "hfexport_external_weights", None) or f"the {config.delegate} delegate's own"
+            record.details["external_weights"] = {"reason": reason}
 
     def _write(self, artifact, stem: Path) -> list[Path]:
-        return [write_pte(artifact, stem.with_suffix(".pte"))]
+        """The `.pte`, streamed to its file, and, when the weights live outside it, the `.ptd`
+        (its name and fingerprint go in the artifact's record, hence the manifest)."""
+        written = [write_pte(artifact, stem.with_suffix(".pte"))]
+        if data_payloads(artifact):
+            ptd = write_ptd(artifact, stem.with_suffix(".ptd"))
+            record_of(artifact).details["external_weights"].update(file=ptd.name, **fingerprint(ptd))
+            written.append(ptd)
+        return written
 
     def _load(self, files: list[Path]) -> PteBuffer:
-        return PteBuffer.read(files[0])
+        data = next((f for f in files[1:] if f.suffix == ".ptd"), None)
+        return PteBuffer.read(files[0], data_path=data)
 
 
 def _dynamic_quant(program: Any) -> bool:

@@ -1,4 +1,9 @@
-"""`ExecutorchRunner`: runs a program in the ExecuTorch Python runtime, inputs in dict order."""
+"""`ExecutorchRunner`: runs a program in the ExecuTorch Python runtime, inputs in dict order.
+
+A program whose weights live in a `.ptd` (`ExecutorchConfig.external_weights`) is opened with its
+data file: from disk, both files mapped, after `external.check_data_file` has checked the `.ptd` is
+the one its export wrote; in memory (validation before saving), from the program's own buffers.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +26,10 @@ class ExecutorchRunner(Runner):
         from executorch.runtime import Runtime
 
         _register_kernels(record)
-        program = Runtime.get().load_program(artifact.buffer)
-        self.method = program.load_method("forward")
+        if record.details.get("external_weights") is None:
+            self.method = Runtime.get().load_program(artifact.buffer).load_method("forward")
+        else:
+            self.method = _forward_with_data(artifact, record)
 
     @property
     def precision(self) -> str:
@@ -35,6 +42,37 @@ class ExecutorchRunner(Runner):
         skip = self.record.details.get("input_mutations", 0)
         return [out if isinstance(out, torch.Tensor) else torch.as_tensor(out) for out in outputs[skip:]
                 if out is not None]  # a None output (an empty `hidden_states` entry) has no tensor
+
+
+class _ModuleForward:
+    """The `forward` method of an `ExecuTorchModule` (a program opened with its data file), called
+    like `executorch.runtime.Method.execute`; `keep` holds the buffers the module reads from."""
+
+    def __init__(self, module: Any, keep: tuple[bytes, ...] = ()):
+        self.module = module
+        self._keep = keep
+
+    def execute(self, inputs: list[Any]) -> list[Any]:
+        """Run `forward` on `inputs`; its outputs, copied out of the runtime's memory."""
+        return self.module.run_method("forward", inputs)
+
+
+def _forward_with_data(artifact: Any, record) -> _ModuleForward:
+    """`forward` of a program whose weights live in a `.ptd`: a `PteBuffer` read from disk (its
+    `.ptd` checked against the record), or an `ExecutorchProgramManager` still in memory."""
+    from .artifact import PteBuffer
+    from .compat import data_payloads, load_module, load_module_from_buffer
+    from .external import check_data_file
+
+    if isinstance(artifact, PteBuffer):
+        data = check_data_file(artifact.path, artifact.data_path, record.details["external_weights"],
+                               record.model_class)
+        return _ModuleForward(load_module(str(artifact.path), str(data)))
+    # NOTE: in memory, the pybindings take the data as one `bytes` (executorch 1.4.1): a copy of
+    # the weights for the runner's lifetime, as the self-contained program's `buffer` is.
+    [payload] = data_payloads(artifact).values()
+    program, data = artifact.buffer, bytes(payload)
+    return _ModuleForward(load_module_from_buffer(program, data), (program, data))
 
 
 #: Kernel libraries outside ExecuTorch's portable set, by the op namespace a program calls them in.

@@ -1,0 +1,152 @@
+"""Weights outside the program: an ExecuTorch named-data file (`<stem>.ptd`) beside `<stem>.pte`.
+
+```
+_convert: tag_delegated_weights (edge transform pass)  -> XNNPACK puts its weights under WEIGHTS_TAG
+          ExecutorchBackendConfig(external_constants=)   -> so does the emitter, for the other constants
+_write:   write_to_file(.pte stream) + write_tensor_data_to_file (ExecuTorch's writer) -> <stem>.ptd
+load:     check_data_file (present, same fingerprint)  -> the runner maps both files
+```
+"""
+
+# NOTE: why ExecuTorch's own tags rather than writing the weights ourselves. ExecuTorch 1.4.1 (read
+# from `exir/passes/external_constants_pass.py`, `backends/xnnpack/operators/node_visitor.py`,
+# `exir/_serialize/_serialize.py`) has two switches: `ExecutorchBackendConfig(external_constants=fn)`
+# tags the constants left on portable kernels (the emitter stores them by name outside the program),
+# and XNNPACK's serializer reads `node.meta["custom"]["delegate_constant_tag"]` on each weight and
+# passes it to `NamedDataStore.add_named_data(external_tag=...)`. Both land in one `.ptd` per tag
+# (`serialize_for_executorch` merges them), which the runtime reads as a `NamedDataMap`. ExecuTorch's
+# LLM export sets the delegate tag on the unlifted module and exports it again
+# (`delegate_external_constants_pass_unlifted`); here it is set on the edge program by a transform
+# pass, before partitioning, which copies the placeholders' meta into each delegate's subgraph
+# (`fuse_as_graphmodule`): no second trace.
+#
+# The fingerprint is the `.ptd`'s size and a sha256 of its first and last MiB: reading a multi-GB
+# file whole at every load is what keeping it apart avoids. The first MiB holds the file's
+# flatbuffer, which lists XNNPACK's keys, each the sha256 of a weight's bytes: a `.ptd` of other
+# weights differs there, even in a model of the same shapes.
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...config import EXTERNAL_WEIGHTS_BYTES
+from ...errors import RuntimeLoadError, SerializationError
+from ...storage import fingerprint
+from .compat import data_payloads
+
+__all__ = ["WEIGHTS_TAG", "check_data_file", "external_reason", "tag_delegated_weights", "weight_bytes",
+           "weights_tag", "write_ptd"]
+
+#: The named-data tag every weight is filed under (ExecuTorch names the file after it; `write_ptd`
+#: renames it `<stem>.ptd`: the program looks its data up by key, not by file name).
+WEIGHTS_TAG = "weights"
+
+
+
+def weight_bytes(program: torch.export.ExportedProgram) -> int:
+    """The bytes of `program`'s parameters, buffers and constants (a tensor held twice counted once)."""
+    tensors = {id(t): t for t in [*program.state_dict.values(), *program.constants.values()]
+               if isinstance(t, torch.Tensor)}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def external_reason(config: Any, program: torch.export.ExportedProgram) -> str | None:
+    """Why `program`'s weights go outside it under `config` (an `ExecutorchConfig`), or `None`.
+
+    `external_weights=None` decides by size: over `hfexport.config.EXTERNAL_WEIGHTS_BYTES` (64 MiB,
+    the threshold ONNX's `.data` uses too), where a single `.pte` is a single allocation for any
+    loader that takes bytes (the program held whole in memory beside the weights XNNPACK packs
+    from it) and a data file can be memory-mapped instead; under it, one self-contained file is
+    simpler to ship and costs little. Only the XNNPACK delegate
+    files its weights under the tag (`ExecutorchConfig` refuses `True` for the others).
+    """
+    if config.external_weights is False or config.delegate != "xnnpack":
+        return None
+    if config.external_weights:
+        return "ExecutorchConfig(external_weights=True)"
+    size = weight_bytes(program)
+    if size <= EXTERNAL_WEIGHTS_BYTES:
+        return None
+    return (f"{size / 2**20:,.0f} MiB of weights, over the {EXTERNAL_WEIGHTS_BYTES // 2**20} MiB of "
+            "ExecutorchConfig(external_weights=None)")
+
+
+def weights_tag(node: torch.fx.Node) -> str:
+    """`ExecutorchBackendConfig(external_constants=...)`: every constant left outside a delegate
+    goes to the weights file."""
+    return WEIGHTS_TAG
+
+
+def tag_delegated_weights() -> Any:
+    """An `ExportedProgramPassBase` (for `to_edge_transform_and_lower(transform_passes=[...])`, after
+    folding) that files the weights a delegate will serialize under `WEIGHTS_TAG`: every constant
+    placeholder (parameters, buffers not written in place, lifted constants). Quantized weights need
+    nothing more: with PT2E's `int8-dynamic` and torchao's 8da4w on the tiny Llama, every weight
+    byte reached the `.ptd` (executorch 1.4.1)."""
+    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+
+    class TagDelegatedWeights(ExportedProgramPassBase):
+        def call(self, exported_program):
+            signature = exported_program.graph_signature
+            written = set(signature.buffers_to_mutate.values())
+            constants = {**signature.inputs_to_parameters, **signature.inputs_to_lifted_tensor_constants,
+                         **{name: fqn for name, fqn in signature.inputs_to_buffers.items() if fqn not in written}}
+            weights = [node for node in exported_program.graph.nodes
+                       if node.op == "placeholder" and node.name in constants]
+            for node in weights:
+                node.meta.setdefault("custom", {})["delegate_constant_tag"] = WEIGHTS_TAG
+            return ExportedProgramPassResult(exported_program, bool(weights))
+
+    return TagDelegatedWeights()
+
+
+def write_ptd(program: Any, path: Path) -> Path:
+    """Write the named-data file of `program` (an `ExecutorchProgramManager`) to `path`, in a folder
+    the caller stages, with ExecuTorch's writer (each weight streamed from where it is held, no
+    contiguous copy): into a scratch folder beside `path`, then renamed."""
+    payloads = data_payloads(program)
+    if len(payloads) != 1:
+        raise SerializationError(
+            f"the ExecuTorch program has {len(payloads)} named-data files ({', '.join(payloads) or 'none'}); "
+            f"{path.name} holds one",
+            remedy="export with ExecutorchConfig(external_weights=False), and report this to hfexport")
+    scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    try:
+        program.write_tensor_data_to_file(str(scratch))
+        [written] = scratch.iterdir()
+        os.replace(written, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path
+
+
+def check_data_file(program_path: Path | None, data_path: Path | None, recorded: dict[str, Any],
+                    model: str) -> Path:
+    """The weights file of the program at `program_path`, checked against what its export recorded
+    (`recorded`: the record's `external_weights`, with the file's name and fingerprint); a missing
+    file or one from another export is a `RuntimeLoadError` naming both files."""
+    name = recorded.get("file", "its .ptd")
+    program_name = program_path.name if program_path is not None else "the program"
+    if data_path is None or not data_path.is_file():
+        missing = "no data file was given" if data_path is None else f"{data_path} does not exist"
+        raise RuntimeLoadError(
+            f"the ExecuTorch program {program_name} keeps its weights in {name}; {missing}",
+            model=model,
+            remedy=f"keep {name} beside {program_name} (every file manifest.json lists belongs to the export) and "
+            "load both, or export again")
+    if "sha256_ends" in recorded:
+        found = fingerprint(data_path)
+        if found != {"bytes": recorded["bytes"], "sha256_ends": recorded["sha256_ends"]}:
+            raise RuntimeLoadError(
+                f"{data_path} is not the weights file {program_name} was exported with: it has {found['bytes']:,} "
+                f"bytes (sha256 of its ends {found['sha256_ends'][:12]}...), the export wrote {recorded['bytes']:,} "
+                f"({recorded['sha256_ends'][:12]}...)",
+                model=model,
+                remedy=f"use the {name} written with {program_name} by the same export, or export again")
+    return data_path
