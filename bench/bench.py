@@ -275,6 +275,15 @@ def main() -> None:
 NOTES_MARKER = "<!-- notes: kept when bench.py rewrites the table above -->"
 
 
+def print_and_write(results: list[dict], table: str, json_path: str | None, markdown_path: str | None) -> None:
+    """Print `table`; write `results` as JSON and `table` as Markdown where asked (a side script's outputs)."""
+    print(table)
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2))
+    if markdown_path:
+        Path(markdown_path).write_text(table)
+
+
 def write_markdown(path: Path, table: str) -> None:
     """Write the table, keeping the hand-written analysis below `NOTES_MARKER` in an existing file."""
     old = path.read_text() if path.exists() else ""

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import _median_seconds, build_model, copy_bandwidth, decode_graph_ms  # noqa: E402 - bench.py's pieces
+from bench import _median_seconds, build_model, copy_bandwidth, decode_graph_ms, print_and_write  # noqa: E402 - bench.py's pieces
 
 #: The recipe each runtime deploys, by precision (the CLI's --quantize names).
 SCHEMES = {
@@ -167,12 +167,7 @@ def main() -> None:
         for cache in caches:
             results.append(_child(run, cache, args.model))
             print(json.dumps(results[-1]), flush=True)
-    table = markdown(results)
-    print(table)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-    if args.markdown:
-        Path(args.markdown).write_text(table)
+    print_and_write(results, markdown(results), args.json, args.markdown)
 
 
 if __name__ == "__main__":

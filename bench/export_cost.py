@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import _rss_bytes, build_model  # noqa: E402 - bench.py's pieces
+from bench import _rss_bytes, build_model, print_and_write  # noqa: E402 - bench.py's pieces
 
 BACKENDS = ("onnx", "openvino", "executorch")
 TOOLS = ("hfexport", "hfexport-external", "reference")
@@ -160,12 +160,7 @@ def main() -> None:
                 continue  # OpenVINO's weights are always their own .bin
             results.append(_child(f"{tool}:{backend}", args.model))
             print(json.dumps(results[-1]), flush=True)
-    table = markdown(results)
-    print(table)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-    if args.markdown:
-        Path(args.markdown).write_text(table)
+    print_and_write(results, markdown(results), args.json, args.markdown)
 
 
 if __name__ == "__main__":

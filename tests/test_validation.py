@@ -151,3 +151,18 @@ def test_a_cache_leaf_is_masked_by_slot_even_when_its_heads_equal_the_prompt_len
     keep = _padding_keep((2, 4, 4, 8), mask, cache=True)
     assert keep.shape == (2, 1, 4, 1) and not keep[1, 0, 0, 0] and keep[1, 0, 1, 0] and keep[0].all()
     assert _padding_keep((2, 4, 4, 8), mask).shape == (2, 4, 1, 1)  # not a cache: [batch, query, ...]
+
+
+def test_a_cache_longer_than_a_mask_over_the_written_slots_is_masked_by_slot():
+    """A static mask over the written slots only (`generation/attended.py`) is narrower than the
+    cache: its padded slot is still left out, and the later slots are free (fuzz seed
+    `test_a_fixed_seed_finds_no_failure`: a padded prefill's resized key cache [2, 3, 18, 8]
+    under a [2, 1, 10, 10] mask compared its padded slot)."""
+    from hfexport.generation.masks import causal_mask
+    from hfexport.validation import _padding_keep
+
+    padding = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]])
+    mask = causal_mask(padding, 0, 4, 4)  # [2, 1, 4, 4]: the written slots only
+    keep = _padding_keep((2, 3, 9, 8), mask, cache=True)
+    assert keep.shape == (2, 1, 9, 1)
+    assert keep[:, 0, :, 0].tolist() == [[True] * 9, [False] + [True] * 8]

@@ -426,6 +426,10 @@ def _padding_keep(shape: tuple[int, ...], attention_mask: torch.Tensor | None,
         return None
     by_query, by_slot = attended
     batch = by_query.shape[0]
+    if cache and len(shape) >= 3 and shape[2] > by_slot.shape[1]:
+        # a mask over the written slots only (`generation/attended.py`): the later slots are free
+        free = torch.ones(batch, shape[2] - by_slot.shape[1], dtype=torch.bool)
+        by_slot = torch.cat([by_slot, free], dim=1)
     if not cache and len(shape) >= 2 and tuple(shape[:2]) == tuple(by_query.shape):
         return by_query.view(batch, by_query.shape[1], *([1] * (len(shape) - 2)))
     if len(shape) >= 3 and shape[0] == batch and shape[2] == by_slot.shape[1]:

@@ -182,7 +182,7 @@ def test_a_missing_ptd_is_refused_at_load(llama_exports, tmp_path):
     (copy / "model.ptd").unlink()
     with pytest.raises(SerializationError, match=r"missing .*model\.ptd") as error:
         GenerationExport.load(copy)
-    assert "copy the missing file" in error.value.remedy
+    assert "copy the export folder whole" in error.value.remedy
     # the program alone, as a caller may load it: the runner names the file it needs
     program = ExecutorchExporter().load([copy / "model.pte"])
     with pytest.raises(RuntimeLoadError, match="keeps its weights in model.ptd") as error:
@@ -193,15 +193,19 @@ def test_a_missing_ptd_is_refused_at_load(llama_exports, tmp_path):
 @pytest.mark.slow
 def test_a_ptd_from_another_export_is_refused_at_load(llama_exports, tmp_path):
     """The same architecture with other weights: same keys and shapes, other bytes."""
-    _, _, _, folder, _ = llama_exports
+    _, _, outside, folder, _ = llama_exports
     other, inputs = build_preset("llama", seed=1)
     exporter = ExecutorchExporter()
     other_program = exporter.export(other, inputs, config=ExecutorchConfig(dynamic=True, external_weights=True))
     other_files = exporter.save(other_program, tmp_path)
     copy = shutil.copytree(folder, tmp_path / "copy")
     shutil.copyfile(other_files[1], copy / "model.ptd")
+    with pytest.raises(SerializationError, match="model.ptd is not the file this export wrote"):
+        GenerationExport.load(copy)  # the manifest's fingerprint of every file
+    # the program and data file alone, as a caller may load them: the runner checks the record's
+    program = ExecutorchExporter().load([copy / "model.pte", copy / "model.ptd"])
     with pytest.raises(RuntimeLoadError, match="is not the weights file model.pte was exported with") as error:
-        GenerationExport.load(copy).components["model"].runner()
+        runner_for(program, record_of(outside))
     assert "same export" in error.value.remedy
 
 
