@@ -200,17 +200,12 @@ def _same_size(names: list[str], shapes: list[tuple[int | str, ...]]) -> _Groups
       fixed the keys' length (a sliding window's) and not the values': their symbols then join
       that number, so two layers' values fixed alike share a name;
     - every input's batch is the call's batch (image inputs count images, so are left out);
-    - a cross-attention cache is as long as the encoder's output it was computed from;
-    - every layer's self-attention cache holds the same tokens (a static cache's layers are all
-      `max_cache_len` long): one length, also where the program ties them to nothing (attention
-      over a static cache's written slots, `generation/attended.py`, leaves each layer's length a
-      symbol of its own).
+    - a cross-attention cache is as long as the encoder's output it was computed from.
     """
     groups = _Groups()
     lengths: dict[str, str] = {}  # cache layer -> its keys' length (a symbol, or `#<size>`)
     batch: list[str] = []
     encoder: list[str] = []
-    self_attention: list[str] = []
     for name, shape in zip(names, shapes):
         clean = name.removeprefix("input.")
         parts = clean.split(".")
@@ -226,11 +221,9 @@ def _same_size(names: list[str], shapes: list[tuple[int | str, ...]]) -> _Groups
                 batch.append(dim)
             if role == "cache_length" and _is_cross_attention(clean):
                 encoder.append(dim)
-            elif role == "cache_length" and parts[-1] in ("keys", "values"):
-                self_attention.append(dim)
             if axis == 1 and parts[-1] in _ENCODER_STATES and len(shape) == 3:
                 encoder.append(dim)
-    for symbols in (batch, encoder, self_attention):
+    for symbols in (batch, encoder):
         if symbols:
             groups.join(symbols)
     return groups

@@ -31,34 +31,48 @@ import torch
 
 __all__ = ["attending", "narrowed"]
 
-#: The width `attending` set, per context: the patched method is the class's while it is active,
-#: and a static layer updated elsewhere meanwhile (another thread) still returns its whole buffers.
-_WIDTH: contextvars.ContextVar[Any] = contextvars.ContextVar("hfexport_attended_slots", default=None)
+#: `(width, lengths seen)` of the active `attending`, per context: the patched method is the
+#: class's while it is active, and a static layer updated elsewhere meanwhile (another thread)
+#: still returns its whole buffers.
+_ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("hfexport_attended_slots", default=None)
 
 
 @contextlib.contextmanager
 def attending(width: Any) -> Iterator[None]:
     """While active, a `StaticLayer.update` returns the first `width` slots of its buffers (an
-    int or a traced size, at most the buffers' length)."""
+    int or a traced size, at most the buffers' length), and every layer's buffers are checked to
+    be as long as the first's.
+
+    # NOTE: the check ties the layers' lengths in a trace. With the whole buffers fed to attention
+    # under one mask, the program tied every layer's length to the mask's; narrowed, each layer's
+    # length would be a symbol of its own, and the interface would take a cache whose layers differ
+    # in length (no static cache does: its layers are all `max_cache_len`).
+    """
     from transformers.cache_utils import StaticLayer
 
     original = StaticLayer.update
 
     def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         keys, values = original(self, key_states, value_states, *args, **kwargs)
-        slots = _WIDTH.get()
-        if slots is None:
+        active = _ACTIVE.get()
+        if active is None:
             return keys, values
-        torch._check(slots <= keys.shape[-2], lambda: f"the mask attends {slots} slots of a cache of {keys.shape[-2]}")
+        slots, lengths = active
+        length = keys.shape[-2]
+        if lengths:
+            torch._check(length == lengths[0], lambda: f"a static cache layer of {length} slots beside one of {lengths[0]}")
+        else:
+            lengths.append(length)
+        torch._check(slots <= length, lambda: f"the mask attends {slots} slots of a cache of {length}")
         return keys.narrow(-2, 0, slots), values.narrow(-2, 0, slots)
 
-    token = _WIDTH.set(width)
+    token = _ACTIVE.set((width, []))
     StaticLayer.update = update
     try:
         yield
     finally:
         StaticLayer.update = original
-        _WIDTH.reset(token)
+        _ACTIVE.reset(token)
 
 
 def narrowed(kwargs: dict[str, Any], *, written: int) -> dict[str, Any] | None:
