@@ -135,6 +135,9 @@ def test_every_width_from_the_written_slots_to_the_whole_cache_gives_eager_logit
         torch.testing.assert_close(out["logits"], want, atol=1e-4, rtol=1e-4)
         cache = {k: out[k] for k in cache}
         past += q
+    if fmt == "executorch":  # ExecuTorch's own LLM ops are not used, and the record says why
+        record = json.loads((saved.directory / "report.json").read_text())["components"]["decode"]["record"]
+        assert record["llm_custom_ops"]["used"] is False and "update_cache" in record["llm_custom_ops"]["reason"]
 
 
 @pytest.mark.slow

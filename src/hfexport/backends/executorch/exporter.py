@@ -122,6 +122,8 @@ class ExecutorchExporter(HfExporter):
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: ExecutorchConfig) -> None:
         record.details["delegation"] = delegation_summary(artifact, config.delegate)
+        if record.details.get("input_mutations") and any(n.startswith("cache.") for n in record.input_names):
+            record.details["llm_custom_ops"] = {"used": False, "reason": _LLM_OPS_NOT_USED}
         if libraries := kernel_libraries(artifact):
             record.details["kernel_libraries"] = libraries
         # what the runtime allocates for intermediates when it loads the method (at the dims' bounds)
@@ -146,6 +148,14 @@ class ExecutorchExporter(HfExporter):
     def _load(self, files: list[Path]) -> PteBuffer:
         data = next((f for f in files[1:] if f.suffix == ".ptd"), None)
         return PteBuffer.read(files[0], data_path=data)
+
+
+#: Why a static-cache component does not use ExecuTorch's LLM ops (`executorch.extension.llm.custom_ops`).
+_LLM_OPS_NOT_USED = (
+    "the cache is a method input (the documented interface: [input_ids, attention_mask, position_ids, cache x N], "
+    "[batch, heads, length, head_dim]), written with aten.index_put.out then copy_ back into the input; "
+    "update_cache and custom_sdpa need it as mutable program buffers laid out [batch, length, heads, head_dim]; "
+    "not built in hfexport 0.3 (bench/RESULTS.md: a step still costs what max_cache_len costs)")
 
 
 def _dynamic_quant(program: Any) -> bool:
