@@ -5,6 +5,7 @@ range gives eager's logits, and the full-length mask of the seed's loops still w
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -63,8 +64,6 @@ def test_a_static_decode_attends_its_mask_and_keeps_the_documented_full_length_m
     past, q = inputs["input_ids"].shape[1], kwargs["input_ids"].shape[1]
     logits = []
     for width in (past + q, past + q + 5, MAX_CACHE_LEN):
-        import copy
-
         call = {**copy.deepcopy(kwargs), "attention_mask": kwargs["attention_mask"][..., :width]}
         with torch.no_grad():
             logits.append(decode(**call).logits)
@@ -92,6 +91,21 @@ def test_the_attended_axis_is_a_size_of_its_own(saved_generation):
     shapes = {i["name"]: i["shape"] for i in manifest["components"]["decode"]["inputs"]}
     lengths = {shape[2] for name, shape in shapes.items() if name.endswith((".keys", ".values"))}
     assert isinstance(shapes["attention_mask"][-1], str) and shapes["attention_mask"][-1] not in lengths
+
+
+def test_the_runner_passes_a_mask_over_the_written_slots(saved_generation):
+    """`GenerationRunner` feeds cached + query slots, not the whole cache (else every step would
+    still cost what max_cache_len costs, with the same tokens)."""
+    from hfexport import GenerationRunner
+    from hfexport.generation.loop import _State
+
+    runner = GenerationRunner.load(saved_generation("dynamo", "llama-static").directory)
+    record = runner.runners["decode"].record
+    state = _State(runner, torch.tensor([PROMPT]), None, {})
+    state.step(torch.tensor([PROMPT]))
+    shape = dict(zip(record.input_names, record.input_shapes))["attention_mask"]
+    mask = state._value(record, "attention_mask", shape, "bool", torch.tensor([[7]]))
+    assert mask.shape == (1, 1, 1, len(PROMPT) + 1) and bool(mask.all())
 
 
 @pytest.mark.slow
