@@ -30,6 +30,12 @@ def patch_torch_sdpa_fully_masked_rows(original):
             return original(query, key, value, attn_mask, *args, **kwargs)
         has_key = attn_mask.any(dim=-1, keepdim=True)
         out = original(query, key, value, attn_mask | ~has_key, *args, **kwargs)
-        return out.masked_fill(~has_key, 0.0)
+        # NOTE: the row mask is expanded to the output's shape. Broadcast from [b, 1, q, 1], the
+        # zeroing after the attention came out wrong in OpenVINO 2026.4.1's CPU plugin at head dim
+        # 128 (and 256), right at 64 and below: every Llama with head dim 128 (Llama 2/3, Qwen,
+        # Mistral) exported with wrong logits (max |diff| 1.2-3.9, cosine 0.3), while the same
+        # graph without the zeroing, or with the mask expanded, matched eager to 1e-6
+        # (`tests/backends/openvino/test_patches.py`).
+        return out.masked_fill(~has_key.expand(out.shape), 0.0)
 
     return scaled_dot_product_attention
