@@ -307,6 +307,8 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
         "quantize": quantize if isinstance(quantize, str) else (quantizer.scheme if quantizer is not None else None),
         "weight_bytes": sum(t.numel() * t.element_size()
                             for t in [*loaded.model.parameters(), *loaded.model.buffers()]),
+        # the share mapped from the checkpoint, not copied (`loading.mapped_share`); None: not from a folder
+        "weights_mapped": None if loaded.weights_mapped is None else round(loaded.weights_mapped, 4),
         "components": {
             name: {"export_seconds": seconds[name], "record": record_of(artifact).summary(),
                    "validation": reports[name].to_dict() if name in reports else None}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,7 +17,7 @@ import torch
 from .errors import PrepareError
 from .presets import PRESETS, build_preset
 
-__all__ = ["LoadedModel", "load_model", "sample_inputs_for"]
+__all__ = ["LoadedModel", "load_model", "mapped_share", "sample_inputs_for"]
 
 
 @dataclasses.dataclass
@@ -26,6 +27,9 @@ class LoadedModel:
     inputs: dict[str, Any]
     source: str
     tokenizer: Any = None
+    #: the share of the weight bytes mapped from the checkpoint's files rather than copied into
+    #: memory (`mapped_share`); None for a model not loaded from a folder
+    weights_mapped: float | None = None
 
 
 def _first_input_name(model: torch.nn.Module) -> str:
@@ -86,7 +90,39 @@ def load_model(spec: str, *, prompt: str = "Hello, world!") -> LoadedModel:
         )
     model = model_class.from_pretrained(spec).eval()
     tokenizer = _tokenizer(spec)
-    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer)
+    mapped = mapped_share(model, spec) if os.path.isdir(spec) else None
+    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped)
+
+
+def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float:
+    """The share of `model`'s weight bytes whose memory is mapped from the safetensors files in
+    `folder` (1.0: none was copied).
+
+    # NOTE: why it matters: `from_pretrained` (transformers 5.24) builds the model on the meta
+    # device and, where a tensor's dtype is the checkpoint's, points it into the file mapped by
+    # safetensors instead of reading it. Such weights cost no memory of their own: the kernel reads
+    # their pages when touched and drops them under pressure, so an export that never copies them
+    # (torch.export traces with fake tensors; ONNX and OpenVINO convert without copying) holds a
+    # model larger than its memory (`bench/large_model.py`). A weight cast to another dtype is a
+    # copy; the report says how much was (`weights_mapped`).
+    """
+    files = {os.path.realpath(f) for f in map(str, Path(folder).glob("*.safetensors"))}
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].strip() in files:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                ranges.append((start, end))
+    seen, total, mapped = set(), 0, 0
+    for tensor in model.state_dict(keep_vars=True).values():  # what a checkpoint holds (no inv_freq)
+        pointer, size = tensor.data_ptr(), tensor.numel() * tensor.element_size()
+        if pointer in seen or size == 0:
+            continue
+        seen.add(pointer)
+        total += size
+        mapped += size if any(start <= pointer < end for start, end in ranges) else 0
+    return mapped / total if total else 0.0
 
 
 def _tokenizer(spec: str) -> Any:

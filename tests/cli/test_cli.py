@@ -126,6 +126,8 @@ def test_local_folder_written_by_save_pretrained(tmp_path):
     assert code == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["model_class"] == "GPT2LMHeadModel" and report["components"]["model"]["validation"]["passed"]
+    # from_pretrained pointed every weight into the mapped safetensors file: none was copied
+    assert report["weights_mapped"] == 1.0
 
 
 def test_env_and_patches_commands(capsys):

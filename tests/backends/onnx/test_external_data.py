@@ -87,3 +87,20 @@ def test_weights_over_the_threshold_go_outside_by_default(monkeypatch, tmp_path)
     monkeypatch.setattr(artifact, "EXTERNAL_WEIGHTS_BYTES", 10**12)
     inside = export_to_folder((model, inputs), config, tmp_path / "inside").manifest["components"]["model"]["files"]
     assert outside == ["model.onnx", "model.onnx.data"] and inside == ["model.onnx"]
+
+
+def test_an_export_not_yet_written_runs_from_a_scratch_file_its_weights_mapped():
+    """Validation opens an in-memory program with external weights from a scratch file, prepacking
+    off, so ONNX Runtime maps the weights (serialized in memory it held 3.2x them,
+    `bench/export_cost.py`), and still matches eager."""
+    from hfexport import OnnxConfig, OnnxExporter, validate
+    from hfexport.record import record_of
+    from hfexport.runner import runner_for
+
+    require_backend("onnx")
+    model, inputs = build_preset("llama")
+    program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True, external_data=True, validate=False))
+    runner = runner_for(program, record_of(program))
+    assert runner.session.get_session_options().get_session_config_entry("session.disable_prepacking") == "1"
+    report = validate(program, model, inputs)
+    assert report.passed and len(report.cases) >= 2, report.to_table()

@@ -103,27 +103,18 @@ def _bnsh_source(value: Any, heads: int) -> Any:
 
 def _load_error(model: Any) -> str | None:
     """Why ONNX Runtime cannot open `model` as `OnnxRunner` does (its own graph optimizations on),
-    the first line of its error, or None when it can.
-
-    # NOTE: the model is saved to a scratch folder with its weights in an external file, written
-    # tensor by tensor (onnx_ir's `save` leaves the model unchanged), and ONNX Runtime opens that
-    # file: serialized in memory the check held three more copies of the weights (the proto, its
-    # bytes, the session's), 5.3x the weights at the export's peak on the 134 MB Llama
-    # (`bench/export_cost.py`), and a model over 2 GiB could not be serialized at all.
-    """
+    the first line of its error, or None when it can. The model is opened from a scratch file
+    (`artifact.save_scratch`: weights mapped, not copied)."""
     import tempfile
 
-    import onnx_ir as ir
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.add_session_config_entry("session.disable_prepacking", "1")  # a second copy of every weight
+    from .artifact import save_scratch, scratch_session_options
+
     with tempfile.TemporaryDirectory(prefix="hfexport-ort-check-") as scratch:
-        path = os.path.join(scratch, "fused.onnx")
-        ir.save(model, path, external_data="fused.onnx.data", max_in_flight_bytes=64 * 2**20)
         try:
-            ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(save_scratch(model, scratch), scratch_session_options(),
+                                 providers=["CPUExecutionProvider"])
         except Exception as error:  # noqa: BLE001 - recorded in the export record, the unfused graph kept
             return str(error).splitlines()[0][:300]
     return None

@@ -13,12 +13,14 @@ keeps a generation component's cache in ONNX Runtime's own buffers (IO binding).
 from __future__ import annotations
 
 import logging
+import tempfile
 from typing import Any
 
 import numpy as np
 import torch
 
 from ...runner import CacheSession, Runner, to_numpy
+from .artifact import HfOnnxProgram, save_scratch, scratch_session_options
 
 __all__ = ["OnnxRunner", "OnnxCacheSession"]
 
@@ -33,9 +35,15 @@ class OnnxRunner(Runner):
         super().__init__(artifact, record)
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        source = artifact.model_proto.SerializeToString() if hasattr(artifact, "model_proto") else str(artifact)
+        self._scratch = None
+        if isinstance(artifact, HfOnnxProgram) and artifact.weights_external():
+            # an export not yet written (validation): opened from a scratch file, its weights mapped
+            self._scratch = tempfile.TemporaryDirectory(prefix="hfexport-onnx-run-")
+            source, options = save_scratch(artifact.model, self._scratch.name), scratch_session_options()
+        else:
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            source = artifact.model_proto.SerializeToString() if hasattr(artifact, "model_proto") else str(artifact)
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
 
