@@ -18,7 +18,7 @@ read and written through the cgroup and so sits at the cap by design.
 
 Needs root and a cgroup v1 memory controller (this project's machines have both); without them
 it says so and stops. The `large` test in `tests/test_large_model.py` runs a smaller case of the
-same script (slow, not in CI by default).
+same script (a documented command, not in CI).
 """
 
 from __future__ import annotations
