@@ -17,8 +17,8 @@ holds that no file backs, the bound's measure, target <= 0.5x); and the kernel's
 read and written through the cgroup and so sits at the cap by design.
 
 Needs root and a cgroup v1 memory controller (this project's machines have both); without them
-it says so and stops. The `large` test in `tests/test_large_model.py` runs a smaller case of the
-same script (a documented command, not in CI).
+it says so and stops. `tests/test_large_model.py` runs a 3 GB case of the same script (a
+documented command, not in CI).
 """
 
 from __future__ import annotations
@@ -100,6 +100,12 @@ class Cgroup:
         return code
 
     @property
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for this cgroup's limit."""
+        control = dict(line.split() for line in (self.path / "memory.oom_control").read_text().splitlines())
+        return int(control.get("oom_kill", 0))
+
+    @property
     def max_usage(self) -> int:
         return int((self.path / "memory.max_usage_in_bytes").read_text())
 
@@ -121,7 +127,7 @@ def run_backend(model: Path, backend: str, cap: float, work: Path, validate: boo
         seconds = time.perf_counter() - start
         result = {"format": backend, "weight_bytes": weights, "cap": cap, "validate": validate, "returncode": code,
                   "seconds": round(seconds, 1), "peak_anonymous": round(group.peak_anonymous / weights, 3),
-                  "max_usage": round(group.max_usage / weights, 3)}
+                  "max_usage": round(group.max_usage / weights, 3), "oom_kills": group.oom_kills}
     finally:
         group.remove()
     report = out / "report.json"
@@ -132,7 +138,7 @@ def run_backend(model: Path, backend: str, cap: float, work: Path, validate: boo
         result["artifact_bytes"] = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
     else:
         tail = log.read_text().strip().splitlines()[-3:]
-        result["error"] = ("killed by the cgroup's memory limit" if code in (-9, 137) else " / ".join(tail))[:300]
+        result["error"] = ("killed by the cgroup's memory limit" if result["oom_kills"] else " / ".join(tail))[:300]
     shutil.rmtree(out, ignore_errors=True)  # several GB each
     return result
 

@@ -94,9 +94,10 @@ def load_model(spec: str, *, prompt: str = "Hello, world!") -> LoadedModel:
     return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped)
 
 
-def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float:
+def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | None:
     """The share of `model`'s weight bytes whose memory is mapped from the safetensors files in
-    `folder` (1.0: none was copied).
+    `folder` (1.0: none was copied); None where the process's mappings cannot be read (no
+    `/proc/self/maps`: not Linux).
 
     # NOTE: why it matters: `from_pretrained` (transformers 5.24) builds the model on the meta
     # device and, where a tensor's dtype is the checkpoint's, points it into the file mapped by
@@ -106,6 +107,8 @@ def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float:
     # model larger than its memory (`bench/large_model.py`). A weight cast to another dtype is a
     # copy; the report says how much was (`weights_mapped`).
     """
+    if not os.path.exists("/proc/self/maps"):
+        return None
     files = {os.path.realpath(f) for f in map(str, Path(folder).glob("*.safetensors"))}
     ranges = []
     with open("/proc/self/maps") as maps:

@@ -5,14 +5,16 @@ Also registered for it: the MoE experts switch to `batched_mm` (`hfexport/models
 
 from __future__ import annotations
 
+import copy
 import itertools
 import operator
+from typing import Any
 
 import torch
 
-from ...workarounds import register_fx_node_fix
+from ...workarounds import register_fx_node_fix, register_patch
 
-__all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops"]
+__all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "patch_lowering_copies_share_weights"]
 
 _SPLITS = {torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default, torch.ops.aten.chunk.default}
 _UNBIND = torch.ops.aten.unbind.int
@@ -92,3 +94,50 @@ def fix_sym_min_max_as_prim_ops(node: torch.fx.Node) -> bool:
     prim = torch.ops.executorch_prim
     node.target = prim.sym_min.Scalar if node.target is torch.sym_min else prim.sym_max.Scalar
     return True
+
+
+class _CopySharingWeights:
+    """The `copy` module as ExecuTorch's `backend_api` calls it, except that a deep copy of an
+    `ExportedProgram` shares its weights (state dict and constants) with the original."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    @staticmethod
+    def deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+        if isinstance(value, torch.export.ExportedProgram):
+            memo = {} if memo is None else memo
+            for tensor in (*value.state_dict.values(), *value.constants.values()):
+                memo[id(tensor)] = tensor
+        return copy.deepcopy(value, memo)
+
+
+@register_patch(
+    ("executorch",),
+    "executorch.exir.backend.backend_api.lower_all_submodules_to_backend",
+    reason="to lower a partition, ExecuTorch deep-copies its program (`lower_all_submodules_to_backend`: "
+    "copy.deepcopy(node.meta['submodule_program']), 'in case backends change graph inside preprocess'), "
+    "weights included: one more copy of every delegated weight for the whole lowering, and of a "
+    "checkpoint's mapped weights an anonymous one (a stack sampler over the export of a 765 MB "
+    "checkpoint put it at 1x of the 1.93x peak). The copy now shares the weights: XNNPACK's passes replace a program's "
+    "constants (state_dict entries, create_constant_placeholder) and never write one in place "
+    "(executorch 1.4.1, backends/xnnpack/_passes); remove once the lowering copies the graph only",
+    upstream="pytorch/executorch#3850 (Llama 3 8B export killed on a 32 GB machine; the partitioner "
+    "already works on a fake copy, get_fake_program, the lowering does not)",
+    seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
+    remove_when="executorch>1.4.1",
+)
+def patch_lowering_copies_share_weights(original):
+    """`lower_all_submodules_to_backend` whose deep copy of each partition's program shares the
+    program's weights (`backend_api.copy` swapped for the call)."""
+    from executorch.exir.backend import backend_api
+
+    def lower_all_submodules_to_backend(*args: Any, **kwargs: Any) -> Any:
+        module = backend_api.copy
+        backend_api.copy = _CopySharingWeights()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            backend_api.copy = module
+
+    return lower_all_submodules_to_backend
