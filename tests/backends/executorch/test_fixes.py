@@ -84,3 +84,40 @@ def test_the_xnnpack_quantizer_keeps_integer_scalars_integer():
     with without(PATCHES, "patch_xnnpack_quantizer_integer_scalars"), \
             pytest.raises(QuantizationError, match="tensors used as indices must be long"):
         DynamoExporter().export(module, inputs, config=config)  # still needed
+
+
+def _delegated_weight_pointers(model: torch.nn.Module, inputs: tuple) -> set[int]:
+    """The storage addresses of the weights XNNPACK's `preprocess` is given, lowering `model` with
+    hfexport's ExecuTorch patches applied."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+    from executorch.exir import to_edge_transform_and_lower
+
+    from hfexport.workarounds import applied_patches
+
+    seen: set[int] = set()
+    original = XnnpackBackend.preprocess
+
+    def preprocess(edge_program, compile_specs):
+        seen.update(t.untyped_storage().data_ptr() for t in edge_program.state_dict.values())
+        return original(edge_program, compile_specs)
+
+    XnnpackBackend.preprocess = staticmethod(preprocess)
+    try:
+        with applied_patches("executorch"):
+            to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+    finally:
+        XnnpackBackend.preprocess = original
+    return seen
+
+
+def test_the_lowering_shares_the_weights_of_the_program_it_copies():
+    """ExecuTorch's lowering deep-copies each partition's program before XNNPACK preprocesses it
+    (executorch 1.4.1): without the patch every delegated weight is copied once more (1x of the
+    weights for the whole lowering, anonymous for a checkpoint's mapped weights)."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    inputs = (torch.randn(2, 64),)
+    assert weights <= _delegated_weight_pointers(model, inputs)
+    with without(PATCHES, "patch_lowering_copies_share_weights"):
+        assert not weights & _delegated_weight_pointers(model, inputs)
