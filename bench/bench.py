@@ -115,8 +115,8 @@ def run_one(backend: str, source: str | None, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         files = exporter.save(artifact, tmp, name="model")
         artifact_bytes = sum(Path(f).stat().st_size for f in files)
-        # the saved files, as a user runs them (an unwritten ONNX export is opened as validation
-        # opens it: from a scratch file with prepacking off, to keep its weights mapped)
+        # the saved files, as a user runs them (an ONNX program still in memory is opened with
+        # ONNX Runtime's prepacking off, to keep its weights mapped: not what a deployment runs)
         runner = runner_for(exporter.load(files), record)
         feed = record.artifact_inputs(inputs)
         with torch.inference_mode():

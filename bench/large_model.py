@@ -147,9 +147,12 @@ def markdown(results: list[dict]) -> str:
     rows = [f"| backend | weights GB | cap | result | seconds | peak anonymous / weights (target <= {TARGET}) "
             "| cgroup peak charge / weights |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        outcome = ("exported, validated" if r.get("validated") else
-                   "exported, validation FAILED" if "validated" in r else
-                   "exported (--no-validate)" if "error" not in r else f"**failed**: {r['error']}")
+        if "error" in r:
+            outcome = f"**failed**: {r['error']}"
+        elif "validated" in r:
+            outcome = "exported, validated" if r["validated"] else "exported, validation FAILED"
+        else:
+            outcome = "exported (--no-validate)"
         anonymous = f"{r['peak_anonymous']}{' **miss**' if r['peak_anonymous'] > TARGET else ''}"
         rows.append(f"| {r['format']} | {r['weight_bytes'] / 1e9:.2f} | {r['cap']}x | {outcome} | {r['seconds']} "
                     f"| {anonymous} | {r['max_usage']} |")

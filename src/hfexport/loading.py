@@ -124,7 +124,7 @@ def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | N
             continue
         seen.add(pointer)
         total += size
-        mapped += size if any(start <= pointer < end for start, end in ranges) else 0
+        mapped += size if any(start <= pointer and pointer + size <= end for start, end in ranges) else 0
     return mapped / total if total else 0.0
 
 

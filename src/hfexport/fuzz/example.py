@@ -218,14 +218,14 @@ def config_overrides(arch: Arch):
         # some configs check hidden_size % heads even with their own head_dim (Gemma-2): keep it a divisor
         heads = draw(st.sampled_from((4, 2, 1, 8) if arch.head_dim else (4, 2, 1, 8, 6)))
         group = draw(st.sampled_from((2, 1, 4, 3)))  # query heads per key/value head, always one draw:
-        kv = heads // group if arch.kv_heads and heads % group == 0 else heads  # a shorter draw would shrink first
-        # the tiny sizes first (they shrink there), then real models' (a kernel may take another
-        # path at 128: OpenVINO's CPU plugin computed a Llama of head dim 128 wrong, none below),
-        # on at most two heads so the model stays as small as the suite's time allows
+        # a shorter draw would shrink first.
+        # Head sizes: the tiny ones first (they shrink there), then real models' (a kernel may take
+        # another path at 128: OpenVINO's CPU plugin computed a Llama of head dim 128 wrong, none
+        # below), on at most two heads so the model stays as small as the suite's time allows
         head_dim = draw(st.sampled_from((8, 4, 16, 64, 128)))
-        if head_dim >= 64 and heads > 2:
-            heads = 2
-            kv = heads // group if arch.kv_heads and heads % group == 0 else heads
+        if head_dim >= 64:
+            heads = min(heads, 2)
+        kv = heads // group if arch.kv_heads and heads % group == 0 else heads
         layers = draw(st.sampled_from((2, 1, 3)))
         out = _structure_overrides(arch, heads, kv, head_dim, layers)
         out["vocab_size"] = draw(st.sampled_from((128, 64, 97, 256)))
