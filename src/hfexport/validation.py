@@ -201,7 +201,7 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2, *
         low, high = record.symbol_ranges.get(symbol, (0, None))
         target = value + step
         if high is not None and target > high:
-            target = max(low, value - 1)
+            target = high if high > value else max(low, value - 1)
         if target == value and symbol not in token_symbols:
             continue  # a size the weights fix (one key/value head), bounded to it: kept
         if target == value:

@@ -81,3 +81,18 @@ def test_a_cache_with_one_key_value_head_keeps_heads_and_head_size_static(tmp_pa
         want = model.generate(prompt, max_new_tokens=3, min_new_tokens=3, do_sample=False,
                               generation_config=GenerationConfig(cache_implementation="static", max_cache_len=24))
     assert GenerationRunner.load(result.directory).generate(prompt, max_new_tokens=3).tokens == want[0, 5:].tolist()
+
+
+@pytest.mark.parametrize(("bounds", "size", "asked_max", "narrowed"), [
+    ((1, 2), 2, 2, False),    # bounded at the sample and kept whole
+    ((1, 3), 2, 3, False),    # bounded just past it
+    ((2, 3), 2, 8, True),     # asked 8, kept 2..3: only the sample and its neighbour
+    ((2, 2), 2, 2, True),     # a single size
+    ((1, 8), 2, 8, False),
+    ((1, 2), 2, None, True),  # no bound asked: the old rule
+])
+def test_a_range_is_narrowed_only_when_it_falls_short_of_the_bound_asked(bounds, size, asked_max, narrowed):
+    from hfexport.capture.dynamic import _narrowed
+
+    spec = torch.export.Dim("batch", min=1, max=asked_max) if asked_max else torch.export.Dim.DYNAMIC
+    assert _narrowed(bounds, size, spec) is narrowed

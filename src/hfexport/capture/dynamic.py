@@ -274,18 +274,22 @@ def lost_axes(program: torch.export.ExportedProgram, inputs: dict[str, Any], pla
             dim = shape[axis]
             if isinstance(dim, int):
                 (lost if entry["role"] in TOKEN_ROLES else fixed).append(entry)
-            elif dim in record.symbol_ranges and _narrowed(record.symbol_ranges[dim], entry["size"]):
+            elif dim in record.symbol_ranges and _narrowed(record.symbol_ranges[dim], entry["size"], spec):
                 narrowed = {**entry, "range": list(record.symbol_ranges[dim])}
                 (lost if entry["role"] in TOKEN_ROLES else fixed).append(narrowed)
     return lost, fixed
 
 
-def _narrowed(bounds: tuple[int, int | None], size: int) -> bool:
+def _narrowed(bounds: tuple[int, int | None], size: int, spec: Any = None) -> bool:
     """Whether a symbol's range leaves no size but about the sample's (it must reach `size + 2`,
-    or start below `size - 1`). A range narrower than a requested bound but wider than that (an
-    ExecuTorch batch bounded at 8 that the program takes up to 4) is the record's to state
+    or start below `size - 1`), unless it reaches the upper bound `spec` asked for (a batch
+    bounded at 2 or 3, traced at 2, kept whole). A range narrower than a requested bound but wider than
+    that (an ExecuTorch batch bounded at 8 that the program takes up to 4) is the record's to state
     (`symbol_ranges`); the resized check runs inside it."""
     low, high = bounds
+    asked = getattr(spec, "max", None)
+    if high is not None and isinstance(asked, int) and high >= asked >= size and high > low:
+        return False
     return high is not None and high < size + 2 and low >= size - 1
 
 

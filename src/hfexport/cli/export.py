@@ -36,6 +36,12 @@ def _config_from_args(args) -> Any:
                              f"graph in a .onnx.data; it does not apply to --format {args.format} (OpenVINO's are "
                              "always in their .bin)")
         data[option] = args.external_weights
+    for name in ("max_sequence_length", "max_batch_size"):
+        if getattr(args, name, None) is not None:
+            if args.format != "executorch":
+                raise ValueError(f"--{name.replace('_', '-')} bounds ExecuTorch's memory plan; it does not apply to "
+                                 f"--format {args.format} (its dynamic dims have no upper bound)")
+            data[name] = getattr(args, name)
     return AutoExportConfig.from_dict(data)
 
 

@@ -31,6 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--external-weights", action=argparse.BooleanOptionalAction, default=None,
                         help="with --format executorch or onnx: the weights in <name>.ptd beside <name>.pte, or "
                         "<name>.onnx.data beside <name>.onnx (default: when they exceed 64 MiB)")
+    export.add_argument("--max-sequence-length", type=int, metavar="N", default=None,
+                        help="with --format executorch: the longest sequence the program takes; memory planning "
+                        "sizes every intermediate for it (default: the config's max_position_embeddings)")
+    export.add_argument("--max-batch-size", type=int, metavar="N", default=None,
+                        help="with --format executorch: the largest batch the program takes (default 8)")
     export.add_argument("--generate", action="store_true",
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--static-cache", type=int, metavar="N", default=None,
