@@ -113,14 +113,18 @@ class Cgroup:
         self.path.rmdir()
 
 
-def run_backend(model: Path, backend: str, cap: float, work: Path, validate: bool = True) -> dict:
-    """Export `model` to `backend` with the CLI inside a cgroup capped at `cap` x its weights."""
+def run_backend(model: Path, backend: str, cap: float, work: Path, validate: bool = True,
+                executorch_bounds: tuple[int, int] = (256, 2)) -> dict:
+    """Export `model` to `backend` with the CLI inside a cgroup capped at `cap` x its weights
+    (ExecuTorch's memory plan bounded at `executorch_bounds`: sequence length, batch)."""
     weights = weight_bytes(model)
     out, log = work / f"export-{backend}", work / f"export-{backend}.log"
     shutil.rmtree(out, ignore_errors=True)
     group = Cgroup(int(cap * weights))
     command = [sys.executable, "-m", "hfexport", "export", str(model), "-f", backend, "-o", str(out), "--quiet",
                *([] if validate else ["--no-validate"])]
+    if backend == "executorch":
+        command += ["--max-sequence-length", str(executorch_bounds[0]), "--max-batch-size", str(executorch_bounds[1])]
     start = time.perf_counter()
     try:
         code = group.run(command, log)
@@ -168,6 +172,9 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=TARGET, help="the cgroup's limit, times the weight bytes")
     parser.add_argument("--no-validate", action="store_true", help="export with --no-validate")
     parser.add_argument("--work", default=None, help="where the exports are written (default: beside --model)")
+    parser.add_argument("--executorch-bounds", default="256,2", metavar="SEQ,BATCH",
+                        help="ExecuTorch's --max-sequence-length and --max-batch-size (its memory plan at the "
+                        "config's 2048 tokens and batch 8 is 7 GiB of intermediates)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args()
@@ -182,7 +189,9 @@ def main() -> None:
     work = Path(args.work or model.parent).resolve()
     results = []
     for backend in args.backends.split(","):
-        results.append(run_backend(model, backend, args.cap, work, validate=not args.no_validate))
+        bounds = tuple(int(n) for n in args.executorch_bounds.split(","))
+        results.append(run_backend(model, backend, args.cap, work, validate=not args.no_validate,
+                                   executorch_bounds=bounds))
         print(json.dumps(results[-1]), flush=True)
     print_and_write(results, markdown(results), args.json, args.markdown)
 

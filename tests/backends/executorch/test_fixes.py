@@ -8,9 +8,10 @@ import torch
 
 pytest.importorskip("executorch")
 
-from hfexport import DynamoConfig, DynamoExporter, ExecutorchConfig, ExecutorchExporter, validate  # noqa: E402
+from hfexport import DynamoConfig, DynamoExporter, ExecutorchConfig, ExecutorchExporter, record_of, validate  # noqa: E402
 from hfexport.backends.executorch import patches  # noqa: E402,F401 - registers the fix taken out below
 from hfexport.errors import ConversionError, QuantizationError  # noqa: E402
+from hfexport.runner import runner_for  # noqa: E402
 from hfexport.models import qwen2_vl  # noqa: E402,F401
 from hfexport.quantization import patches as quantization_patches  # noqa: E402,F401
 from hfexport.workarounds import FX_NODE_FIXES, PATCHES  # noqa: E402
@@ -119,5 +120,39 @@ def test_the_lowering_shares_the_weights_of_the_program_it_copies():
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     inputs = (torch.randn(2, 64),)
     assert weights <= _delegated_weight_pointers(model, inputs)
-    with without(PATCHES, "patch_lowering_copies_share_weights"):
+    with without(PATCHES, "patch_lowering_shares_weights"):
         assert not weights & _delegated_weight_pointers(model, inputs)
+
+
+def _filed_by_reference(program) -> list:
+    """The `.ptd` pieces of `program` that are views of weights (not copies): `_WeightBytes`."""
+    from hfexport.backends.executorch.compat import data_payloads
+
+    return [piece for cord in data_payloads(program).values() for piece in cord._buffers
+            if isinstance(piece, patches._WeightBytes)]
+
+
+def test_the_ptd_is_written_from_the_weights_themselves(tmp_path):
+    """XNNPACK files each constant it serializes as bytes(...) of its storage, held until the
+    `.ptd` is written (executorch 1.4.1): without the patch every delegated weight is copied. With
+    it, a weight over a page is filed as a view of the model's own tensor, and the program,
+    validated in memory and loaded from its files, matches eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 8)).eval()
+    inputs = {"input": torch.randn(2, 256)}
+    config = ExecutorchConfig(dynamic=True, external_weights=True)
+    exporter = ExecutorchExporter()
+    program = exporter.export(model, inputs, config=config)
+    by_reference = _filed_by_reference(program)
+    # every weight and the first bias (8 KiB); the second bias (32 bytes, under a page) is copied
+    assert ({piece._raw.data_ptr() for piece in by_reference}
+            == {t.data_ptr() for t in (model[0].weight, model[0].bias, model[2].weight)})
+    report = validate(program, model, inputs, atol=1e-5)
+    assert report.passed, report.to_table()
+    files = exporter.save(program, tmp_path)
+    with torch.no_grad():
+        expected = model(inputs["input"])
+    loaded = runner_for(exporter.load(files), record_of(program))
+    assert (loaded.run(record_of(program).artifact_inputs(inputs))[0] - expected).abs().max() < 1e-5
+    with without(PATCHES, "patch_lowering_shares_weights"):
+        assert not _filed_by_reference(exporter.export(model, inputs, config=config))

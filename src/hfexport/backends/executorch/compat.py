@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["data_payloads", "load_module", "load_module_from_buffer"]
+__all__ = ["data_payloads", "load_module"]
 
 
 def data_payloads(program: Any) -> dict[str, Any]:
@@ -35,11 +35,3 @@ def load_module(program_path: str, data_path: str) -> Any:
     from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
     return _load_for_executorch(program_path, data_path=data_path)
-
-
-def load_module_from_buffer(program: bytes, data: bytes) -> Any:
-    """An `ExecuTorchModule` of a `.pte` and its `.ptd` held in memory; the caller keeps both
-    buffers alive as long as the module (executorch 1.4.1's `BufferDataLoader` points into them)."""
-    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
-    return _load_for_executorch_from_buffer(program, data_map_buffer=data)

@@ -5,16 +5,20 @@ Also registered for it: the MoE experts switch to `batched_mm` (`hfexport/models
 
 from __future__ import annotations
 
+import contextvars
 import copy
+import ctypes
+import functools
 import itertools
 import operator
+import warnings
 from typing import Any
 
 import torch
 
 from ...workarounds import register_fx_node_fix, register_patch
 
-__all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "patch_lowering_copies_share_weights"]
+__all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "patch_lowering_shares_weights"]
 
 _SPLITS = {torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default, torch.ops.aten.chunk.default}
 _UNBIND = torch.ops.aten.unbind.int
@@ -112,32 +116,135 @@ class _CopySharingWeights:
         return copy.deepcopy(value, memo)
 
 
+#: The weights of the programs being lowered, by their storage's size and first 32 bytes (set for
+#: the lowering's duration); a serialized constant equal to one of them is filed by reference.
+_LOWERED_WEIGHTS: contextvars.ContextVar[dict[tuple[int, bytes], list[torch.Tensor]] | None] = \
+    contextvars.ContextVar("hfexport_lowered_weights", default=None)
+
+#: Smaller weights (a norm's, a bias) are copied as ExecuTorch does: a page or less is not worth a view.
+_BY_REFERENCE_BYTES = 1 << 12
+
+
+def _weights_index(programs: list[Any]) -> dict[tuple[int, bytes], list[torch.Tensor]]:
+    """Each real CPU weight storage of `programs` (over `_BY_REFERENCE_BYTES`) as a uint8 tensor
+    over the whole storage (what XNNPACK's node visitor serializes), keyed by size and first 32 bytes."""
+    index: dict[tuple[int, bytes], list[torch.Tensor]] = {}
+    seen: set[int] = set()
+    for program in programs:
+        for tensor in (*program.state_dict.values(), *program.constants.values()):
+            if type(tensor) not in (torch.Tensor, torch.nn.Parameter) or tensor.device.type != "cpu":
+                continue  # fake, meta and tensor subclasses (torchao's) hold no bytes of their own
+            storage = tensor.untyped_storage()
+            if storage.nbytes() < _BY_REFERENCE_BYTES or storage.data_ptr() in seen:
+                continue
+            seen.add(storage.data_ptr())
+            raw = torch.empty(0, dtype=torch.uint8).set_(storage)
+            index.setdefault((raw.numel(), raw[:32].numpy().tobytes()), []).append(raw)
+    return index
+
+
+def _as_uint8(data: Any) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # frombuffer warns that bytes are read-only; nothing writes
+        return torch.frombuffer(data, dtype=torch.uint8)
+
+
+class _WeightBytes:
+    """A weight's bytes as ExecuTorch's serializer takes `bytes`, without a copy: a ctypes
+    `c_char` array over the weight's storage (the buffer protocol, `len`, slices as `bytes`), which
+    holds the weight alive. Made by `of`; a deep copy shares it, a pickle is plain `bytes`."""
+
+    _raw: torch.Tensor
+
+    @classmethod
+    def of(cls, raw: torch.Tensor) -> "_WeightBytes":
+        view = _weight_bytes_type(raw.numel()).from_address(raw.data_ptr())
+        view._raw = raw
+        return view
+
+    def __eq__(self, other: object) -> bool:
+        try:
+            return len(self) == len(other) and torch.equal(self._raw, _as_uint8(other))  # type: ignore[arg-type]
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "_WeightBytes":
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return bytes, (bytes(self),)
+
+
+@functools.lru_cache(maxsize=None)
+def _weight_bytes_type(size: int) -> type:
+    return type(f"_WeightBytes{size}", (_WeightBytes, ctypes.c_char * size), {})
+
+
+def _by_reference(data: bytes, index: dict[tuple[int, bytes], list[torch.Tensor]]) -> Any:
+    """`data` as a `_WeightBytes` over the lowered weight it equals byte for byte, else `data`."""
+    for raw in index.get((len(data), data[:32]), ()):
+        if torch.equal(raw, _as_uint8(data)):
+            return _WeightBytes.of(raw)
+    return data
+
+
 @register_patch(
     ("executorch",),
     "executorch.exir.backend.backend_api.lower_all_submodules_to_backend",
-    reason="to lower a partition, ExecuTorch deep-copies its program (`lower_all_submodules_to_backend`: "
+    "executorch.exir._serialize._named_data_store.NamedDataStore.add_named_data",
+    "executorch.exir._serialize._cord.Cord.append",
+    reason="ExecuTorch's lowering copies every delegated weight twice over, and a checkpoint's mapped "
+    "weights become anonymous memory: it deep-copies each partition's program (`lower_all_submodules_to_backend`: "
     "copy.deepcopy(node.meta['submodule_program']), 'in case backends change graph inside preprocess'), "
-    "weights included: one more copy of every delegated weight for the whole lowering, and of a "
-    "checkpoint's mapped weights an anonymous one (a stack sampler over the export of a 765 MB "
-    "checkpoint put it at 1x of the 1.93x peak). The copy now shares the weights: XNNPACK's passes replace a program's "
-    "constants (state_dict entries, create_constant_placeholder) and never write one in place "
-    "(executorch 1.4.1, backends/xnnpack/_passes); remove once the lowering copies the graph only",
+    "and XNNPACK's node visitor files each constant in the named-data store as bytes(...) of its storage, "
+    "held until the .ptd is written (on a 1 GB checkpoint the export's anonymous peak was 1.41x the "
+    "weights). The copy now shares the weights: XNNPACK's passes replace a program's constants "
+    "(state_dict entries, create_constant_placeholder) and never write one in place (executorch 1.4.1, "
+    "backends/xnnpack/_passes); and a constant filed for the external .ptd that equals a weight of the "
+    "lowered programs byte for byte is filed as a view of it (`_WeightBytes`, which ExecuTorch's Cord "
+    "writes like bytes). Remove once the lowering copies the graph only and the store takes tensors by reference",
     upstream="pytorch/executorch#3850 (Llama 3 8B export killed on a 32 GB machine; the partitioner "
-    "already works on a fake copy, get_fake_program, the lowering does not)",
+    "already works on a fake copy, get_fake_program, the lowering does not); executorch 1.4.1 "
+    "backends/xnnpack/operators/node_visitor.py get_serialized_buffer_index: add_named_data(named_key, bytes(array))",
     seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
     remove_when="executorch>1.4.1",
 )
-def patch_lowering_copies_share_weights(original):
-    """`lower_all_submodules_to_backend` whose deep copy of each partition's program shares the
-    program's weights (`backend_api.copy` swapped for the call)."""
+def patch_lowering_shares_weights(original):
+    """One replacement per target, told apart by the original's name (signatures of executorch 1.4.1):
+    `lower_all_submodules_to_backend` whose deep copy of each partition's program shares the
+    program's weights (`backend_api.copy` swapped for the call) and which indexes those weights for
+    the call; `NamedDataStore.add_named_data` filing an external constant equal to an indexed weight
+    by reference; `Cord.append` taking such a reference as it takes bytes."""
+    if original.__name__ == "add_named_data":
+        def add_named_data(self, key, data, alignment=1, external_tag=None, tensor_layout=None):
+            index = _LOWERED_WEIGHTS.get()
+            if index and external_tag is not None and isinstance(data, bytes):
+                data = _by_reference(data, index)
+            return original(self, key, data, alignment, external_tag, tensor_layout)
+
+        return add_named_data
+    if original.__name__ == "append":
+        def append(self, data):
+            if not isinstance(data, _WeightBytes):
+                return original(self, data)
+            self._buffers.append(data)  # Cord's own fields (executorch 1.4.1 exir/_serialize/_cord.py)
+            self._byte_size += len(data)
+
+        return append
+
     from executorch.exir.backend import backend_api
 
-    def lower_all_submodules_to_backend(*args: Any, **kwargs: Any) -> Any:
-        module = backend_api.copy
-        backend_api.copy = _CopySharingWeights()
+    def lower_all_submodules_to_backend(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program):
+        programs = [*method_to_tagged_edge_program.values(),
+                    *(node.meta["submodule_program"] for nodes in method_to_submodules_nodes.values() for node in nodes)]
+        module, backend_api.copy = backend_api.copy, _CopySharingWeights()
+        token = _LOWERED_WEIGHTS.set(_weights_index(programs))
         try:
-            return original(*args, **kwargs)
+            return original(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program)
         finally:
+            _LOWERED_WEIGHTS.reset(token)
             backend_api.copy = module
 
     return lower_all_submodules_to_backend

@@ -2,11 +2,13 @@
 
 A program whose weights live in a `.ptd` (`ExecutorchConfig.external_weights`) is opened with its
 data file: from disk, both files mapped, after `external.check_data_file` has checked the `.ptd` is
-the one its export wrote; in memory (validation before saving), from the program's own buffers.
+the one its export wrote; in memory (validation before saving), from a scratch copy of both files.
 """
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,11 +48,11 @@ class ExecutorchRunner(Runner):
 
 class _ModuleForward:
     """The `forward` method of an `ExecuTorchModule` (a program opened with its data file), called
-    like `executorch.runtime.Method.execute`; `keep` holds the buffers the module reads from."""
+    like `executorch.runtime.Method.execute`; `scratch` holds the files the module maps."""
 
-    def __init__(self, module: Any, keep: tuple[bytes, ...] = ()):
+    def __init__(self, module: Any, scratch: tempfile.TemporaryDirectory | None = None):
         self.module = module
-        self._keep = keep
+        self._scratch = scratch
 
     def execute(self, inputs: list[Any]) -> list[Any]:
         """Run `forward` on `inputs`; its outputs, copied out of the runtime's memory."""
@@ -59,20 +61,21 @@ class _ModuleForward:
 
 def _forward_with_data(artifact: Any, record) -> _ModuleForward:
     """`forward` of a program whose weights live in a `.ptd`: a `PteBuffer` read from disk (its
-    `.ptd` checked against the record), or an `ExecutorchProgramManager` still in memory."""
-    from .artifact import PteBuffer
-    from .compat import data_payloads, load_module, load_module_from_buffer
-    from .external import check_data_file
+    `.ptd` checked against the record), or an `ExecutorchProgramManager` still in memory, written
+    to a scratch folder first so that the runtime maps its weights as it maps a saved export's (the
+    pybindings' in-memory loader takes the data as one `bytes`: a copy of every weight)."""
+    from .artifact import PteBuffer, write_pte
+    from .compat import load_module
+    from .external import check_data_file, write_ptd
 
     if isinstance(artifact, PteBuffer):
         data = check_data_file(artifact.path, artifact.data_path, record.details["external_weights"],
                                record.model_class)
         return _ModuleForward(load_module(str(artifact.path), str(data)))
-    # NOTE: in memory, the pybindings take the data as one `bytes` (executorch 1.4.1): a copy of
-    # the weights for the runner's lifetime, as the self-contained program's `buffer` is.
-    [payload] = data_payloads(artifact).values()
-    program, data = artifact.buffer, bytes(payload)
-    return _ModuleForward(load_module_from_buffer(program, data), (program, data))
+    scratch = tempfile.TemporaryDirectory(prefix="hfexport-executorch-")
+    folder = Path(scratch.name)
+    program, data = write_pte(artifact, folder / "model.pte"), write_ptd(artifact, folder / "model.ptd")
+    return _ModuleForward(load_module(str(program), str(data)), scratch)
 
 
 #: Kernel libraries outside ExecuTorch's portable set, by the op namespace a program calls them in.
