@@ -114,22 +114,24 @@ class Cgroup:
 
 
 def run_backend(model: Path, backend: str, cap: float, work: Path, validate: bool = True,
-                executorch_bounds: tuple[int, int] = (256, 2)) -> dict:
+                executorch_bounds: tuple[int, int] = (256, 2), quantize: str | None = None) -> dict:
     """Export `model` to `backend` with the CLI inside a cgroup capped at `cap` x its weights
-    (ExecuTorch's memory plan bounded at `executorch_bounds`: sequence length, batch)."""
+    (ExecuTorch's memory plan bounded at `executorch_bounds`: sequence length, batch; quantized
+    with `quantize`, a CLI scheme, when given)."""
     weights = weight_bytes(model)
     out, log = work / f"export-{backend}", work / f"export-{backend}.log"
     shutil.rmtree(out, ignore_errors=True)
     group = Cgroup(int(cap * weights))
     command = [sys.executable, "-m", "hfexport", "export", str(model), "-f", backend, "-o", str(out), "--quiet",
-               *([] if validate else ["--no-validate"])]
+               *([] if validate else ["--no-validate"]), *(["--quantize", quantize] if quantize else [])]
     if backend == "executorch":
         command += ["--max-sequence-length", str(executorch_bounds[0]), "--max-batch-size", str(executorch_bounds[1])]
     start = time.perf_counter()
     try:
         code = group.run(command, log)
         seconds = time.perf_counter() - start
-        result = {"format": backend, "weight_bytes": weights, "cap": cap, "validate": validate, "returncode": code,
+        result = {"format": backend, "weight_bytes": weights, "cap": cap, "validate": validate, "quantize": quantize,
+                  "returncode": code,
                   "seconds": round(seconds, 1), "peak_anonymous": round(group.peak_anonymous / weights, 3),
                   "max_usage": round(group.max_usage / weights, 3), "oom_kills": group.oom_kills}
     finally:
@@ -158,7 +160,7 @@ def markdown(results: list[dict]) -> str:
         else:
             outcome = "exported (--no-validate)"
         anonymous = f"{r['peak_anonymous']}{' **miss**' if r['peak_anonymous'] > TARGET else ''}"
-        rows.append(f"| {r['format']} | {r['weight_bytes'] / 1e9:.2f} | {r['cap']}x | {outcome} | {r['seconds']} "
+        rows.append(f"| {r['format']}{' ' + r['quantize'] if r.get('quantize') else ''} | {r['weight_bytes'] / 1e9:.2f} | {r['cap']}x | {outcome} | {r['seconds']} "
                     f"| {anonymous} | {r['max_usage']} |")
     return "\n".join(rows) + "\n"
 
@@ -175,6 +177,7 @@ def main() -> None:
     parser.add_argument("--executorch-bounds", default="256,2", metavar="SEQ,BATCH",
                         help="ExecuTorch's --max-sequence-length and --max-batch-size (its memory plan at the "
                         "config's 2048 tokens and batch 8 is 7 GiB of intermediates)")
+    parser.add_argument("--quantize", default=None, metavar="SCHEME", help="export with --quantize SCHEME")
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args()
@@ -191,7 +194,7 @@ def main() -> None:
     for backend in args.backends.split(","):
         bounds = tuple(int(n) for n in args.executorch_bounds.split(","))
         results.append(run_backend(model, backend, args.cap, work, validate=not args.no_validate,
-                                   executorch_bounds=bounds))
+                                   executorch_bounds=bounds, quantize=args.quantize))
         print(json.dumps(results[-1]), flush=True)
     print_and_write(results, markdown(results), args.json, args.markdown)
 
