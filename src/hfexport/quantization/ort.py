@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import QuantizationError
@@ -114,6 +115,8 @@ class OrtQuantizer(ExportQuantizer):
         from ..backends.onnx.artifact import HfOnnxProgram
 
         if self.scheme in _NBITS:
+            if self.ort_config is None and _weights_one_at_a_time(artifact.model):
+                return HfOnnxProgram.from_model(self._matmul_nbits_in_place(artifact.model.clone()), artifact)
             return HfOnnxProgram.from_proto(self._matmul_nbits(artifact.model_proto), artifact)
         from onnxruntime import quantization as q
 
@@ -136,6 +139,59 @@ class OrtQuantizer(ExportQuantizer):
                                   extra_options={"ActivationSymmetric": True})
             quantized = onnx.load_model(target)
         return HfOnnxProgram.from_proto(quantized, artifact)
+
+    def _matmul_nbits_in_place(self, model: Any) -> Any:
+        """`model` (an ONNX IR model, changed in place) with each constant-weight MatMul of its graph
+        replaced by `MatMulNBits`, one weight at a time: the weight's blocks are quantized by ONNX
+        Runtime's own `DefaultWeightOnlyQuantizer.qbits_block_quant` (what `MatMulNBitsQuantizer`
+        calls per node; the same nodes, names and bytes) straight from the tensor the initializer
+        holds, so a weight mapped from a checkpoint is read, never copied whole, and the export
+        holds the quantized weights only. `MatMulNBitsQuantizer` itself takes a `ModelProto`: every
+        weight serialized first (2.1x the weights at the peak on a 1 GB checkpoint)."""
+        import onnx_ir as ir
+        from onnxruntime.quantization.matmul_nbits_quantizer import (
+            DefaultWeightOnlyQuantConfig,
+            DefaultWeightOnlyQuantizer,
+        )
+
+        bits = _NBITS[self.scheme]
+        quantizer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
+            block_size=self.block_size, is_symmetric=self.is_symmetric, accuracy_level=self.accuracy_level or None,
+            bits=bits))
+        graph, replaced = model.graph, 0
+        for node in list(graph):
+            weight = _constant_weight(node)
+            if weight is None:
+                continue
+            # a folded Transpose is a strided view; the quantizer's kernel reads rows in order
+            array = np.ascontiguousarray(weight.const_value.numpy())
+            bfloat16 = weight.const_value.dtype == ir.DataType.BFLOAT16
+            packed, scales, zero_points = quantizer.qbits_block_quant(array.astype(np.float32) if bfloat16 else array)
+            if bfloat16:
+                scales = scales.astype(array.dtype)
+            rows, cols = array.shape
+            del array
+            inputs = [node.inputs[0]]
+            pieces = [(f"_Q{bits}", packed), ("_scales", scales), *([] if self.is_symmetric else [("_zero_points", zero_points)])]
+            for suffix, data in pieces:
+                tensor = ir.Tensor(data, name=weight.name + suffix)
+                value = ir.Value(name=tensor.name, shape=tensor.shape, type=ir.TensorType(tensor.dtype), const_value=tensor)
+                graph.register_initializer(value)
+                inputs.append(value)
+            attributes = {"K": rows, "N": cols, "bits": bits, "block_size": self.block_size}
+            if self.accuracy_level:  # 0 means "unset": no attribute, as ORT's quantizer writes it
+                attributes["accuracy_level"] = self.accuracy_level
+            nbits = ir.node("MatMulNBits", inputs, attributes=attributes, domain="com.microsoft", num_outputs=1,
+                            name=f"{node.name}_Q{bits}" if node.name else None)
+            ir.convenience.replace_nodes_and_values(graph, node, [node], [nbits], node.outputs, nbits.outputs)
+            if not weight.uses() and weight not in graph.outputs:
+                graph.initializers.pop(weight.name)
+            replaced += 1
+        if not replaced:
+            raise QuantizationError(f"{self!r}: no MatMul has a constant 2-D weight to quantize",
+                                    remedy="use OrtQuantizer('int8-dynamic') or NNCFQuantizer for this model")
+        model.opset_imports.setdefault("com.microsoft", 1)
+        return model
 
     def _matmul_nbits(self, proto: Any) -> Any:
         """`proto` with its constant-weight MatMuls replaced by `MatMulNBits` (weight-only schemes)."""
@@ -160,6 +216,38 @@ class OrtQuantizer(ExportQuantizer):
                                     "(the model has no MatMul with a constant 2-D weight)",
                                     remedy="use OrtQuantizer('int8-dynamic') or NNCFQuantizer for this model")
         return quantized
+
+
+def _constant_weight(node: Any) -> Any:
+    """The weight of `node` when it is a MatMul whose second input is a 2-D float initializer (what
+    `MatMulNBits` takes), else `None`."""
+    import onnx_ir as ir
+
+    if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+        return None
+    weight = node.inputs[1]
+    if weight is None or not weight.is_initializer() or weight.const_value is None:
+        return None
+    tensor = weight.const_value
+    floats = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    return weight if tensor.dtype in floats and len(tensor.shape) == 2 else None
+
+
+def _weights_one_at_a_time(model: Any) -> bool:
+    """Whether `_matmul_nbits_in_place` quantizes every MatMul `MatMulNBitsQuantizer` would: none
+    sits in a subgraph (an If or Loop body) and no constant weight is N-D with unit leading dims
+    (which ORT's quantizer squeezes and reshapes back)."""
+    import onnx_ir as ir
+
+    subgraphs = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+    for node in model.graph:
+        if any(attribute.type in subgraphs for attribute in node.attributes.values()):
+            return False
+        if node.op_type == "MatMul" and len(node.inputs) == 2 and node.inputs[1] is not None:
+            weight = node.inputs[1].const_value
+            if weight is not None and len(weight.shape) > 2:
+                return False
+    return True
 
 
 def _scheme_of(scheme: Any) -> str:

@@ -15,7 +15,7 @@ def quantization_summary(export_format: str, artifact: Any) -> dict[str, Any]:
     """`{"quantized_matmuls": n, "float_matmuls": m, ...}` for the formats that can be inspected."""
     try:
         if export_format == "onnx":
-            return _onnx(artifact.model_proto)
+            return _onnx(artifact.model.graph)
         if export_format == "openvino":
             return _openvino(artifact)
         if export_format == "dynamo":
@@ -27,12 +27,14 @@ def quantization_summary(export_format: str, artifact: Any) -> dict[str, Any]:
     return {}
 
 
-def _onnx(proto: Any) -> dict[str, Any]:
-    ops = Counter(node.op_type for node in proto.graph.node)
+def _onnx(graph: Any) -> dict[str, Any]:
+    """Counted on the ONNX IR graph (`model_proto` would serialize every weight to count nodes)."""
+    nodes = list(graph)
+    ops = Counter(node.op_type for node in nodes)
     quantized = ops["MatMulInteger"] + ops["MatMulNBits"] + ops["QLinearMatMul"]
     # QDQ format: a MatMul fed by DequantizeLinear weights is an int8 MatMul at run time
-    dequantized = {out for node in proto.graph.node if node.op_type == "DequantizeLinear" for out in node.output}
-    qdq = sum(1 for node in proto.graph.node if node.op_type in ("MatMul", "Gemm") and set(node.input) & dequantized)
+    dequantized = {out for node in nodes if node.op_type == "DequantizeLinear" for out in node.outputs}
+    qdq = sum(1 for node in nodes if node.op_type in ("MatMul", "Gemm") and dequantized.intersection(node.inputs))
     return {"quantized_matmuls": quantized + qdq, "float_matmuls": ops["MatMul"] + ops["Gemm"] - qdq,
             "quantize_ops": ops["QuantizeLinear"] + ops["DynamicQuantizeLinear"],
             "dequantize_ops": ops["DequantizeLinear"]}

@@ -25,7 +25,12 @@ class HfOnnxProgram(torch.onnx.ONNXProgram):
         """A program holding `proto` (a quantized model), otherwise like `like`."""
         import onnx_ir as ir
 
-        wrapped = cls(ir.from_proto(proto), like.exported_program)
+        return cls.from_model(ir.from_proto(proto), like)
+
+    @classmethod
+    def from_model(cls, model: Any, like: HfOnnxProgram) -> HfOnnxProgram:
+        """A program holding `model` (an ONNX IR model: a quantized one), otherwise like `like`."""
+        wrapped = cls(model, like.exported_program)
         wrapped.external_data = like.external_data
         return wrapped
 
