@@ -81,44 +81,6 @@ def test_unknown_format_and_model_are_one_line_errors(tmp_path, capsys):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
-@pytest.mark.slow
-def test_executorch_exports_and_validates_at_a_batch_bound_of_the_sample(tmp_path):
-    """A batch bounded at 2 and traced at 2 is kept whole (it was read as narrowed: 'the program fixed
-    2 axes asked to be dynamic'), and validation resizes inside 1..2 (it tried 3, then gave up)."""
-    out = tmp_path / "bounded"
-    assert main(["export", "tiny:llama", "-f", "executorch", "--max-batch-size", "2", "--max-sequence-length", "32",
-                 "-o", str(out), "--quiet"]) == 0
-    entry = json.loads((out / "report.json").read_text())["components"]["model"]
-    assert entry["validation"]["passed"]
-    assert entry["record"]["dim_bounds"]["input_ids[0] (batch)"] == "<= 2: ExecutorchConfig.max_batch_size"
-    assert entry["record"]["dim_bounds"]["input_ids[1] (sequence)"] == "<= 32: ExecutorchConfig.max_sequence_length"
-
-
-def test_stateless_is_refused_outside_openvino_and_sets_the_config(tmp_path, capsys):
-    from hfexport.cli.export import _config_from_args
-    from hfexport.cli.main import _parser
-
-    assert main(["export", "tiny:llama", "--format", "onnx", "--stateless", "-o", str(tmp_path / "x")]) == 1
-    assert "--stateless picks OpenVINO's plain (stateless) model" in capsys.readouterr().err
-    args = _parser().parse_args(["export", "tiny:llama", "--format", "openvino", "--stateless", "-o", "d"])
-    assert _config_from_args(args).stateful is False
-
-
-def test_executorch_memory_plan_bounds_are_flags_refused_elsewhere(tmp_path, capsys):
-    from hfexport.cli.export import _config_from_args
-    from hfexport.cli.main import _parser
-
-    args = _parser().parse_args(["export", "tiny:llama", "-f", "executorch", "-o", "d",
-                                 "--max-sequence-length", "256", "--max-batch-size", "2"])
-    config = _config_from_args(args)
-    assert (config.max_sequence_length, config.max_batch_size) == (256, 2)
-    assert main(["export", "tiny:llama", "-f", "onnx", "--max-batch-size", "2", "-o", str(tmp_path / "x")]) == 1
-    assert "--max-batch-size bounds ExecuTorch's memory plan; it does not apply to --format onnx" in capsys.readouterr().err
-    assert main(["export", "tiny:llama", "-f", "executorch", "--max-sequence-length", "1", "-o", str(tmp_path / "y")]) == 1
-    assert "max_sequence_length must be >= 2" in capsys.readouterr().err
-    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
-
-
 def test_failed_validation_exits_nonzero_and_writes_nothing(tmp_path, capsys):
     from hfexport.workarounds import PATCHES, register_patch
 

@@ -233,13 +233,22 @@ def test_a_large_plan_is_named_at_export(monkeypatch, caplog):
 
 @pytest.mark.slow
 def test_max_sequence_length_bounds_the_sequence():
+    """A sequence bound and a batch bound at the sample's own batch (2, which the capture once read
+    as a range narrowed to the sample and refused): the plan takes both, and validation resizes the
+    batch inside 1..2 (it stepped past the bound, then gave up)."""
     model, inputs = build_preset("llama")
-    et_program = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True, max_sequence_length=32))
+    config = ExecutorchConfig(dynamic=True, max_sequence_length=32, max_batch_size=2)
+    et_program = ExecutorchExporter().export(model, inputs, config=config)
     bounds = record_of(et_program).details["dim_bounds"]
     assert bounds["input_ids[1] (sequence)"] == "<= 32: ExecutorchConfig.max_sequence_length"
-    # and memory planning got it: every symbol of the program is a batch (<= 8) or a sequence (<= 32)
+    assert bounds["input_ids[0] (batch)"] == "<= 2: ExecutorchConfig.max_batch_size"
+    # and memory planning got it: every symbol of the program is a batch (<= 2) or a sequence (<= 32)
     uppers = {int(v.upper) for v in et_program.exported_program().range_constraints.values()}
-    assert uppers == {8, 32}
+    assert uppers == {2, 32}
+    report = validate(et_program, model, inputs)
+    assert report.passed, report.to_table()
+    resized = next(case for case in report.cases if case.label == "resized")
+    assert resized.passed and not resized.error
     with pytest.raises(ValueError, match="max_sequence_length must be >= 2"):
         ExecutorchConfig(max_sequence_length=1)
 
