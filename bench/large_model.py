@@ -190,9 +190,9 @@ def main() -> None:
         sys.exit(f"no writable cgroup v1 memory controller at {CGROUPS}: run as root on a machine with one")
     model = Path(args.model).resolve()
     work = Path(args.work or model.parent).resolve()
+    bounds = tuple(int(n) for n in args.executorch_bounds.split(","))
     results = []
     for backend in args.backends.split(","):
-        bounds = tuple(int(n) for n in args.executorch_bounds.split(","))
         results.append(run_backend(model, backend, args.cap, work, validate=not args.no_validate,
                                    executorch_bounds=bounds, quantize=args.quantize))
         print(json.dumps(results[-1]), flush=True)

@@ -47,11 +47,16 @@ def _nbits_nodes(proto) -> dict[str, dict]:
     ("qwen3", "int4-weights", {"block_size": 128, "accuracy_level": 0}),
     ("gpt2", "int8-weights", {"block_size": 64, "is_symmetric": True, "accuracy_level": 1}),
 ])
-def test_one_weight_at_a_time_equals_onnx_runtimes_quantizer(exports, preset, scheme, options):
+def test_one_weight_at_a_time_equals_onnx_runtimes_quantizer(exports, preset, scheme, options, monkeypatch):
     program, inputs = exports(preset)
     assert _weights_one_at_a_time(program.model)
     quantizer = OrtQuantizer(scheme, **options)
     expected = quantizer._matmul_nbits(program.model_proto)
+
+    def whole_model(self, proto):
+        raise AssertionError("took ONNX Runtime's whole-model quantizer")
+
+    monkeypatch.setattr(OrtQuantizer, "_matmul_nbits", whole_model)
     quantized = quantizer.quantize_model(program, [])
     actual = ir.to_proto(quantized.model)
     assert _nbits_nodes(actual) == _nbits_nodes(expected) and _nbits_nodes(actual)

@@ -280,7 +280,7 @@ def lost_axes(program: torch.export.ExportedProgram, inputs: dict[str, Any], pla
     return lost, fixed
 
 
-def _narrowed(bounds: tuple[int, int | None], size: int, spec: Any = None) -> bool:
+def _narrowed(bounds: tuple[int, int | None], size: int, spec: Any) -> bool:
     """Whether a symbol's range leaves no size but about the sample's (it must reach `size + 2`,
     or start below `size - 1`), unless it reaches the upper bound `spec` asked for (a batch
     bounded at 2 or 3, traced at 2, kept whole). A range narrower than a requested bound but wider than

@@ -188,8 +188,7 @@ class OrtQuantizer(ExportQuantizer):
                 graph.initializers.pop(weight.name)
             replaced += 1
         if not replaced:
-            raise QuantizationError(f"{self!r}: no MatMul has a constant 2-D weight to quantize",
-                                    remedy="use OrtQuantizer('int8-dynamic') or NNCFQuantizer for this model")
+            raise self._nothing_to_quantize()
         model.opset_imports.setdefault("com.microsoft", 1)
         return model
 
@@ -212,10 +211,12 @@ class OrtQuantizer(ExportQuantizer):
             logger.setLevel(level)
         quantized = quantizer.model.model
         if not any(node.op_type == "MatMulNBits" for node in quantized.graph.node):
-            raise QuantizationError(f"{self!r}: ONNX Runtime's MatMulNBitsQuantizer replaced no MatMul "
-                                    "(the model has no MatMul with a constant 2-D weight)",
-                                    remedy="use OrtQuantizer('int8-dynamic') or NNCFQuantizer for this model")
+            raise self._nothing_to_quantize()
         return quantized
+
+    def _nothing_to_quantize(self) -> QuantizationError:
+        return QuantizationError(f"{self!r}: no MatMul of the model has a constant 2-D weight for MatMulNBits",
+                                 remedy="use OrtQuantizer('int8-dynamic') or NNCFQuantizer for this model")
 
 
 def _constant_weight(node: Any) -> Any:

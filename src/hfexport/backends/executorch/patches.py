@@ -184,10 +184,61 @@ def _weight_bytes_type(size: int) -> type:
 
 def _by_reference(data: bytes, index: dict[tuple[int, bytes], list[torch.Tensor]]) -> Any:
     """`data` as a `_WeightBytes` over the lowered weight it equals byte for byte, else `data`."""
-    for raw in index.get((len(data), data[:32]), ()):
-        if torch.equal(raw, _as_uint8(data)):
-            return _WeightBytes.of(raw)
+    candidates = index.get((len(data), data[:32]), ())
+    if candidates:
+        filed = _as_uint8(data)
+        for raw in candidates:
+            if torch.equal(raw, filed):
+                return _WeightBytes.of(raw)
     return data
+
+
+def _filing_by_reference(original):
+    """`NamedDataStore.add_named_data` filing an external constant equal to an indexed weight by
+    reference (the `.pte`'s own named data stays `bytes`)."""
+    def add_named_data(self, key, data, alignment=1, external_tag=None, tensor_layout=None):
+        index = _LOWERED_WEIGHTS.get()
+        if index and external_tag is not None and isinstance(data, bytes):
+            data = _by_reference(data, index)
+        return original(self, key, data, alignment, external_tag, tensor_layout)
+
+    return add_named_data
+
+
+def _cord_taking_references(original):
+    """`Cord.append` taking a `_WeightBytes` as it takes bytes."""
+    def append(self, data):
+        if not isinstance(data, _WeightBytes):
+            return original(self, data)
+        self._buffers.append(data)  # Cord's own fields (executorch 1.4.1 exir/_serialize/_cord.py)
+        self._byte_size += len(data)
+
+    return append
+
+
+def _lowering_sharing_weights(original):
+    """`lower_all_submodules_to_backend` whose deep copy of each partition's program shares the
+    program's weights (`backend_api.copy` swapped for the call), with those weights indexed for
+    the call (`_LOWERED_WEIGHTS`)."""
+    from executorch.exir.backend import backend_api
+
+    def lower_all_submodules_to_backend(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program):
+        programs = [*method_to_tagged_edge_program.values(),
+                    *(node.meta["submodule_program"] for nodes in method_to_submodules_nodes.values() for node in nodes)]
+        module, backend_api.copy = backend_api.copy, _CopySharingWeights()
+        token = _LOWERED_WEIGHTS.set(_weights_index(programs))
+        try:
+            return original(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program)
+        finally:
+            _LOWERED_WEIGHTS.reset(token)
+            backend_api.copy = module
+
+    return lower_all_submodules_to_backend
+
+
+#: The replacement of each target of `patch_lowering_shares_weights`, by the original's name.
+_SHARING_WEIGHTS = {"lower_all_submodules_to_backend": _lowering_sharing_weights,
+                    "add_named_data": _filing_by_reference, "append": _cord_taking_references}
 
 
 @register_patch(
@@ -212,39 +263,7 @@ def _by_reference(data: bytes, index: dict[tuple[int, bytes], list[torch.Tensor]
     remove_when="executorch>1.4.1",
 )
 def patch_lowering_shares_weights(original):
-    """One replacement per target, told apart by the original's name (signatures of executorch 1.4.1):
-    `lower_all_submodules_to_backend` whose deep copy of each partition's program shares the
-    program's weights (`backend_api.copy` swapped for the call) and which indexes those weights for
-    the call; `NamedDataStore.add_named_data` filing an external constant equal to an indexed weight
-    by reference; `Cord.append` taking such a reference as it takes bytes."""
-    if original.__name__ == "add_named_data":
-        def add_named_data(self, key, data, alignment=1, external_tag=None, tensor_layout=None):
-            index = _LOWERED_WEIGHTS.get()
-            if index and external_tag is not None and isinstance(data, bytes):
-                data = _by_reference(data, index)
-            return original(self, key, data, alignment, external_tag, tensor_layout)
-
-        return add_named_data
-    if original.__name__ == "append":
-        def append(self, data):
-            if not isinstance(data, _WeightBytes):
-                return original(self, data)
-            self._buffers.append(data)  # Cord's own fields (executorch 1.4.1 exir/_serialize/_cord.py)
-            self._byte_size += len(data)
-
-        return append
-
-    from executorch.exir.backend import backend_api
-
-    def lower_all_submodules_to_backend(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program):
-        programs = [*method_to_tagged_edge_program.values(),
-                    *(node.meta["submodule_program"] for nodes in method_to_submodules_nodes.values() for node in nodes)]
-        module, backend_api.copy = backend_api.copy, _CopySharingWeights()
-        token = _LOWERED_WEIGHTS.set(_weights_index(programs))
-        try:
-            return original(backend_id, method_to_submodules_nodes, method_to_tagged_edge_program)
-        finally:
-            _LOWERED_WEIGHTS.reset(token)
-            backend_api.copy = module
-
-    return lower_all_submodules_to_backend
+    """The replacement of each target, by its name (signatures of executorch 1.4.1): the lowering
+    sharing and indexing the weights, the store filing them by reference, the Cord writing those
+    references (`_SHARING_WEIGHTS`)."""
+    return _SHARING_WEIGHTS[original.__name__](original)
