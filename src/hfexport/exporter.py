@@ -291,6 +291,12 @@ class HfExporter:
         every component into one staged folder); return the files written."""
         return self._write(artifact, Path(directory) / name)
 
+    def for_folder(self) -> HfExporter:
+        """This exporter as `export_to_folder` runs it, whose artifacts are written together with
+        every file they need and a manifest; the base class returns itself (ExecuTorch's moves
+        large weights to a `.ptd` there by default)."""
+        return self
+
     def load(self, files: list[str | os.PathLike]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this
         backend's runner: an `ExportedProgram`, an ONNX file, an `openvino.Model`, a `.pte` buffer."""

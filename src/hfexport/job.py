@@ -174,7 +174,7 @@ def export_to_folder(
     steps = _Timed(progress or _Silent())
     target = Path(out).resolve()
     check_output_folder(target, overwrite=overwrite)  # refuse before the slow part
-    exporter = AutoHfExporter.from_config(config)
+    exporter = AutoHfExporter.from_config(config).for_folder()
     if isinstance(quantize, str):
         from .quantization import quantizer_for
 

@@ -158,15 +158,17 @@ def test_memory_planning_flags_change_the_planned_program():
 
 @pytest.mark.slow
 def test_save_refuses_to_overwrite(qwen3_pte, tmp_path):
-    from hfexport.backends.executorch.artifact import save_pte
     from hfexport.errors import SerializationError
 
     _, _, et_program, _ = qwen3_pte
     target = tmp_path / "model.pte"
     target.write_bytes(b"old")
     with pytest.raises(SerializationError, match="already exists"):
-        save_pte(et_program, target)
+        et_program.save(target)
+    with pytest.raises(ValueError, match="saved as a .pte file"):
+        et_program.save(tmp_path / "model.bin")
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["model.pte"]
+    assert et_program.save(target, overwrite=True) == [target] and target.read_bytes() == et_program.buffer
 
 
 class _Halves(torch.nn.Module):

@@ -67,15 +67,21 @@ def test_cli_flag_sets_the_config_and_is_refused_outside_executorch(tmp_path, ca
     assert "it does not apply to --format openvino (OpenVINO's are always in their .bin)" in capsys.readouterr().err
 
 
-def test_automatic_mode_decides_by_the_weight_size(monkeypatch):
+def test_automatic_mode_keeps_them_in_the_program_unless_writing_a_folder(monkeypatch):
+    """`None` is "in the `.pte`" for `export` (its program loads with `executorch.runtime`, which
+    takes no data file) and "by size" for an export folder (`for_folder`: `export_to_folder`)."""
     program = torch.export.export(torch.nn.Linear(64, 32), (torch.ones(2, 64),))
     size = (64 * 32 + 32) * 4
     assert external.weight_bytes(program) == size
-    assert external.external_reason(ExecutorchConfig(), program) is None  # far under 64 MiB
-    assert external.external_reason(ExecutorchConfig(external_weights=True), program).endswith("=True)")
-    assert external.external_reason(ExecutorchConfig(external_weights=False), program) is None
+    for by_size in (False, True):
+        assert external.external_reason(ExecutorchConfig(), program, by_size=by_size) is None  # far under 64 MiB
+        assert external.external_reason(ExecutorchConfig(external_weights=True), program,
+                                        by_size=by_size).endswith("=True)")
+        assert external.external_reason(ExecutorchConfig(external_weights=False), program, by_size=by_size) is None
     monkeypatch.setattr(external, "EXTERNAL_WEIGHTS_BYTES", size - 1)
-    assert "of weights, over the" in external.external_reason(ExecutorchConfig(), program)
+    assert external.external_reason(ExecutorchConfig(), program) is None
+    assert "of weights, over the" in external.external_reason(ExecutorchConfig(), program, by_size=True)
+    assert not ExecutorchExporter()._weights_by_size and ExecutorchExporter().for_folder()._weights_by_size
 
 
 def test_the_fingerprint_covers_size_and_both_ends(tmp_path):
@@ -210,12 +216,49 @@ def test_a_ptd_from_another_export_is_refused_at_load(llama_exports, tmp_path):
 
 
 @pytest.mark.slow
-def test_save_pte_refuses_a_program_whose_weights_are_outside(llama_exports, tmp_path):
-    from hfexport.backends.executorch.artifact import save_pte
+def test_its_own_save_writes_the_ptd_beside_the_pte(llama_exports, tmp_path, monkeypatch):
+    """`ExecutorchProgramManager.save("m.pte")` of a program whose weights are outside writes
+    `m.ptd` too, which ExecuTorch's own loader opens with it; a failed save leaves no file."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch
 
-    with pytest.raises(SerializationError, match="keeps its weights outside the .pte"):
-        save_pte(llama_exports[2], tmp_path / "model.pte")
-    assert not list(tmp_path.iterdir())
+    from hfexport.backends.executorch import artifact
+
+    model, inputs, outside, folder, _ = llama_exports
+    files = outside.save(tmp_path / "m.pte")
+    assert files == [tmp_path / "m.pte", tmp_path / "m.ptd"]
+    assert (tmp_path / "m.ptd").read_bytes() == (folder / "model.ptd").read_bytes()
+    module = _load_for_executorch(str(files[0]), data_path=str(files[1]))
+    got = module.run_method("forward", [inputs["input_ids"], inputs["attention_mask"]])[0]
+    assert (got - _eager_logits(model, inputs)).abs().max() < ATOL
+    (tmp_path / "m.pte").unlink()
+    with pytest.raises(SerializationError, match="m.ptd already exists"):  # both files checked before either moves
+        outside.save(tmp_path / "m.pte")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ptd"]
+
+    def fail(program, path):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(artifact, "write_ptd", fail)  # the .pte is written first, then this fails
+    with pytest.raises(OSError, match="disk full"):
+        outside.save(tmp_path / "n.pte")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.ptd"]
+
+
+@pytest.mark.slow
+def test_a_folder_moves_large_weights_out_and_export_keeps_them_in(tmp_path, monkeypatch):
+    """Over the threshold (lowered here), `export` keeps `ExecutorchConfig()`'s weights in the
+    program while `export_to_folder` writes them to the `.ptd`, the reason recorded."""
+    from hfexport.job import export_to_folder
+
+    monkeypatch.setattr(external, "EXTERNAL_WEIGHTS_BYTES", 1024)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+    sample = {"input": torch.randn(2, 32, generator=torch.Generator().manual_seed(0))}
+    program = ExecutorchExporter().export(model, sample, config=ExecutorchConfig())
+    assert program.save(tmp_path / "alone.pte") == [tmp_path / "alone.pte"]
+    assert "external_weights" not in record_of(program).details
+    result = export_to_folder((model, sample), ExecutorchConfig(), tmp_path / "folder")
+    assert result.manifest["components"]["model"]["files"] == ["model.pte", "model.ptd"]
+    assert "over the 0 MiB an export folder moves" in result.manifest["components"]["model"]["external_weights"]["reason"]
 
 
 # -- generation --------------------------------------------------------------------------------------

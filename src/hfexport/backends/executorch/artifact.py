@@ -1,4 +1,5 @@
-"""ExecuTorch artifacts on disk: a `.pte` (and its `.ptd` weights file) written, and read back for the runner."""
+"""ExecuTorch artifacts on disk: `HfExecutorchProgram` (an `ExecutorchProgramManager` whose `save`
+writes its `.ptd` too), its files written, and a saved `.pte` read back for the runner."""
 
 from __future__ import annotations
 
@@ -6,11 +7,58 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...errors import SerializationError
-from ...storage import atomic_file, checked_destination
-from .compat import data_payloads
+from executorch.exir import ExecutorchProgramManager
 
-__all__ = ["PteBuffer", "save_pte", "write_pte"]
+from ...record import record_of
+from ...storage import checked_destination, fingerprint, staged_files
+from .compat import data_payloads
+from .external import write_ptd
+
+__all__ = ["HfExecutorchProgram", "PteBuffer", "write_executorch"]
+
+
+class HfExecutorchProgram(ExecutorchProgramManager):
+    """An `ExecutorchProgramManager` (the same object, same API) made by `ExecutorchExporter`,
+    whose `save` writes the program's weights file beside it when its weights live outside it."""
+
+    @classmethod
+    def wrap(cls, program: ExecutorchProgramManager) -> HfExecutorchProgram:
+        """`program` itself, as an `HfExecutorchProgram` (its class changed: lowering it again to
+        build a new manager would serialize the whole program a second time)."""
+        program.__class__ = cls
+        return program
+
+    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
+        """Write the program to `path` (`model.pte`) and, when its weights live outside it
+        (`ExecutorchConfig(external_weights=True)`), their named-data file `model.ptd` beside it,
+        atomically (nothing is left when a write fails); return the files written.
+
+        A `.pte` with a `.ptd` loads with both: `_load_for_executorch("model.pte",
+        data_path="model.ptd")` (`executorch.extension.pybindings.portable_lib`) or the C++
+        `Module("model.pte", "model.ptd")`; executorch 1.4.1's `Runtime.load_program` takes no data file.
+
+        Args:
+            overwrite: replace existing files; without it an existing `path` (or `.ptd`) is an error.
+        """
+        if Path(path).suffix != ".pte":
+            raise ValueError(f"an ExecuTorch program is saved as a .pte file; got {Path(path).name!r} (save it as "
+                             f"{Path(path).with_suffix('.pte').name!r})")
+        pte = checked_destination(path, overwrite=overwrite, what="the ExecuTorch program")
+        with staged_files(pte, overwrite=overwrite) as staging:
+            written = write_executorch(self, staging / pte.stem)
+        return [pte.parent / file.name for file in written]
+
+
+def write_executorch(program: Any, stem: Path) -> list[Path]:
+    """Write `program` as `<stem>.pte`, streamed to its file, and, when its weights live outside it,
+    `<stem>.ptd` (its name and fingerprint go in the program's record, hence the manifest), in a
+    folder the caller stages; return the files."""
+    written = [write_pte(program, stem.with_suffix(".pte"))]
+    if data_payloads(program):
+        ptd = write_ptd(program, stem.with_suffix(".ptd"))
+        record_of(program).details["external_weights"].update(file=ptd.name, **fingerprint(ptd))
+        written.append(ptd)
+    return written
 
 
 class PteBuffer:
@@ -39,17 +87,3 @@ def write_pte(program: Any, path: Path) -> Path:
     with open(path, "wb") as stream:
         program.write_to_file(stream)
     return path
-
-
-def save_pte(program: Any, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
-    """Write `program` to `path` atomically (temporary file, then rename); a program whose weights
-    live outside it is refused (its `.pte` alone cannot run: `ExecutorchExporter().save` writes both)."""
-    if data_payloads(program):
-        raise SerializationError(f"the ExecuTorch program keeps its weights outside the .pte; {path} alone "
-                                 "would not load",
-                                 remedy="save it with ExecutorchExporter().save(program, folder), which writes the "
-                                 ".pte and its .ptd")
-    target = checked_destination(path, overwrite=overwrite, what="the ExecuTorch program")
-    with atomic_file(target, "wb") as stream:
-        program.write_to_file(stream)
-    return target

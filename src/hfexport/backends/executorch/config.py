@@ -37,12 +37,14 @@ class ExecutorchConfig(ExportConfig):
             has none). Memory planning sizes every intermediate for it, so a model that
             materializes its attention scores needs a bound it can afford.
         external_weights: keep the weights outside the program, in ExecuTorch's named-data file
-            `<name>.ptd` beside `<name>.pte` (the runner maps it; elsewhere load both:
-            `_load_for_executorch(pte, data_path=ptd)`, or the C++ `Module(pte, ptd)`). `None`
-            (default) decides by size: over 64 MiB of weights (`hfexport.config.EXTERNAL_WEIGHTS_BYTES`);
-            `True` always, `False` never (CLI `--external-weights` / `--no-external-weights`).
-            XNNPACK only. `ExecutorchProgramManager.save("model.pte")` writes the program alone: save
-            such an export with `ExecutorchExporter().save(program, folder)`.
+            `<name>.ptd` beside `<name>.pte`: `True` always (the program's own `save("model.pte")`
+            then writes `model.ptd` beside it; load the pair with
+            `_load_for_executorch(pte, data_path=ptd)` or the C++ `Module(pte, ptd)`: executorch
+            1.4.1's `Runtime.load_program` takes no data file), `False` never. `None` (default):
+            in the `.pte` for what `export` returns; `export_to_folder` and the CLI (a folder with
+            a manifest, opened by hfexport's runner) move weights over 64 MiB
+            (`hfexport.config.EXTERNAL_WEIGHTS_BYTES`) to the `.ptd`. CLI `--external-weights` /
+            `--no-external-weights`. XNNPACK only.
     """
 
     export_format = "executorch"

@@ -24,13 +24,11 @@ from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache, is_static_cache
 from ...errors import ConversionError, PrepareError, QuantizationError
 from ...exporter import HfExporter
-from ...record import ExportRecord, record_of
-from ...storage import fingerprint
-from .artifact import PteBuffer, write_pte
+from ...record import ExportRecord
 from .config import ExecutorchConfig
 from .compat import data_payloads
 from .delegates import check_delegate, partitioners
-from .external import external_reason, tag_delegated_weights, weights_tag, write_ptd
+from .external import external_reason, tag_delegated_weights, weights_tag
 from .folding import fold_weight_only_math
 from .planning import ViewsBoundedByBase, check_plan
 
@@ -54,13 +52,28 @@ class ExecutorchExporter(HfExporter):
     method = Runtime.get().load_program("model.pte").load_method("forward")
     outputs = method.execute(list(inputs.values()))
     ```
-    The program's inputs are the `inputs` dict's tensors, in order (caches flattened).
+    The program's inputs are the `inputs` dict's tensors, in order (caches flattened). Its weights
+    are in the `.pte` unless `ExecutorchConfig(external_weights=True)`; then `save` writes
+    `model.ptd` beside it (`HfExecutorchProgram.save`, which says how to load the pair).
     """
 
     format = "executorch"
     config_class = ExecutorchConfig
     extra = "executorch"
     fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops")
+
+    def __init__(self) -> None:
+        #: `ExecutorchConfig(external_weights=None)` decided by size (`for_folder`), not "in the `.pte`"
+        self._weights_by_size = False
+
+    def for_folder(self) -> ExecutorchExporter:
+        """This exporter as `export_to_folder` runs it: `ExecutorchConfig(external_weights=None)` puts
+        weights over `hfexport.config.EXTERNAL_WEIGHTS_BYTES` in a `.ptd`, since the folder holds
+        both files and a manifest listing them (`export` keeps them in the `.pte`, which
+        `executorch.runtime` 1.4.1 loads alone)."""
+        exporter = type(self)()
+        exporter._weights_by_size = True
+        return exporter
 
     def _check_model(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> None:
         check_delegate(config.delegate, model_name(model))
@@ -93,7 +106,7 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir.passes import MemoryPlanningPass
 
         _refuse_static_quantized_rotary(captured.program, model)
-        external = external_reason(config, captured.program)
+        external = external_reason(config, captured.program, by_size=self._weights_by_size)
         passes = [fold_weight_only_math(), *([tag_delegated_weights()] if external else [])]
         edge = to_edge_transform_and_lower(captured.program, transform_passes=passes,
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)))
@@ -118,7 +131,9 @@ class ExecutorchExporter(HfExporter):
             )
         program.hfexport_capped_views = bounds.capped
         program.hfexport_external_weights = external
-        return program
+        from .artifact import HfExecutorchProgram
+
+        return HfExecutorchProgram.wrap(program)
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: ExecutorchConfig) -> None:
         record.details["delegation"] = delegation_summary(artifact, config.delegate)
@@ -137,15 +152,14 @@ class ExecutorchExporter(HfExporter):
 
     def _write(self, artifact, stem: Path) -> list[Path]:
         """The `.pte`, streamed to its file, and, when the weights live outside it, the `.ptd`
-        (its name and fingerprint go in the artifact's record, hence the manifest)."""
-        written = [write_pte(artifact, stem.with_suffix(".pte"))]
-        if data_payloads(artifact):
-            ptd = write_ptd(artifact, stem.with_suffix(".ptd"))
-            record_of(artifact).details["external_weights"].update(file=ptd.name, **fingerprint(ptd))
-            written.append(ptd)
-        return written
+        (`artifact.write_executorch`, what the program's own `save` writes too)."""
+        from .artifact import write_executorch
 
-    def _load(self, files: list[Path]) -> PteBuffer:
+        return write_executorch(artifact, stem)
+
+    def _load(self, files: list[Path]) -> Any:
+        from .artifact import PteBuffer
+
         data = next((f for f in files[1:] if f.suffix == ".ptd"), None)
         return PteBuffer.read(files[0], data_path=data)
 

@@ -56,25 +56,31 @@ def weight_bytes(program: torch.export.ExportedProgram) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def external_reason(config: Any, program: torch.export.ExportedProgram) -> str | None:
+def external_reason(config: Any, program: torch.export.ExportedProgram, *, by_size: bool = False) -> str | None:
     """Why `program`'s weights go outside it under `config` (an `ExecutorchConfig`), or `None`.
 
-    `external_weights=None` decides by size: over `hfexport.config.EXTERNAL_WEIGHTS_BYTES` (64 MiB,
-    the threshold ONNX's `.data` uses too), where a single `.pte` is a single allocation for any
-    loader that takes bytes (the program held whole in memory beside the weights XNNPACK packs
-    from it) and a data file can be memory-mapped instead; under it, one self-contained file is
-    simpler to ship and costs little. Only the XNNPACK delegate
-    files its weights under the tag (`ExecutorchConfig` refuses `True` for the others).
+    `external_weights=True` always; `None` keeps them in the program unless `by_size` (an export
+    folder, `ExecutorchExporter.for_folder`), which moves them out over
+    `hfexport.config.EXTERNAL_WEIGHTS_BYTES` (64 MiB, the threshold ONNX's `.data` uses too): a
+    single `.pte` is a single allocation for any loader that takes bytes (the program held whole in
+    memory beside the weights XNNPACK packs from it) and a data file can be memory-mapped instead.
+    Only the XNNPACK delegate files its weights under the tag (`ExecutorchConfig` refuses `True`
+    for the others).
+
+    # NOTE: why `None` means "in the `.pte`" for `export`: the program it returns is saved with its
+    # own `save("model.pte")` and loaded with `executorch.runtime`, whose 1.4.1 `load_program`
+    # takes no data file (a `.pte` whose weights are elsewhere fails `load_method`, "external_data_map
+    # is null", error 0x2). An export folder lists both files in its manifest and the runner maps both.
     """
     if config.external_weights is False or config.delegate != "xnnpack":
         return None
     if config.external_weights:
         return "ExecutorchConfig(external_weights=True)"
     size = weight_bytes(program)
-    if size <= EXTERNAL_WEIGHTS_BYTES:
+    if not by_size or size <= EXTERNAL_WEIGHTS_BYTES:
         return None
-    return (f"{size / 2**20:,.0f} MiB of weights, over the {EXTERNAL_WEIGHTS_BYTES // 2**20} MiB of "
-            "ExecutorchConfig(external_weights=None)")
+    return (f"{size / 2**20:,.0f} MiB of weights, over the {EXTERNAL_WEIGHTS_BYTES // 2**20} MiB an export "
+            "folder moves to a .ptd under ExecutorchConfig(external_weights=None)")
 
 
 def weights_tag(node: torch.fx.Node) -> str:
