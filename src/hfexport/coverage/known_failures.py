@@ -64,11 +64,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], KnownFailure] = {
         "transformers' torch_compilable_check on the image-token count traces to aten._is_all_true, which is "
         "not in ExecuTorch's Core ATen opset; the generation components (what LLaVA is exported for) lower, "
         "and TRANSFORMERS_DISABLE_TORCH_CHECK=1 drops the check for a one-graph export"),
-    **{("convnext", backend, "export"): KnownFailure(
-        "its batch, traced at 1, comes out bounded to 0..2, and traced again at 2 the program refuses batch 1 (a "
-        "guard on the batch being 1 that this session did not locate); refused since it used to come back as if "
-        "dynamic, unless allow_size_one_specialization=True. ExecuTorch, which traces at batch 2, exports and matches",
-        "torch 2.13 (a size-1 guard under backed_size_oblivious; not located)") for backend in ("dynamo", "onnx", "openvino")},
     ("swin", "openvino", "export"): KnownFailure(
         "window partitioning pads to a multiple of the window size with SymInt arithmetic; OpenVINO's "
         "PyTorch frontend has no conversion rule for operator.mod / torch.sym_min on symbolic sizes",
