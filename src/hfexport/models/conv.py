@@ -31,10 +31,10 @@ __all__ = ["patch_conv2d_strided_input"]
     "format on the strides, which guards on the batch being 1: a batch traced at 1 comes out bounded to 0..2, "
     "traced at 2 the program refuses batch 1; the input is copied to contiguous first where that is undecided. "
     "ExecuTorch traces at batch 2 and already takes batch 1 (coverage matrix), so its graph is left as it was",
-    upstream="not filed upstream (searched pytorch/pytorch issues for 'conv channels_last guard batch size 1 "
-    "export' and 'suggest_memory_format backed_size_oblivious'; none matches); torch 2.13 "
-    "_subclasses/fake_impls.py conv -> aten convolution -> suggest_memory_format on symbolic strides "
-    "(guards s0 <= 1, TORCH_LOGS=+dynamic); reproduction: docs/repro/convnext_batch_guard.py",
+    upstream="not filed upstream (searched the issues for 'torch.export conv2d channels_last guard batch size 1 "
+    "backed_size_oblivious': none matches; pytorch/pytorch#63299 is channels-last with batch 0 in eager); torch 2.13 "
+    "_subclasses/fake_impls.py conv -> aten convolution, its memory format decided on symbolic strides "
+    "(guards s0 <= 1, TORCH_LOGS=+dynamic)",
     seen_with={"torch": "2.13.0", "transformers": "5.24.0"},
     remove_when="torch>2.13.0",
 )

@@ -214,8 +214,9 @@ def _trailing_size(tensor: torch.Tensor, shape: Sequence[Any]) -> list[Any] | No
     "((s**2)//s for BLOOM's attention view(batch, heads, q, -1)); ExecuTorch plans memory at the interval "
     "bound of that expression, 4096 x 4096 for 4096, so BLOOM's scores planned 8 TB. Where the sizes before "
     "the -1 are statically the tensor's leading ones, the -1 is given as the product of its trailing sizes",
-    upstream="not filed upstream (searched pytorch/executorch issues for 'memory planning upper bound floordiv "
-    "symbolic view'); torch 2.13 infer_size (numel // known) and executorch 1.4.1 memory planning "
+    upstream="not filed upstream (searched the issues for 'executorch memory planning upper bound symbolic floordiv "
+    "view -1': none matches; pytorch/executorch#264 introduced the range-analysis bound); torch 2.13 infer_size "
+    "(numel // known) and executorch 1.4.1 memory planning "
     "(the upper bound of each size expression, evaluated by interval)",
     seen_with={"torch": "2.13.0", "executorch": "1.4.1", "transformers": "5.24.0"},
     remove_when="torch>2.13.0",
