@@ -34,6 +34,7 @@ WORKAROUND_MODULES = (
     "hfexport.backends.openvino.patches",
     "hfexport.models.attention",
     "hfexport.models.batched_matmul",
+    "hfexport.models.conv",
     "hfexport.models.view_or_copy",
     "hfexport.models.linear_attention",
     "hfexport.models.moe",

@@ -53,6 +53,41 @@ def test_axes_the_weights_fix_are_listed_not_refused():
     assert isinstance(record_of(program).input_shapes[0][0], str)  # the batch stays dynamic
 
 
+class _HeadOfTwoPositions(torch.nn.Linear):
+    """A head (`nn.Linear.forward(input)`) whose code fixes the positions at the sample's two."""
+
+    def forward(self, input):
+        return super().forward(input + torch.zeros(2, self.in_features))
+
+
+class _ProjectorOfFourPatches(torch.nn.Linear):
+    """A projector whose code fixes the patches per image at the sample's four."""
+
+    def forward(self, image_features):
+        return super().forward(image_features + torch.zeros(4, self.in_features))
+
+
+@pytest.mark.parametrize(("module", "inputs", "axis"), [
+    (_HeadOfTwoPositions(8, 16), {"input": torch.randn(1, 2, 8)}, r"input, axis 1 \(sequence; traced at 2\)"),
+    (_ProjectorOfFourPatches(8, 16), {"image_features": torch.randn(2, 4, 8)},
+     r"image_features, axis 1 \(patches; traced at 4\)"),
+], ids=["head", "projector"])
+def test_a_head_or_projector_whose_positions_come_out_fixed_is_refused(module, inputs, axis):
+    """Issue 28: a head's `input` was read as a cache leaf (`input.cache...`, named I/O), its
+    positions planned static as a recurrent state's width: the Qwen2-VL head came out fixed at
+    the captured positions and the check, which reads only the axes the plan asks for, passed it."""
+    with pytest.raises(CaptureError, match=axis):
+        DynamoExporter().export(module, inputs, config=DynamoConfig(dynamic=True))
+
+
+def test_a_head_takes_any_number_of_positions_from_a_one_position_sample():
+    head = torch.nn.Linear(8, 16)
+    program = DynamoExporter().export(head, {"input": torch.randn(1, 1, 8)}, config=DynamoConfig(dynamic=True))
+    for batch, positions in ((1, 11), (3, 2)):
+        hidden = torch.randn(batch, positions, 8)
+        torch.testing.assert_close(program.module()(input=hidden), head(hidden))
+
+
 def test_unknown_dynamic_shapes_keys_are_named_with_the_inputs():
     batch = torch.export.Dim("batch")
     with pytest.raises(PrepareError, match=r"(?s)'pixel_values'.*not among the inputs: input_ids"):

@@ -114,6 +114,8 @@ def test_multimodal_prefill_splits_into_encoder_projector_language_model_and_hea
         hidden = language_model(**copy.deepcopy(kwargs)).last_hidden_state
         logits = components["lm_head"][0](hidden[:, -1])
     assert torch.allclose(logits, generated.logits[0], atol=1e-5)
+    # the head's kwargs are what generate fed it: the language model output's last position
+    assert torch.equal(components["lm_head"].kwargs["input"], hidden[:, -1:])
 
 
 def test_a_model_without_projector_gets_none_and_its_tower_feeds_the_language_model():
@@ -129,6 +131,10 @@ def test_a_model_without_projector_gets_none_and_its_tower_feeds_the_language_mo
     embeds = components["language_model"][1]["inputs_embeds"][0]
     image_positions = inputs["input_ids"][0] == model.config.image_token_id
     assert torch.equal(embeds[image_positions], merged)
+    language_model, kwargs = components["language_model"]
+    with torch.no_grad():
+        hidden = language_model(**copy.deepcopy(kwargs)).last_hidden_state
+    assert torch.equal(components["lm_head"].kwargs["input"], hidden[:, -1:])  # generate's, not repeated
 
 
 def _static_generate(model, inputs, new_tokens: int, max_cache_len: int):

@@ -67,3 +67,19 @@ def test_image_encoder_takes_images_it_was_not_exported_with(exported, model_and
                       {"hidden_states": image["pixel_values"], "grid_thw": image["image_grid_thw"]})
     assert report.passed, report.to_table()
     assert report.cases[0].outputs[0].shape == [4 * 4 + 2 * 2 * 6, 32]
+
+
+@pytest.mark.slow
+def test_head_takes_any_number_of_positions(exported, model_and_inputs):
+    """Issue 28: the head, captured on generate's one position, took exactly that many (then two,
+    repeated): 11 positions were refused on every backend. Now the language model's whole output."""
+    artifacts, components = exported
+    model, _ = model_and_inputs
+    module, kwargs = components["lm_head"]
+    assert kwargs["input"].shape[1] == 1  # what generate fed the head
+    generator = torch.Generator().manual_seed(4)
+    for batch, positions in ((1, 11), (2, 3)):
+        hidden = torch.randn(batch, positions, kwargs["input"].shape[-1], generator=generator)
+        report = validate(artifacts["lm_head"], module, {"input": hidden})
+        assert report.passed, report.to_table()
+        assert report.cases[0].outputs[0].shape == [batch, positions, model.config.text_config.vocab_size]

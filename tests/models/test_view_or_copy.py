@@ -64,3 +64,32 @@ def test_view_is_possible_decides_without_guessing():
     assert view_is_possible([2, 3, 4], [12, 4, 1], [6, 4]) is True  # contiguous
     assert view_is_possible([2, 4, 3], [12, 1, 4], [2, 12]) is False  # transposed last dims
     assert view_is_possible([], [], [1]) is True
+
+
+class _AlibiScoresViewedPerHead(torch.nn.Module):
+    """BLOOM's attention scores: `alibi.baddbmm(q, k^T)` over `(batch * heads)`, viewed back per
+    head as `view(batch, heads, q, -1)`."""
+
+    def forward(self, inputs_embeds, attention_mask):
+        batch, query, _ = inputs_embeds.shape
+        heads = inputs_embeds.reshape(batch, query, 2, 4).transpose(1, 2).reshape(batch * 2, query, 4)
+        alibi = attention_mask.cumsum(-1)[:, None, :].repeat(2, 1, 1).float()  # (batch * heads, 1, kv)
+        scores = alibi.baddbmm(heads, heads.transpose(1, 2))
+        return (scores.view(batch, 2, query, -1).softmax(-1),)
+
+
+@pytest.mark.slow
+def test_a_views_trailing_size_is_planned_at_its_own_bound_in_executorch():
+    """BLOOM on ExecuTorch planned its scores at 4096 x 4096 for the -1 of `view(b, h, q, -1)`
+    (8 TB, refused); the minimal module below planned 4 TB without the patch."""
+    pytest.importorskip("executorch")
+    from hfexport import ExecutorchConfig, ExecutorchExporter, validate
+    from hfexport.errors import ExportError
+
+    module = _AlibiScoresViewedPerHead()
+    inputs = {"inputs_embeds": torch.randn(2, 5, 8), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+    program = ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))
+    report = validate(program, module, inputs)
+    assert report.passed and "resized" in [case.label for case in report.cases], report.to_table()
+    with without(PATCHES, "patch_torch_tensor_view_trailing_size"), pytest.raises(ExportError, match="memory plan"):
+        ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))

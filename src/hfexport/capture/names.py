@@ -84,6 +84,17 @@ _ROLES_BY_NAME = {
     "encoder_hidden_states": ("batch", "encoder_sequence", None),
     "grid_thw": ("images", "grid"),  # Qwen2-VL's vision tower: one (t, h, w) row per image
     "image_grid_thw": ("images", "grid"),
+    "mm_token_type_ids": ("batch", "sequence"),  # Qwen2-VL: which tokens are image tokens
+}
+#: Rank-3 hidden states a generation component takes (`decompose_for_generation`): the head's
+#: (`nn.Linear.forward(input)`), the language model's output, one row per position; a projector's,
+#: the vision tower's output, one row per patch of each image. Their last axis is the weights'.
+_HIDDEN_STATES = {
+    "input": ("batch", "sequence", None),
+    "hidden_states": ("batch", "sequence", None),
+    "image_features": ("images", "patches", None),
+    "image_hidden_states": ("images", "patches", None),
+    "vision_outputs": ("images", "patches", None),
 }
 # Vision towers that take flattened patches, `(patches, C*T*P*P)`, name them as below (Qwen2-VL).
 _PATCH_INPUTS = ("pixel_values", "pixel_values_videos", "hidden_states")
@@ -100,8 +111,16 @@ def role_of(leaf_name: str, rank: int, axis: int) -> str | None:
     return roles[axis] if axis < len(roles) else None
 
 
+def _is_cache_leaf(leaf_name: str) -> bool:
+    """Whether `leaf_name` names a cache leaf: `cache.0.keys`, or `input.cache.0.keys` /
+    `output.cache.0.keys` on runtimes with named I/O. A leaf merely named `input` (an
+    `nn.Linear` head's argument) is not one."""
+    parts = leaf_name.split(".")
+    return parts[0] == CACHE_PREFIX or len(parts) > 1 and parts[0] in ("input", "output") and parts[1] == CACHE_PREFIX
+
+
 def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
-    if leaf_name.split(".")[0] in (CACHE_PREFIX, "input", "output") and rank in (2, 3, 4):
+    if _is_cache_leaf(leaf_name) and rank in (2, 3, 4):
         if "conv_states" in leaf_name or "recurrent_states" in leaf_name:  # Mamba2's are [b, heads, dim, state]
             return ("batch",) + ("state",) * (rank - 1)
         return _CACHE_ROLES if rank == 4 else _STATE_ROLES[:rank]
@@ -111,6 +130,8 @@ def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
         return ("sections", "batch", "sequence")  # multimodal rotary positions (Qwen2-VL: t, h, w [, text])
     if leaf_name.split(".")[-1] in _PATCH_INPUTS and rank == 2:
         return ("patches", "patch_features")
+    if leaf_name.split(".")[-1] in _HIDDEN_STATES and rank == 3:
+        return _HIDDEN_STATES[leaf_name.split(".")[-1]]
     roles = _ROLES_BY_NAME.get(leaf_name.split(".")[-1], ())
     return tuple(roles) + (None,) * max(0, rank - len(roles))
 

@@ -148,7 +148,6 @@ def decompose_for_generation(
                 raise PrepareError(f"{part} of {name} was not called during generate()",
                                    model=name, remedy="report this model class; it needs support")
             components[part] = (watched[part], calls[part][0])
-        components["lm_head"] = (watched["lm_head"], _every_position(calls["lm_head"][0]))
     else:
         if calls.get("encoder"):
             components["encoder"] = (watched["encoder"], calls["encoder"][0])
@@ -381,15 +380,6 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
     if _same_logits(model, prefill, module, traced):
         return module, traced
     return _with_causal_mask(model, [prefill], prefill, prompt, past=0)
-
-
-def _every_position(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A head's kwargs with a one-position input (`generate` keeps the last position,
-    `logits_to_keep=1`) repeated to two: a head is applied position by position, and captured on
-    one position its graph would take only one (the language model's output for a whole prompt is
-    refused)."""
-    return {k: v.repeat(1, 2, *([1] * (v.dim() - 2))) if isinstance(v, torch.Tensor) and v.dim() == 3
-            and v.shape[1] == 1 else v for k, v in kwargs.items()}
 
 
 #: Forward kwargs laid out along the query (new tokens) axis, and that axis.

@@ -23,7 +23,8 @@ import torch
 
 from ..workarounds import register_patch
 
-__all__ = ["patch_torch_tensor_reshape", "patch_torch_tensor_flatten", "patch_torch_tensor_contiguous", "view_is_possible"]
+__all__ = ["patch_torch_tensor_reshape", "patch_torch_tensor_flatten", "patch_torch_tensor_contiguous",
+           "patch_torch_tensor_view_trailing_size", "view_is_possible"]
 
 _ALL_BACKENDS = ("dynamo", "onnx", "openvino", "executorch")
 
@@ -179,3 +180,55 @@ def patch_torch_tensor_contiguous(original: Callable[..., Any]) -> Callable[...,
         return original(self, memory_format=memory_format)
 
     return contiguous
+
+
+def _trailing_size(tensor: torch.Tensor, shape: Sequence[Any]) -> list[Any] | None:
+    """`shape` with a trailing `-1` replaced by the product of `tensor`'s trailing sizes, where
+    the sizes before it are statically the product of `tensor`'s leading ones (`view(b, h, q, -1)`
+    of a `(b * h, q, kv)` tensor: `kv`); None when no such split is known."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if len(shape) < 2 or not all(isinstance(d, (int, torch.SymInt)) for d in shape) or shape[-1] != -1 \
+            or any(isinstance(d, int) and d < 0 for d in shape[:-1]):
+        return None
+    leading = 1
+    for d in shape[:-1]:
+        leading = leading * d
+    sizes = list(tensor.shape)
+    prefix = 1
+    for split in range(len(sizes) + 1):
+        if statically_known_true(prefix == leading):
+            trailing = 1
+            for d in sizes[split:]:
+                trailing = trailing * d
+            return [*shape[:-1], trailing]
+        if split < len(sizes):
+            prefix = prefix * sizes[split]
+    return None
+
+
+@register_patch(
+    "executorch",
+    "torch.Tensor.view",
+    reason="a view's -1 is traced as numel // (product of the other sizes), which sympy leaves unsimplified "
+    "((s**2)//s for BLOOM's attention view(batch, heads, q, -1)); ExecuTorch plans memory at the interval "
+    "bound of that expression, 4096 x 4096 for 4096, so BLOOM's scores planned 8 TB. Where the sizes before "
+    "the -1 are statically the tensor's leading ones, the -1 is given as the product of its trailing sizes",
+    upstream="not filed upstream (searched the issues for 'executorch memory planning upper bound symbolic floordiv "
+    "view -1': none matches; pytorch/executorch#264 introduced the range-analysis bound); torch 2.13 infer_size "
+    "(numel // known) and executorch 1.4.1 memory planning "
+    "(the upper bound of each size expression, evaluated by interval)",
+    seen_with={"torch": "2.13.0", "executorch": "1.4.1", "transformers": "5.24.0"},
+    remove_when="torch>2.13.0",
+)
+def patch_torch_tensor_view_trailing_size(original: Callable[..., Any]) -> Callable[..., Any]:
+    """`view` whose trailing `-1` is the tensor's own trailing sizes where that is statically known."""
+    def view(self: torch.Tensor, *shape: Any) -> torch.Tensor:
+        if isinstance(self, torch.Tensor) and _is_symbolic(self):
+            sizes = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)) else shape
+            resolved = _trailing_size(self, sizes)
+            if resolved is not None:
+                return original(self, resolved)
+        return original(self, *shape)
+
+    return view
