@@ -25,6 +25,8 @@ TESTED_VERSIONS: dict[str, str] = {
     "onnxruntime": "1.32.0",
     "executorch": "1.4.1",
     "openvino": "2026.4.1",
+    "openvino-genai": "2026.4.1.0",
+    "openvino-tokenizers": "2026.4.1.0",
     "nncf": "3.4.0",
     "torchao": "0.18.0",
     "ray": "2.58.0",
@@ -36,12 +38,15 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "onnx": ("onnx", "onnxscript", "onnxruntime"),
     "executorch": ("executorch",),
     "openvino": ("openvino",),
+    # runs and tokenizes an OpenVINO generation export as OpenVINO GenAI's LLMPipeline does
+    "openvino-genai": ("openvino", "openvino-genai", "openvino-tokenizers"),
     "quantization": ("nncf", "torchao"),
     "ray": ("ray",),
 }
 
 #: Distribution name -> top-level import name, where they differ.
-_IMPORT_NAMES = {"onnxruntime": "onnxruntime"}
+_IMPORT_NAMES = {"onnxruntime": "onnxruntime", "openvino-genai": "openvino_genai",
+                 "openvino-tokenizers": "openvino_tokenizers"}
 
 
 @dataclass(frozen=True)

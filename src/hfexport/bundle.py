@@ -173,7 +173,7 @@ def save_export(
     with staged_folder(target, overwrite=overwrite) as staging:
         components = {}
         for name, artifact in artifacts.items():
-            files = exporter.write(artifact, staging, name=name)
+            files = exporter.write(artifact, staging, name=exporter.file_stem(name, artifacts))
             components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
                                 "fingerprints": {f.name: fingerprint(f) for f in files},
                                 **record_entry(record_of(artifact))}
@@ -183,6 +183,7 @@ def save_export(
             "format": exporter.format,
             "model_class": type(model).__name__ if model is not None else None,
             **(manifest_extra or {}),
+            **(exporter.write_beside(artifacts, staging, tokenizer) if kind == "generation" else {}),
             "components": components,
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))

@@ -25,7 +25,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
@@ -42,7 +42,7 @@ from .builtins import load_workarounds
 from .storage import staged_files
 from .workarounds import applied_patches
 
-__all__ = ["HfExporter"]
+__all__ = ["HfExporter", "GenerationPlan"]
 
 logger = logging.getLogger("hfexport")
 
@@ -60,6 +60,18 @@ class _Stages:
             yield
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 3)
+
+
+class GenerationPlan(NamedTuple):
+    """How a backend captures a model's generation components (`HfExporter.plan_generation`):
+    the arguments `decompose_for_generation` is called with, and the config each component is
+    exported with."""
+
+    inputs: dict[str, Any]
+    generation_config: Any
+    multi_token_decode: bool
+    decode_prefills: bool
+    config: ExportConfig | None
 
 
 class HfExporter:
@@ -194,8 +206,17 @@ class HfExporter:
         """
         from .generation.decompose import decompose_for_generation
 
-        return self.export_components(decompose_for_generation(model, inputs, generation_config, multi_token_decode),
-                                      config)
+        plan = self.plan_generation(model, normalize_inputs(inputs, model=model), config, generation_config,
+                                    multi_token_decode)
+        components = decompose_for_generation(model, plan.inputs, plan.generation_config, plan.multi_token_decode,
+                                              decode_prefills=plan.decode_prefills)
+        return self.export_components(components, plan.config)
+
+    def plan_generation(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig | None,
+                        generation_config: Any = None, multi_token_decode: bool = False) -> GenerationPlan:
+        """How this backend captures `model`'s generation components: as asked, unless the
+        backend's runtime wants another layout (OpenVINO: one stateful graph, `backends/openvino/genai.py`)."""
+        return GenerationPlan(inputs, generation_config, multi_token_decode, False, config)
 
     def export_components(self, components: dict[str, tuple[torch.nn.Module, dict[str, Any]]],
                           config: ExportConfig | None = None, *,
@@ -296,6 +317,15 @@ class HfExporter:
         every file they need and a manifest; the base class returns itself (ExecuTorch's moves
         large weights to a `.ptd` there by default)."""
         return self
+
+    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
+        """The file name (without suffix) component `name` of `artifacts` is saved under."""
+        return name
+
+    def write_beside(self, artifacts: dict[str, Any], directory: Path, tokenizer: Any = None) -> dict[str, Any]:
+        """Write what the runtime needs beside the saved `artifacts` into `directory` (a staged
+        export folder); return the manifest entries that describe it (none by default)."""
+        return {}
 
     def load(self, files: list[str | os.PathLike]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this

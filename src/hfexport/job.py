@@ -184,7 +184,7 @@ def export_to_folder(
         loaded = _load(model, prompt)
     config = _with_quantizer(config, quantize, loaded.inputs)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
-        components = _components(loaded, generate, generation_config, multi_token_decode)
+        components, config = _components(exporter, config, loaded, generate, generation_config, multi_token_decode)
     if len(components) > 1:
         steps.total = (steps.total or 0) + len(components) - 1
 
@@ -255,19 +255,23 @@ def _with_quantizer(config: ExportConfig, quantize: Any, inputs: dict[str, Any])
     return config.replace(quantizer=quantize)
 
 
-def _components(loaded: Any, generate: bool, generation_config: Any, multi_token_decode: bool) -> dict[str, Any]:
-    """`{name: (module, kwargs)}`: the whole model, or its generation components."""
+def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,
+                multi_token_decode: bool) -> tuple[dict[str, Any], ExportConfig]:
+    """`{name: (module, kwargs)}` (the whole model, or its generation components as the
+    exporter plans them) and the config to export them with."""
     if not generate:
         if generation_config is not None or multi_token_decode:
             raise ValueError("generation_config and multi_token_decode shape the generation components: "
                              "pass generate=True (--generate)")
-        return {"model": (loaded.model, loaded.inputs)}
+        return {"model": (loaded.model, loaded.inputs)}, config
     from .generation.decompose import decompose_for_generation
 
     # generate() starts an encoder-decoder's decoder itself: the prompt is the encoder's inputs
     prompt = {k: v for k, v in loaded.inputs.items() if not k.startswith("decoder_")}
-    return decompose_for_generation(loaded.model, prompt, generation_config=generation_config,
-                                    multi_token_decode=multi_token_decode)
+    plan = exporter.plan_generation(loaded.model, prompt, config, generation_config, multi_token_decode)
+    return decompose_for_generation(loaded.model, plan.inputs, generation_config=plan.generation_config,
+                                    multi_token_decode=plan.multi_token_decode,
+                                    decode_prefills=plan.decode_prefills), plan.config
 
 
 def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Path, **options: Any) -> dict[str, Any]:

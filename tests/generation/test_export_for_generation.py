@@ -26,8 +26,12 @@ def test_every_component_matches_its_eager_submodule(fmt, name):
     model, inputs = build_preset(name)
     inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
-    artifacts = AutoHfExporter.from_config(config).export_for_generation(model, inputs, config=config)
-    components = decompose_for_generation(model, inputs)
+    exporter = AutoHfExporter.from_config(config)
+    artifacts = exporter.export_for_generation(model, inputs, config=config)
+    # the components as the backend plans them (OpenVINO: one decode that also prefills)
+    plan = exporter.plan_generation(model, inputs, config)
+    components = decompose_for_generation(model, plan.inputs, plan.generation_config, plan.multi_token_decode,
+                                          decode_prefills=plan.decode_prefills)
     assert list(artifacts) == list(components)
     for component, report in validate_components(artifacts, components).items():
         assert report.passed, f"{component}:\n{report.to_table()}"

@@ -65,7 +65,7 @@ def greedy_agreement(directory: str | Path, model: torch.nn.Module, prompt: dict
     runner = GenerationRunner.load(directory)
     ids = prompt["input_ids"][:1]
     encoder = model.config.is_encoder_decoder
-    if runner.static and runner.max_cache_len and not encoder:
+    if runner.max_cache_len and not encoder:  # a static cache, or an OpenVINO state bounded at its length
         new_tokens = max(1, min(new_tokens, int(runner.max_cache_len) - ids.shape[1]))
     extra = {k: v[:1] for k, v in prompt.items() if k not in ("input_ids", "attention_mask") and isinstance(v, torch.Tensor)}
     with torch.no_grad():

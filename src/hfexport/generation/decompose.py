@@ -33,7 +33,7 @@ from ..errors import PrepareError
 from .front import fronted
 
 __all__ = ["decompose_for_generation", "interface_kwargs", "initial_cache", "starting_component",
-           "note_initial_cache", "merge_decode_steps", "Component", "PROJECTOR_NAMES"]
+           "note_initial_cache", "merge_decode_steps", "is_text_decoder", "Component", "PROJECTOR_NAMES"]
 
 #: Attribute names under which a multimodal model exposes its projector (the names the README documents).
 PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
@@ -92,6 +92,7 @@ def decompose_for_generation(
     inputs: Any,
     generation_config: Any = None,
     multi_token_decode: bool = False,
+    decode_prefills: bool = False,
 ) -> dict[str, Component]:
     """Split `model`'s generation into components, each `(submodule, forward kwargs)`.
 
@@ -105,6 +106,10 @@ def decompose_for_generation(
         generation_config: used for the capture (copied, never mutated), e.g. a static cache.
         multi_token_decode: capture 3 new tokens and merge the two decode steps into one call, so
             the query axis of `decode` stays symbolic (one graph for 1, k or a whole prompt's tokens).
+        decode_prefills: with `multi_token_decode` and a dynamic cache of plain key/value layers,
+            no `prefill`: the `decode` graph takes the prompt on an empty cache too, with a 2-D
+            `attention_mask` over cached + new tokens (OpenVINO's one stateful model,
+            `backends/openvino/genai.py`). Another cache keeps its `prefill`.
 
     Returns:
         `{name: (submodule, kwargs)}`; `submodule(**kwargs)` reproduces what `generate` computed,
@@ -152,18 +157,50 @@ def decompose_for_generation(
         if calls.get("encoder"):
             components["encoder"] = (watched["encoder"], calls["encoder"][0])
         static = is_static_cache(next((top_calls[1][k] for k in _CACHE_KEYS if k in top_calls[1]), None))
-        if not (multi_token_decode and static):
+        if not (multi_token_decode and (static or decode_prefills and _grows_by_concat(top_calls[1]))):
             components["prefill"] = (_static_prefill(model, top_calls[0], top_calls[1], kwargs) if static
                                      else _with_causal_mask(model, [top_calls[0]], top_calls[0], kwargs, past=0))
     decode = merge_decode_steps(top_calls[1], top_calls[2]) if multi_token_decode else top_calls[1]
     prompt_length = kwargs["input_ids"].shape[1] if isinstance(kwargs.get("input_ids"), torch.Tensor) else 0
     components["decode"] = _with_causal_mask(model, top_calls[1:needed], decode, kwargs, past=prompt_length)
+    if "prefill" not in components and not is_static_cache(next((decode[k] for k in _CACHE_KEYS if k in decode), None)):
+        components["decode"] = _with_padding_mask(model, *components["decode"])
     if is_static_cache(next((decode[k] for k in _CACHE_KEYS if k in decode), None)):
         for part, past in (("prefill", 0), ("decode", prompt_length)):
             if part in components:
                 components[part] = _with_positions(model, *components[part], past=past)
                 components[part] = _attending_written_slots(*components[part], past=past)
     return {part: Component(*fronted(module, interface_kwargs(step))) for part, (module, step) in components.items()}
+
+
+def _with_padding_mask(model: torch.nn.Module, module: torch.nn.Module, kwargs: dict[str, Any]) -> Component:
+    """A dynamic-cache decode given the 2-D padding mask over cached + new tokens (ones) where
+    `generate` left it out, when the model takes one and gives the same logits with it.
+
+    # NOTE: transformers 5.24's `generate` drops a mask of ones (a prompt without padding), so a
+    # decode captured so takes none; a runtime that batches padded prompts (OpenVINO GenAI's
+    # `LLMPipeline`) feeds `attention_mask` to every call.
+    """
+    ids, cache = kwargs.get("input_ids"), next((kwargs[k] for k in _CACHE_KEYS if k in kwargs), None)
+    if "attention_mask" in kwargs or not isinstance(ids, torch.Tensor) or not hasattr(cache, "get_seq_length"):
+        return module, kwargs
+    try:
+        if "attention_mask" not in inspect.signature(model.forward).parameters:
+            return module, kwargs
+    except (TypeError, ValueError):
+        return module, kwargs
+    mask = torch.ones(ids.shape[0], cache.get_seq_length() + ids.shape[1], dtype=torch.long)
+    candidate = {**kwargs, "attention_mask": mask}
+    return (module, candidate) if _same_logits(module, kwargs, module, candidate) else (module, kwargs)
+
+
+def _grows_by_concat(decode: dict[str, Any]) -> bool:
+    """Whether `decode`'s cache is a dynamic cache of plain key/value layers (each step appends
+    its tokens), which an empty cache of the same layers starts."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    cache = next((decode[k] for k in _CACHE_KEYS if k in decode), None)
+    return type(cache) is DynamicCache and bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
 @contextlib.contextmanager
@@ -486,6 +523,11 @@ def interface_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 _LEADING = ("input_ids", "decoder_input_ids", "attention_mask", "decoder_attention_mask", "position_ids",
             "decoder_position_ids")
+
+
+def is_text_decoder(model: torch.nn.Module) -> bool:
+    """Whether `generate` runs `model` as one text decoder (no encoder, no image/audio tower)."""
+    return not getattr(model.config, "is_encoder_decoder", False) and not _watched_modules(model)
 
 
 def _watched_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:

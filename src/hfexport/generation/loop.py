@@ -19,6 +19,9 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #     the program's attention follows the mask (`generation/attended.py`), else over the whole
 #     cache; the cache starts as zeros of the recorded shapes and its write counters come back
 #     with every call;
+#   - OpenVINO's one stateful model (`backends/openvino/genai.py`): no `prefill`; `decode` takes the
+#     prompt on the reset (empty) state, then one token per call, with the 2-D mask over cached +
+#     new tokens; the state grows inside the runtime, bounded at `max_cache_len` where recorded;
 #   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
 # The next token is chosen with transformers' own logits processors (repetition penalty, minimum
 # length, temperature, top-k, top-p), so sampling means what it means in `generate()`.
@@ -83,7 +86,10 @@ class GenerationRunner:
         self.runners = {name: component.runner() for name, component in export.components.items()}
         self.records = {name: component.record for name, component in export.components.items()}
         self.static = export.manifest.get("cache") == "static"
-        self.max_cache_len = export.manifest.get("max_cache_len")
+        # a static cache's length, or the bound of an OpenVINO state that grows (`OpenVINOConfig.max_cache_len`)
+        self.max_cache_len = export.manifest.get("max_cache_len") or next(
+            (r.details["state"]["max_cache_len"] for r in self.records.values()
+             if (r.details.get("state") or {}).get("max_cache_len")), None)
         self.initial_cache = export.manifest.get("initial_cache", {})
 
     @classmethod
@@ -255,6 +261,10 @@ class _State:
                 for input_name, shape, dtype in zip(record.input_names, record.input_shapes,
                                                     record.input_dtypes or [""] * len(record.input_names))
                 if not input_name.startswith("cache.")}
+        bound = self.runner.max_cache_len
+        if not self.runner.static and bound is not None and self.past + ids.shape[1] > bound:
+            raise ExportError(f"{self.past + ids.shape[1]} tokens do not fit the export's cache, bounded at {bound} tokens",
+                              remedy="export with a larger max_cache_len (--static-cache N), or generate fewer tokens")
         outputs = self._session(name, runner).run(feed)
         self.past += ids.shape[1]
         self.first = False
@@ -266,7 +276,8 @@ class _State:
             self.cache = self.session[1].cache()
             self.session = None
         if self.session is None:
-            missing = [n for n in runner.record.input_names if n.startswith("cache.") and n not in self.cache]
+            empty = getattr(runner, "starts_empty", False)  # an OpenVINO state that grows from empty
+            missing = [n for n in runner.record.input_names if n.startswith("cache.") and n not in self.cache and not empty]
             if missing:
                 raise ExportError(f"no value for cache inputs {missing} (the previous call did not return them)",
                                   remedy="export the components again with this version of hfexport")

@@ -12,6 +12,16 @@ from .base import ExportQuantizer
 __all__ = ["NNCFQuantizer"]
 
 _WEIGHT_MODES = {"int8-weights": "INT8_ASYM", "int4-weights": "INT4_SYM"}
+#: int4 on OpenVINO as OpenVINO's LLM tooling writes it by default (optimum-intel's `--weight-format
+#: int4`, the IR `LLMPipeline` users deploy): asymmetric, groups of 128, every linear layer int4 but
+#: the embeddings and the head, which stay int8 per channel (NNCF's backup precision). On ONNX and
+#: the torch.export graph int4 stays symmetric in groups of 32: ONNX Runtime 1.32 refused NNCF
+#: 3.4's asymmetric groups of 128 ("MatMulNBits PrePack: zero_points initializer shape {256,2}
+#: does not match attribute-derived shape"). Any of them can be passed.
+_INT4_DEFAULTS = {
+    "openvino": {"mode": "INT4_ASYM", "group_size": 128, "ratio": 1.0, "backup_mode": "INT8_ASYM"},
+    "other": {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"},
+}
 #: the `nncf.CompressWeightsMode`s each weight scheme stands for (a `mode=` outside them is refused)
 _SCHEME_MODES = {
     "int8-weights": ("INT8_ASYM", "INT8_SYM"),
@@ -31,9 +41,14 @@ class NNCFQuantizer(ExportQuantizer):
       off: on a model without outliers it costs accuracy, measured on a random-init Llama: logits
       cosine 0.974 with it, 0.999 without);
     - `"int8-weights"`: `nncf.compress_weights`, int8 asymmetric per-channel weights;
-    - `"int4-weights"`: int4 symmetric group-wise weights (`group_size`, default 32, or per
-      channel when a layer's input size is not a multiple of it); the embeddings and the last
-      layer stay int8, as NNCF does for LLMs.
+    - `"int4-weights"`: on OpenVINO, int4 weights as OpenVINO's LLM tooling deploys them by
+      default: asymmetric (`mode=INT4_ASYM`), groups of 128 (`group_size`; a layer whose input
+      size is not a multiple of it gets the largest group size that divides it), `ratio=1.0`
+      (every linear layer int4), the embeddings and the last layer int8 per channel
+      (`backup_mode=INT8_ASYM`, NNCF's backup precision); on ONNX and the torch.export graph
+      symmetric groups of 32 (`_INT4_DEFAULTS` says why). Each is an option: `mode=INT4_SYM`,
+      `group_size=32`, `ratio=0.8`; `awq=True`/`scale_estimation=True` with `calibration` (or
+      `dataset=`). The record's `quantization.nncf_settings` lists what NNCF was given.
 
     Any other keyword is one of NNCF's own parameters, passed to the function the scheme calls
     (`nncf.compress_weights` or `nncf.quantize`) as given; the valid names are that function's
@@ -90,8 +105,8 @@ class NNCFQuantizer(ExportQuantizer):
 
     @property
     def group_size(self) -> int | None:
-        """The int4 group size NNCF is given (32 unless set), `None` for the other schemes."""
-        return self.options.get("group_size", 32 if self.scheme == "int4-weights" else None)
+        """The int4 group size set (else the target's default, `_INT4_DEFAULTS`), `None` for the other schemes."""
+        return self.options.get("group_size")
 
     def _check_mode(self, mode: Any) -> None:
         if mode is None:
@@ -140,6 +155,11 @@ class NNCFQuantizer(ExportQuantizer):
             out["group_size"] = self.group_size
         return out
 
+    def details(self) -> dict[str, Any]:
+        """The weight-compression settings NNCF was last given, defaults included (`mode`,
+        `group_size`, `ratio`, `backup_mode`), for the record."""
+        return {"nncf_settings": self._settings} if getattr(self, "_settings", None) else {}
+
     def __repr__(self) -> str:
         options = "".join(f", {k}={v!r}" for k, v in self.to_dict().items() if k not in ("quantizer", "scheme"))
         return f"{type(self).__name__}(scheme={self.scheme!r}{options})"
@@ -148,16 +168,19 @@ class NNCFQuantizer(ExportQuantizer):
         """`"fx"` for the torch.export backend, `"model"` (the converted model) for ONNX and OpenVINO."""
         return "fx" if export_format == "dynamo" else "model"
 
-    def _compress(self, model: Any, dataset: Any = None) -> Any:
+    def _compress(self, model: Any, dataset: Any = None, *, target: str = "other") -> Any:
         import nncf
+
+        from .nncf_options import options_from_json, options_to_json
 
         options: dict[str, Any] = {"mode": getattr(nncf.CompressWeightsMode, _WEIGHT_MODES[self.scheme])}
         if self.scheme == "int4-weights":
-            options.update(group_size=32, ratio=1.0)
+            options.update({name: options_from_json(self.scheme, name, value) for name, value in _INT4_DEFAULTS[target].items()})
             if "advanced_parameters" not in self.options:
                 options["advanced_parameters"] = nncf.AdvancedCompressionParameters(
                     group_size_fallback_mode=nncf.GroupSizeFallbackMode.ADJUST)
         options.update(self.options)
+        self._settings = {k: v for k, v in options_to_json(options).items() if k != "advanced_parameters"}
         if dataset is not None and "dataset" not in options:
             options["dataset"] = dataset
         return nncf.compress_weights(model, **options)
@@ -180,7 +203,8 @@ class NNCFQuantizer(ExportQuantizer):
         else:
             feeds = [[to_numpy(t) for t in sample] for sample in samples]
         if self.scheme in _WEIGHT_MODES:
-            quantized = self._compress(model, nncf.Dataset(feeds) if self.needs_calibration else None)
+            quantized = self._compress(model, nncf.Dataset(feeds) if self.needs_calibration else None,
+                                       target="other" if onnx_program else "openvino")
         else:
             options: dict[str, Any] = {"model_type": nncf.ModelType.TRANSFORMER, "subset_size": len(feeds)}
             if not self.smooth_quant:

@@ -30,7 +30,18 @@ class OpenVINOConfig(ExportConfig):
         stateful: a model whose cache leaves come back updated (a generation `decode`, static
             or dynamic cache) keeps its cache as OpenVINO variables named by the leaves
             (`cache.0.keys`), with a `beam_idx` input, as OpenVINO's stateful LLMs do (default);
-            `False` keeps the cache as plain inputs and outputs (CLI `--stateless`).
+            `False` keeps the cache as plain inputs and outputs (CLI `--stateless`). A stateful
+            generation export of a decoder is one model for prefill and decode whose state grows
+            with the tokens, laid out as OpenVINO GenAI's `LLMPipeline` takes it (`genai.py`).
+        max_cache_len: the most tokens the growing state of a stateful generation export may
+            hold (recorded under the component's `state`; `GenerationRunner` refuses more). A
+            static-cache request (`--static-cache N`) on OpenVINO becomes this bound on the
+            growing state; `None`: unbounded.
+        genai_layout: set by the generation plan for that one stateful model (`genai.py`): a
+            fully masked attention row (a left-padded position) attends every key instead of
+            coming out zero as in PyTorch, so OpenVINO GenAI's paged attention, which drops the
+            mask, can take the model (`patches.fully_masked_rows_left_unzeroed`). Real tokens'
+            outputs are unchanged.
     """
 
     export_format = "openvino"
@@ -39,9 +50,15 @@ class OpenVINOConfig(ExportConfig):
     kv_cache_precision: str | None = None
     compress_to_fp16: bool = False
     stateful: bool = True
+    max_cache_len: int | None = None
+    genai_layout: bool = False
 
     def _validate(self) -> None:
         _check_choice("OpenVINOConfig", "inference_precision", self.inference_precision, INFERENCE_PRECISIONS)
         _check_choice("OpenVINOConfig", "kv_cache_precision", self.kv_cache_precision, KV_CACHE_PRECISIONS)
         _check_type("OpenVINOConfig", "compress_to_fp16", self.compress_to_fp16, bool)
         _check_type("OpenVINOConfig", "stateful", self.stateful, bool)
+        _check_type("OpenVINOConfig", "genai_layout", self.genai_layout, bool)
+        if self.max_cache_len is not None and (isinstance(self.max_cache_len, bool)
+                                               or not isinstance(self.max_cache_len, int) or self.max_cache_len < 2):
+            raise ValueError(f"OpenVINOConfig.max_cache_len is a number of tokens >= 2 or None; got {self.max_cache_len!r}")

@@ -55,6 +55,18 @@ class OpenVINOExporter(HfExporter):
     fix_order = ("fix_cat_empty_legacy_input",)
     drop_none_outputs = True  # the PyTorch frontend fails on a None output ("Tensor name is not a number")
 
+    def export(self, model, inputs, config=None):
+        """As every exporter exports (`HfExporter.export`); the one stateful model of OpenVINO
+        GenAI's layout (`config.genai_layout`) is traced with fully masked attention rows left
+        unzeroed (`patches.fully_masked_rows_left_unzeroed`)."""
+        import contextlib
+
+        from .patches import fully_masked_rows_left_unzeroed
+
+        config = self._check_config(config)
+        with fully_masked_rows_left_unzeroed() if config.genai_layout else contextlib.nullcontext():
+            return super().export(model, inputs, config)
+
     def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
                  config: OpenVINOConfig):
         import openvino as ov
@@ -89,8 +101,34 @@ class OpenVINOExporter(HfExporter):
             sizes = {name: list(leaf.shape) for name, leaf in zip(record.input_names, leaves)} if written else {}
             state = make_stateful(artifact, sizes)
             if state is not None:
-                record.details["state"] = {"stateful": True, **state}
+                # growing: each call appends its tokens to every variable (a dynamic cache's
+                # key/value layers), which a reset empties
+                grows = state.pop("grows")
+                layout = "written in place" if written else "growing" if grows else "replaced"
+                record.details["state"] = {"stateful": True, "layout": layout, **state}
+                if config.max_cache_len is not None and layout == "growing":
+                    record.details["state"]["max_cache_len"] = config.max_cache_len
         return artifact
+
+    def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False):
+        """One stateful model for prefill and decode, as OpenVINO GenAI runs it (`genai.py`)."""
+        from .genai import plan_genai_generation
+
+        config = self._check_config(config)
+        return plan_genai_generation(model, inputs, config, generation_config, multi_token_decode)
+
+    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
+        """A generation export in `LLMPipeline`'s layout writes its `decode` as `openvino_model`,
+        the name `LLMPipeline` opens (the manifest names the files)."""
+        from .genai import GENAI_MODEL, is_genai_layout
+
+        return GENAI_MODEL if name == "decode" and is_genai_layout(artifacts) else name
+
+    def write_beside(self, artifacts: dict[str, Any], directory: Path, tokenizer: Any = None) -> dict[str, Any]:
+        """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout."""
+        from .genai import genai_folder_files
+
+        return genai_folder_files(artifacts, directory, tokenizer)
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: OpenVINOConfig) -> None:
         from .precision import recorded_options

@@ -44,6 +44,12 @@ class OpenVINORunner(Runner):
         """Whether the model keeps its cache as state (variables named by the cache leaves)."""
         return bool(self.variables)
 
+    @property
+    def starts_empty(self) -> bool:
+        """Whether the model's state grows with the tokens from an empty cache (its reset value),
+        so a generation starts with no cache given (`genai.py`: one model prefills and decodes)."""
+        return (self.record.details.get("state") or {}).get("layout") == "growing"
+
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.is_stateful:
             values = dict(zip(self.record.input_names, leaves))
@@ -70,7 +76,7 @@ class StatefulSession(CacheSession):
     def __init__(self, runner: OpenVINORunner, cache: dict[str, torch.Tensor]):
         import openvino as ov
 
-        missing = [name for name in runner.variables if name not in cache]
+        missing = [name for name in runner.variables if name not in cache and not runner.starts_empty]
         if missing:
             from ...errors import RuntimeLoadError
 
@@ -80,6 +86,8 @@ class StatefulSession(CacheSession):
         self.request = runner.compiled.create_infer_request()
         self.request.reset_state()
         for state in self.request.query_state():
+            if state.name not in cache:
+                continue  # a growing state starts as its reset value, the empty cache
             # a variable's type may be narrower than the leaf's (`stateful.py`: int64 kept as int32)
             value = to_numpy(cache[state.name]).astype(state.state.data.dtype, copy=False)
             state.state = ov.Tensor(value)

@@ -73,6 +73,7 @@ def make_stateful(model: Any, sizes: dict[str, list[int]] | None = None) -> dict
     axis = ops.constant(0, ov.Type.i64)
     narrower = {ov.Type.i64: ov.Type.i32}  # see the module note
     sinks, reordered, narrowed = [], [], {}
+    grows = all(_appends_to(parameter, result) for _, parameter, result in pairs)
     for leaf, parameter, result in pairs:
         info = VariableInfo()
         info.variable_id = leaf
@@ -106,7 +107,16 @@ def make_stateful(model: Any, sizes: dict[str, list[int]] | None = None) -> dict
     model.add_sinks(sinks)
     model.validate_nodes_and_infer_types()
     return {"variables": [leaf for leaf, _, _ in pairs], "beam_idx": BEAM_IDX, "reordered": reordered,
-            "variable_types": narrowed}
+            "variable_types": narrowed, "grows": grows}
+
+
+def _appends_to(parameter: Any, result: Any) -> bool:
+    """Whether the leaf's new value is its old value with the call's tokens concatenated (a
+    dynamic cache's key/value layer), so its variable grows with the tokens."""
+    producer = result.input_value(0).get_node()
+    return producer.get_type_name() == "Concat" and any(
+        value.get_node() is parameter or value.get_node().get_friendly_name() == parameter.get_friendly_name()
+        for value in producer.input_values())
 
 
 def _reset_value(parameter: Any, dtype: Any, beam_idx: Any, size: list[int] | None) -> Any:
