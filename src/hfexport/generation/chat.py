@@ -26,6 +26,7 @@ tokenizer's, and the token the chat template closes an assistant turn with (`<|i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,7 @@ from .loop import GenerationResult, GenerationRunner, _as_list, _State
 
 __all__ = ["ChatSession", "TextStream", "end_of_turn_ids"]
 
+logger = logging.getLogger(__name__)
 _SENTINEL = "hfexport-answer-sentinel"
 
 
@@ -48,10 +50,8 @@ def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _SENTINEL}], tokenize=False)
     except Exception as error:  # noqa: BLE001 - a template's own checks (roles, alternation) raise anything
-        import logging
-
-        logging.getLogger(__name__).info("the chat template did not render a sample turn (%s); ending turns "
-                                         "at the generation config's end tokens only", error)
+        logger.warning("the chat template did not render a sample assistant turn (%s); turns end at the "
+                       "generation config's and the tokenizer's end tokens only", error)
         text = ""
     if _SENTINEL in text:
         after = tokenizer(text.split(_SENTINEL, 1)[1], add_special_tokens=False)["input_ids"]
