@@ -30,6 +30,8 @@ TESTED_VERSIONS: dict[str, str] = {
     "nncf": "3.4.0",
     "torchao": "0.18.0",
     "ray": "2.58.0",
+    "gguf": "0.19.0",
+    "accelerate": "1.15.0",
 }
 
 #: Extra name -> distributions it installs (mirrors `[project.optional-dependencies]`).
@@ -42,6 +44,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "openvino-genai": ("openvino", "openvino-genai", "openvino-tokenizers"),
     "quantization": ("nncf", "torchao"),
     "ray": ("ray",),
+    # reads GGUF checkpoints (`hfexport export model.gguf`): transformers' GGUF support needs both
+    "gguf": ("gguf", "accelerate"),
 }
 
 #: Distribution name -> top-level import name, where they differ.

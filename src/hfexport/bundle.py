@@ -6,6 +6,7 @@ out/tiny-llama/
                        each file's size and fingerprint: `check_files` refuses a missing or replaced one)
   model.onnx           one artifact per component, as its exporter writes it (or prefill.onnx, decode.onnx)
   config.json          the model config (+ generation_config.json for a generation export)
+  tokenizer.json, ...  the tokenizer and its chat template, when the model came with one (`tokenizer_files`)
   export_config.json   the ExportConfig used
   report.json          validation and timings, with each component's files and bytes
 ```
@@ -27,6 +28,7 @@ from typing import Any
 from .errors import SerializationError
 from .record import ExportRecord, record_of
 from .storage import fingerprint, staged_folder
+from .tokenizer_files import save_tokenizer_files
 
 __all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry",
            "check_files"]
@@ -197,7 +199,7 @@ def save_export(
         if generation_config is not None:
             generation_config.save_pretrained(staging)
         if tokenizer is not None:
-            tokenizer.save_pretrained(staging)
+            save_tokenizer_files(tokenizer, staging)
         if check is not None and (found := check(staging)):
             written = {**(written or {}), **found}
             (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))

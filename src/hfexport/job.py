@@ -2,7 +2,8 @@
 
 ```
 export_to_folder(model, config, out, generate=..., validate=...)
-  load      a preset (`tiny:llama`), a folder written by `save_pretrained`, a hub id, or a model you built
+  load      a preset (`tiny:llama`), a folder written by `save_pretrained`, a hub id, a GGUF file, or a
+            model you built
   export    the whole model as one graph, or its generation components (`generate=True`)
   validate  each artifact in its runtime against eager, at the sample shape and shapes that differ
   save      a staged folder moved into place: artifacts, manifest, configs, report
@@ -122,6 +123,7 @@ def export_to_folder(
     accuracy_tokens: int | None = None,
     quantize: Any = None,
     prompt: str = "Hello, world!",
+    gguf_file: str | None = None,
     overwrite: bool = False,
     progress: Any = None,
 ) -> ExportJobResult:
@@ -129,8 +131,8 @@ def export_to_folder(
     the export to `out`; return what was made.
 
     Args:
-        model: `"tiny:<preset>"`, a folder written by `save_pretrained`, a hub id, a
-            `loading.LoadedModel`, or `(model, inputs)`.
+        model: `"tiny:<preset>"`, a folder written by `save_pretrained`, a hub id, a `.gguf` file
+            (dequantized to float32, `loading.load_gguf`), a `loading.LoadedModel`, or `(model, inputs)`.
         config: the export config (its format picks the exporter).
         out: the folder to write (new or empty, or `overwrite=True`).
         generate: export the generation components (`decompose_for_generation`) instead of one graph.
@@ -153,6 +155,7 @@ def export_to_folder(
         quantize: a quantization scheme name (`"int8-dynamic"`, calibrated on the sample inputs)
             or an `ExportQuantizer`; `config.quantizer` is used when not given.
         prompt: the sample prompt when the model comes with a tokenizer.
+        gguf_file: the GGUF file to load in the folder `model` names.
         overwrite: replace the contents of a non-empty `out`.
         progress: an object with `step(label)` (a context manager) and a `total` attribute, told
             each step as it runs (the CLI's progress display).
@@ -180,8 +183,8 @@ def export_to_folder(
 
         quantizer_for(config.export_format, quantize)  # an unknown scheme fails before loading anything
     steps.total = 5 if validate else 4
-    with steps.step(f"loading {_describe(model)}"):
-        loaded = _load(model, prompt)
+    with steps.step(f"loading {_describe(model)}{f' ({gguf_file})' if gguf_file else ''}"):
+        loaded = _load(model, prompt, gguf_file)
     config = _with_quantizer(config, quantize, loaded.inputs)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
         components, config = _components(exporter, config, loaded, generate, generation_config, multi_token_decode)
@@ -231,14 +234,16 @@ def _describe(model: Any) -> str:
     return getattr(model, "source", type(model).__name__)
 
 
-def _load(model: Any, prompt: str) -> Any:
+def _load(model: Any, prompt: str, gguf_file: str | None = None) -> Any:
     """`model` as a `LoadedModel` (a spec is loaded; a model built in Python is taken as it is)."""
     from .loading import LoadedModel, load_model
 
+    if gguf_file is not None and not isinstance(model, (str, os.PathLike)):
+        raise TypeError("gguf_file names a file in the folder `model` names; pass that folder as `model`")
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, (str, os.PathLike)):
-        return load_model(os.fspath(model), prompt=prompt)
+        return load_model(os.fspath(model), prompt=prompt, gguf_file=gguf_file)
     if isinstance(model, tuple) and len(model) == 2:
         return LoadedModel(model[0], dict(model[1]), type(model[0]).__name__)
     raise TypeError(f"export_to_folder takes a model spec, a LoadedModel or (model, inputs); got {type(model).__name__}")
@@ -313,6 +318,8 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
                             for t in [*loaded.model.parameters(), *loaded.model.buffers()]),
         # the share mapped from the checkpoint, not copied (`loading.mapped_share`); None: not from a folder
         "weights_mapped": None if loaded.weights_mapped is None else round(loaded.weights_mapped, 4),
+        # a GGUF file's quantization, the weights dequantized (`loading.gguf_weights`); None: a checkpoint
+        "weights_from": loaded.weights_from,
         "components": {
             name: {"export_seconds": seconds[name], "record": record_of(artifact).summary(),
                    "validation": reports[name].to_dict() if name in reports else None}
@@ -352,15 +359,16 @@ def _checked(gate: Any, folder: Path, steps: Any) -> dict[str, Any]:
 
 def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, config: ExportConfig, generate: bool,
           generation_config: Any, overwrite: bool, report: dict[str, Any], check: Any = None) -> Any:
+    extra = {"weights_from": loaded.weights_from} if loaded.weights_from else {}
     if generate:
         from .generation.package import save_generation_export
 
         return save_generation_export(exporter, artifacts, target, model=loaded.model,
                                       generation_config=generation_config, tokenizer=loaded.tokenizer,
-                                      export_config=config, overwrite=overwrite, report=report, details=True,
-                                      check=check)
+                                      export_config=config, overwrite=overwrite, extra=extra, report=report,
+                                      details=True, check=check)
     from .bundle import save_export
 
     return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,
-                       export_config=config, overwrite=overwrite, report=report)
+                       export_config=config, overwrite=overwrite, manifest_extra=extra, report=report)
 

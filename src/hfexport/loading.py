@@ -1,7 +1,9 @@
 """Turn what a user names on the CLI into a model and sample inputs.
 
 `tiny:<preset>` builds a random model offline; a local folder written by `save_pretrained`
-(or a hub id, when online) goes through `from_pretrained` with the class its config names.
+(or a hub id, when online) goes through `from_pretrained` with the class its config names; a
+GGUF file (`model.gguf`, or a folder and `gguf_file=`) goes through transformers' GGUF support,
+dequantized to float32, with the tokenizer and chat template its metadata holds (`load_gguf`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from .errors import PrepareError
 from .presets import PRESETS, build_preset
 
-__all__ = ["LoadedModel", "load_model", "mapped_share", "sample_inputs_for"]
+__all__ = ["LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for"]
 
 
 @dataclasses.dataclass
@@ -30,6 +32,9 @@ class LoadedModel:
     #: the share of the weight bytes mapped from the checkpoint's files rather than copied into
     #: memory (`mapped_share`); None for a model not loaded from a folder
     weights_mapped: float | None = None
+    #: where the weights came from when not a transformers checkpoint: a GGUF file's quantization
+    #: (`gguf_weights`); the report and the manifest carry it
+    weights_from: dict[str, Any] | None = None
 
 
 def _first_input_name(model: torch.nn.Module) -> str:
@@ -68,11 +73,14 @@ def sample_inputs_for(model: torch.nn.Module, tokenizer: Any = None, prompt: str
     )
 
 
-def load_model(spec: str, *, prompt: str = "Hello, world!") -> LoadedModel:
-    """Load `spec` (`tiny:<preset>`, a local folder, or a hub id) with sample inputs."""
+def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | None = None) -> LoadedModel:
+    """Load `spec` (`tiny:<preset>`, a local folder, a hub id, or a `.gguf` file; a folder with
+    `gguf_file` names a GGUF file in it) with sample inputs."""
     if spec.startswith("tiny:"):
         model, inputs = build_preset(spec)
         return LoadedModel(model, inputs, spec)
+    if gguf_file is not None or spec.lower().endswith(".gguf"):
+        return load_gguf(spec, gguf_file, prompt=prompt)
     import transformers
 
     try:
@@ -92,6 +100,117 @@ def load_model(spec: str, *, prompt: str = "Hello, world!") -> LoadedModel:
     tokenizer = _tokenizer(spec)
     mapped = mapped_share(model, spec) if os.path.isdir(spec) else None
     return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped)
+
+
+def load_gguf(path: str | os.PathLike, gguf_file: str | None = None, *, prompt: str = "Hello, world!") -> LoadedModel:
+    """Load the GGUF file `path` (or `gguf_file` in the folder `path`) through transformers' GGUF
+    support: the weights dequantized to float32, the tokenizer and chat template built from the
+    file's metadata, and what the file held in `weights_from` (`gguf_weights`).
+
+    # NOTE: transformers 5.24 marks a GGUF-loaded model as quantized (`hf_quantizer`,
+    # `config.quantization_config`) although its weights are plain dequantized tensors, and then
+    # refuses `save_pretrained`; the config saved with an export would also name a GGUF file the
+    # export does not hold. Both marks are dropped: the model is an ordinary float32 model.
+
+    Raises:
+        ImportError: `gguf` or `accelerate` is not installed (the message names the pip line).
+        PrepareError: no such file, or transformers cannot load it (its own error, named).
+    """
+    from ._versions import require_extra
+
+    file = Path(path) / gguf_file if gguf_file is not None else Path(path)
+    if gguf_file is not None and not Path(path).is_dir():
+        raise PrepareError(f"--gguf-file names a file in a folder, and {str(path)!r} is not a folder",
+                           remedy=f"pass the folder that holds {gguf_file}, or the .gguf file's path alone")
+    if not file.is_file():
+        raise PrepareError(f"there is no GGUF file at {str(file)!r}", remedy="check the path (a .gguf file, or a "
+                           "folder and --gguf-file NAME)")
+    require_extra("gguf", purpose="loading a GGUF file")
+    weights = gguf_weights(file)
+    import transformers
+
+    folder, name = str(file.parent), file.name
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name)
+        model_class = _class_of(config)
+        model = model_class.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    except (ValueError, KeyError, NotImplementedError) as error:
+        raise PrepareError(
+            f"transformers {transformers.__version__} cannot load {file.name} (architecture "
+            f"{weights['architecture']!r}, {weights['quantization']}): {type(error).__name__}: {error}",
+            remedy=f"transformers reads GGUF files of the architectures {', '.join(_gguf_architectures())}; "
+            "export the model's transformers checkpoint (a folder with config.json) instead") from error
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tokenizer = _gguf_tokenizer(folder, name)
+    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), str(file), tokenizer,
+                       weights_from={**weights, "dequantized_to": "float32"})
+
+
+def gguf_weights(file: str | os.PathLike) -> dict[str, Any]:
+    """What the GGUF `file` holds, read from its header with the `gguf` package: `format`
+    ("gguf"), `file`, `architecture`, `quantization` (llama.cpp's file type: `"Q4_1"`) and
+    `tensor_types` (how many tensors of each type: `{"Q4_1": 210, "F32": 61, "Q8_0": 1}`)."""
+    import collections
+
+    import gguf
+
+    reader = gguf.GGUFReader(str(file))
+
+    def field(key: str) -> Any:
+        found = reader.fields.get(key)
+        return found.contents() if found is not None else None
+
+    types = collections.Counter(tensor.tensor_type.name for tensor in reader.tensors)
+    file_type = field("general.file_type")
+    try:
+        quantization = gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_") if file_type is not None else None
+    except ValueError:  # a file type this gguf release does not name
+        quantization = None
+    if quantization is None:  # no (known) file type: the most common type of the quantized tensors
+        quantized = [name for name, _ in types.most_common() if name not in ("F32", "F16", "BF16")]
+        quantization = quantized[0] if quantized else (types.most_common(1)[0][0] if types else "none")
+    return {"format": "gguf", "file": Path(file).name, "architecture": field("general.architecture"),
+            "quantization": quantization, "tensor_types": dict(types.most_common())}
+
+
+def _class_of(config: Any) -> Any:
+    """The model class of a GGUF-loaded `config`: the one it names, else the auto class of its kind
+    (transformers' GGUF configs name none for decoder-only models)."""
+    import transformers
+
+    for name in getattr(config, "architectures", None) or []:
+        if hasattr(transformers, name):
+            return getattr(transformers, name)
+    if getattr(config, "is_encoder_decoder", False):
+        return transformers.AutoModelForSeq2SeqLM
+    return transformers.AutoModelForCausalLM
+
+
+def _gguf_architectures() -> list[str]:
+    """The GGUF architectures transformers loads (read from transformers 5.24's GGUF module)."""
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError:
+        return ["(see transformers' GGUF documentation)"]
+    return sorted(GGUF_SUPPORTED_ARCHITECTURES)
+
+
+def _gguf_tokenizer(folder: str, name: str) -> Any:
+    """The tokenizer a GGUF file's metadata describes, or None (logged) where transformers cannot
+    build it: the export still works, only text prompts and chat need it."""
+    import logging
+
+    import transformers
+
+    try:
+        return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    except (OSError, ValueError, KeyError, TypeError, NotImplementedError) as error:
+        logging.getLogger("hfexport").warning(
+            "transformers could not build the tokenizer of %s (%s: %s); the export will hold no tokenizer, so "
+            "`hfexport generate` takes --prompt-ids only", name, type(error).__name__, error)
+        return None
 
 
 def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | None:

@@ -223,6 +223,9 @@ def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(tmp_path, cap
     capsys.readouterr()
     assert main(["generate", str(out), "--prompt", "hello"]) == 1
     assert "--prompt-ids" in capsys.readouterr().err
+    for command in (["generate", str(out), "--chat", "hello"], ["chat", str(out)]):
+        assert main(command) == 1
+        assert "holds no tokenizer, so a chat cannot be templated" in capsys.readouterr().err
 
 
 @pytest.mark.slow

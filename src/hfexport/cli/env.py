@@ -22,6 +22,6 @@ def run(args) -> int:
             continue
         missing = [n for n in names if not package_status(n).is_installed]
         verdict = "available" if not missing else f'missing {", ".join(missing)}: pip install "hfexport[{extra}]"'
-        what = "extra  " if extra == "ray" else "backend"  # ray runs cells elsewhere; it exports nothing
+        what = "extra  " if extra in ("ray", "gguf") else "backend"  # ray runs cells elsewhere, gguf reads input
         print(f"{what} {extra:<13} {verdict}")
     return 0

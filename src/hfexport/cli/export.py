@@ -63,7 +63,7 @@ def run(args) -> int:
             args.model, config, args.output, generate=args.generate, multi_token_decode=args.multi_token_decode,
             static_cache=args.static_cache, validate=not args.no_validate, atol=args.tolerance,
             rtol=args.rtol, min_cosine=args.min_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
-            prompt=args.prompt,
+            prompt=args.prompt, gguf_file=args.gguf_file,
             overwrite=args.overwrite, progress=Progress(enabled=not args.quiet))
     except ValidationError as error:
         for report in getattr(error, "reports", {}).values():
@@ -76,6 +76,9 @@ def run(args) -> int:
 
 def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
+    if source := summary.get("weights_from"):
+        print(f"  weights:        from {source['format'].upper()} {source['file']} ({source['quantization']}), "
+              f"dequantized to {source['dequantized_to']}")
     print(f"  export time:    {summary['export_seconds']:.2f} s")
     ratio = summary["artifact_bytes"] / summary["weight_bytes"] if summary.get("weight_bytes") else float("nan")
     print(f"  artifact bytes: {summary['artifact_bytes']:,} ({ratio:.2f}x the model's "

@@ -1,4 +1,5 @@
-"""`hfexport generate DIR --prompt-ids 1,2,3`: generate with the components of a saved export."""
+"""`hfexport generate DIR --prompt-ids 1,2,3` (or `--prompt TEXT`, or `--chat MESSAGE`): generate with
+the components of a saved export."""
 
 from __future__ import annotations
 
@@ -25,19 +26,20 @@ def run(args) -> int:
     """Run `hfexport generate` with the parsed `args`: generate from a saved export and print the tokens."""
     from ..generation.loop import GenerationRunner
 
+    if args.system is not None and args.chat is None:
+        raise ValueError("--system is the system message of a --chat turn; add --chat MESSAGE")
     runner = GenerationRunner.load(args.export_dir)
-    ids = _prompt_ids(args, runner)
-    result = runner.generate(
-        ids,
-        max_new_tokens=args.max_new_tokens,
-        min_new_tokens=args.min_new_tokens,
-        do_sample=args.do_sample,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty,
-        seed=args.seed,
-    )
+    options = {"min_new_tokens": args.min_new_tokens, "do_sample": args.do_sample, "temperature": args.temperature,
+               "top_k": args.top_k, "top_p": args.top_p, "repetition_penalty": args.repetition_penalty,
+               "seed": args.seed}
+    if args.chat is not None:
+        from ..generation.chat import ChatSession
+
+        limit = 256 if args.max_new_tokens is None else args.max_new_tokens
+        result = ChatSession(runner, system=args.system).send(args.chat, limit, **options)
+    else:
+        limit = 16 if args.max_new_tokens is None else args.max_new_tokens
+        result = runner.generate(_prompt_ids(args, runner), max_new_tokens=limit, **options)
     if args.json:
         print(json.dumps({"format": runner.export.format, **result.to_dict()}))
         return 0

@@ -20,7 +20,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     export = sub.add_parser("export", help="export a model, validate it against eager, write artifact + report")
-    export.add_argument("model", help=f"a local folder, a hub id, or a preset: {', '.join('tiny:' + n for n in preset_names())}")
+    export.add_argument("model", help="a local folder, a hub id, a .gguf file (dequantized to float32; pip install "
+                        f"\"hfexport[gguf]\"), or a preset: {', '.join('tiny:' + n for n in preset_names())}")
+    export.add_argument("--gguf-file", metavar="NAME", help="the GGUF file to load in the folder MODEL names")
     export.add_argument("--format", "-f", default="dynamo", help="dynamo | onnx | executorch | openvino")
     export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
     export.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
@@ -63,7 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     prompt = generate.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt-ids", help="the prompt as token ids: 1,2,3")
     prompt.add_argument("--prompt", help="the prompt as text (needs a tokenizer saved with the export)")
-    generate.add_argument("--max-new-tokens", type=int, default=16)
+    prompt.add_argument("--chat", metavar="MESSAGE",
+                        help="one user message, templated with the chat template saved with the export; prints "
+                        "the answer, stopping at the model's end-of-turn token")
+    generate.add_argument("--system", help="with --chat: a system message before it")
+    generate.add_argument("--max-new-tokens", type=int, default=None, help="default 16, 256 with --chat")
     generate.add_argument("--min-new-tokens", type=int, default=0)
     generate.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     generate.add_argument("--temperature", type=float, default=None)
@@ -72,6 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--repetition-penalty", type=float, default=None)
     generate.add_argument("--seed", type=int, default=None, help="seed for --do-sample (reproducible tokens)")
     generate.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    chat = sub.add_parser("chat", help="talk with an export written by `export --generate`: each line on stdin "
+                          "is a user turn, answered as it is generated (/reset starts over; /quit or end of input ends)")
+    chat.add_argument("export_dir", help="the folder `hfexport export --generate -o DIR` wrote (with a chat template)")
+    chat.add_argument("--system", help="a system message to start the conversation with")
+    chat.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per answer (default 256)")
+    chat.add_argument("--json", action="store_true",
+                      help="print each answer as one JSON line (tokens, text, timings) instead of streaming it")
 
     coverage = sub.add_parser("coverage", help="export every tiny architecture to every backend, check each "
                               "against eager, write the matrix (Markdown + JSON)")
@@ -124,11 +138,11 @@ def _add_ray_arguments(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the `hfexport` command line on `argv` (default: the process's); return the exit code."""
     args = _parser().parse_args(argv)
-    from . import coverage, env, export, export_many, fuzz, generate, patches
+    from . import chat, coverage, env, export, export_many, fuzz, generate, patches
     from .quiet import command_output
 
-    command = {"export": export.run, "generate": generate.run, "coverage": coverage.run, "fuzz": fuzz.run,
-               "env": env.run, "patches": patches.run, "export-many": export_many.run}[args.command]
+    command = {"export": export.run, "generate": generate.run, "chat": chat.run, "coverage": coverage.run,
+               "fuzz": fuzz.run, "env": env.run, "patches": patches.run, "export-many": export_many.run}[args.command]
     try:
         # the summary of what was hidden comes before an error line, so that the error is the last line
         with command_output(verbose=args.verbose, debug=args.debug):

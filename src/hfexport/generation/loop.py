@@ -56,6 +56,7 @@ class GenerationResult:
     tokens_per_s: float  # decode steps after the first token, per second (nan with one token)
     text: str | None = None
     logits: list[torch.Tensor] | None = None  # per step, the last position's logits (`output_logits=True`)
+    stopped_at_eos: bool = False  # the last token is an end token (else `max_new_tokens` ran out)
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-able dict (per-step logits left out)."""
@@ -86,6 +87,8 @@ class GenerationRunner:
         self.runners = {name: component.runner() for name, component in export.components.items()}
         self.records = {name: component.record for name, component in export.components.items()}
         self.static = export.manifest.get("cache") == "static"
+        decode_ids = dict(zip(self.records["decode"].input_names, self.records["decode"].input_shapes)).get("input_ids")
+        self.decode_takes_one = bool(decode_ids) and decode_ids[-1] == 1  # one new token per decode call
         # a static cache's length, or the bound of an OpenVINO state that grows (`OpenVINOConfig.max_cache_len`)
         self.max_cache_len = export.manifest.get("max_cache_len") or next(
             (r.details["state"]["max_cache_len"] for r in self.records.values()
@@ -114,6 +117,7 @@ class GenerationRunner:
         eos_token_id: int | list[int] | None = -1,
         attention_mask: torch.Tensor | None = None,
         output_logits: bool = False,
+        streamer: Any = None,
         **encoder_inputs: Any,
     ) -> GenerationResult:
         """Generate up to `max_new_tokens` after the prompt `input_ids` (one sequence).
@@ -128,49 +132,69 @@ class GenerationRunner:
             attention_mask: the prompt's mask for an encoder-decoder's encoder (default all ones).
             output_logits: also return each step's raw logits (before the processors), as
                 `generate(output_logits=True)` does.
+            streamer: an object with `put(ids)` and `end()`, called as `generate()` calls its
+                streamer: `put` with the prompt first, then with each new token as it is chosen
+                (`transformers.TextStreamer(tokenizer, skip_prompt=True)` prints the answer as it comes).
             encoder_inputs: other encoder inputs by name (`input_features=` for speech models).
         """
-        prompt = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1) if not isinstance(
-            input_ids, torch.Tensor) else input_ids.reshape(1, -1).long()
-        config = self._generation_config(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
-                                         repetition_penalty, eos_token_id)
+        start = time.perf_counter()
+        prompt = _as_prompt(input_ids)
+        config = self.generation_config(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+                                        repetition_penalty, eos_token_id)
+        state = _State(self, prompt, attention_mask, encoder_inputs)
+        prefix = state.decoder_prefix()
+        result = self._generate_on(state, prefix, prefix, config, seed=seed, output_logits=output_logits,
+                                   streamer=streamer, start=start)
+        result.prompt = prompt[0].tolist()  # an encoder-decoder's is the encoder's input, not the decoder's start
+        return result
+
+    def _generate_on(self, state: _State, new_ids: torch.Tensor, sequence: torch.Tensor, config: Any, *,
+                     seed: int | None = None, output_logits: bool = False, streamer: Any = None,
+                     start: float | None = None) -> GenerationResult:
+        """Feed `new_ids` to `state` (whose cache holds the rest of `sequence`) and generate as
+        `config` says: the loop of `generate`, on a state a caller may keep between calls (a chat's
+        conversation, `chat.ChatSession`). Returns what `generate` returns, `prompt` being `sequence`."""
+        start = time.perf_counter() if start is None else start
         eos = _as_list(config.eos_token_id)
         processors = _logits_processors(config, eos)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
-
-        start = time.perf_counter()
-        state = _State(self, prompt, attention_mask, encoder_inputs)
-        sequence = state.decoder_prefix()
+        if streamer is not None:
+            streamer.put(sequence)
         tokens: list[int] = []
         raw_logits: list[torch.Tensor] = []
-        step_ids = sequence
+        step_ids = new_ids
         first_at = decode_start = None
-        while len(tokens) < max_new_tokens:
+        while len(tokens) < config.max_new_tokens:
             logits = state.step(step_ids)
             if output_logits:
                 raw_logits.append(logits[:, -1].float().clone())
             scores = processors(sequence, logits[:, -1].float())
-            if do_sample:
+            if config.do_sample:
                 next_token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
             else:
                 next_token = scores.argmax(-1, keepdim=True)
             tokens.append(int(next_token))
             sequence = torch.cat([sequence, next_token], dim=1)
             step_ids = next_token
+            if streamer is not None:
+                streamer.put(next_token[0])
             if first_at is None:
                 first_at = decode_start = time.perf_counter()
             if int(next_token) in eos:
                 break
+        if streamer is not None:
+            streamer.end()
         end = time.perf_counter()
         decoded = len(tokens) - 1
         tokenizer = self.export.tokenizer
         return GenerationResult(
             tokens=tokens,
-            prompt=prompt[0].tolist(),
+            prompt=sequence[0, :sequence.shape[1] - len(tokens)].tolist(),
             time_to_first_token_s=(first_at or end) - start,
             tokens_per_s=decoded / (end - decode_start) if decoded > 0 and end > decode_start else float("nan"),
             text=tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
             logits=raw_logits if output_logits else None,
+            stopped_at_eos=bool(tokens) and tokens[-1] in eos,
         )
 
     def score(self, input_ids: Any, tokens: list[int], **encoder_inputs: Any) -> list[torch.Tensor]:
@@ -178,17 +202,18 @@ class GenerationRunner:
         of `tokens` fed in turn; entry `i` is what the export predicts for `tokens[i]` (`len(tokens)`
         entries). What an accuracy check compares with eager, free of the drift a free-running
         loop accumulates after its first differing token."""
-        prompt = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1) if not isinstance(
-            input_ids, torch.Tensor) else input_ids.reshape(1, -1).long()
-        state = _State(self, prompt, None, encoder_inputs)
+        state = _State(self, _as_prompt(input_ids), None, encoder_inputs)
         step_ids, logits = state.decoder_prefix(), []
         for token in tokens:
             logits.append(state.step(step_ids)[0, -1].float().clone())
             step_ids = torch.tensor([[int(token)]])
         return logits
 
-    def _generation_config(self, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
-                           repetition_penalty, eos_token_id):
+    def generation_config(self, max_new_tokens: int = 16, min_new_tokens: int = 0, do_sample: bool = False,
+                          temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                          repetition_penalty: float | None = None, eos_token_id: Any = -1) -> Any:
+        """The saved generation config with the options of `generate` on top (those not `None`;
+        `eos_token_id=-1` keeps the saved end tokens)."""
         from transformers import GenerationConfig
 
         base = self.export.generation_config
@@ -215,6 +240,7 @@ class _State:
         self.session = None  # (component name, CacheSession) of the component last run
         self.length: int | None = None  # a static cache's length, read from its buffers
         self.past = 0
+        self.fed: list[int] = []  # the decoder tokens the cache holds, in order
         self.first = True
         self.encoder_hidden: torch.Tensor | None = None
         self.prompt_mask = attention_mask if attention_mask is not None else torch.ones_like(prompt)
@@ -251,8 +277,13 @@ class _State:
         self.encoder_hidden = outputs.get("last_hidden_state", next(iter(outputs.values())))
 
     def step(self, ids: torch.Tensor) -> torch.Tensor:
-        """Run the next component on the new tokens `ids`; return its logits."""
+        """Run the next component on the new tokens `ids`; return its logits (those of the last
+        call when a `decode` that takes one token at a time is fed several, after a `rewind`)."""
         name = "prefill" if self.first and "prefill" in self.runner.runners else "decode"
+        if name == "decode" and not self.first and ids.shape[1] > 1 and self.runner.decode_takes_one:
+            for index in range(ids.shape[1]):
+                logits = self.step(ids[:, index:index + 1])
+            return logits
         runner = self.runner.runners[name]
         record = runner.record
         if self.first:
@@ -267,8 +298,38 @@ class _State:
                               remedy="export with a larger max_cache_len (--static-cache N), or generate fewer tokens")
         outputs = self._session(name, runner).run(feed)
         self.past += ids.shape[1]
+        self.fed += ids[0].tolist()
         self.first = False
         return outputs["logits"]
+
+    def rewind(self, length: int) -> str | None:
+        """Cut the cache back to the first `length` tokens it holds, so the next `step` continues
+        after them (a chat's next turn reuses what the conversation so far computed); return why
+        it cannot, the state unchanged, or None when done.
+
+        A static cache keeps its slots and is only told to write from `length` on again (its
+        write counters, `cache.<layer>.cumulative_length`); a dynamic cache's keys and values are
+        cut to `length` entries. A cache of any other shape (a sliding window, a recurrent state)
+        cannot be cut back to a token."""
+        if self.is_seq2seq:
+            return "an encoder-decoder's decoder cache depends on its encoder's input"
+        if not 0 < length <= self.past:
+            return f"it holds {self.past} tokens, not a prefix of {length}"
+        cache = self.session[1].cache() if self.session is not None else dict(self.cache)
+        cut = {}
+        for name, value in cache.items():
+            kind = name.rsplit(".", 1)[-1]
+            if self.runner.static and kind == "cumulative_length":
+                cut[name] = torch.full_like(value, length)
+            elif kind in ("keys", "values") and value.dim() == 4 and value.shape[2] == (
+                    self._cache_length() if self.runner.static else self.past):
+                cut[name] = value if self.runner.static else value[:, :, :length].contiguous()
+            else:
+                return (f"its cache leaf {name!r} (shape {list(value.shape)}) does not hold one entry per token "
+                        "(a sliding window or a recurrent state)")
+        self.cache, self.session = cut, None
+        self.past, self.fed = length, self.fed[:length]
+        return None
 
     def _session(self, name: str, runner) -> Any:
         """The cache session of component `name`; switching components hands the cache over."""
@@ -350,6 +411,13 @@ def _attends_written_slots(record, mask_shape) -> bool:
     lengths = {shape[2] for name, shape in zip(record.input_names, record.input_shapes)
                if name.endswith(".keys") and len(shape) == 4}
     return isinstance(mask_shape[-1], str) and bool(lengths) and mask_shape[-1] not in lengths
+
+
+def _as_prompt(input_ids: Any) -> torch.Tensor:
+    """A prompt (a list of ints or a tensor) as a `[1, n]` int64 tensor."""
+    if isinstance(input_ids, torch.Tensor):
+        return input_ids.reshape(1, -1).long()
+    return torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
 
 
 def _as_list(value: Any) -> list[int]:

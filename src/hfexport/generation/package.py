@@ -4,7 +4,8 @@
 out/tiny-llama/
   manifest.json            format, components (files, inputs, outputs, shapes, dtypes), cache kind
   decode.onnx              one file (or pair) per component, as the exporter's `save` writes it
-  config.json              the model config; generation_config.json; tokenizer files when given
+  config.json              the model config; generation_config.json; tokenizer files and chat template
+                           when given (`tokenizer_files.py`)
   export_config.json       the ExportConfig used
 ```
 `save_generation_export` writes it through a staged folder (nothing half-written is left behind);
@@ -25,6 +26,7 @@ from typing import Any
 from ..bundle import MANIFEST, MANIFEST_VERSION, check_files, record_from_entry
 from ..errors import SerializationError
 from ..record import ExportRecord, record_of
+from ..tokenizer_files import load_tokenizer
 
 __all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "MANIFEST", "MANIFEST_VERSION"]
 
@@ -141,7 +143,7 @@ class GenerationExport:
         for name, entry in manifest["components"].items():
             files = check_files(directory, name, entry)
             components[name] = LoadedComponent(name, exporter.load(files), record_from_entry(fmt, entry), files)
-        config = generation_config = tokenizer = None
+        config = generation_config = None
         if (directory / "config.json").is_file():
             from transformers import AutoConfig
 
@@ -150,8 +152,4 @@ class GenerationExport:
             from transformers import GenerationConfig
 
             generation_config = GenerationConfig.from_pretrained(directory)
-        if any((directory / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(directory)
-        return cls(directory, fmt, components, manifest, config, generation_config, tokenizer)
+        return cls(directory, fmt, components, manifest, config, generation_config, load_tokenizer(directory))

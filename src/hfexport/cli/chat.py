@@ -1,0 +1,63 @@
+"""`hfexport chat DIR`: a conversation with a generation export, one stdin line per user turn, each
+answer written as it is generated (`generation.chat.ChatSession`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import ExportError
+
+__all__ = ["run"]
+
+QUIT = ("/quit", "/exit")
+RESET = "/reset"
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def run(args) -> int:
+    """Run `hfexport chat` with the parsed `args`: answer each line of stdin until /quit or its end."""
+    from ..generation.chat import ChatSession, TextStream
+    from ..generation.loop import GenerationRunner
+
+    runner = GenerationRunner.load(args.export_dir)
+    chat = ChatSession(runner, system=args.system)
+    interactive = sys.stdin.isatty()
+    print(f"hfexport: chatting with {runner.export.manifest.get('model_class')} ({runner.export.format}, "
+          f"{'static' if runner.static else 'dynamic'} cache) from {args.export_dir}; {RESET} starts over, "
+          f"{QUIT[0]} or end of input (Ctrl-D) ends", file=sys.stderr, flush=True)
+    told = None
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line or line.strip() in QUIT:
+            return 0
+        message = line.rstrip("\n")
+        if message.strip() == RESET:
+            chat.reset()
+            continue
+        if not message.strip():
+            continue
+        try:
+            if args.json:
+                result = chat.send(message, args.max_new_tokens)
+                print(json.dumps({"format": runner.export.format, "prefilled": chat.prefilled, **result.to_dict()}),
+                      flush=True)
+            else:
+                result = chat.send(message, args.max_new_tokens, streamer=TextStream(chat.tokenizer, _write))
+                _write("\n")
+        except ExportError as error:  # this turn failed (a full static cache); the user may /reset
+            print(f"hfexport: error: {str(error).replace(chr(10), ' ')}", file=sys.stderr, flush=True)
+            continue
+        if chat.reprefill_reason and chat.reprefill_reason != told:
+            told = chat.reprefill_reason
+            print(f"hfexport: this export prefills the whole conversation each turn: {told}", file=sys.stderr,
+                  flush=True)
+        if interactive:
+            print(f"[{len(result.tokens)} tokens, {result.tokens_per_s:.1f} tokens/s, "
+                  f"{chat.prefilled} prompt tokens fed]", file=sys.stderr, flush=True)

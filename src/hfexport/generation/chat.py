@@ -1,0 +1,192 @@
+"""`ChatSession`: a conversation with a generation export, through the chat template saved with it.
+
+```python
+from hfexport import GenerationRunner
+from hfexport.generation.chat import ChatSession
+
+chat = ChatSession(GenerationRunner.load("out/smollm2"))
+chat.send("What is the capital of France?").text      # 'The capital of France is Paris.'
+chat.send("And of Italy?")                             # the first turn stays in the conversation
+```
+
+Each turn applies the template to the whole conversation (`add_generation_prompt=True`), so the
+tokens are those eager `model.generate` would produce on `apply_chat_template(messages)`, and
+generation stops at the model's end-of-turn tokens: the generation config's end tokens, the
+tokenizer's, and the token the chat template closes an assistant turn with (`<|im_end|>`,
+`<|eot_id|>`, `<end_of_turn>`), which a model's generation config often lacks.
+
+# NOTE: the cache is kept between turns rather than prefilling the conversation again: the next
+# turn's tokens start with those the cache holds (the last answer's last token aside, and the
+# template's end-of-turn text after it), so the cache is cut back to the longest common prefix
+# (`_State.rewind`) and only the rest is fed. A static cache is cut back by resetting its write
+# counters, a dynamic one by slicing its keys and values; a cache that cannot be cut back to a token
+# (a sliding window that has rolled over, a recurrent state) prefills the whole conversation again,
+# and `reprefill_reason` says why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..errors import ExportError
+from .loop import GenerationResult, GenerationRunner, _as_list, _State
+
+__all__ = ["ChatSession", "TextStream", "end_of_turn_ids"]
+
+logger = logging.getLogger(__name__)
+_SENTINEL = "hfexport-answer-sentinel"
+
+
+def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
+    """The tokens that end a model's turn: the generation config's end tokens, the tokenizer's
+    end token, and the special token the chat template writes right after an assistant message."""
+    ids = [*_as_list(getattr(generation_config, "eos_token_id", None)),
+           *_as_list(getattr(tokenizer, "eos_token_id", None))]
+    try:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _SENTINEL}], tokenize=False)
+    except Exception as error:  # noqa: BLE001 - a template's own checks (roles, alternation) raise anything
+        logger.warning("the chat template did not render a sample assistant turn (%s); turns end at the "
+                       "generation config's and the tokenizer's end tokens only", error)
+        text = ""
+    if _SENTINEL in text:
+        after = tokenizer(text.split(_SENTINEL, 1)[1], add_special_tokens=False)["input_ids"]
+        special = getattr(tokenizer, "added_tokens_decoder", {})
+        if after and (after[0] in special and special[after[0]].special or after[0] in tokenizer.all_special_ids):
+            ids.append(after[0])
+    return list(dict.fromkeys(ids))
+
+
+class TextStream:
+    """A streamer (`put`/`end`, as `GenerationRunner.generate(streamer=...)` calls them) that
+    hands each new piece of the answer's text to `write` as soon as its tokens decode to whole
+    characters; the prompt (the first `put`) and special tokens are left out."""
+
+    def __init__(self, tokenizer: Any, write: Callable[[str], Any]):
+        self.tokenizer, self.write = tokenizer, write
+        self.tokens: list[int] = []
+        self.written = 0
+        self.prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        """Take the prompt (first call) or the next token."""
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.tokens += value.reshape(-1).tolist()
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):  # a character whose bytes are still coming
+            self._flush(text)
+
+    def end(self) -> None:
+        """Write what is left."""
+        self._flush(self.tokenizer.decode(self.tokens, skip_special_tokens=True))
+
+    def _flush(self, text: str) -> None:
+        if len(text) > self.written:
+            self.write(text[self.written:])
+        self.written = len(text)
+
+
+class ChatSession:
+    """A conversation with the export `runner` drives (see the module docstring).
+
+    Args:
+        runner: a `GenerationRunner` of a decoder-only generation export saved with a tokenizer
+            that has a chat template.
+        system: a system message to start the conversation with.
+
+    Attributes:
+        messages: the conversation so far (`{"role", "content"}` dicts).
+        end_ids: the tokens a turn stops at (`end_of_turn_ids`).
+        reprefill_reason: why the last turn prefilled the whole conversation again instead of
+            reusing the cache (None while it reuses it).
+        prefilled: how many of the last turn's prompt tokens were fed (the rest came from the cache).
+    """
+
+    def __init__(self, runner: GenerationRunner, *, system: str | None = None):
+        tokenizer = runner.export.tokenizer
+        if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+            what = "no tokenizer" if tokenizer is None else "a tokenizer without a chat template"
+            raise ExportError(f"{runner.export.directory} holds {what}, so a chat cannot be templated",
+                              remedy="export a model folder (or GGUF file) whose tokenizer has a chat template, "
+                              "or generate from raw text with --prompt")
+        if "encoder" in runner.runners:
+            raise ExportError(f"{runner.export.directory} is an encoder-decoder export; a chat drives decoder-only "
+                              "models", remedy="generate with --prompt")
+        self.runner, self.tokenizer = runner, tokenizer
+        self.system = system
+        self.messages: list[dict[str, str]] = []
+        self.end_ids = end_of_turn_ids(tokenizer, runner.export.generation_config)
+        self.reprefill_reason: str | None = None
+        self.prefilled = 0
+        self._state: _State | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new conversation (the system message kept)."""
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self._state = None
+
+    def prompt_ids(self, message: str) -> list[int]:
+        """The token ids of the conversation with `message` as the next user turn, templated
+        with `add_generation_prompt=True` (what eager `generate` is given)."""
+        messages = [*self.messages, {"role": "user", "content": message}]
+        return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                       return_dict=False))
+
+    def send(self, message: str, max_new_tokens: int = 256, *, streamer: Any = None,
+             **options: Any) -> GenerationResult:
+        """Add `message` as the user's turn, generate the answer (stopping at an end-of-turn
+        token, or after `max_new_tokens`; fewer where a static cache has less room) and add it
+        to the conversation; return it (`text` is the answer).
+
+        Args:
+            streamer: as `GenerationRunner.generate`'s (`TextStream` writes the text as it comes).
+            options: `generate`'s sampling options (`do_sample`, `temperature`, `top_k`, `top_p`,
+                `repetition_penalty`, `min_new_tokens`, `seed`).
+        """
+        ids = self.prompt_ids(message)
+        max_new_tokens = min(max_new_tokens, self._room(len(ids)))
+        seed = options.pop("seed", None)
+        config = self.runner.generation_config(max_new_tokens, eos_token_id=self.end_ids, **options)
+        state, new_ids = self._continued(ids)
+        self._state = None  # a turn that fails leaves no half-fed cache behind
+        result = self.runner._generate_on(state, torch.tensor([new_ids]), torch.tensor([ids]), config, seed=seed,
+                                          streamer=streamer)
+        self._state, self.prefilled = state, len(new_ids)
+        answer = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
+        self.messages += [{"role": "user", "content": message}, {"role": "assistant", "content": answer}]
+        return result
+
+    def _room(self, prompt_length: int) -> int:
+        """How many tokens a static cache leaves for the answer (the last one is never fed back)."""
+        capacity = self.runner.max_cache_len if self.runner.static else None
+        if capacity is None:
+            return 1 << 30
+        if prompt_length >= capacity:
+            raise ExportError(f"the conversation is {prompt_length} tokens; the export's static cache holds "
+                              f"{capacity}", remedy="start a new conversation (/reset in `hfexport chat`), or export "
+                              "with a larger --static-cache")
+        return capacity - prompt_length + 1
+
+    def _continued(self, ids: list[int]) -> tuple[_State, list[int]]:
+        """The state to generate on and the tokens to feed it: the kept state cut back to the
+        longest prefix it shares with `ids`, or a new one that prefills all of `ids`."""
+        state = self._state
+        if state is not None:
+            shared = 0
+            for held, new in zip(state.fed, ids):
+                if held != new:
+                    break
+                shared += 1
+            keep = min(shared, len(ids) - 1)  # at least one token is fed: its logits pick the first answer token
+            reason = state.rewind(keep) if keep else "the conversation shares no tokens with the last one"
+            if reason is None:
+                return state, ids[keep:]
+            self.reprefill_reason = reason
+        return _State(self.runner, torch.tensor([ids]), None, {}), ids

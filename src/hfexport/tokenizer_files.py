@@ -1,0 +1,58 @@
+"""The tokenizer an export folder carries: its files, its chat template, and reading them back.
+
+```
+out/tiny-llama/
+  tokenizer.json, tokenizer_config.json   what `tokenizer.save_pretrained` writes (+ vocab/merges files
+                                          for a slow tokenizer, special_tokens_map.json where it has one)
+  chat_template.jinja                     the chat template, where the tokenizer has one
+```
+`save_tokenizer_files` is the one place an export writes them (`bundle.save_export`, for every
+kind of export); a runtime's own tokenizer files (a genai config, a converted OpenVINO tokenizer)
+are written beside them by that runtime's packaging. `load_tokenizer` opens them again
+(`hfexport generate`, `hfexport chat`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CHAT_TEMPLATE_FILE", "save_tokenizer_files", "load_tokenizer", "has_tokenizer"]
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def save_tokenizer_files(tokenizer: Any, folder: str | os.PathLike) -> list[str]:
+    """Write `tokenizer` into `folder` with its chat template; return the names of the files written.
+
+    transformers 5.24's `save_pretrained` writes the template as `chat_template.jinja`; a tokenizer
+    whose `save_pretrained` does not (an older class, a template set by hand) gets it written here,
+    so every export of a chat model can apply its template (`hfexport generate --chat`).
+    """
+    folder = Path(folder)
+    before = set(os.listdir(folder))
+    tokenizer.save_pretrained(folder)
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str) and not (folder / CHAT_TEMPLATE_FILE).exists():
+        (folder / CHAT_TEMPLATE_FILE).write_text(template)
+    return sorted(set(os.listdir(folder)) - before)
+
+
+def has_tokenizer(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds tokenizer files."""
+    return any((Path(folder) / name).is_file() for name in _TOKENIZER_FILES)
+
+
+def load_tokenizer(folder: str | os.PathLike) -> Any:
+    """The tokenizer saved in `folder` (with its chat template), or None where it holds none."""
+    if not has_tokenizer(folder):
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    template = Path(folder) / CHAT_TEMPLATE_FILE
+    if getattr(tokenizer, "chat_template", None) is None and template.is_file():
+        tokenizer.chat_template = template.read_text()
+    return tokenizer
