@@ -182,12 +182,18 @@ def _refuse_static_quantized_rotary(program: Any, model: torch.nn.Module) -> Non
     """Refuse a program with statically quantized activations (PT2E `int8-static`, or a user's
     static XNNPACK config) in a model with rotary position embeddings.
 
-    # NOTE: such a program lowers, but ExecuTorch 1.4.1's runtime crashes the process in
-    # `load_method` (a segmentation fault while XNNPACK initialises the delegate: the quantized
-    # slice of the rotary embedding; pytorch/executorch#21568), measured on the tiny Llama with
-    # per-tensor and per-channel static configs. Validation would take the whole process
-    # down with it, and so would a user's runner; encoders without rotary embeddings (BERT, ViT)
-    # load and run.
+    # NOTE: such a program lowers, but ExecuTorch 1.4.1's runtime fails in two ways, measured on
+    # the tiny Qwen3 with the static per-channel config (docs/executorch_static_int8_rotary.md):
+    # with static shapes `load_method` fails ("Failed to create static slice node ...
+    # xnn_status_invalid_parameter", then a double free that kills the process): the quantizer
+    # leaves RoPE's `aten.slice.Tensor` without its input's qparams (fixed upstream by
+    # pytorch/executorch#21568, after 1.4.1; docs/repro_xnnpack_static_slice.py). Giving the
+    # slices their input's qparams makes it load, but then, as with dynamic shapes, the heap is
+    # corrupted (a double free at exit, cosine 0.78-0.87 to eager, outputs that change between
+    # processes), which needs a statically quantized `mul` outside the rotary arithmetic (RMSNorm
+    # or MLP; linears alone or with the rotary muls/adds run at cosine 0.9999). Validation would
+    # take the whole process down with it, and so would a user's runner; encoders without rotary
+    # embeddings (BERT, ViT) load and run.
     """
     rotary = next((type(m).__name__ for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")), None)
     static = not _dynamic_quant(program) and any(
