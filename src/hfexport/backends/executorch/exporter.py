@@ -107,6 +107,7 @@ class ExecutorchExporter(HfExporter):
         program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning,
                                                              sym_shape_eval_pass=bounds,
                                                              do_quant_fusion_and_const_prop=_quantized_embedding(config),
+                                                             run_reinplace_pass=_constant_methods(model) is not None,
                                                              external_constants=weights_tag if external else False))
         _check_plan_size(program, captured, model)
         if problems := check_plan(program):

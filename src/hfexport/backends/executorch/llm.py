@@ -59,13 +59,14 @@ class LayerAttention:
 
 
 class _LayerCache(torch.nn.Module):
-    """One layer's key and value buffers, `[1, max_cache_len, kv_heads, head_dim]` (update_cache's
-    layout), or `[1, kv_heads, max_cache_len, head_dim]` for a layer that attends with torch ops."""
+    """One layer's key and value buffers: `[1, max_cache_len, kv_heads, head_dim]` (update_cache's
+    layout), or for a layer that attends with torch ops keys `[1, kv_heads, head_dim,
+    max_cache_len]` and values `[1, kv_heads, max_cache_len, head_dim]` (`_torch_attention`)."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype):
+    def __init__(self, keys: tuple[int, ...], values: tuple[int, ...], dtype: torch.dtype):
         super().__init__()
-        self.register_buffer("keys", torch.zeros(shape, dtype=dtype), persistent=False)
-        self.register_buffer("values", torch.zeros(shape, dtype=dtype), persistent=False)
+        self.register_buffer("keys", torch.zeros(keys, dtype=dtype), persistent=False)
+        self.register_buffer("values", torch.zeros(values, dtype=dtype), persistent=False)
 
 
 def _program_layer(program: LlmProgram, index: int) -> Any:
@@ -98,9 +99,9 @@ def _layer_class() -> type:
                 program.planning[self.index] = (key_states.shape[1], key_states.shape[-1])
                 return key_states, value_states
             buffers, start = program.caches[self.index], program.step_start
-            if program.attention[self.index].op == "torch":
+            if program.attention[self.index].op == "torch":  # keys stored transposed (`_torch_attention`)
                 positions = start + torch.arange(key_states.shape[-2])
-                buffers.keys.index_copy_(2, positions, key_states)
+                buffers.keys.index_copy_(3, positions, key_states.transpose(-1, -2))
                 buffers.values.index_copy_(2, positions, value_states)
             else:
                 torch.ops.llama.update_cache(key_states.transpose(1, 2).contiguous(), buffers.keys, start)
@@ -153,19 +154,25 @@ def program_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return out, None
 
 
-def _torch_attention(query, key, value, allowed, scaling, softcap):
-    """The fallback: `query [1, h, q, d]` over the layer's `[1, kv_heads, max_cache_len, d]`
-    buffers with `allowed [q, max_cache_len]`, in torch ops (softcapping applied)."""
-    groups = query.shape[1] // key.shape[1]
-    if groups > 1:
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
-    scores = torch.matmul(query, key.transpose(-1, -2)) * (scaling if scaling is not None else query.shape[-1] ** -0.5)
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-    return torch.matmul(weights, value).transpose(1, 2).contiguous()
+def _torch_attention(query, keys, values, allowed, scaling, softcap):
+    """The fallback: `query [1, heads, q, d]` over the layer's buffers, keys `[1, kv_heads, d,
+    max_cache_len]` (stored transposed) and values `[1, kv_heads, max_cache_len, d]`, with
+    `allowed [q, max_cache_len]`, in torch ops (softcapping applied). One batched product per
+    query head of each key/value head, so no buffer is transposed or repeated: a step reads the
+    buffers and copies nothing of them."""
+    _, heads, length, dim = query.shape  # batch 1: the program's cache holds one sequence
+    kv_heads, slots = keys.shape[1], keys.shape[-1]
+    groups = heads // kv_heads
+    grouped = query.reshape(kv_heads, groups, length, dim)
+    keys, values = keys.view(kv_heads, dim, slots), values.view(kv_heads, slots, dim)
+    outs = []
+    for group in range(groups):  # the query heads sharing key/value head k are k * groups + group
+        scores = torch.bmm(grouped[:, group], keys) * (scaling if scaling is not None else dim ** -0.5)
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        outs.append(torch.bmm(torch.softmax(scores.float(), dim=-1).to(query.dtype), values))
+    return torch.stack(outs, dim=1).reshape(1, heads, length, dim).transpose(1, 2).contiguous()
 
 
 #: Attention kwargs that do not change the math `program_attention` does.
@@ -205,9 +212,11 @@ class LlmProgram(torch.nn.Module):
         dtype = next(model.parameters()).dtype
         for index in range(len(shapes)):
             heads, head_dim = shapes[index]
-            shape = ((1, heads, self.max_cache_len, head_dim) if self.attention[index].op == "torch"
-                     else (1, self.max_cache_len, heads, head_dim))
-            self.caches.append(_LayerCache(shape, dtype))
+            if self.attention[index].op == "torch":
+                keys, values = (1, heads, head_dim, self.max_cache_len), (1, heads, self.max_cache_len, head_dim)
+            else:
+                keys = values = (1, self.max_cache_len, heads, head_dim)
+            self.caches.append(_LayerCache(keys, values, dtype))
 
     # -- planning -------------------------------------------------------------------------------
 
