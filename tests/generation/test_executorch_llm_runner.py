@@ -135,6 +135,7 @@ def test_the_program_holds_its_cache_and_says_what_the_runner_reads(llm_export):
     assert manifest["cache"] == "program" and manifest["max_cache_len"] == CACHE
     decode = manifest["components"]["decode"]
     assert [i["name"] for i in decode["inputs"]] == ["input_ids", "input_pos"] and decode["outputs"] == ["logits"]
+    assert decode["kernel_libraries"] == ["llama"]  # what a fresh process loads before the program
     record = json.loads((result.directory / "report.json").read_text())["components"]["decode"]["record"]
     program = record["llm_program"]
     assert program["layers_by_op"] == {"custom_sdpa": [0, 1]}
@@ -147,33 +148,51 @@ def test_the_program_holds_its_cache_and_says_what_the_runner_reads(llm_export):
     assert result.reports["decode"].passed and len(result.reports["decode"].cases) >= 2  # validated against eager
 
 
+#: Run in a fresh process, as a user would: `GenerationRunner` on the folder, then ExecuTorch's own
+#: `TextLLMRunner` on its `decode.pte` and `tokenizer.json` (the llama:: kernels imported first).
+_FRESH = """
+import json, sys
+from hfexport import GenerationRunner
+folder, prompt, ids, new = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+ours = GenerationRunner.load(folder).generate(ids, max_new_tokens=new, min_new_tokens=new).tokens
+from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - registers the llama:: kernels
+from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+pieces = []
+runner = TextLLMRunner(folder + "/decode.pte", folder + "/tokenizer.json")
+runner.generate(prompt, GenerationConfig(echo=False, max_new_tokens=new, temperature=0.0), token_callback=pieces.append)
+print("RESULT " + json.dumps({"ours": ours, "pieces": pieces}))
+"""
+
+
 @pytest.mark.slow
-def test_hfexport_generate_gives_eagers_tokens(llm_export):
+def test_a_fresh_process_generates_eagers_tokens_with_both_runners(llm_export):
+    """`hfexport generate`'s runner and ExecuTorch's `TextLLMRunner` give eager's greedy tokens."""
+    import subprocess
+    import sys
+
+    result, tokenizer, ids, eager = llm_export
+    done = subprocess.run([sys.executable, "-c", _FRESH, str(result.directory), PROMPT, json.dumps(ids[0].tolist()),
+                           str(NEW_TOKENS)], capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-2000:]
+    got = json.loads(lines[-1].removeprefix("RESULT "))
+    assert got["ours"] == eager
+    # the runner stops at an EOS id (get_eos_ids); eager was held to NEW_TOKENS
+    stop = next((i + 1 for i, token in enumerate(eager) if token == 1), NEW_TOKENS)
+    assert got["pieces"] == [tokenizer.decode([token]) for token in eager][:stop]
+
+
+@pytest.mark.slow
+def test_a_new_prompt_overwrites_the_cache_and_an_overflow_is_refused(llm_export):
     from hfexport import GenerationRunner
     from hfexport.errors import ExportError
 
     result, _, ids, eager = llm_export
     runner = GenerationRunner.load(result.directory)
-    got = runner.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
-    assert got.tokens == eager
-    again = runner.generate(ids[:, :2], max_new_tokens=3, min_new_tokens=3)  # a new prompt overwrites the cache
+    assert runner.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tokens == eager
+    again = runner.generate(ids[:, :2], max_new_tokens=3, min_new_tokens=3)
     with torch.no_grad():
         want = result.model.generate(ids[:, :2], max_new_tokens=3, min_new_tokens=3, do_sample=False)[0, 2:].tolist()
     assert again.tokens == want
     with pytest.raises(ExportError, match="do not fit the program's cache"):
         runner.generate(torch.zeros((1, CACHE - 2), dtype=torch.long), max_new_tokens=4, min_new_tokens=4)
-
-
-@pytest.mark.slow
-def test_executorchs_own_llm_runner_gives_eagers_tokens(llm_export):
-    runner_module = pytest.importorskip("executorch.extension.llm.runner")
-    result, tokenizer, _, eager = llm_export
-    folder = result.directory
-    runner = runner_module.TextLLMRunner(str(folder / "decode.pte"), str(folder / "tokenizer.json"))
-    pieces: list[str] = []
-    config = runner_module.GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, temperature=0.0)
-    runner.generate(PROMPT, config, token_callback=pieces.append)
-    # the runner stops at an EOS id (get_eos_ids); eager was held to NEW_TOKENS
-    want = [tokenizer.decode([token]) for token in eager]
-    stop = next((i + 1 for i, token in enumerate(eager) if token == 1), NEW_TOKENS)
-    assert pieces == want[:stop]

@@ -145,7 +145,7 @@ class GenerationRunner:
             logits = state.step(step_ids)
             if output_logits:
                 raw_logits.append(logits[:, -1].float().clone())
-            scores = processors(sequence, logits[:, -1].float())
+            scores = processors(sequence, logits[:, -1].float()) if processors else logits[:, -1].float()
             if do_sample:
                 next_token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
             else:

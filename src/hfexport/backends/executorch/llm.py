@@ -17,9 +17,11 @@ constant methods `get_max_seq_len`, `get_max_context_len`, `get_vocab_size`, `ge
 # layers (`ProgramCacheLayer`) write into this module's buffers. With an attention name that
 # has no mask function, transformers 5.24's `create_causal_mask` returns no mask
 # (`masking_utils._preprocess_mask_arguments`), so nothing of the cache's length is built per step.
-# A layer whose attention the op cannot express (logit softcapping, attention sinks, a mask the
-# model builds itself) attends with plain torch ops over its own buffers, and the record says
-# which layers and why (`record.details["llm_program"]`).
+# A layer whose attention the op cannot express (logit softcapping, a mask the model builds
+# itself) attends with plain torch ops over its own buffers, and the record says which layers and
+# why (`record.details["llm_program"]`); attention arguments neither can apply (sinks) are refused.
+# Built, the program is checked against the model's own forward (`_check_against_model`): the
+# export validates against this module, so this is what ties the artifact to the model.
 """
 
 from __future__ import annotations
@@ -217,6 +219,7 @@ class LlmProgram(torch.nn.Module):
             else:
                 keys = values = (1, self.max_cache_len, heads, head_dim)
             self.caches.append(_LayerCache(keys, values, dtype))
+        self._check_against_model()
 
     # -- planning -------------------------------------------------------------------------------
 
@@ -241,6 +244,22 @@ class LlmProgram(torch.nn.Module):
                                remedy="export without llm_runner (the static-cache components take the cache as inputs)")
         return [shapes[i] for i in range(layers)]
 
+    def _check_against_model(self) -> None:
+        """The program's logits for a 3-token prompt then one more token equal the model's own
+        forward on the 4 tokens (within 1e-3 of the logits' scale), or `PrepareError`."""
+        vocab = int(_text_config(self.model).vocab_size)
+        ids = (torch.arange(4) * 7 + 3)[None] % vocab
+        with torch.no_grad():
+            want = self.model(input_ids=ids, use_cache=False).logits[0, -1].float()
+            self(ids[:, :3], torch.tensor([0]))
+            got = self(ids[:, 3:], torch.tensor([3]))["logits"][0, -1].float()
+        error = float((got - want).abs().max())
+        if error > 1e-3 * float(want.abs().max()) + 1e-4:
+            name = model_name(self.model)
+            raise PrepareError(f"{name} with its cache in the program gives other logits than its own forward "
+                               f"(max abs difference {error:.3g}; layers by op: {self.plan_summary()['layers_by_op']})",
+                               model=name, remedy="export without llm_runner, and report the model to hfexport")
+
     def plan_layer(self, layer: int | None, *, sliding_window: int | None, softcap: float | None, own_mask: bool,
                    extra: dict[str, Any]) -> LayerAttention:
         """How `layer` attends (decided on the probe call, then looked up)."""
@@ -250,12 +269,14 @@ class LlmProgram(torch.nn.Module):
             raise PrepareError(f"an attention module of {model_name(self.model)} has no layer_idx",
                                model=model_name(self.model), remedy="export without llm_runner")
         unknown = sorted(k for k, v in extra.items() if v is not None and k not in _NEUTRAL and not k.startswith("_"))
+        if unknown:  # attention sinks (`s_aux`), biases: neither the op nor the fallback would apply them
+            raise PrepareError(f"layer {layer} of {model_name(self.model)} attends with arguments the program cannot "
+                               f"apply: {', '.join(unknown)}", model=model_name(self.model),
+                               remedy="export without llm_runner (the static-cache components take the cache as inputs)")
         if softcap is not None:
             plan = LayerAttention("torch", f"attention logit softcapping ({softcap}): custom_sdpa has none")
         elif own_mask:
             plan = LayerAttention("torch", "the model builds its own attention mask: custom_sdpa takes none of its form")
-        elif unknown:
-            plan = LayerAttention("torch", f"attention arguments custom_sdpa does not take: {', '.join(unknown)}")
         elif sliding_window is not None and sliding_window < self.max_cache_len:
             plan = LayerAttention("custom_sdpa+window", f"a window of {sliding_window} < the cache's "
                                   f"{self.max_cache_len}: a mask over every slot (the op reads them all per step)")
@@ -317,11 +338,10 @@ class LlmProgram(torch.nn.Module):
         """`torch.export`'s dynamic shapes: any number of tokens up to the cache's length, one start position."""
         return {"input_ids": {1: torch.export.Dim("tokens", min=1, max=self.max_cache_len)}, "input_pos": None}
 
-    def constant_methods(self, generation_config: Any = None) -> dict[str, Any]:
+    def constant_methods(self) -> dict[str, Any]:
         """The metadata ExecuTorch's LLM runner reads from the program (executorch 1.4.1)."""
-        config = self.model.config
-        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-        generation = generation_config or getattr(self.model, "generation_config", None)
+        text = _text_config(self.model)
+        generation = getattr(self.model, "generation_config", None)
         bos = getattr(generation, "bos_token_id", None)
         bos = bos if bos is not None else getattr(text, "bos_token_id", None)
         eos = [getattr(generation, "eos_token_id", None), getattr(text, "eos_token_id", None)]
@@ -363,10 +383,13 @@ def _attention_configs(model: torch.nn.Module) -> list[Any]:
     return list(seen.values())
 
 
-def _num_layers(model: torch.nn.Module) -> int:
+def _text_config(model: torch.nn.Module) -> Any:
     config = model.config
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    return int(text.num_hidden_layers)
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def _num_layers(model: torch.nn.Module) -> int:
+    return int(_text_config(model).num_hidden_layers)
 
 
 def _cache_argument(model: torch.nn.Module) -> str:
@@ -405,6 +428,7 @@ def runner_tokenizer(folder: Path, tokenizer: Any) -> dict[str, Any]:
         backend.save(str(path))
     found = path.is_file()
     return {"program": "decode.pte", "tokenizer": TOKENIZER_FILE if found else None,
-            "run": "executorch.extension.llm.runner.TextLLMRunner('decode.pte', 'tokenizer.json'"
+            "run": "import executorch.extension.llm.custom_ops.custom_ops (the llama:: kernels), then "
+                   "executorch.extension.llm.runner.TextLLMRunner('decode.pte', 'tokenizer.json'"
                    "[, data_path='decode.ptd'])" if found else "the export was given no tokenizer: pass the model's "
                    "tokenizer.json to TextLLMRunner"}
