@@ -219,7 +219,8 @@ def export_to_folder(
         gate and (lambda folder: _checked(gate, folder, steps))) if check]
     with steps.step(f"writing {target}"):
         saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report,
-                      check=checks and (lambda folder: {k: v for check in checks for k, v in check(folder).items()}))
+                      check=(lambda folder: {k: v for check in checks for k, v in check(folder).items()})
+                      if checks else None)
     return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
                            saved.report)
 
