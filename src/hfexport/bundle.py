@@ -73,8 +73,9 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
 
 #: A runtime's own facts a caller needs, kept in the manifest: OpenVINO's state variables and
 #: compile properties, the ONNX cache inputs written in place (so a runner need not read the graph),
-#: the ExecuTorch weights file and its fingerprint (so a runner refuses another export's).
-_RUNTIME_FACTS = ("state", "compile_properties", "in_place_cache", "external_weights")
+#: the ExecuTorch weights file and its fingerprint (so a runner refuses another export's), the
+#: kernel libraries an ExecuTorch program's ops need (a saved program loaded in a fresh process).
+_RUNTIME_FACTS = ("state", "compile_properties", "in_place_cache", "external_weights", "kernel_libraries")
 
 
 def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:

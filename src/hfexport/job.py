@@ -115,6 +115,7 @@ def export_to_folder(
     generation_config: Any = None,
     multi_token_decode: bool = False,
     static_cache: int | None = None,
+    llm_runner: bool = False,
     validate: bool = True,
     atol: float | None = None,
     rtol: float | None = None,
@@ -142,6 +143,9 @@ def export_to_folder(
         static_cache: the static-cache export of the README in one argument: one `decode` graph over a
             static cache of this many tokens that also prefills (`generate`, `multi_token_decode`
             and `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`).
+        llm_runner: with `static_cache` and ExecuTorch: one `decode` program shaped for ExecuTorch's
+            own LLM runner (`backends/executorch/llm.py`): `forward(input_ids, input_pos)` over a
+            cache held in the program, the runner's constant methods, and `tokenizer.json` in the folder.
         validate: run each artifact in its runtime against eager before anything is written.
         atol, rtol: validation tolerance (default per format).
         min_cosine: judge by cosine similarity instead (default for a quantized export:
@@ -171,6 +175,8 @@ def export_to_folder(
     from .auto import AutoHfExporter
     from .storage import check_output_folder
 
+    if llm_runner:
+        _check_llm_runner(config, static_cache)
     if static_cache is not None:
         generation_config = _static_cache(static_cache, generation_config)
         generate = multi_token_decode = True
@@ -187,7 +193,8 @@ def export_to_folder(
         loaded = _load(model, prompt, gguf_file)
     config = _with_quantizer(config, quantize, loaded.inputs)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
-        components, config = _components(exporter, config, loaded, generate, generation_config, multi_token_decode)
+        components, config = _components(exporter, config, loaded, generate, generation_config, multi_token_decode,
+                                         llm_cache=static_cache if llm_runner else None)
     if len(components) > 1:
         steps.total = (steps.total or 0) + len(components) - 1
 
@@ -196,6 +203,8 @@ def export_to_folder(
 
     # the job validates every component itself, so the exporter does not validate once more
     export_config = config.replace(validate=False) if config.validate else config
+    if llm_runner:  # any number of tokens per call, up to the cache's length
+        export_config = export_config.replace(dynamic_shapes=components["decode"][0].dynamic_shapes())
     artifacts = exporter.export_components(components, export_config, on_component=exporting)
     reports: dict[str, Any] = {}
     if validate:
@@ -208,9 +217,13 @@ def export_to_folder(
         gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
                               min_agreement if min_agreement is not None else default_min_agreement(config.quantizer))
         steps.total = (steps.total or 0) + 1
+    checks = [check for check in (
+        llm_runner and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer)),
+        gate and (lambda folder: _checked(gate, folder, steps))) if check]
     with steps.step(f"writing {target}"):
         saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report,
-                      check=gate and (lambda folder: _checked(gate, folder, steps)))
+                      check=(lambda folder: {k: v for check in checks for k, v in check(folder).items()})
+                      if checks else None)
     return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
                            saved.report)
 
@@ -224,6 +237,21 @@ def _static_cache(length: int, generation_config: Any) -> Any:
     from transformers import GenerationConfig
 
     return GenerationConfig(cache_implementation="static", max_cache_len=length)
+
+
+def _check_llm_runner(config: ExportConfig, static_cache: int | None) -> None:
+    if config.export_format != "executorch" or static_cache is None:
+        raise ValueError("llm_runner (--llm-runner) shapes a static-cache ExecuTorch program for ExecuTorch's LLM "
+                         f"runner: export with format executorch and static_cache=N (--static-cache N); got format "
+                         f"{config.export_format!r}, static_cache={static_cache!r}")
+
+
+def place_runner_tokenizer(folder: Path, tokenizer: Any) -> dict[str, Any]:
+    """The tokenizer file ExecuTorch's LLM runner reads, placed in the export `folder`
+    (`backends.executorch.llm.runner_tokenizer`); what the report says of it."""
+    from .backends.executorch.llm import runner_tokenizer
+
+    return {"llm_runner": runner_tokenizer(folder, tokenizer)}
 
 
 def _describe(model: Any) -> str:
@@ -261,9 +289,14 @@ def _with_quantizer(config: ExportConfig, quantize: Any, inputs: dict[str, Any])
 
 
 def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,
-                multi_token_decode: bool) -> tuple[dict[str, Any], ExportConfig]:
-    """`{name: (module, kwargs)}` (the whole model, or its generation components as the
-    exporter plans them) and the config to export them with."""
+                multi_token_decode: bool, *, llm_cache: int | None = None) -> tuple[dict[str, Any], ExportConfig]:
+    """`{name: (module, kwargs)}` (the whole model, its generation components as the exporter
+    plans them, or, with `llm_cache` the cache's length, the one program ExecuTorch's LLM runner
+    drives) and the config to export them with."""
+    if llm_cache is not None:
+        from .backends.executorch.llm import llm_component
+
+        return llm_component(loaded.model, loaded.inputs, llm_cache), config
     if not generate:
         if generation_config is not None or multi_token_decode:
             raise ValueError("generation_config and multi_token_decode shape the generation components: "

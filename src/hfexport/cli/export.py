@@ -61,7 +61,8 @@ def run(args) -> int:
     try:
         result = export_to_folder(
             args.model, config, args.output, generate=args.generate, multi_token_decode=args.multi_token_decode,
-            static_cache=args.static_cache, validate=not args.no_validate, atol=args.tolerance,
+            static_cache=args.static_cache, llm_runner=getattr(args, "llm_runner", False),
+            validate=not args.no_validate, atol=args.tolerance,
             rtol=args.rtol, min_cosine=args.min_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
             prompt=args.prompt, gguf_file=args.gguf_file,
             overwrite=args.overwrite, progress=Progress(enabled=not args.quiet))

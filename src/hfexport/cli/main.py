@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--static-cache", type=int, metavar="N", default=None,
                         help="with --generate --multi-token-decode: one decode graph over a static cache of N tokens")
+    export.add_argument("--llm-runner", action="store_true",
+                        help="with --format executorch --static-cache N: one program for ExecuTorch's own LLM runner "
+                        "(TextLLMRunner): the cache inside it, written by update_cache and read by custom_sdpa; "
+                        "tokenizer.json beside it")
     export.add_argument("--multi-token-decode", action="store_true",
                         help="with --generate: decode takes any number of new tokens (query axis kept dynamic)")
     export.add_argument("--quantize", metavar="SCHEME", default=None,

@@ -22,6 +22,8 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #   - OpenVINO's one stateful model (`backends/openvino/genai.py`): no `prefill`; `decode` takes the
 #     prompt on the reset (empty) state, then one token per call, with the 2-D mask over cached +
 #     new tokens; the state grows inside the runtime, bounded at `max_cache_len` where recorded;
+#   - cache inside the program (ExecuTorch's LLM-runner program, `--llm-runner`): `decode` takes
+#     the new tokens and `input_pos`, where they go; the program keeps its cache between calls;
 #   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
 # The next token is chosen with transformers' own logits processors (repetition penalty, minimum
 # length, temperature, top-k, top-p), so sampling means what it means in `generate()`.
@@ -168,7 +170,7 @@ class GenerationRunner:
             logits = state.step(step_ids)
             if output_logits:
                 raw_logits.append(logits[:, -1].float().clone())
-            scores = processors(sequence, logits[:, -1].float())
+            scores = processors(sequence, logits[:, -1].float()) if processors else logits[:, -1].float()
             if config.do_sample:
                 next_token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
             else:
@@ -374,6 +376,11 @@ class _State:
             return positions[None]
         if name == "cache_position":
             return positions
+        if name == "input_pos":  # a program holding its cache (ExecuTorch's LLM runner's): where the tokens go
+            if self.runner.max_cache_len and self.past + q > self.runner.max_cache_len:
+                raise ExportError(f"{self.past + q} tokens do not fit the program's cache of {self.runner.max_cache_len}",
+                                  remedy="export with a larger max_cache_len (--static-cache N)")
+            return positions[:1]
         if name == "attention_mask" and self.is_seq2seq:
             return self.prompt_mask
         if name.endswith("attention_mask"):

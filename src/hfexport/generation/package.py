@@ -48,6 +48,10 @@ class LoadedComponent:
 
 
 def _cache_kind(artifacts: dict[str, Any], generation_config: Any) -> dict[str, Any]:
+    program = next((record_of(a).details["llm_program"] for a in artifacts.values()
+                    if "llm_program" in record_of(a).details), None)
+    if program is not None:  # ExecuTorch's LLM-runner program: the cache lives in its buffers
+        return {"cache": "program", "max_cache_len": program["max_cache_len"]}
     static = any(record_of(a).details.get("input_mutations") for a in artifacts.values())
     kind: dict[str, Any] = {"cache": "static" if static else "dynamic"}
     initial = {k: v for a in artifacts.values() for k, v in record_of(a).details.get("initial_cache", {}).items()}

@@ -109,7 +109,8 @@ class ExecutorchExporter(HfExporter):
         external = external_reason(config, captured.program, by_size=self._weights_by_size)
         passes = [fold_weight_only_math(), *([tag_delegated_weights()] if external else [])]
         edge = to_edge_transform_and_lower(captured.program, transform_passes=passes,
-                                           partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)))
+                                           partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)),
+                                           constant_methods=_constant_methods(model))
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
             alloc_graph_output=config.alloc_graph_output,
@@ -119,6 +120,7 @@ class ExecutorchExporter(HfExporter):
         program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=planning,
                                                              sym_shape_eval_pass=bounds,
                                                              do_quant_fusion_and_const_prop=_quantized_embedding(config),
+                                                             run_reinplace_pass=_constant_methods(model) is not None,
                                                              external_constants=weights_tag if external else False))
         _check_plan_size(program, captured, model)
         if problems := check_plan(program):
@@ -130,6 +132,7 @@ class ExecutorchExporter(HfExporter):
                 "please report the model to hfexport",
             )
         program.hfexport_capped_views = bounds.capped
+        program.hfexport_llm_program = _llm_program_summary(model)
         program.hfexport_external_weights = external
         from .artifact import HfExecutorchProgram
 
@@ -137,7 +140,9 @@ class ExecutorchExporter(HfExporter):
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: ExecutorchConfig) -> None:
         record.details["delegation"] = delegation_summary(artifact, config.delegate)
-        if record.details.get("input_mutations") and any(n.startswith("cache.") for n in record.input_names):
+        if llm_program := getattr(artifact, "hfexport_llm_program", None):
+            record.details["llm_program"] = llm_program
+        elif record.details.get("input_mutations") and any(n.startswith("cache.") for n in record.input_names):
             record.details["llm_custom_ops"] = {"used": False, "reason": _LLM_OPS_NOT_USED}
         if libraries := kernel_libraries(artifact):
             record.details["kernel_libraries"] = libraries
@@ -170,6 +175,22 @@ _LLM_OPS_NOT_USED = (
     "[batch, heads, length, head_dim]), written with aten.index_put.out then copy_ back into the input; "
     "update_cache and custom_sdpa need it as mutable program buffers laid out [batch, length, heads, head_dim]; "
     "not built in hfexport 0.3 (bench/RESULTS.md: a step still costs what max_cache_len costs)")
+
+
+def _constant_methods(model: torch.nn.Module) -> dict[str, Any] | None:
+    """The constant methods an `LlmProgram` carries for ExecuTorch's LLM runner (none for other models)."""
+    from .llm import LlmProgram
+
+    return model.constant_methods() if isinstance(model, LlmProgram) else None
+
+
+def _llm_program_summary(model: torch.nn.Module) -> dict[str, Any] | None:
+    """For an `LlmProgram`: how each layer attends and the constant methods (`record.details["llm_program"]`)."""
+    from .llm import LlmProgram
+
+    if not isinstance(model, LlmProgram):
+        return None
+    return {**model.plan_summary(), "constant_methods": model.constant_methods()}
 
 
 def _dynamic_quant(program: Any) -> bool:

@@ -1,0 +1,198 @@
+"""The ExecuTorch program shaped for ExecuTorch's own LLM runner (`backends/executorch/llm.py`):
+its cache in program buffers written by `llama::update_cache` and read by `llama::custom_sdpa`,
+run by `TextLLMRunner`, `hfexport`'s `GenerationRunner` and compared with eager `generate`."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from tests.harness import require_backend
+
+NEW_TOKENS = 10
+CACHE = 48
+PROMPT = "once upon a time"
+
+#: Families the coverage matrix runs with a static cache, and how their layers attend in the program.
+FAMILIES = {
+    "llama": {"custom_sdpa"},
+    "qwen2": {"custom_sdpa"},
+    "qwen3": {"custom_sdpa"},
+    "phi3": {"custom_sdpa"},
+    "mistral": {"custom_sdpa+window"},  # the preset's window (4) is shorter than the cache
+    "gemma3_text": {"custom_sdpa", "custom_sdpa+window"},
+    "gemma2": {"torch"},  # attention logit softcapping: the op has none
+}
+
+
+def _greedy(program, ids: torch.Tensor, new_tokens: int) -> list[int]:
+    """Greedy tokens of an eager `LlmProgram`: the prompt in one call, then one token per call."""
+    with torch.no_grad():
+        tokens = [int(program(ids, torch.tensor([0]))["logits"][0, -1].argmax())]
+        for past in range(ids.shape[1], ids.shape[1] + new_tokens - 1):
+            tokens.append(int(program(torch.tensor([[tokens[-1]]]), torch.tensor([past]))["logits"][0, -1].argmax()))
+    return tokens
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_attends_through_the_program_cache_with_generates_tokens(family):
+    """Eager `LlmProgram` (the ExecuTorch ops' own eager kernels) gives `generate`'s greedy tokens,
+    and the record says how each layer attends and why a layer falls back."""
+    pytest.importorskip("executorch")
+    from hfexport.backends.executorch.llm import LlmProgram
+    from hfexport.presets import build_preset
+
+    model, inputs = build_preset(family)
+    ids = inputs["input_ids"][:1]
+    with torch.no_grad():
+        want = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False)[0, ids.shape[1]:].tolist()
+    program = LlmProgram(model, 32)
+    assert _greedy(program, ids, 6) == want
+    summary = program.plan_summary()
+    assert set(summary["layers_by_op"]) == FAMILIES[family]
+    assert sorted(i for layers in summary["layers_by_op"].values() for i in layers) == list(range(2))
+    assert set(summary.get("why", {})) == {str(i) for op, layers in summary["layers_by_op"].items()
+                                           if op != "custom_sdpa" for i in layers}
+    assert model.config._attn_implementation != "hfexport_executorch_llm"  # the eager model is left as it was
+
+
+def test_a_model_whose_attention_bypasses_the_interface_is_refused():
+    pytest.importorskip("executorch")
+    from hfexport.backends.executorch.llm import LlmProgram
+    from hfexport.errors import PrepareError
+    from hfexport.presets import build_preset
+
+    model, _ = build_preset("bloom")
+    with pytest.raises(PrepareError, match="AttentionInterface") as error:
+        LlmProgram(model, 32)
+    assert "without llm_runner" in error.value.remedy
+
+
+def test_llm_runner_needs_executorch_and_a_static_cache(tmp_path):
+    from hfexport import ExecutorchConfig, OnnxConfig
+    from hfexport.job import export_to_folder
+
+    with pytest.raises(ValueError, match="static_cache"):
+        export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "a", llm_runner=True)
+    with pytest.raises(ValueError, match="format executorch"):
+        export_to_folder("tiny:llama", OnnxConfig(), tmp_path / "b", static_cache=32, llm_runner=True)
+
+
+def _tokenizer():
+    """A byte-level BPE tokenizer trained offline on a few sentences; its alphabet is printable
+    ASCII, so every token decodes to text on its own (the runner's callback gets whole strings)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    corpus = ["the quick brown fox jumps over the lazy dog", "hello world, this is a tiny tokenizer",
+              "once upon a time there was a model"] * 20
+    alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"]  # byte-level's own character for a space
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                                              initial_alphabet=alphabet))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+
+
+@pytest.fixture(scope="module")
+def llm_export(tmp_path_factory):
+    """A tiny random Llama (key/value heads and head size drawn) and its tokenizer saved with
+    `save_pretrained`, exported with `--llm-runner` (one export for the module)."""
+    require_backend("executorch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hfexport import ExecutorchConfig
+    from hfexport.job import export_to_folder
+
+    draw = random.Random(30)
+    kv_heads, head_dim = draw.choice([1, 2, 4]), draw.choice([8, 16])
+    tokenizer = _tokenizer()
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim,
+                         max_position_embeddings=128, bos_token_id=0, eos_token_id=1)
+    source = tmp_path_factory.mktemp("llm-source")
+    LlamaForCausalLM(config).eval().save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    out = tmp_path_factory.mktemp("llm-export") / "out"
+    result = export_to_folder(str(source), ExecutorchConfig(dynamic=True), out, static_cache=CACHE, llm_runner=True,
+                              prompt=PROMPT)
+    ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        eager = result.model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                      do_sample=False)[0, ids.shape[1]:].tolist()
+    return result, tokenizer, ids, eager
+
+
+@pytest.mark.slow
+def test_the_program_holds_its_cache_and_says_what_the_runner_reads(llm_export):
+    result, tokenizer, _, _ = llm_export
+    manifest = result.manifest
+    assert manifest["cache"] == "program" and manifest["max_cache_len"] == CACHE
+    decode = manifest["components"]["decode"]
+    assert [i["name"] for i in decode["inputs"]] == ["input_ids", "input_pos"] and decode["outputs"] == ["logits"]
+    assert decode["kernel_libraries"] == ["llama"]  # what a fresh process loads before the program
+    record = json.loads((result.directory / "report.json").read_text())["components"]["decode"]["record"]
+    program = record["llm_program"]
+    assert program["layers_by_op"] == {"custom_sdpa": [0, 1]}
+    assert program["constant_methods"] == {
+        "get_max_seq_len": CACHE, "get_max_context_len": CACHE, "get_vocab_size": len(tokenizer), "use_kv_cache": True,
+        "use_sdpa_with_kv_cache": False, "enable_dynamic_shape": True, "get_bos_id": 0, "get_eos_ids": [1]}
+    assert record["kernel_libraries"] == ["llama"] and "llm_custom_ops" not in record
+    assert result.report["llm_runner"]["tokenizer"] == "tokenizer.json"
+    assert (result.directory / "tokenizer.json").is_file()
+    assert result.reports["decode"].passed and len(result.reports["decode"].cases) >= 2  # validated against eager
+
+
+#: Run in a fresh process, as a user would: `GenerationRunner` on the folder, then ExecuTorch's own
+#: `TextLLMRunner` on its `decode.pte` and `tokenizer.json` (the llama:: kernels imported first).
+_FRESH = """
+import json, sys
+from hfexport import GenerationRunner
+folder, prompt, ids, new = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+ours = GenerationRunner.load(folder).generate(ids, max_new_tokens=new, min_new_tokens=new).tokens
+from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - registers the llama:: kernels
+from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+pieces = []
+runner = TextLLMRunner(folder + "/decode.pte", folder + "/tokenizer.json")
+runner.generate(prompt, GenerationConfig(echo=False, max_new_tokens=new, temperature=0.0), token_callback=pieces.append)
+print("RESULT " + json.dumps({"ours": ours, "pieces": pieces}))
+"""
+
+
+@pytest.mark.slow
+def test_a_fresh_process_generates_eagers_tokens_with_both_runners(llm_export):
+    """`hfexport generate`'s runner and ExecuTorch's `TextLLMRunner` give eager's greedy tokens."""
+    import subprocess
+    import sys
+
+    result, tokenizer, ids, eager = llm_export
+    done = subprocess.run([sys.executable, "-c", _FRESH, str(result.directory), PROMPT, json.dumps(ids[0].tolist()),
+                           str(NEW_TOKENS)], capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-2000:]
+    got = json.loads(lines[-1].removeprefix("RESULT "))
+    assert got["ours"] == eager
+    # the runner stops at an EOS id (get_eos_ids); eager was held to NEW_TOKENS
+    stop = next((i + 1 for i, token in enumerate(eager) if token == 1), NEW_TOKENS)
+    assert got["pieces"] == [tokenizer.decode([token]) for token in eager][:stop]
+
+
+@pytest.mark.slow
+def test_a_new_prompt_overwrites_the_cache_and_an_overflow_is_refused(llm_export):
+    from hfexport import GenerationRunner
+    from hfexport.errors import ExportError
+
+    result, _, ids, eager = llm_export
+    runner = GenerationRunner.load(result.directory)
+    assert runner.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tokens == eager
+    again = runner.generate(ids[:, :2], max_new_tokens=3, min_new_tokens=3)
+    with torch.no_grad():
+        want = result.model.generate(ids[:, :2], max_new_tokens=3, min_new_tokens=3, do_sample=False)[0, 2:].tolist()
+    assert again.tokens == want
+    with pytest.raises(ExportError, match="do not fit the program's cache"):
+        runner.generate(torch.zeros((1, CACHE - 2), dtype=torch.long), max_new_tokens=4, min_new_tokens=4)
