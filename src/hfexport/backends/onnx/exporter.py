@@ -18,6 +18,7 @@ from .config import OnnxConfig
 from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
+from .gqa import GRAPH_INTERFACE
 from .runner import in_place_writers
 
 __all__ = ["OnnxExporter"]
@@ -74,7 +75,11 @@ class OnnxExporter(HfExporter):
         rename_symbolic_dims(onnx_program.model, [v.name for v in onnx_program.model.graph.inputs], record.input_shapes)
         fix_index_copy_transposes(onnx_program.model)
         if config.ort_fusions:
-            fused, record.details["ort_fusions"] = fuse_for_ort(onnx_program.model)
+            fused, entry = fuse_for_ort(onnx_program.model, max_positions=_max_positions(model))
+            record.details["ort_fusions"] = entry
+            interface = entry.get("group_query_attention", {}).get("interface")
+            if interface:  # the graph takes GroupQueryAttention's inputs; the runner translates the record's
+                record.details[GRAPH_INTERFACE] = interface
             onnx_program = torch.onnx.ONNXProgram(fused, onnx_program.exported_program)
         # the convert stage's split (`stage_seconds["convert"]`): torch.onnx's own, then hfexport's passes
         record.details["convert_seconds"] = {"torch.onnx.export": round(converted - start, 3),
@@ -101,3 +106,11 @@ class OnnxExporter(HfExporter):
 
     def _load(self, files: list[Path]) -> Path:
         return files[0]  # ONNX Runtime opens the file itself (external weights beside it)
+
+
+def _max_positions(model: torch.nn.Module) -> int | None:
+    """The text model's `max_position_embeddings` (rows of GroupQueryAttention's rotary caches), or None."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
