@@ -140,3 +140,25 @@ def test_int4_after_fusion_is_matmul_nbits_and_close_to_fp32_eager(tmp_path):
                                generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))
     first = torch.nn.functional.cosine_similarity(got.logits[0].flatten(), eager.logits[0].flatten(), dim=0)
     assert first >= 0.97, float(first)
+
+
+def test_group_query_attention_off_keeps_multi_head_attention_and_the_seeds_mask():
+    """`OnnxConfig(group_query_attention=False)`: the static decode keeps MultiHeadAttention, the
+    scatter-written cache and the seed's interface (4-D boolean mask, write counters)."""
+    from transformers import GenerationConfig
+
+    from hfexport.presets import build_preset
+
+    model, inputs = build_preset("llama")
+    config = OnnxConfig(dynamic=True, group_query_attention=False)
+    decode = OnnxExporter().export_for_generation(
+        model, inputs, config=config, multi_token_decode=True,
+        generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))["decode"]
+    details = record_of(decode).details
+    assert details["ort_fusions"]["fused"]["MultiHeadAttention"] == 2
+    assert details["ort_fusions"]["group_query_attention"] == {"kept": "OnnxConfig(group_query_attention=False)"}
+    assert "graph_interface" not in details
+    graph = decode.model_proto.graph
+    mask = next(i for i in graph.input if i.name == "attention_mask").type.tensor_type
+    assert len(mask.shape.dim) == 4 and "input.cache.0.cumulative_length" in [i.name for i in graph.input]
+    assert _ops(decode.model_proto).count("ScatterElements") == 4

@@ -75,7 +75,8 @@ class OnnxExporter(HfExporter):
         rename_symbolic_dims(onnx_program.model, [v.name for v in onnx_program.model.graph.inputs], record.input_shapes)
         fix_index_copy_transposes(onnx_program.model)
         if config.ort_fusions:
-            fused, entry = fuse_for_ort(onnx_program.model, max_positions=_max_positions(model))
+            fused, entry = fuse_for_ort(onnx_program.model, max_positions=_rotary_positions(model, inputs),
+                                        group_query_attention=config.group_query_attention)
             record.details["ort_fusions"] = entry
             interface = entry.get("group_query_attention", {}).get("interface")
             if interface:  # the graph takes GroupQueryAttention's inputs; the runner translates the record's
@@ -108,9 +109,16 @@ class OnnxExporter(HfExporter):
         return files[0]  # ONNX Runtime opens the file itself (external weights beside it)
 
 
-def _max_positions(model: torch.nn.Module) -> int | None:
-    """The text model's `max_position_embeddings` (rows of GroupQueryAttention's rotary caches), or None."""
+def _rotary_positions(model: torch.nn.Module, inputs: dict[str, Any]) -> int | None:
+    """Rows of GroupQueryAttention's rotary caches (positions it can rotate): the text model's
+    `max_position_embeddings`, and at least twice a static cache's length (eager rotates any
+    position; a cache longer than the config's positions is still served, and validation grows it);
+    None without a config, which keeps the rotary outside GQA."""
     config = getattr(model, "config", None)
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     value = getattr(text, "max_position_embeddings", None)
-    return value if isinstance(value, int) and value > 0 else None
+    if not isinstance(value, int) or value <= 0:
+        return None
+    layers = getattr(inputs.get("past_key_values"), "layers", None) or []
+    lengths = [int(layer.keys.shape[-2]) for layer in layers if isinstance(getattr(layer, "keys", None), torch.Tensor)]
+    return max([value, *(2 * n for n in lengths)])

@@ -25,14 +25,16 @@ FUSED_OPS = ("GroupQueryAttention", "MultiHeadAttention", "Attention", "RotaryEm
              "LayerNormalization", "FastGelu", "BiasGelu", "Gelu", "FusedMatMul")
 
 
-def fuse_for_ort(model: Any, max_positions: int | None = None) -> tuple[Any, dict[str, Any]]:
+def fuse_for_ort(model: Any, max_positions: int | None = None, *,
+                 group_query_attention: bool = True) -> tuple[Any, dict[str, Any]]:
     """`optimize_for_ort` on a copy of the ONNX IR `model`, then a static cache's attention as
     `GroupQueryAttention` (`gqa.py`); return the model to keep and the record's entry
     `{"fused": {op type: count}, "not_fused": {fusion: reason}, "group_query_attention": ...}`.
 
     Args:
-        max_positions: the model's `max_position_embeddings`: rows of GroupQueryAttention's
-            rotary caches (`None`: the rotary stays outside it).
+        max_positions: rows of GroupQueryAttention's rotary caches, the positions it can rotate
+            (`None`: the rotary stays outside it).
+        group_query_attention: rewrite a static cache's attention (`OnnxConfig.group_query_attention`).
 
     When ONNX Runtime refuses to load the fused graph, the unfused `model` is kept and the entry
     says so (`{"fused": {}, "refused": error}`): the export is what it would be with
@@ -55,7 +57,8 @@ def fuse_for_ort(model: Any, max_positions: int | None = None) -> tuple[Any, dic
     fused_model = model.clone()  # new graph, nodes and values; the weights' tensors shared, not copied
     _, steps = optimize_for_ort(fused_model)
     kv_4d = fix_mha_transposed_kv(fused_model)
-    with_gqa, gqa = fuse_static_gqa(fused_model, max_positions)
+    with_gqa, gqa = (fuse_static_gqa(fused_model, max_positions) if group_query_attention else
+                     (fused_model, {"kept": "OnnxConfig(group_query_attention=False)"}))
     refused = _load_error(with_gqa)
     if refused and with_gqa is not fused_model:  # keep the other fusions, with MultiHeadAttention
         gqa = {"kept": f"ONNX Runtime refused the GroupQueryAttention graph: {refused}"}

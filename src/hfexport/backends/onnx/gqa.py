@@ -75,8 +75,8 @@ def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[st
     `{"kept": why}` when the graph keeps its attention.
 
     Args:
-        max_positions: rows of the rotary caches (the model's `max_position_embeddings`); `None`
-            keeps the rotary outside GQA.
+        max_positions: rows of the rotary caches, the positions GQA can rotate (ONNX Runtime
+            refuses a longer sequence); `None` keeps the rotary outside GQA.
     """
     graph = model.graph
     mask = next((v for v in graph.inputs if v.name == _MASK), None)
@@ -105,7 +105,7 @@ def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[st
     interface, why = _drop_unused_interface(candidate)
     if why:
         return model, {"kept": why}
-    return candidate, {"layers": len(layers), "rotary": "inside GroupQueryAttention (do_rotary=1)"
+    return candidate, {"layers": len(layers), "rotary": f"inside GroupQueryAttention (do_rotary=1), {max_positions} positions"
                        if rotary_reason is None else f"kept outside: {rotary_reason}",
                        "packed_qkv": packed, "interface": interface}
 
