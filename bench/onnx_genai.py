@@ -151,7 +151,7 @@ def _timed(run) -> dict:
 
 
 def _runner_run(runner, prompt: list[int]) -> tuple[float, float, list[int]]:
-    result = runner.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=None)
+    result = runner.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)  # eos suppressed, as eager and genai
     return result.time_to_first_token_s, (NEW_TOKENS - 1) / result.tokens_per_s, result.tokens
 
 
@@ -204,7 +204,7 @@ def _chat_accuracy(model, tokenizer, folder: Path, runner, cache: int, precision
         config.update(max_new_tokens=ACCURACY_TOKENS, min_new_tokens=ACCURACY_TOKENS, do_sample=False)
         with torch.inference_mode():
             eager = model.generate(ids, generation_config=config)[0, ids.shape[1]:].tolist()
-        ours = runner.generate(ids, max_new_tokens=ACCURACY_TOKENS, min_new_tokens=ACCURACY_TOKENS, eos_token_id=None).tokens
+        ours = runner.generate(ids, max_new_tokens=ACCURACY_TOKENS, min_new_tokens=ACCURACY_TOKENS).tokens
         genai = _genai_tokens(genai_model, ids[0].tolist(), ACCURACY_TOKENS, cache)[2]
         agreement = greedy_agreement(folder, model, {"input_ids": ids}, generation_config=generation_config,
                                      new_tokens=ACCURACY_TOKENS)

@@ -93,7 +93,7 @@ def test_hfexport_generate_gives_eagers_tokens(exported):
 
     model, prompt, folder = exported
     runner = GenerationRunner.load(folder)
-    got = runner.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, eos_token_id=None)
+    got = runner.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)  # eos suppressed, as eager
     assert got.tokens == _eager_tokens(model, prompt)
 
 
