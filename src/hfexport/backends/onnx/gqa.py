@@ -534,8 +534,14 @@ class GraphInterface:
         return feed
 
     def written(self, named: dict[str, Any]) -> int:
-        """The tokens already in the cache: the first counter's value."""
-        return int(np.asarray(named[self.counters[0]]).reshape(()))
+        """The tokens already in the cache: the first counter's value, else (a cache without
+        counters) the last query's own slot in the 4-D mask less the query's other tokens."""
+        if self.counters:
+            return int(np.asarray(named[self.counters[0]]).reshape(()))
+        mask = np.asarray(named[_MASK])
+        if mask.ndim == 2:
+            return mask.shape[1] - _query_length(named)
+        return int(np.flatnonzero(mask[0, 0, -1]).max()) + 1 - _query_length(named)
 
     def outputs(self, named: dict[str, Any]) -> dict[str, np.ndarray]:
         """The counters the graph no longer returns: each input counter plus the query length."""
