@@ -13,7 +13,7 @@ the graph onnxruntime-genai runs (`genai.py` writes its config).
 # slices of a scatter-written cache becomes
 #
 #     GroupQueryAttention(q, k, v, past_key=input.cache.<l>.keys, past_value=..., seqlens_k,
-#                         total_sequence_length[, cos_cache, sin_cache], num_heads, kv_num_heads,
+#                         total_sequence_length[, cos_cache, sin_cache, position_ids], num_heads, kv_num_heads,
 #                         scale[, do_rotary=1]) -> (out, output.cache.<l>.keys, ...values)
 #
 # ONNX Runtime (1.32, `GroupQueryAttention` CPU) writes the new rows into `present_*` and shares the
@@ -27,13 +27,12 @@ the graph onnxruntime-genai runs (`genai.py` writes its config).
 # `x * cos + cat(-x2, x1) * sin` with cos/sin whose two halves are equal, the cos/sin caches are
 # the graph's own cos/sin subgraph evaluated in ONNX Runtime at positions `0..max_positions - 1`
 # (so any rope scaling the model applies is in them), kept as initializers, and GQA takes the
-# unrotated q/k (`do_rotary=1`, positions from `seqlens_k`); `position_ids` is then unused and
-# leaves the interface. Where q/k/v are MatMuls of one input by constant weights, they are packed
+# unrotated q/k and the graph's `position_ids` (`do_rotary=1`; given them, ONNX Runtime rotates at
+# those positions, not at ones it derives from `seqlens_k`). Where q/k/v are MatMuls of one input by constant weights, they are packed
 # into one MatMul whose output is GQA's packed query (key/value empty).
 #
 # The graph's interface changes: `attention_mask` is 2-D int64, the write counters
-# (`cache.<l>.cumulative_length`) leave it (GQA counts from the mask), `position_ids` too with the
-# rotary inside. The export record keeps the interface hfexport's runners and validation feed
+# (`cache.<l>.cumulative_length`) leave it (GQA counts from the mask). The export record keeps the interface hfexport's runners and validation feed
 # (4-D mask, counters) and `record.details["graph_interface"]` says how to translate it
 # (`GraphInterface`, used by `OnnxRunner`). Anything else (a sliding window or softcap in the mask,
 # alibi, cross-attention, a partial rotary kept outside) keeps today's graph or today's rotary,
@@ -471,7 +470,7 @@ def _initializer(graph: Any, name: str | None, array: np.ndarray) -> Any:
 
 def _drop_unused_interface(model: Any) -> tuple[dict[str, Any], str | None]:
     """Remove what the rewrite left dead: the write counters' outputs and then every input no node
-    reads (the 4-D mask, the counters, `position_ids` with the rotary inside). Return the
+    reads (the 4-D mask, the counters; `position_ids` where nothing reads it). Return the
     interface translation (`GraphInterface`'s fields), or why the rewrite must be dropped."""
     from onnx_ir.passes.common import RemoveUnusedNodesPass
 
@@ -513,7 +512,7 @@ class GraphInterface:
     Attributes:
         counters: the record's `cache.<l>.cumulative_length` leaves the graph no longer takes or
             returns: each call returns them plus the query length.
-        unfed: record inputs the graph no longer takes (`position_ids` with the rotary inside).
+        unfed: record inputs the graph no longer takes (`position_ids` where nothing reads it).
     """
 
     counters: list[str]
