@@ -13,6 +13,10 @@ binds each `input.<name>`/`output.<name>` pair to one device buffer, so the cach
 place. Without one, the CPU variant runs the same graph and feeds each `output.<name>` back as
 the next `input.<name>`. Cache buffers are sized from the graph's own input metadata: every
 symbolic cache axis is the cache length (a static cache's batch is fixed).
+
+The mask is the one the graph declares: the seed's boolean causal mask `[1, 1, q, cache_len]`,
+or, where the export's attention is ONNX Runtime's GroupQueryAttention (the default for a model
+whose mask is the plain causal one), onnxruntime-genai's 2-D `[1, past + q]` of ones.
 """
 
 from __future__ import annotations
@@ -32,6 +36,18 @@ def causal_mask(positions: torch.Tensor, cache_len: int) -> torch.Tensor:
     return (torch.arange(cache_len, device=positions.device)[None, :] <= positions[:, None])[None, None]
 
 
+def takes_2d_mask(session: ort.InferenceSession) -> bool:
+    """Whether the graph's `attention_mask` is GroupQueryAttention's 2-D one (past + new tokens)."""
+    return next(len(i.shape) for i in session.get_inputs() if i.name == "attention_mask") == 2
+
+
+def mask_for(positions: torch.Tensor, cache_len: int, two_d: bool) -> torch.Tensor:
+    """The mask of a call whose new tokens sit at `positions` (the last is the newest)."""
+    if two_d:
+        return torch.ones((1, int(positions[-1]) + 1), dtype=torch.long, device=positions.device)
+    return causal_mask(positions, cache_len)
+
+
 def generate_cuda(path: str, prompt: list[int], max_new_tokens: int, max_cache_len: int) -> list[int]:
     """The seed's loop, unchanged: io-binding on CUDA, the cache updated in place."""
     from onnxruntime.transformers.io_binding_helper import CudaSession, TypeHelper
@@ -49,11 +65,12 @@ def generate_cuda(path: str, prompt: list[int], max_new_tokens: int, max_cache_l
     cache_feed = {f"input.{name}": buf for name, buf in cache.items()}
     vocab_size = next(o.shape[-1] for o in session.get_outputs() if o.name.endswith("logits"))
 
+    two_d = takes_2d_mask(session)
     prompt_ids = torch.tensor([prompt], device="cuda")
     prompt_len = prompt_ids.shape[1]
     positions = torch.arange(prompt_len, device="cuda")
     cuda.allocate_buffers({"logits": (1, prompt_len, vocab_size)})
-    out = cuda.infer({"input_ids": prompt_ids, "attention_mask": causal_mask(positions, max_cache_len),
+    out = cuda.infer({"input_ids": prompt_ids, "attention_mask": mask_for(positions, max_cache_len, two_d),
                       "position_ids": positions[None], **cache_feed})
     next_token = out["logits"][:, -1:].argmax(-1)
     tokens = [int(next_token)]
@@ -67,7 +84,8 @@ def generate_cuda(path: str, prompt: list[int], max_new_tokens: int, max_cache_l
         input_ids.copy_(next_token)
         position_ids.fill_(position)
         attention_mask[0, 0, 0].copy_(slots <= position)
-        out = cuda.infer({"input_ids": input_ids, "attention_mask": attention_mask,
+        mask = torch.ones((1, position + 1), dtype=torch.long, device="cuda") if two_d else attention_mask
+        out = cuda.infer({"input_ids": input_ids, "attention_mask": mask,
                           "position_ids": position_ids, **cache_feed})
         next_token = out["logits"][:, -1:].argmax(-1)
         tokens.append(int(next_token))
@@ -84,9 +102,10 @@ def generate_cpu(path: str, prompt: list[int], max_new_tokens: int, max_cache_le
         dims = [max_cache_len if isinstance(d, str) and not d.isdigit() else int(d) for d in i.shape]
         cache[i.name[len("input."):]] = np.zeros(dims, dtype=_NUMPY[i.type])
     output_names = [o.name for o in session.get_outputs()]
+    two_d = takes_2d_mask(session)
 
     def step(input_ids: np.ndarray, positions: np.ndarray) -> int:
-        mask = (np.arange(max_cache_len)[None, :] <= positions[:, None])[None, None]
+        mask = mask_for(torch.from_numpy(positions), max_cache_len, two_d).numpy()
         feed = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions[None],
                 **{f"input.{name}": buf for name, buf in cache.items()}}
         out = dict(zip(output_names, session.run(None, feed)))

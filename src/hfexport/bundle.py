@@ -52,7 +52,8 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
     (with `state` when the artifact keeps its cache as runtime state: a caller resets or sets
     those variables instead of feeding the cache leaves; `compile_properties` when the runtime
     should be given some; `in_place_cache`, the ONNX cache inputs whose output is written into
-    their own buffer; `external_weights`, the ExecuTorch `.ptd` a program keeps its weights in,
+    their own buffer; `graph_interface`, how an ONNX GroupQueryAttention graph's inputs differ from
+    the record's (`backends/onnx/gqa.py`); `external_weights`, the ExecuTorch `.ptd` a program keeps its weights in,
     with the fingerprint its runner checks)."""
     entry = {
         "model_class": record.model_class,
@@ -72,10 +73,12 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
 
 
 #: A runtime's own facts a caller needs, kept in the manifest: OpenVINO's state variables and
-#: compile properties, the ONNX cache inputs written in place (so a runner need not read the graph),
-#: the ExecuTorch weights file and its fingerprint (so a runner refuses another export's), the
-#: kernel libraries an ExecuTorch program's ops need (a saved program loaded in a fresh process).
-_RUNTIME_FACTS = ("state", "compile_properties", "in_place_cache", "external_weights", "kernel_libraries")
+#: compile properties, the ONNX cache inputs written in place (so a runner need not read the graph)
+#: and the ONNX graph's own interface, the ExecuTorch weights file and its fingerprint (so a runner
+#: refuses another export's), the kernel libraries an ExecuTorch program's ops need (a saved
+#: program loaded in a fresh process).
+_RUNTIME_FACTS = ("state", "compile_properties", "in_place_cache", "graph_interface", "external_weights",
+                  "kernel_libraries")
 
 
 def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:

@@ -110,11 +110,38 @@ def save_generation_export(
     from ..bundle import save_export
 
     merged = _merged_generation_config(model, generation_config)
+    runtime_files, runtime_entry = _runtime_files(exporter, artifacts, model, merged)
+
+    def staged(staging: Path) -> Any:  # the runtime's own files first, so a check sees the whole folder
+        if runtime_files is not None:
+            runtime_files(staging)
+        return check(staging) if check is not None else None
+
     saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
                         tokenizer=tokenizer, export_config=export_config, overwrite=overwrite,
-                        manifest_extra={**_cache_kind(artifacts, merged), **(extra or {})}, report=report,
-                        check=check)
+                        manifest_extra={**_cache_kind(artifacts, merged), **runtime_entry, **(extra or {})},
+                        report=report, check=staged)
     return saved if details else saved.directory
+
+
+def _runtime_files(exporter: Any, artifacts: dict[str, Any], model: Any, generation_config: Any) -> tuple[Any, dict]:
+    """`(write(folder) or None, manifest entry)` for the files a runtime's own generation loop
+    reads beside the components: onnxruntime-genai's `genai_config.json` for an ONNX static-cache
+    decode graph with GroupQueryAttention (`backends/onnx/genai.py`); the entry names the file, or
+    says why there is none."""
+    if exporter.format != "onnx" or model is None:
+        return None, {}
+    from ..backends.onnx.genai import GENAI_CONFIG, genai_config, genai_status
+
+    why = genai_status(artifacts, generation_config)
+    if why is not None:
+        return None, {"onnxruntime_genai": {"config": None, "reason": why}}
+    content = genai_config(artifacts["decode"], model.config, generation_config)
+
+    def write(folder: Path) -> None:
+        (folder / GENAI_CONFIG).write_text(json.dumps(content, indent=4))
+
+    return write, {"onnxruntime_genai": {"config": GENAI_CONFIG}}
 
 
 @dataclasses.dataclass

@@ -1,6 +1,6 @@
-"""The ONNX static-cache decode graph: ORT fusions recorded, the cache written by one op, kept in
-ONNX Runtime's bound buffers between steps, int4 `MatMulNBits` after fusion; each checked against
-eager `generate` or the base cache session."""
+"""The ONNX static-cache decode graph: ORT fusions recorded, the cache written in place by
+GroupQueryAttention, kept in ONNX Runtime's bound buffers between steps, int4 `MatMulNBits` after
+fusion; each checked against eager `generate` or the base cache session."""
 
 from __future__ import annotations
 
@@ -44,24 +44,29 @@ def test_the_decode_graph_is_fused_and_says_what_did_not_fuse(static_llama):
     # 2 layers, 5 RMSNorms: the first alone, the 4 others each after a residual add
     assert details["fused"]["SimplifiedLayerNormalization"] == 1
     assert details["fused"]["SkipSimplifiedLayerNormalization"] == 4
-    assert details["fused"]["MultiHeadAttention"] == 2
-    assert set(details["not_fused"]) == {"RotaryEmbedding", "GroupQueryAttention"}
-    assert "ScatterElements" in details["not_fused"]["GroupQueryAttention"]
-    assert details["mha_cache_layout"].startswith("2 attentions")  # no Transpose of the cache before MHA
+    assert details["fused"]["GroupQueryAttention"] == 2 and "MultiHeadAttention" not in details["fused"]
+    gqa = details["group_query_attention"]
+    assert gqa["layers"] == 2 and gqa["packed_qkv"] == 0
+    # the preset's head size is 8: ONNX Runtime's GQA rotates multiples of 16 only, so the rotary stays outside
+    assert gqa["rotary"].startswith("kept outside") and "multiples of 16" in gqa["rotary"]
+    assert not details["not_fused"]
 
 
-def test_the_cache_is_written_by_one_scatter_on_the_cache_input(static_llama):
+def test_the_cache_is_written_by_group_query_attention_into_the_cache_input(static_llama):
     import onnx
 
     saved, _ = static_llama
     proto = onnx.load(saved.directory / "decode.onnx")
     ops = _ops(proto)
-    assert ops.count("ScatterElements") == 4 and "ScatterND" not in ops  # 2 layers x keys, values
-    writers = {node.output[0]: node for node in proto.graph.node}
+    assert ops.count("GroupQueryAttention") == 2 and "ScatterElements" not in ops and "ScatterND" not in ops
+    writers = {output: node for node in proto.graph.node for output in node.output}
     node = writers["output.cache.0.keys"]
-    assert node.op_type == "ScatterElements" and node.input[0] == "input.cache.0.keys"
-    readers = [n.op_type for n in proto.graph.node if "output.cache.0.keys" in n.input]
-    assert "Transpose" not in readers  # attention reads the buffer in its own layout
+    assert node.op_type == "GroupQueryAttention" and node.input[3] == "input.cache.0.keys"
+    assert writers["output.cache.0.values"] is node and node.input[4] == "input.cache.0.values"
+    inputs = {i.name: i for i in proto.graph.input}
+    mask = inputs["attention_mask"].type.tensor_type
+    assert mask.elem_type == onnx.TensorProto.INT64 and len(mask.shape.dim) == 2  # genai's [batch, past + new]
+    assert not any(name.endswith("cumulative_length") for name in inputs)  # GQA counts from the mask
 
 
 def test_the_cache_stays_in_bound_buffers_and_tokens_equal_generate(static_llama):
@@ -90,8 +95,8 @@ def test_the_bound_cache_equals_the_base_sessions_after_the_same_steps(static_ll
     base = after_steps(lambda cache: CacheSession(decode, cache))
     bound = after_steps(type(decode).cache_session.__get__(decode))
     assert bound.in_place and bound.reason is None
-    # the key/value buffers are aliased; only the 0-d write counters get their own output buffer
-    assert bound.copied and all(name.endswith("cumulative_length") for name in bound.copied)
+    # the key/value buffers are aliased; the write counters, no longer in the graph, are counted by the session
+    assert not bound.copied
     want, have = base.cache(), bound.cache()
     assert want.keys() == have.keys()
     for name in want:
@@ -126,7 +131,7 @@ def test_int4_after_fusion_is_matmul_nbits_and_close_to_fp32_eager(tmp_path):
     export_to_folder((model, inputs), config, tmp_path / "q", generate=True, static_cache=32, validate=False)
     runner = GenerationRunner.load(tmp_path / "q")
     details = _details(tmp_path / "q")
-    assert details["ort_fusions"]["fused"]["MultiHeadAttention"] == 2
+    assert details["ort_fusions"]["fused"]["GroupQueryAttention"] == 2
     assert details["quantization"]["quantized_matmuls"] == 15 and details["quantization"]["float_matmuls"] == 0
     got = runner.generate(inputs["input_ids"], max_new_tokens=8, min_new_tokens=8, eos_token_id=None, output_logits=True)
     with torch.no_grad():
@@ -135,3 +140,28 @@ def test_int4_after_fusion_is_matmul_nbits_and_close_to_fp32_eager(tmp_path):
                                generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))
     first = torch.nn.functional.cosine_similarity(got.logits[0].flatten(), eager.logits[0].flatten(), dim=0)
     assert first >= 0.97, float(first)
+
+
+@pytest.mark.parametrize("asked", [None, False])
+def test_the_seed_api_keeps_multi_head_attention_and_the_seeds_mask(asked):
+    """Through the seed's `export_for_generation` (`group_query_attention=None`, the default) or
+    with `group_query_attention=False`: the static decode keeps MultiHeadAttention, the
+    scatter-written cache and the seed's interface (4-D boolean mask, write counters) that the
+    seed's ONNX Runtime loop feeds; an export folder (the fixture above) has GroupQueryAttention."""
+    from transformers import GenerationConfig
+
+    from hfexport.presets import build_preset
+
+    model, inputs = build_preset("llama")
+    config = OnnxConfig(dynamic=True, group_query_attention=asked)
+    decode = OnnxExporter().export_for_generation(
+        model, inputs, config=config, multi_token_decode=True,
+        generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))["decode"]
+    details = record_of(decode).details
+    assert details["ort_fusions"]["fused"]["MultiHeadAttention"] == 2
+    assert details["ort_fusions"]["group_query_attention"]["kept"].startswith("not asked")
+    assert "graph_interface" not in details
+    graph = decode.model_proto.graph
+    mask = next(i for i in graph.input if i.name == "attention_mask").type.tensor_type
+    assert len(mask.shape.dim) == 4 and "input.cache.0.cumulative_length" in [i.name for i in graph.input]
+    assert _ops(decode.model_proto).count("ScatterElements") == 4

@@ -29,6 +29,16 @@ class OnnxConfig(ExportConfig):
             to every ONNX export; `record.details["ort_fusions"]` counts what fused and says why a
             decoder's attention or rotary fusion did not. The fused ops are `com.microsoft`
             contrib ops: such a model runs in ONNX Runtime only; `False` keeps standard ONNX ops.
+        group_query_attention: with `ort_fusions`, a static cache's attention as ONNX Runtime's
+            `GroupQueryAttention` on a shared past/present buffer (`gqa.py`), the graph
+            onnxruntime-genai runs: its `attention_mask` is 2-D int64 `[batch, past + new]` and
+            the write counters leave it (`GenerationRunner` and validation still feed the
+            record's interface). `None` (the default): on in an export folder (`export_to_folder`,
+            the CLI), which also carries `genai_config.json`; off through the seed's API
+            (`OnnxExporter().export(...)`, `export_for_generation`), whose decode keeps the seed's
+            interface (4-D boolean causal mask, write counters as cache tensors) that its
+            ONNX Runtime loop feeds. `False` keeps `MultiHeadAttention` and the seed's interface
+            everywhere; `True` asks for GroupQueryAttention everywhere.
     """
 
     export_format = "onnx"
@@ -37,6 +47,7 @@ class OnnxConfig(ExportConfig):
     optimize: bool = True
     external_data: bool | None = None
     ort_fusions: bool = True
+    group_query_attention: bool | None = None
 
     def _validate(self) -> None:
         _check_type("OnnxConfig", "opset", self.opset, int)
@@ -44,5 +55,7 @@ class OnnxConfig(ExportConfig):
             raise ValueError(f"OnnxConfig.opset must be one of {', '.join(map(str, SUPPORTED_OPSETS))}; got {self.opset}")
         _check_type("OnnxConfig", "optimize", self.optimize, bool)
         _check_type("OnnxConfig", "ort_fusions", self.ort_fusions, bool)
+        if self.group_query_attention is not None:
+            _check_type("OnnxConfig", "group_query_attention", self.group_query_attention, bool)
         if self.external_data is not None:
             _check_type("OnnxConfig", "external_data", self.external_data, bool)

@@ -18,6 +18,7 @@ from .config import OnnxConfig
 from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
+from .gqa import GRAPH_INTERFACE
 from .runner import in_place_writers
 
 __all__ = ["OnnxExporter"]
@@ -42,6 +43,21 @@ class OnnxExporter(HfExporter):
     config_class = OnnxConfig
     extra = "onnx"
     fix_order = ()
+    #: `OnnxConfig(group_query_attention=None)` means "on" (`for_folder`), not "the seed's interface"
+    _gqa_by_default = False
+
+    def for_folder(self) -> OnnxExporter:
+        """This exporter as `export_to_folder` runs it: `OnnxConfig(group_query_attention=None)`
+        rewrites a static cache's attention as `GroupQueryAttention`, the graph whose folder
+        onnxruntime-genai opens (`export` and `export_for_generation` keep the seed's decode
+        interface, which the seed's ONNX Runtime loop feeds)."""
+        exporter = type(self)()
+        exporter._gqa_by_default = True
+        return exporter
+
+    def _group_query_attention(self, config: OnnxConfig) -> bool:
+        asked = config.group_query_attention
+        return self._gqa_by_default if asked is None else asked
 
     def _capture_sample(self, inputs: dict[str, Any], config: OnnxConfig) -> dict[str, Any]:
         # A one-token prompt is traced at two tokens. At one, the conversion lost a broadcast: BLOOM's
@@ -74,7 +90,12 @@ class OnnxExporter(HfExporter):
         rename_symbolic_dims(onnx_program.model, [v.name for v in onnx_program.model.graph.inputs], record.input_shapes)
         fix_index_copy_transposes(onnx_program.model)
         if config.ort_fusions:
-            fused, record.details["ort_fusions"] = fuse_for_ort(onnx_program.model)
+            fused, entry = fuse_for_ort(onnx_program.model, max_positions=_rotary_positions(model, inputs),
+                                        group_query_attention=self._group_query_attention(config))
+            record.details["ort_fusions"] = entry
+            interface = entry.get("group_query_attention", {}).get("interface")
+            if interface:  # the graph takes GroupQueryAttention's inputs; the runner translates the record's
+                record.details[GRAPH_INTERFACE] = interface
             onnx_program = torch.onnx.ONNXProgram(fused, onnx_program.exported_program)
         # the convert stage's split (`stage_seconds["convert"]`): torch.onnx's own, then hfexport's passes
         record.details["convert_seconds"] = {"torch.onnx.export": round(converted - start, 3),
@@ -101,3 +122,18 @@ class OnnxExporter(HfExporter):
 
     def _load(self, files: list[Path]) -> Path:
         return files[0]  # ONNX Runtime opens the file itself (external weights beside it)
+
+
+def _rotary_positions(model: torch.nn.Module, inputs: dict[str, Any]) -> int | None:
+    """Rows of GroupQueryAttention's rotary caches (positions it can rotate): the text model's
+    `max_position_embeddings`, and at least twice a static cache's length (eager rotates any
+    position; a cache longer than the config's positions is still served, and validation grows it);
+    None without a config, which keeps the rotary outside GQA."""
+    config = getattr(model, "config", None)
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    value = getattr(text, "max_position_embeddings", None)
+    if not isinstance(value, int) or value <= 0:
+        return None
+    layers = getattr(inputs.get("past_key_values"), "layers", None) or []
+    lengths = [int(layer.keys.shape[-2]) for layer in layers if isinstance(getattr(layer, "keys", None), torch.Tensor)]
+    return max([value, *(2 * n for n in lengths)])

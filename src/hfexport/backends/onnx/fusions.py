@@ -15,6 +15,8 @@ import os
 from collections import Counter
 from typing import Any
 
+from .gqa import fuse_static_gqa
+
 __all__ = ["fuse_for_ort"]
 
 #: The fused ops (ONNX Runtime contrib ops) whose count the record gives.
@@ -23,9 +25,21 @@ FUSED_OPS = ("GroupQueryAttention", "MultiHeadAttention", "Attention", "RotaryEm
              "LayerNormalization", "FastGelu", "BiasGelu", "Gelu", "FusedMatMul")
 
 
-def fuse_for_ort(model: Any) -> tuple[Any, dict[str, Any]]:
-    """`optimize_for_ort` on a copy of the ONNX IR `model`; return the model to keep and the
-    record's entry `{"fused": {op type: count}, "not_fused": {fusion: reason}}`.
+#: why a static cache's attention stayed MultiHeadAttention when GroupQueryAttention was not asked for
+_GQA_NOT_ASKED = ("not asked: OnnxConfig(group_query_attention=False), or None through export()/export_for_generation, "
+                  "whose decode keeps the seed's interface (an export folder turns it on)")
+
+
+def fuse_for_ort(model: Any, max_positions: int | None = None, *,
+                 group_query_attention: bool = True) -> tuple[Any, dict[str, Any]]:
+    """`optimize_for_ort` on a copy of the ONNX IR `model`, then a static cache's attention as
+    `GroupQueryAttention` (`gqa.py`); return the model to keep and the record's entry
+    `{"fused": {op type: count}, "not_fused": {fusion: reason}, "group_query_attention": ...}`.
+
+    Args:
+        max_positions: rows of GroupQueryAttention's rotary caches, the positions it can rotate
+            (`None`: the rotary stays outside it).
+        group_query_attention: rewrite a static cache's attention (`OnnxConfig.group_query_attention`).
 
     When ONNX Runtime refuses to load the fused graph, the unfused `model` is kept and the entry
     says so (`{"fused": {}, "refused": error}`): the export is what it would be with
@@ -48,14 +62,23 @@ def fuse_for_ort(model: Any) -> tuple[Any, dict[str, Any]]:
     fused_model = model.clone()  # new graph, nodes and values; the weights' tensors shared, not copied
     _, steps = optimize_for_ort(fused_model)
     kv_4d = fix_mha_transposed_kv(fused_model)
-    refused = _load_error(fused_model)
+    with_gqa, gqa = (fuse_static_gqa(fused_model, max_positions) if group_query_attention else
+                     (fused_model, {"kept": _GQA_NOT_ASKED}))
+    refused = _load_error(with_gqa)
+    if refused and with_gqa is not fused_model:  # keep the other fusions, with MultiHeadAttention
+        gqa = {"kept": f"ONNX Runtime refused the GroupQueryAttention graph: {refused}"}
+        refused = _load_error(fused_model)
+    else:
+        fused_model = with_gqa
     if refused:
         return model, {"fused": {}, "refused": f"ONNX Runtime refused the fused graph, kept unfused: {refused}"}
     # NOTE: ONNX Runtime registers SimplifiedLayerNormalization in the default domain, not com.microsoft.
     ops = Counter(node.op_type for node in fused_model.graph if node.domain in ("", "com.microsoft"))
     fused = {op: ops[op] for op in FUSED_OPS if ops[op]}
-    return fused_model, {"fused": fused, "not_fused": _not_fused(fused_model, steps, fused),
-                         "mha_cache_layout": f"{kv_4d} attentions read the cache as it is (4-D key/value)"}
+    entry = {"fused": fused, "not_fused": _not_fused(fused_model, steps, fused, gqa), "group_query_attention": gqa}
+    if kv_4d and "MultiHeadAttention" in fused:
+        entry["mha_cache_layout"] = f"{kv_4d} attentions read the cache as it is (4-D key/value)"
+    return fused_model, entry
 
 
 def fix_mha_transposed_kv(model: Any) -> int:
@@ -120,7 +143,7 @@ def _load_error(model: Any) -> str | None:
     return None
 
 
-def _not_fused(model: Any, steps: dict[str, int], fused: dict[str, int]) -> dict[str, str]:
+def _not_fused(model: Any, steps: dict[str, int], fused: dict[str, int], gqa: dict[str, Any]) -> dict[str, str]:
     """Why the fusions a decoder's graph would take did not apply (only those whose pattern is there)."""
     reasons = {}
     if steps.get("rotary_embedding") and "RotaryEmbedding" not in fused:
@@ -129,10 +152,12 @@ def _not_fused(model: Any, steps: dict[str, int], fused: dict[str, int]) -> dict
             "expects the angles as MatMul(inv_freq, position_ids) + Transpose; torch.export lowers that "
             "product (inner size 1) to a broadcast Mul, so the rotation stays as Mul/Slice/Neg/Concat")
     has_scatter = any(node.op_type in ("ScatterND", "ScatterElements") for node in model.graph)
-    if steps.get("sdpa") and "GroupQueryAttention" not in fused and has_scatter:
+    if "GroupQueryAttention" in fused:
+        # the rotation went into GroupQueryAttention, or stayed outside with the reason its entry gives
+        reasons.pop("RotaryEmbedding", None)
+    elif steps.get("sdpa") and has_scatter:
         reasons["GroupQueryAttention"] = (
-            "onnxscript's GQA fusion matches a growing cache (Concat(past, new) fed to attention); this "
-            "graph's static cache is written in place by a scatter (ScatterElements, see cache_writes.py) and "
-            "attention reads the slots its boolean mask covers (a Slice of the buffer, generation/attended.py), "
-            "so SDPA became MultiHeadAttention with the mask as bias")
+            "onnxscript's GQA fusion matches a growing cache (Concat(past, new) fed to attention), not this "
+            "graph's static cache written in place by a scatter (ScatterElements, see cache_writes.py); "
+            f"hfexport's own rewrite (gqa.py) kept the graph: {gqa.get('kept')}")
     return reasons

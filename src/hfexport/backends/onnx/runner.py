@@ -21,6 +21,7 @@ import torch
 
 from ...runner import CacheSession, Runner, to_numpy
 from .artifact import HfOnnxProgram, save_scratch, scratch_session_options
+from .gqa import GraphInterface
 
 __all__ = ["OnnxRunner", "OnnxCacheSession"]
 
@@ -46,16 +47,66 @@ class OnnxRunner(Runner):
             source = artifact.model_proto.SerializeToString() if hasattr(artifact, "model_proto") else str(artifact)
         self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
+        # a graph whose interface differs from the record's (GroupQueryAttention's, `gqa.py`): fed by name
+        self.interface = GraphInterface.of(record)
+        taken = set(self.input_names)
+        self.input_map = {name: graph for name, graph in zip(record.input_names, record.named_inputs()) if graph in taken}
+        given = {o.name for o in self.session.get_outputs()}
+        self.output_map = {name: graph for name, graph in zip(record.output_names, record.named_outputs())
+                           if graph in given}
 
     @property
     def precision(self) -> str:
         return "f32 (ONNX Runtime CPU runs the model's own dtypes)"
 
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.interface is not None:
+            return self._run_translated(leaves)
         if len(leaves) != len(self.input_names):
             raise ValueError(f"the ONNX model takes {len(self.input_names)} inputs, got {len(leaves)} tensors")
         feed = {name: to_numpy(leaf) for name, leaf in zip(self.input_names, leaves)}
         return [torch.from_numpy(np.asarray(out)) for out in self.session.run(None, feed)]
+
+    def _run_translated(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Run on `leaves` in the record's interface, translated to the graph's (`GraphInterface`).
+
+        Each cache input the graph writes in place is copied into one buffer bound as both input and
+        output, as `OnnxCacheSession` binds it: GroupQueryAttention then writes the new rows into it
+        and leaves every other slot as it was, as eager's `StaticLayer` does (given two buffers, its
+        present output holds only the slots up to the attended length)."""
+        import onnxruntime as ort
+
+        names = self.record.input_names
+        if len(leaves) != len(names):
+            raise ValueError(f"the ONNX model's record takes {len(names)} inputs, got {len(leaves)} tensors")
+        named = {name: to_numpy(leaf) for name, leaf in zip(names, leaves)}
+        binding = self.session.io_binding()
+        shared = {}
+        for name, value in self.interface.feed(named).items():
+            graph_name = self.input_map[name]
+            if name in self.output_map and graph_name in self._written_in_place():
+                shared[name] = ort.OrtValue.ortvalue_from_numpy(np.array(value))  # a copy: the caller's stays
+                binding.bind_ortvalue_input(graph_name, shared[name])
+                binding.bind_ortvalue_output(self.output_map[name], shared[name])
+            else:
+                binding.bind_cpu_input(graph_name, np.ascontiguousarray(value))
+        returned = [name for name in self.output_map if name not in shared]
+        for name in returned:
+            binding.bind_output(self.output_map[name], "cpu")
+        self.session.run_with_iobinding(binding)
+        outputs = dict(zip([*shared, *returned], binding.get_outputs()))
+        added = self.interface.outputs(named)
+        return [torch.from_numpy(np.array(added[name] if name in added else outputs[name].numpy()))
+                for name in self.record.output_names]
+
+    def _written_in_place(self) -> set[str]:
+        """The graph's cache inputs whose paired output is written into them (recorded at export)."""
+        recorded = self.record.details.get("in_place_cache")
+        if recorded is None:
+            pairs = {graph: self.output_map[name] for name, graph in self.input_map.items() if name in self.output_map}
+            recorded = [name for name, ok in in_place_writers(self.graph_proto(), pairs).items() if ok]
+            self.record.details["in_place_cache"] = sorted(recorded)
+        return set(recorded)
 
     def graph_proto(self) -> Any:
         """The model's `GraphProto` (weights left on disk for a saved model)."""
@@ -74,8 +125,10 @@ class OnnxRunner(Runner):
 class OnnxCacheSession(CacheSession):
     """The cache of one component kept in bound `OrtValue`s between calls (IO binding).
 
-    A cache output written in place by a scatter on its own input shares that input's buffer;
-    any other cache output (a growing dynamic cache, a write counter, a prefill's first cache) is
+    A cache output written in place on its own input (a scatter, GroupQueryAttention's shared
+    past/present buffer) shares that input's buffer; write counters a GroupQueryAttention graph no
+    longer takes (`gqa.GraphInterface`) are kept and counted here; any other cache output (a
+    growing dynamic cache, a write counter, a prefill's first cache) is
     taken from ONNX Runtime after each call and bound as the next call's input: a copy, listed
     in `copied` with why.
 
@@ -90,8 +143,14 @@ class OnnxCacheSession(CacheSession):
         import onnxruntime as ort
 
         record = runner.record
-        self._inputs = dict(zip(record.input_names, runner.input_names))
-        self._outputs = dict(zip(record.output_names, [o.name for o in runner.session.get_outputs()]))
+        self._interface = runner.interface
+        if self._interface is not None:  # the graph's names, where it takes or gives a leaf
+            self._inputs, self._outputs = runner.input_map, runner.output_map
+        else:
+            self._inputs = dict(zip(record.input_names, runner.input_names))
+            self._outputs = dict(zip(record.output_names, [o.name for o in runner.session.get_outputs()]))
+        # write counters the graph no longer takes (GroupQueryAttention counts from the mask): kept here
+        self._counters = list(self._interface.counters) if self._interface is not None else []
         self.in_place, self.reason, self._checked = True, None, False
         self._arrays = {name: np.array(to_numpy(value)) for name, value in cache.items()}  # owned buffers
         pairs = {self._inputs[name]: self._outputs[name] for name in cache if name in self._outputs}
@@ -100,7 +159,8 @@ class OnnxCacheSession(CacheSession):
                    else in_place_writers(runner.graph_proto(), pairs))
         self._aliased = [name for name in cache if name in self._outputs and writers[self._inputs[name]]]
         self._values = {name: ort.OrtValue.ortvalue_from_numpy(self._arrays[name]) for name in self._aliased}
-        self._taken = [name for name in record.output_names if name.startswith("cache.") and name not in self._aliased]
+        self._taken = [name for name in record.output_names if name.startswith("cache.") and name not in self._aliased
+                       and name not in self._counters]
         self._returned = [name for name in record.output_names if not name.startswith("cache.")]
         self.copied = {name: "its output is not written by a scatter on its input (grows, or is read after "
                        "the write)" for name in self._taken}
@@ -109,7 +169,7 @@ class OnnxCacheSession(CacheSession):
             self._binding.bind_ortvalue_input(self._inputs[name], value)
             self._binding.bind_ortvalue_output(self._outputs[name], value)
         for name in cache:
-            if name not in self._values:
+            if name not in self._values and name not in self._counters:
                 self._binding.bind_cpu_input(self._inputs[name], self._arrays[name])
         self._order = [*self._aliased, *self._taken, *self._returned]  # the binding's output order
 
@@ -117,8 +177,12 @@ class OnnxCacheSession(CacheSession):
         """Run one call on `feed` (no cache leaves); the cache is updated in its bound buffers."""
         if not self.in_place:
             return super().run(feed)
-        for name, tensor in feed.items():
-            self._binding.bind_cpu_input(self._inputs[name], to_numpy(tensor))
+        named, counted = {name: to_numpy(tensor) for name, tensor in feed.items()}, {}
+        if self._interface is not None:
+            counters = {name: self._arrays[name] for name in self._counters}
+            named, counted = self._interface.feed({**named, **counters}), self._interface.outputs({**named, **counters})
+        for name, array in named.items():
+            self._binding.bind_cpu_input(self._inputs[name], array)
         for name in (*self._taken, *self._returned):  # rebound each call: a bound output keeps its last shape
             self._binding.bind_output(self._outputs[name], "cpu")
         try:
@@ -130,6 +194,7 @@ class OnnxCacheSession(CacheSession):
                             f"{str(error).splitlines()[0][:200]}", self.cache())
             return super().run(feed)
         outputs = dict(zip(self._order, self._binding.get_outputs()))
+        self._arrays.update(counted)
         for name in self._taken:
             self._arrays[name] = np.array(outputs[name].numpy())
             if name in self._inputs:
@@ -159,7 +224,7 @@ class OnnxCacheSession(CacheSession):
 
 def in_place_writers(graph: Any, pairs: dict[str, str]) -> dict[str, bool]:
     """For each `{input name: output name}` pair, whether one buffer can hold both: the output is
-    made by a scatter whose data input is the input, and nothing else reads the input's values
+    written into the input (`_writes_in_place`: a scatter, GroupQueryAttention's shared past/present), and nothing else reads the input's values
     (a `Shape` reads only its shape), so no op can read the input after its output was written.
     `graph`: a `GraphProto` or an ONNX IR graph."""
     nodes = [(node.op_type, list(node.input), list(node.output)) if hasattr(node, "input") else
@@ -174,6 +239,18 @@ def in_place_writers(graph: Any, pairs: dict[str, str]) -> dict[str, bool]:
     for source, target in pairs.items():
         writer = producers.get(target)
         others = [n for n in readers.get(source, []) if n is not writer and n[0] != "Shape"]
-        result[source] = (writer is not None and writer[0] in ("ScatterElements", "ScatterND")
-                          and writer[1][0] == source and not others)
+        result[source] = writer is not None and _writes_in_place(writer, source, target) and not others
     return result
+
+
+def _writes_in_place(writer: tuple, source: str, target: str) -> bool:
+    """Whether the node `writer` `(op, inputs, outputs)` writes its output `target` into its input
+    `source`: a scatter's data, or GroupQueryAttention's past key/value as its present one
+    (ONNX Runtime shares the buffer when both are bound to it, `past_present_share_buffer`)."""
+    op, inputs, outputs = writer
+    if op in ("ScatterElements", "ScatterND"):
+        return inputs[0] == source
+    if op == "GroupQueryAttention":  # present_key (output 1) over past_key (input 3), value: 2 over 4
+        index = outputs.index(target)
+        return index in (1, 2) and len(inputs) > index + 2 and inputs[index + 2] == source
+    return False

@@ -1,0 +1,111 @@
+"""`genai_config.json`: the ONNX generation folder as an onnxruntime-genai model folder.
+
+```python
+import onnxruntime_genai as og                      # pip install "hfexport[genai]"
+model = og.Model("out/llama")                       # hfexport export ... --format onnx --generate --static-cache N
+params = og.GeneratorParams(model)
+params.set_search_options(max_length=64)
+generator = og.Generator(model, params)
+generator.append_tokens([[1, 2, 3]])
+while not generator.is_done():
+    generator.generate_next_token()
+```
+
+# NOTE: what onnxruntime-genai (0.18.0) needs from the folder, learnt from the config its model
+# builder writes (`onnxruntime_genai/models/builder.py`, read, not imported or copied): one decoder
+# graph taking `input_ids`, a 2-D `attention_mask` over past + new tokens, optionally
+# `position_ids`, and per layer a past key/value it binds to the same buffer as the present one
+# (`search.past_present_share_buffer`), `[batch, kv_heads, max_length, head_size]`; names are
+# templates with `%d` for the layer, so hfexport's `input.cache.%d.keys` / `output.cache.%d.keys`
+# are given as they are. That is the static-cache decode graph after the GroupQueryAttention
+# rewrite (`gqa.py`): the config is written only for such a folder, and `genai_status` says why
+# not otherwise. The tokenizer files are the ones `save_generation_export` writes when given a
+# tokenizer (`tokenizer.json`, `tokenizer_config.json`); without them genai runs on token ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["GENAI_CONFIG", "genai_status", "genai_config"]
+
+GENAI_CONFIG = "genai_config.json"
+
+#: onnxruntime-genai 0.18.0's decoder-only model types (`model.type`); any other is given as "decoder".
+_GENAI_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "olmo", "granite", "smollm3")
+
+
+def genai_status(artifacts: dict[str, Any], generation_config: Any) -> str | None:
+    """Why the export `artifacts` cannot be an onnxruntime-genai folder, or None when it can."""
+    from ...record import record_of
+    from .gqa import GRAPH_INTERFACE
+
+    if set(artifacts) != {"decode"}:
+        return (f"onnxruntime-genai runs one decoder graph; this export has {sorted(artifacts)} (export with "
+                "--multi-token-decode --static-cache N)")
+    record = record_of(artifacts["decode"])
+    if not record.details.get(GRAPH_INTERFACE):
+        gqa = record.details.get("ort_fusions", {}).get("group_query_attention", {})
+        return f"the decode graph has no GroupQueryAttention: {gqa.get('kept', 'ONNX Runtime fusions off')}"
+    if not getattr(generation_config, "max_cache_len", None):
+        return "the export records no static cache length"
+    return None
+
+
+def genai_config(artifact: Any, config: Any, generation_config: Any) -> dict[str, Any]:
+    """The `genai_config.json` of the GroupQueryAttention decode graph `artifact` (an
+    `HfOnnxProgram`), for the model `config` and its merged `generation_config`."""
+    graph = artifact.model.graph
+    inputs = {v.name: v for v in graph.inputs}
+    keys = sorted((v for v in graph.inputs if v.name.startswith("input.cache.") and v.name.endswith(".keys")),
+                  key=lambda v: int(v.name.split(".")[2]))
+    attention = next(n for n in graph if n.op_type == "GroupQueryAttention")
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    length = int(generation_config.max_cache_len)
+    names = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
+    if "position_ids" in inputs:
+        names["position_ids"] = "position_ids"
+    model_type = getattr(text, "model_type", "")
+    decoder = {
+        "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+        "filename": "decode.onnx",
+        "head_size": int(keys[0].shape[3]),
+        "hidden_size": int(getattr(text, "hidden_size", 0) or attention.attributes.get_int("num_heads") * keys[0].shape[3]),
+        "inputs": {**names, "past_key_names": "input.cache.%d.keys", "past_value_names": "input.cache.%d.values"},
+        "outputs": {"logits": "logits", "present_key_names": "output.cache.%d.keys",
+                    "present_value_names": "output.cache.%d.values"},
+        "num_attention_heads": attention.attributes.get_int("num_heads"),
+        "num_hidden_layers": len(keys),
+        "num_key_value_heads": int(keys[0].shape[1]),
+    }
+    model = {
+        "bos_token_id": _token(generation_config, text, "bos_token_id"),
+        "context_length": length,
+        "decoder": decoder,
+        "eos_token_id": _token(generation_config, text, "eos_token_id"),
+        "pad_token_id": _token(generation_config, text, "pad_token_id"),
+        "type": model_type if model_type in _GENAI_TYPES else "decoder",
+        "vocab_size": int(graph.outputs[0].shape[-1]),
+    }
+    search = {
+        "diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
+        "max_length": length, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,
+        "num_return_sequences": 1, "past_present_share_buffer": True,
+        "repetition_penalty": float(getattr(generation_config, "repetition_penalty", None) or 1.0),
+        "temperature": 1.0, "top_k": 1, "top_p": 1.0,
+    }
+    return {"model": model, "search": search}
+
+
+def _token(generation_config: Any, config: Any, name: str) -> Any:
+    """A special token id from the generation config, else the model config; eos may be a list.
+    A missing pad falls back to eos (genai needs one), a missing bos or eos to -1."""
+    value = getattr(generation_config, name, None)
+    if value is None:
+        value = getattr(config, name, None)
+    if value is None and name == "pad_token_id":
+        value = _token(generation_config, config, "eos_token_id")
+        value = value[0] if isinstance(value, list) else value
+    if value is None:
+        return -1
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else int(value)

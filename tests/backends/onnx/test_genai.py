@@ -1,0 +1,115 @@
+"""The ONNX static-cache generation folder as onnxruntime-genai runs it: GroupQueryAttention with the
+rotary inside and packed QKV on a shared past/present buffer, `genai_config.json`, and the same
+greedy tokens from eager `generate`, `GenerationRunner` and onnxruntime-genai's `Generator`.
+
+The model is a random Llama whose head size, key/value heads and prompt length are drawn
+(`HFEXPORT_TEST_SEED`, default 0; the draw is in the fixture's id): head sizes are multiples of
+16, the sizes ONNX Runtime's GroupQueryAttention rotates (the presets' 8 keeps the rotary outside,
+`test_decode.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+pytest.importorskip("onnxruntime")
+
+pytestmark = pytest.mark.slow
+
+CACHE, NEW_TOKENS = 48, 16
+_DRAW = random.Random(int(os.environ.get("HFEXPORT_TEST_SEED", "0")))
+HEADS = _DRAW.choice([2, 4])
+KV_HEADS = _DRAW.choice([h for h in (1, 2, 4) if HEADS % h == 0])
+HEAD_DIM = _DRAW.choice([16, 32, 64])
+PROMPT = _DRAW.randint(3, 12)
+
+
+@pytest.fixture(scope="module", ids=[f"heads{HEADS}-kv{KV_HEADS}-d{HEAD_DIM}-prompt{PROMPT}"], params=[None])
+def exported(tmp_path_factory, request):
+    """The drawn Llama exported to ONNX (`--generate --static-cache 48`), validated against eager."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hfexport import AutoExportConfig
+    from hfexport.job import export_to_folder
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=HEADS * HEAD_DIM, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
+                         max_position_embeddings=256, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = LlamaForCausalLM(config).eval()
+    prompt = torch.randint(3, 128, (1, PROMPT), generator=torch.Generator().manual_seed(PROMPT))
+    folder = tmp_path_factory.mktemp("genai") / "llama"
+    export_config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
+    export_to_folder((model, {"input_ids": prompt}), export_config, folder, generate=True, static_cache=CACHE)
+    return model, prompt, folder
+
+
+def _eager_tokens(model, prompt) -> list[int]:
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(cache_implementation="static", max_cache_len=CACHE)
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                             generation_config=config)
+    return out[0, prompt.shape[1]:].tolist()
+
+
+def test_the_graph_is_onnxruntimes_llm_graph(exported):
+    """One GroupQueryAttention per layer rotating q/k itself (cos/sin caches as initializers) on
+    packed QKV, writing the cache input it reads; genai's 2-D mask, no counters."""
+    import onnx
+
+    _, _, folder = exported
+    proto = onnx.load(folder / "decode.onnx")
+    ops = [node.op_type for node in proto.graph.node]
+    attentions = [node for node in proto.graph.node if node.op_type == "GroupQueryAttention"]
+    assert len(attentions) == 2 and "MultiHeadAttention" not in ops and "ScatterElements" not in ops
+    initializers = {i.name for i in proto.graph.initializer}
+    for layer, node in enumerate(attentions):
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert attributes["do_rotary"] == 1 and attributes["num_heads"] == HEADS
+        assert attributes["kv_num_heads"] == KV_HEADS
+        assert node.input[1] == node.input[2] == ""  # packed QKV in the query
+        assert node.input[3] == f"input.cache.{layer}.keys" and node.output[1] == f"output.cache.{layer}.keys"
+        assert {node.input[7], node.input[8]} <= initializers  # cos/sin caches
+    inputs = [i.name for i in proto.graph.input]
+    assert inputs[:3] == ["input_ids", "attention_mask", "position_ids"]
+    assert not any(name.endswith("cumulative_length") for name in inputs)
+    record = json.loads((folder / "report.json").read_text())["components"]["decode"]["record"]
+    gqa = record["ort_fusions"]["group_query_attention"]
+    assert gqa["rotary"].startswith("inside") and gqa["packed_qkv"] == 2
+    assert record["ort_fusions"]["fused"]["SkipSimplifiedLayerNormalization"] == 4
+
+
+def test_hfexport_generate_gives_eagers_tokens(exported):
+    from hfexport import GenerationRunner
+
+    model, prompt, folder = exported
+    runner = GenerationRunner.load(folder)
+    got = runner.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)  # eos suppressed, as eager
+    assert got.tokens == _eager_tokens(model, prompt)
+
+
+def test_onnxruntime_genai_runs_the_folder_with_eagers_tokens(exported):
+    og = pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
+    model, prompt, folder = exported
+    genai_config = json.loads((folder / "genai_config.json").read_text())
+    assert genai_config["search"]["past_present_share_buffer"] and genai_config["model"]["context_length"] == CACHE
+    assert json.loads((folder / "manifest.json").read_text())["onnxruntime_genai"] == {"config": "genai_config.json"}
+    genai_model = og.Model(str(folder))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=PROMPT + NEW_TOKENS, do_sample=False, min_length=PROMPT + NEW_TOKENS)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(prompt.tolist())
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    assert tokens == _eager_tokens(model, prompt)

@@ -1,0 +1,43 @@
+"""`GraphInterface`: the record's feed (4-D boolean causal mask, write counters) as a
+GroupQueryAttention graph takes it (2-D mask over cached + new tokens), and the counters it no
+longer returns. No export: the translation alone (the exports are in test_genai.py, test_decode.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hfexport.backends.onnx.gqa import GraphInterface
+from hfexport.errors import ExportError
+
+
+def _causal(past: int, query: int, slots: int) -> np.ndarray:
+    return (np.arange(slots)[None, :] <= np.arange(past, past + query)[:, None])[None, None]
+
+
+@pytest.mark.parametrize("past, query, slots", [(0, 6, 32), (6, 3, 32), (9, 1, 10), (4, 2, 7)])
+def test_the_causal_mask_becomes_ones_over_cached_and_new_tokens(past, query, slots):
+    interface = GraphInterface(["cache.0.cumulative_length", "cache.1.cumulative_length"], ["position_ids"])
+    named = {"input_ids": np.zeros((1, query), np.int64), "attention_mask": _causal(past, query, slots),
+             "position_ids": np.arange(past, past + query)[None], "cache.0.cumulative_length": np.array(past),
+             "cache.1.cumulative_length": np.array(past), "cache.0.keys": np.zeros((1, 2, slots, 16), np.float32)}
+    feed = interface.feed(named)
+    assert set(feed) == {"input_ids", "attention_mask", "cache.0.keys"}
+    assert feed["attention_mask"].dtype == np.int64 and feed["attention_mask"].shape == (1, past + query)
+    assert feed["attention_mask"].all()
+    assert {k: int(v) for k, v in interface.outputs(named).items()} == {
+        "cache.0.cumulative_length": past + query, "cache.1.cumulative_length": past + query}
+    counterless = GraphInterface([], [])  # the cached tokens read from the mask instead
+    assert counterless.written(named) == past
+
+
+def test_padding_and_a_short_mask_are_refused_with_a_remedy():
+    interface = GraphInterface(["cache.0.cumulative_length"], [])
+    padded = _causal(4, 2, 16)
+    padded[..., 1] = False  # a padded slot among the cached ones
+    named = {"input_ids": np.zeros((1, 2), np.int64), "attention_mask": padded, "cache.0.cumulative_length": np.array(4)}
+    with pytest.raises(ExportError, match="no padding"):
+        interface.feed(named)
+    named["attention_mask"] = _causal(4, 2, 16)[..., :5]  # 4 cached + 2 new need 6 slots
+    with pytest.raises(ExportError, match="need 6"):
+        interface.feed(named)
