@@ -30,15 +30,17 @@ class OpenVINOConfig(ExportConfig):
         stateful: a model whose cache leaves come back updated (a generation `decode`, static
             or dynamic cache) keeps its cache as OpenVINO variables named by the leaves
             (`cache.0.keys`), with a `beam_idx` input, as OpenVINO's stateful LLMs do (default);
-            `False` keeps the cache as plain inputs and outputs (CLI `--stateless`). A stateful
-            generation export of a decoder is one model for prefill and decode whose state grows
-            with the tokens, laid out as OpenVINO GenAI's `LLMPipeline` takes it (`genai.py`).
+            `False` keeps the cache as plain inputs and outputs (CLI `--stateless`). In an export
+            folder (`export_to_folder`, the CLI), a stateful generation export of a decoder is one
+            model for prefill and decode whose state grows with the tokens, laid out as OpenVINO
+            GenAI's `LLMPipeline` takes it (`genai.py`); the seed's `export_for_generation` keeps
+            its `prefill` and `decode` components unless `genai_layout=True` asks for that model.
         max_cache_len: the most tokens the growing state of a stateful generation export may
             hold (recorded under the component's `state`; `GenerationRunner` refuses more). A
             static-cache request (`--static-cache N`) on OpenVINO becomes this bound on the
             growing state; `None`: unbounded.
-        genai_layout: set by the generation plan for that one stateful model (`genai.py`): a
-            fully masked attention row (a left-padded position) attends every key instead of
+        genai_layout: that one stateful model (`genai.py`), set by an export folder's
+            generation plan or asked for through `export_for_generation`: a fully masked attention row (a left-padded position) attends every key instead of
             coming out zero as in PyTorch, so OpenVINO GenAI's paged attention, which drops the
             mask, can take the model (`patches.fully_masked_rows_left_unzeroed`). Real tokens'
             outputs are unchanged.
