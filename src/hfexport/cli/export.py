@@ -62,7 +62,8 @@ def run(args) -> int:
         result = export_to_folder(
             args.model, config, args.output, generate=args.generate, multi_token_decode=args.multi_token_decode,
             static_cache=args.static_cache, validate=not args.no_validate, atol=args.tolerance,
-            rtol=args.rtol, min_cosine=args.min_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
+            rtol=args.rtol, min_cosine=args.min_cosine, min_cache_cosine=args.min_cache_cosine,
+            min_agreement=args.min_agreement, quantize=args.quantize,
             prompt=args.prompt,
             overwrite=args.overwrite, progress=Progress(enabled=not args.quiet))
     except ValidationError as error:
