@@ -74,6 +74,7 @@ def test_the_real_llm_exports_with_default_validation_and_keeps_eagers_answers(r
     result = export_to_folder(loaded, AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True}),
                               tmp_path / "export", static_cache=CACHE, quantize=quantize)  # raises when refused
     assert result.passed
+    print(f"{fmt} {scheme}: job seconds {result.report['job_seconds']}, accuracy {result.report.get('accuracy')}")
     if quantize is None:
         runner = GenerationRunner.load(result.directory)
         for inputs, want in chats:
@@ -85,5 +86,6 @@ def test_the_real_llm_exports_with_default_validation_and_keeps_eagers_answers(r
     for inputs, _ in chats:
         found = greedy_agreement(result.directory, loaded.model, inputs, generation_config=generation_config,
                                  new_tokens=NEW_TOKENS)
+        print(f"{fmt} {scheme}: agreement {found.agreement:.3f}, mean logits cosine {found.mean_cosine:.4f}")
         assert found.agreement >= criteria.min_agreement, (fmt, scheme, found)
         assert found.mean_cosine >= criteria.min_step_cosine, (fmt, scheme, found)

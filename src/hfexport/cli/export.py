@@ -104,4 +104,5 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     if accuracy := summary.get("accuracy"):
         print(f"  accuracy:       greedy tokens equal fp32 eager generate()'s on {accuracy['agreement']:.0%} of "
               f"{accuracy['tokens']} steps (floor {accuracy['min_agreement']:.0%}); logits cosine "
-              f"min {accuracy['min_cosine']:.4f}, mean {accuracy['mean_cosine']:.4f}")
+              f"min {accuracy['min_cosine']:.4f}, mean {accuracy['mean_cosine']:.4f}"
+              + (f" (floor {floor:.4g})" if (floor := accuracy.get("min_mean_cosine")) is not None else ""))

@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                         "0.95 otherwise, at most --min-cosine)")
     export.add_argument("--min-agreement", type=float, default=None,
                         help="with --generate --quantize: pass if the greedy tokens equal fp32 eager generate()'s "
-                        "on this share of 64 teacher-forced steps (default 0.6 for int4 schemes, 0.8 otherwise)")
+                        "on this share of 64 teacher-forced steps (default 0.6 for int4 schemes, 0.7 otherwise)")
     export.add_argument("--overwrite", action="store_true", help="replace an output folder that holds files")
     export.add_argument("--no-validate", action="store_true", help="skip the comparison with eager")
     export.add_argument("--tolerance", type=float, default=None, help="absolute tolerance (default per format)")

@@ -19,8 +19,9 @@ quantized export is not judged by it), while single cache tensors fall to 0.965 
 values); teacher-forced, its greedy tokens are eager's on 0.70-0.78 of 64 steps over the sample
 and the chat prompts, the steps' logits cosine 0.84-0.86 on average (a step's whole 49152-word
 vector, tail included; the top-10 overlap 0.68-0.74), and it answers the chat prompts correctly.
-The int4 floors (`INT4_CRITERIA`) sit under these with room for the other formats' int4 recipes;
-the int8 ones (`INT8_CRITERIA`) higher. A broken int4 quantizer (each block's scale off by a
+ONNX `int8-dynamic`: logits 0.9998, cache 0.996, agreement 0.80-0.92, steps' cosine 0.94-0.96.
+The floors (`INT4_CRITERIA`, `INT8_CRITERIA`) sit about 0.1 under the lowest prompt's agreement
+and steps' cosine, with room for the other formats' recipes. A broken int4 quantizer (each block's scale off by a
 random factor, lognormal sigma 0.3, or taken from its neighbour) loses the logits first: on the
 tiny Llama their cosine falls from 0.996 to 0.955 and 0.22, under `min_cosine`.
 
@@ -93,7 +94,7 @@ class QuantizedCriteria:
 
 #: Per family of schemes; a scheme with `int4` in its name is judged as int4 (the weights' precision
 #: sets the error: int8 activations add little), any other as int8, a custom quantizer as int4.
-INT8_CRITERIA = QuantizedCriteria(min_cosine=0.995, min_cache_cosine=0.95, min_agreement=0.8, min_mean_cosine=0.95)
+INT8_CRITERIA = QuantizedCriteria(min_cosine=0.995, min_cache_cosine=0.95, min_agreement=0.7, min_mean_cosine=0.9)
 INT4_CRITERIA = QuantizedCriteria(min_cosine=0.99, min_cache_cosine=0.9, min_agreement=0.6, min_mean_cosine=0.75)
 
 
