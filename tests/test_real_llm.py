@@ -39,6 +39,7 @@ RECIPES = {
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(3600),  # one export is 2-4 minutes alone, 15-30 on a machine shared by eight
     pytest.mark.skipif(os.environ.get("HFEXPORT_REAL_LLM") != "1",
                        reason="a 538 MB model and minutes per export: run with HFEXPORT_REAL_LLM=1 "
                        "(see the module docstring)"),
