@@ -19,7 +19,8 @@ validation run but every floor lowered so that the export is written whatever it
 
 Broken quantizers (ONNX int4 only: `MatMulNBits` keeps its scales in initializers one can edit):
 `wrong-scale` multiplies every block's scale by 1.1, `wrong-group` gives each block its neighbour's
-scale (a layout bug), `noisy-scale` multiplies each by a random factor (lognormal, sigma 0.3). The real model's sample prompt comes from its tokenizer ("Hello, world!").
+scale (a layout bug), `noisy-scale` multiplies each by a random factor (lognormal, sigma 0.3).
+The real model's sample prompt comes from its tokenizer ("Hello, world!").
 """
 
 from __future__ import annotations

@@ -91,7 +91,8 @@ def test_default_criteria_write_a_correct_int4_export_and_refuse_a_broken_one(br
                                   quantize=quantize)
         assert result.passed and result.report["accuracy"]["passed"]
         report = result.reports["decode"]
-        assert (report.min_cosine, report.min_cache_cosine) == (INT4_CRITERIA.min_cosine, INT4_CRITERIA.min_cache_cosine)
+        assert report.min_cosine == INT4_CRITERIA.min_cosine
+        assert report.min_cache_cosine == INT4_CRITERIA.min_cache_cosine
         return
     with pytest.raises(ValidationError, match=r"differs from eager PyTorch \(cosine similarity 0\.\d+ for logits\)"):
         export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE, quantize=quantize)
