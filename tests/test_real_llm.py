@@ -89,4 +89,4 @@ def test_the_real_llm_exports_with_default_validation_and_keeps_eagers_answers(r
                                  new_tokens=NEW_TOKENS)
         print(f"{fmt} {scheme}: agreement {found.agreement:.3f}, mean logits cosine {found.mean_cosine:.4f}")
         assert found.agreement >= criteria.min_agreement, (fmt, scheme, found)
-        assert found.mean_cosine >= criteria.min_step_cosine, (fmt, scheme, found)
+        assert found.mean_cosine >= criteria.min_mean_cosine, (fmt, scheme, found)
