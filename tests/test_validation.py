@@ -19,6 +19,19 @@ def test_report_lists_every_output_with_its_tolerance(dynamic_llama):
     assert "tolerance: atol=1e-05" in report.to_table()
 
 
+def test_a_quantized_rule_holds_the_cache_to_its_own_floor(dynamic_llama):
+    """`min_cosine` judges the logits, `min_cache_cosine` the cache tensors (a quantized export's
+    criteria): floors out of reach fail exactly the outputs they apply to."""
+    model, inputs, program = dynamic_llama("dynamo")
+    loose_cache = validate(program, model, inputs, resized=False, min_cosine=1.01, min_cache_cosine=0.5)
+    loose_logits = validate(program, model, inputs, resized=False, min_cosine=0.5, min_cache_cosine=1.01)
+    names = {o.name for o in loose_cache.cases[0].outputs}
+    assert "logits" in names and "cache.1.values" in names
+    assert {o.name for o in loose_cache.cases[0].outputs if not o.passed} == {"logits"}
+    assert {o.name for o in loose_logits.cases[0].outputs if not o.passed} == names - {"logits"}
+    assert "0.5 for cache tensors" in loose_cache.to_table() and loose_cache.to_dict()["min_cache_cosine"] == 0.5
+
+
 def test_a_wrong_weight_fails_validation():
     model, inputs = build_preset("bert")
     program = DynamoExporter().export(model, inputs, config=DynamoConfig())

@@ -32,9 +32,10 @@ from typing import Any
 
 from .config import ExportConfig
 from .errors import ValidationError
-from .generation.accuracy import default_min_agreement
+from .generation.accuracy import default_min_agreement, quantized_criteria
 
-__all__ = ["export_to_folder", "ExportJobResult", "default_min_cosine", "default_min_agreement"]
+__all__ = ["export_to_folder", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
+           "default_min_agreement"]
 
 
 @dataclasses.dataclass
@@ -62,12 +63,18 @@ class ExportJobResult:
 
 
 def default_min_cosine(quantize: Any) -> float | None:
-    """How close a quantized artifact must stay to fp32 eager (cosine similarity per output):
-    0.97 for int4 weights, 0.98 for the other schemes; `None` (the fp32 tolerance) unquantized."""
-    if not quantize:
-        return None
-    scheme = quantize if isinstance(quantize, str) else getattr(quantize, "scheme", "")
-    return 0.97 if scheme == "int4-weights" else 0.98
+    """How close a quantized artifact's logits (every output but the cache) must stay to fp32
+    eager, as cosine similarity: `generation.accuracy.quantized_criteria(quantize).min_cosine`
+    (measured on a real LLM there); `None` (the fp32 tolerance) unquantized."""
+    criteria = quantized_criteria(quantize)
+    return criteria.min_cosine if criteria else None
+
+
+def default_min_cache_cosine(quantize: Any) -> float | None:
+    """The same for each cache tensor a generation component returns (looser: see
+    `hfexport.validation`); `None` unquantized."""
+    criteria = quantized_criteria(quantize)
+    return criteria.min_cache_cosine if criteria else None
 
 
 class _Silent:
@@ -120,6 +127,7 @@ def export_to_folder(
     atol: float | None = None,
     rtol: float | None = None,
     min_cosine: float | None = None,
+    min_cache_cosine: float | None = None,
     min_agreement: float | None = None,
     accuracy_tokens: int | None = None,
     quantize: Any = None,
@@ -148,12 +156,20 @@ def export_to_folder(
             cache held in the program, the runner's constant methods, and `tokenizer.json` in the folder.
         validate: run each artifact in its runtime against eager before anything is written.
         atol, rtol: validation tolerance (default per format).
-        min_cosine: judge by cosine similarity instead (default for a quantized export:
-            `default_min_cosine`).
+        min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
+            the cache) in validation (default for a quantized export: `default_min_cosine`, 0.995
+            int8, 0.99 int4); the cache's and the accuracy gate's floors are lowered to it where
+            they are higher.
+        min_cache_cosine: with `min_cosine`, the floor of each cache tensor in validation
+            (default for a quantized export: `default_min_cache_cosine`, 0.95 int8, 0.9 int4;
+            else `min_cosine`).
         min_agreement: for a quantized generation export: the share of greedy tokens that must
             equal fp32 eager `generate`'s over `accuracy_tokens` steps (teacher-forced,
-            `generation.accuracy`); default `default_min_agreement` (0.9 int8, 0.75 int4). The
-            result is in the report (`accuracy`); under the floor nothing is written.
+            `generation.accuracy`); default `default_min_agreement` (0.7 int8, 0.6 int4). The
+            gate also holds the mean of the steps' logits cosines to the criteria's
+            `min_mean_cosine` (0.9 int8, 0.75 int4; `min_cosine` where lower). The
+            result is in the report (`accuracy`); under a floor nothing is written. The defaults
+            are measured on a real LLM (`generation.accuracy.quantized_criteria`).
         accuracy_tokens: steps the accuracy gate compares (default 64, fewer when a static cache
             holds fewer after the prompt).
         quantize: a quantization scheme name (`"int8-dynamic"`, calibrated on the sample inputs)
@@ -207,15 +223,23 @@ def export_to_folder(
         export_config = export_config.replace(dynamic_shapes=components["decode"][0].dynamic_shapes())
     artifacts = exporter.export_components(components, export_config, on_component=exporting)
     reports: dict[str, Any] = {}
+    criteria = quantized_criteria(config.quantizer)
+    min_mean_cosine = None
+    if criteria is not None:  # a floor given lowers the defaults it is above, never raises them
+        given = min_cosine
+        min_cosine = criteria.min_cosine if given is None else given
+        if min_cache_cosine is None:
+            min_cache_cosine = min(criteria.min_cache_cosine, min_cosine)
+        min_mean_cosine = criteria.min_mean_cosine if given is None else min(criteria.min_mean_cosine, given)
     if validate:
         with steps.step(f"validating in {config.export_format}'s runtime against eager"):
-            reports = _validated(artifacts, components, target, atol=atol, rtol=rtol,
-                                 min_cosine=min_cosine if min_cosine is not None else default_min_cosine(config.quantizer))
+            reports = _validated(artifacts, components, target, atol=atol, rtol=rtol, min_cosine=min_cosine,
+                                 min_cache_cosine=min_cache_cosine)
     report = {**_report(loaded, config, artifacts, reports, generate, quantize), "job_seconds": dict(steps.seconds)}
     gate = None
-    if validate and generate and config.quantizer is not None:
+    if validate and generate and criteria is not None:
         gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
-                              min_agreement if min_agreement is not None else default_min_agreement(config.quantizer))
+                              min_agreement if min_agreement is not None else criteria.min_agreement, min_mean_cosine)
         steps.total = (steps.total or 0) + 1
     checks = [check for check in (
         llm_runner and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer)),
@@ -321,12 +345,16 @@ def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Pa
     reports = validate_components(artifacts, components, **options)
     for name, report in reports.items():
         if not report.passed:
+            failed = [o for case in report.cases for o in case.outputs if not o.passed and o.cosine is not None]
+            worst = min(failed, key=lambda o: o.cosine) if report.min_cosine is not None and failed else None
+            distance = (f"cosine similarity {worst.cosine:.4f} for {worst.name}" if worst
+                        else f"max abs difference {report.max_abs:.3g}")
             error = ValidationError(
-                f"the exported {name!r} differs from eager PyTorch (max abs difference {report.max_abs:.3g}); "
-                f"nothing was written to {target}",
+                f"the exported {name!r} differs from eager PyTorch ({distance}); nothing was written to {target}",
                 model=record_of(artifacts[name]).model_class,
-                remedy="look at the failing outputs in the report; pass a larger tolerance (--tolerance) to accept "
-                "the difference, or validate=False (--no-validate) to write the artifacts anyway",
+                remedy="look at the failing outputs in the report; pass a larger tolerance (--tolerance; a quantized "
+                "export: --min-cosine, --min-cache-cosine) to accept the difference, or validate=False "
+                "(--no-validate) to write the artifacts anyway",
             )
             error.reports = reports
             raise error
@@ -362,27 +390,33 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
 
 
 def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: int | None,
-                   floor: float | None) -> Any:
+                   floor: float | None, min_cosine: float | None) -> Any:
     """The check a quantized generation export passes before it is written: its greedy tokens
-    against fp32 eager (`generation.accuracy.greedy_agreement`), held to `floor`."""
+    against fp32 eager (`generation.accuracy.greedy_agreement`), their agreement held to `floor`
+    and their mean logits cosine to `min_cosine`."""
     from .generation.accuracy import DEFAULT_TOKENS, greedy_agreement
 
     def gate(folder: Path) -> dict[str, Any]:
         found = greedy_agreement(folder, loaded.model, loaded.inputs, generation_config=generation_config,
-                                 new_tokens=tokens or DEFAULT_TOKENS, min_agreement=floor)
+                                 new_tokens=tokens or DEFAULT_TOKENS, min_agreement=floor, min_mean_cosine=min_cosine)
         if not found.passed:
             error = ValidationError(
                 f"the quantized export's greedy tokens agree with fp32 eager generate() on {found.agreement:.0%} of "
-                f"{found.tokens} steps (floor {floor:.0%}; first difference at step {found.first_difference}, "
-                f"lowest logits cosine {found.min_cosine:.3f}); nothing was written to {target}",
+                f"{found.tokens} steps (floor {_floor(floor, '.0%')}; first difference at step "
+                f"{found.first_difference}), their logits' cosine with eager's is {found.mean_cosine:.4f} on average "
+                f"(floor {_floor(min_cosine, '.4g')}, lowest {found.min_cosine:.3f}); nothing was written to {target}",
                 model=type(loaded.model).__name__,
-                remedy="choose a milder scheme (int8 rather than int4, a smaller group size), or lower the floor "
-                "(--min-agreement / min_agreement=) to accept it")
+                remedy="choose a milder scheme (int8 rather than int4, a smaller group size), or lower the floors "
+                "(--min-agreement / min_agreement=, --min-cosine / min_cosine=) to accept it")
             error.accuracy = found
             raise error
         return {"accuracy": found.to_dict()}
 
     return gate
+
+
+def _floor(value: float | None, spec: str) -> str:
+    return "none" if value is None else format(value, spec)
 
 
 def _checked(gate: Any, folder: Path, steps: Any) -> dict[str, Any]:

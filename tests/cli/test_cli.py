@@ -242,8 +242,8 @@ def test_quantize_reports_what_was_quantized_and_the_error_against_fp32(tmp_path
     assert model["record"]["quantization"]["quantizer"] == "onnxruntime"
     assert model["record"]["quantization"]["quantized_matmuls"] > 0
     validation = model["validation"]
-    assert validation["min_cosine"] == 0.98 and validation["passed"]
-    assert all(o["cosine"] >= 0.98 for case in validation["cases"] for o in case["outputs"] if o["cosine"] is not None)
+    assert validation["min_cosine"] == 0.995 and validation["passed"]  # the int8 criteria's logits floor
+    assert all(o["cosine"] >= 0.995 for case in validation["cases"] for o in case["outputs"] if o["cosine"] is not None)
 
 
 @pytest.mark.slow

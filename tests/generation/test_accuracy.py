@@ -10,6 +10,7 @@ import torch
 
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.errors import ValidationError
+from hfexport.generation.accuracy import INT4_CRITERIA, INT8_CRITERIA
 from hfexport.job import export_to_folder
 from hfexport.presets import build_preset
 from tests.harness import require_backend
@@ -47,7 +48,8 @@ def test_a_quantized_generation_export_reports_its_agreement_with_fp32_eager(tmp
                               quantize="int8-dynamic")
     accuracy = result.report["accuracy"]
     assert accuracy["tokens"] == CACHE - prompt["input_ids"].shape[1]  # as many as the cache holds after the prompt
-    assert accuracy["min_agreement"] == 0.9 and accuracy["passed"]
+    assert accuracy["min_agreement"] == INT8_CRITERIA.min_agreement and accuracy["passed"]
+    assert accuracy["min_mean_cosine"] == INT8_CRITERIA.min_mean_cosine
     assert accuracy["agreement"] >= 0.9 and accuracy["min_cosine"] >= 0.98  # measured 1.0 and 0.9999
     assert json.loads((tmp_path / "q" / "report.json").read_text())["accuracy"] == accuracy
 
@@ -61,3 +63,37 @@ def test_under_the_agreement_floor_nothing_is_written(tmp_path):
                          quantize="int8-dynamic", min_agreement=1.01, accuracy_tokens=6)
     assert caught.value.accuracy.tokens == 6
     assert not (tmp_path / "q").exists() and not list(tmp_path.iterdir())  # no half-written folder either
+
+
+@pytest.fixture(scope="module")
+def broken_quantizer():
+    """`bench/quant_criteria.py`'s ONNX Runtime int4 quantizer with spoiled scales."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from quant_criteria import broken_quantizer
+
+    return broken_quantizer
+
+
+@pytest.mark.parametrize("broken", [None, "noisy-scale", "wrong-group"])
+def test_default_criteria_write_a_correct_int4_export_and_refuse_a_broken_one(broken, broken_quantizer, tmp_path):
+    """The quantized-export criteria a user gets without a tolerance (`quantized_criteria`): the
+    int4 recipe passes; each block's scale off by a random factor (logits cosine 0.955 on this
+    model) or taken from its neighbour (0.2) is refused, and nothing is written."""
+    require_backend("onnx")
+    model, inputs = build_preset("llama")
+    prompt = {"input_ids": inputs["input_ids"][:1]}
+    quantize = broken_quantizer(broken) if broken else "int4-weights"
+    if broken is None:
+        result = export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE,
+                                  quantize=quantize)
+        assert result.passed and result.report["accuracy"]["passed"]
+        report = result.reports["decode"]
+        assert report.min_cosine == INT4_CRITERIA.min_cosine
+        assert report.min_cache_cosine == INT4_CRITERIA.min_cache_cosine
+        return
+    with pytest.raises(ValidationError, match=r"differs from eager PyTorch \(cosine similarity 0\.\d+ for logits\)"):
+        export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE, quantize=quantize)
+    assert not list(tmp_path.iterdir())

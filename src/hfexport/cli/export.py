@@ -63,7 +63,8 @@ def run(args) -> int:
             args.model, config, args.output, generate=args.generate, multi_token_decode=args.multi_token_decode,
             static_cache=args.static_cache, llm_runner=getattr(args, "llm_runner", False),
             validate=not args.no_validate, atol=args.tolerance,
-            rtol=args.rtol, min_cosine=args.min_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
+            rtol=args.rtol, min_cosine=args.min_cosine, min_cache_cosine=args.min_cache_cosine,
+            min_agreement=args.min_agreement, quantize=args.quantize,
             prompt=args.prompt, gguf_file=args.gguf_file,
             overwrite=args.overwrite, progress=Progress(enabled=not args.quiet))
     except ValidationError as error:
@@ -107,4 +108,5 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     if accuracy := summary.get("accuracy"):
         print(f"  accuracy:       greedy tokens equal fp32 eager generate()'s on {accuracy['agreement']:.0%} of "
               f"{accuracy['tokens']} steps (floor {accuracy['min_agreement']:.0%}); logits cosine "
-              f"min {accuracy['min_cosine']:.4f}, mean {accuracy['mean_cosine']:.4f}")
+              f"min {accuracy['min_cosine']:.4f}, mean {accuracy['mean_cosine']:.4f}"
+              + (f" (floor {floor:.4g})" if (floor := accuracy.get("min_mean_cosine")) is not None else ""))
