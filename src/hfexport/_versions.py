@@ -23,6 +23,7 @@ TESTED_VERSIONS: dict[str, str] = {
     "onnx": "1.23.2",
     "onnxscript": "0.7.2",
     "onnxruntime": "1.32.0",
+    "onnxruntime-genai": "0.18.0",
     "executorch": "1.4.1",
     "openvino": "2026.4.1",
     "openvino-genai": "2026.4.1.0",
@@ -40,6 +41,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "onnx": ("onnx", "onnxscript", "onnxruntime"),
     "executorch": ("executorch",),
     "openvino": ("openvino",),
+    # runs an ONNX generation export as onnxruntime-genai's Generator does (its genai_config.json)
+    "genai": ("onnx", "onnxscript", "onnxruntime", "onnxruntime-genai"),
     # runs and tokenizes an OpenVINO generation export as OpenVINO GenAI's LLMPipeline does
     "openvino-genai": ("openvino", "openvino-genai", "openvino-tokenizers"),
     "quantization": ("nncf", "torchao"),
@@ -49,7 +52,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 }
 
 #: Distribution name -> top-level import name, where they differ.
-_IMPORT_NAMES = {"onnxruntime": "onnxruntime", "openvino-genai": "openvino_genai",
+_IMPORT_NAMES = {"onnxruntime": "onnxruntime", "onnxruntime-genai": "onnxruntime_genai", "openvino-genai": "openvino_genai",
                  "openvino-tokenizers": "openvino_tokenizers"}
 
 
