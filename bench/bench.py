@@ -60,6 +60,23 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def eager_generate_speed(model, prompt, generation_config, new_tokens: int, repeats: int = 3) -> dict:
+    """Eager fp32 `generate` with `generation_config`'s cache: decode tokens/s from the second new
+    token on (as `GenerationRunner` counts) and the time to the first token, medians of `repeats`."""
+    import copy
+
+    import torch
+
+    def seconds(count: int) -> float:
+        config = copy.deepcopy(generation_config)
+        config.update(max_new_tokens=count, min_new_tokens=count, do_sample=False)
+        with torch.inference_mode():
+            return _median_seconds(lambda: model.generate(prompt, generation_config=config), repeats)
+
+    first = seconds(1)
+    return {"tokens_per_s": round((new_tokens - 1) / (seconds(new_tokens) - first), 1), "ttft_ms": round(first * 1000, 1)}
+
+
 def _median_seconds(fn, repeats: int) -> float:
     fn()  # warm-up
     times = []

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import _median_seconds, build_model, copy_bandwidth, decode_graph_ms, print_and_write  # noqa: E402 - bench.py's pieces
+from bench import build_model, copy_bandwidth, decode_graph_ms, eager_generate_speed, print_and_write  # noqa: E402 - bench.py's pieces
 
 #: The recipe each runtime deploys, by precision (the CLI's --quantize names).
 SCHEMES = {
@@ -78,7 +78,7 @@ def run_one(fmt: str, scheme: str, cache: int, source: str | None) -> dict:
         ttft = sorted(r.time_to_first_token_s for r in runs)[1]
         graph_ms = decode_graph_ms(runner, prompt)
         accuracy = greedy_agreement(folder, model, {"input_ids": prompt[:, :16]}, generation_config=generation_config)
-    eager = _eager(model, prompt, generation_config)
+    eager = eager_generate_speed(model, prompt, generation_config, NEW_TOKENS)
     bandwidth = copy_bandwidth()
     ceiling = bandwidth / artifact_bytes
     return {
@@ -96,21 +96,6 @@ def run_one(fmt: str, scheme: str, cache: int, source: str | None) -> dict:
     }
 
 
-def _eager(model, prompt, generation_config) -> dict:
-    """Eager fp32 `generate` with the same static cache: decode tokens/s from the second new token
-    on (as the runner counts) and the time to the first token."""
-    import copy
-
-    import torch
-
-    def seconds(new_tokens: int) -> float:
-        config = copy.deepcopy(generation_config)
-        config.update(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-        with torch.inference_mode():
-            return _median_seconds(lambda: model.generate(prompt, generation_config=config), 3)
-
-    first = seconds(1)
-    return {"tokens_per_s": round((NEW_TOKENS - 1) / (seconds(NEW_TOKENS) - first), 1), "ttft_ms": round(first * 1000, 1)}
 
 
 def _child(run: str, cache: int, source: str | None) -> dict:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import _median_seconds, print_and_write  # noqa: E402 - bench.py's pieces
+from bench import _median_seconds, eager_generate_speed, print_and_write  # noqa: E402 - bench.py's pieces
 
 SCHEMES = {"fp32": None, "8da4w": "int8-dynamic-int4-weights"}
 PROMPT_LEN, NEW_TOKENS, CHAT_TOKENS = 32, 64, 48
@@ -97,7 +97,7 @@ def run_one(name: str, scheme: str, cache: int) -> dict:
         row["python_share"] = round(max(0.0, row["step_ms"] - graph_ms) / row["step_ms"], 3)
         if tokenizer is not None:
             row["chat"] = _chat(model, tokenizer, runner, folder, cache)
-    eager = _eager(model, prompt, generation_config)
+    eager = eager_generate_speed(model, prompt, generation_config, NEW_TOKENS)
     row.update(eager_tokens_per_s=eager["tokens_per_s"], eager_ttft_ms=eager["ttft_ms"],
                decode_speedup=round(rate / eager["tokens_per_s"], 2),
                ttft_ratio=round(row["ttft_ms"] / eager["ttft_ms"], 2))
@@ -114,21 +114,6 @@ def _execute_ms(runner, prompt) -> float:
     return _median_seconds(lambda: method.method.execute(inputs), 16) * 1000
 
 
-def _eager(model, prompt, generation_config) -> dict:
-    """Eager fp32 `generate` with the same static cache: decode tokens/s from the second new token
-    on (as the runner counts) and the time to the first token."""
-    import copy
-
-    import torch
-
-    def seconds(new_tokens: int) -> float:
-        config = copy.deepcopy(generation_config)
-        config.update(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-        with torch.inference_mode():
-            return _median_seconds(lambda: model.generate(prompt, generation_config=config), 3)
-
-    first = seconds(1)
-    return {"tokens_per_s": round((NEW_TOKENS - 1) / (seconds(NEW_TOKENS) - first), 1), "ttft_ms": round(first * 1000, 1)}
 
 
 def _chat(model, tokenizer, runner, folder: Path, cache: int) -> list[dict]:

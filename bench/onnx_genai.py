@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import print_and_write  # noqa: E402 - bench.py's writer
+from bench import eager_generate_speed, print_and_write  # noqa: E402 - bench.py's pieces
 
 PROMPT_LEN, NEW_TOKENS, ACCURACY_TOKENS, REPEATS = 32, 64, 48, 3
 TARGETS = {"fp32": 4.0, "int4": 12.0}
@@ -108,7 +108,7 @@ def run_one(source: Path, precision: str, cache: int, builder: Path | None, scra
     row = {"model": source.name, "precision": precision, "cache": cache, "export_seconds": round(export_seconds, 1),
            "graph": record.get("ort_fusions", {}).get("fused"),
            "gqa": record.get("ort_fusions", {}).get("group_query_attention")}
-    row["eager"] = _eager(model, prompt, generation_config)
+    row["eager"] = eager_generate_speed(model, prompt, generation_config, NEW_TOKENS, REPEATS)
     runner = GenerationRunner.load(folder)
     row["hfexport"] = _timed(lambda: _runner_run(runner, prompt[0].tolist()))
     row["genai"] = _genai(folder, prompt[0].tolist(), cache)
@@ -120,24 +120,6 @@ def run_one(source: Path, precision: str, cache: int, builder: Path | None, scra
     return row
 
 
-def _eager(model, prompt, generation_config) -> dict:
-    """Eager fp32 `generate` with the static cache: time to first token and decode tokens/s."""
-    import torch
-
-    def seconds(new_tokens: int) -> float:
-        config = copy.deepcopy(generation_config)
-        config.update(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
-        with torch.inference_mode():
-            model.generate(prompt, generation_config=config)  # warm-up
-            times = []
-            for _ in range(REPEATS):
-                start = time.perf_counter()
-                model.generate(prompt, generation_config=config)
-                times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    first = seconds(1)
-    return {"tokens_per_s": round((NEW_TOKENS - 1) / (seconds(NEW_TOKENS) - first), 1), "ttft_ms": round(first * 1000, 1)}
 
 
 def _timed(run) -> dict:

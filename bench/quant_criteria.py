@@ -111,7 +111,6 @@ def run_one(fmt: str, scheme: str, cache: int, tokens: int) -> dict:
     from hfexport.generation.accuracy import greedy_agreement
     from hfexport.job import export_to_folder
     from hfexport.loading import load_model
-    from hfexport.validation import validate_components
 
     torch.manual_seed(0)
     recipe, _, broken = scheme.partition("/")
