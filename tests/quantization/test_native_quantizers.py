@@ -31,12 +31,10 @@ def _xnnpack_dynamic():
         get_symmetric_quantization_config,
     )
 
-    # NOTE: a static config (is_dynamic=False, per tensor or per channel) on this dynamic-shape
-    # Llama crashes the ExecuTorch 1.4.1 runtime in `load_method` (a segmentation fault while
-    # XNNPACK initialises the delegate), as the README's limits say of the built-in int8-static
-    # (pytorch/executorch#21568). A dynamic per-tensor config is not
-    # delegated ("Missing out variants: quantized_decomposed::quantize_per_tensor"). The user's
-    # dynamic per-channel config runs.
+    # NOTE: a static config on a rotary decoder keeps int8 on the linears only (ExecuTorch 1.4.1
+    # crashes on the rest, pytorch/executorch#21568), tested with the seed's static recipe in
+    # test_quantizers.py. A dynamic per-tensor config is not delegated ("Missing out variants:
+    # quantized_decomposed::quantize_per_tensor"). The user's dynamic per-channel config runs.
     return XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))
 
 

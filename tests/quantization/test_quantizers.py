@@ -155,19 +155,60 @@ def test_pt2e_static_on_executorch_for_an_encoder():
     assert torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0) >= 0.99
 
 
+_LOAD_AND_RUN = """
+import sys, torch
+from executorch.runtime import Runtime
+saved = torch.load(sys.argv[1] + ".io", weights_only=False)
+method = Runtime.get().load_program(sys.argv[1]).load_method("forward")
+got = method.execute(saved["inputs"])[0]
+print(float(torch.nn.functional.cosine_similarity(got.flatten().double(), saved["want"].flatten().double(), dim=0)))
+"""
+
+
 @pytest.mark.slow
-def test_pt2e_static_on_executorch_refuses_a_model_with_rotary_embeddings():
-    """The program would crash the process in ExecuTorch's load_method (pytorch/executorch#21568):
-    refused before lowering, with the dynamic schemes as the remedy."""
+@pytest.mark.parametrize(("preset", "dynamic", "overrides"), [
+    ("qwen3", True, {}),  # the seed's recipe and model family
+    ("llama", False, {"head_dim": 16, "num_key_value_heads": 1, "num_attention_heads": 2}),  # static shapes, MQA
+], ids=["qwen3-dynamic", "llama-static-mqa-head16"])
+def test_static_xnnpack_int8_on_a_rotary_decoder_quantizes_its_linears_and_runs(preset, dynamic, overrides, tmp_path):
+    """The seed's static int8 XNNPACK recipe on rotary decoders: ExecuTorch 1.4.1 crashes on the
+    quantized RoPE slices and RMSNorm/MLP products (pytorch/executorch#21568,
+    docs/executorch_static_int8_rotary.md), so the linears keep int8 and the ops between them run
+    in float, recorded. The `.pte` loads and runs in a fresh process that exits cleanly (the
+    crashes were a double free at load or at exit), at cosine >= 0.99 to eager on another prompt."""
+    import subprocess
+    import sys
+
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    from hfexport import ExecutorchConfig, ExecutorchExporter
     from hfexport.presets import build_preset
 
     _require("executorch", PT2EQuantizer("int8-static"))
-    model, inputs = build_preset("llama")
-    config = AutoExportConfig.from_dict({"export_format": "executorch", "dynamic": True})
-    config.quantizer = PT2EQuantizer("int8-static", calibration=[inputs])
-    with pytest.raises(QuantizationError, match="executorch#21568") as refused:
-        AutoHfExporter.from_config(config).export(model, inputs, config=config)
-    assert "int8-dynamic-int4-weights" in refused.value.remedy
+    model, inputs = build_preset(preset, 0, **overrides)
+    xnnpack = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    config = ExecutorchConfig(backend="xnnpack", dynamic=dynamic, quantizer=PT2EQuantizer(xnnpack))
+    program = ExecutorchExporter().export(model, inputs, config=config)  # validated against eager
+    quantization = record_of(program).details["quantization"]
+    assert quantization["quantized_ops"] == ["aten.linear.default"]
+    assert quantization["delegated_quantized_matmuls"] == 7 * 2 + 1  # every projection and the head
+    assert {"aten.mul.Tensor", "aten.cat.default"} <= set(quantization["float_ops"])
+    assert "executorch#21568" in quantization["float_ops_why"]
+
+    held_out = {key: value.clone() for key, value in inputs.items()}
+    held_out["input_ids"] = torch.randint(0, model.config.vocab_size, inputs["input_ids"].shape,
+                                          generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = model(**held_out).logits
+    path = tmp_path / "model.pte"
+    program.save(str(path))
+    torch.save({"inputs": list(record_of(program).artifact_inputs(held_out).values()), "want": want}, f"{path}.io")
+    ran = subprocess.run([sys.executable, "-c", _LOAD_AND_RUN, str(path)], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert float(ran.stdout.split()[-1]) >= 0.99
 
 
 class _Untraceable(torch.nn.Module):

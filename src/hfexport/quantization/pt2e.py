@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -9,6 +14,8 @@ import torch
 from .base import ExportQuantizer
 
 __all__ = ["PT2EQuantizer"]
+
+logger = logging.getLogger(__name__)
 
 
 class PT2EQuantizer(ExportQuantizer):
@@ -94,15 +101,44 @@ class PT2EQuantizer(ExportQuantizer):
         config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=self.scheme == "int8-dynamic")
         return XNNPACKQuantizer().set_global(config)
 
+    @contextlib.contextmanager
+    def annotating_only(self, targets: frozenset, why: str) -> Iterator[None]:
+        """Inside the block, `quantize_program` keeps the quantizer's annotations on nodes calling
+        `targets` only (the rest run in float); a run that drops any says so in `details()`, with `why`.
+
+        An exporter uses it where its runtime cannot run what the quantizer annotates elsewhere
+        (`ExecutorchExporter` on rotary decoders: `executorch/exporter.py`, `_xnnpack_static_safe`).
+        """
+        self._only = (targets, why)
+        try:
+            yield
+        finally:
+            self._only = None
+
     def quantize_program(self, module: torch.fx.GraphModule, samples: list[dict[str, Any]]) -> torch.nn.Module:
         """Quantize the `torch.export` module with PT2E (prepare, calibrate on `samples`, convert)."""
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-        prepared = prepare_pt2e(module, self._pt2e_quantizer())
+        quantizer, self.notes = self._pt2e_quantizer(), {}
+        only = getattr(self, "_only", None)
+        if only is not None:
+            quantizer = _annotating_only_class()(quantizer, only[0])
+        prepared = prepare_pt2e(module, quantizer)
+        if only is not None and quantizer.dropped:
+            self.notes = {"float_ops": dict(sorted(quantizer.dropped.items())),
+                          "float_ops_why": only[1],
+                          "quantized_ops": sorted(str(target) for target in only[0]
+                                                  if str(target) in quantizer.kept)}
+            logger.warning("%r: annotations of %d node(s) dropped, which run in float (%s): %s", self,
+                           sum(quantizer.dropped.values()), ", ".join(quantizer.dropped), only[1])
         with torch.no_grad():
             for sample in samples:  # observers record activation ranges (static); dynamic needs one pass
                 prepared(**sample)
         return drop_unused_attributes(convert_pt2e(prepared))
+
+    def details(self) -> dict[str, Any]:
+        """What the last `quantize_program` left in float that the quantizer annotated, and why (see `annotating_only`)."""
+        return dict(getattr(self, "notes", {}))
 
     def to_dict(self) -> dict[str, Any]:
         """As `ExportQuantizer.to_dict`; a quantizer object is named by its class (it cannot be rebuilt from JSON)."""
@@ -115,6 +151,45 @@ class PT2EQuantizer(ExportQuantizer):
         if self.quantizer is None:
             return super().__repr__()
         return f"PT2EQuantizer({type(self.quantizer).__name__})"
+
+
+@functools.cache
+def _annotating_only_class() -> type:
+    """`AnnotatingOnly`, a torchao `Quantizer` (made on first use: torchao is an optional package)."""
+    from torchao.quantization.pt2e.quantizer import Quantizer
+
+    class AnnotatingOnly(Quantizer):
+        """`quantizer`'s annotations kept on nodes calling `targets` only; `dropped` counts the rest by op."""
+
+        def __init__(self, quantizer: Any, targets: frozenset):
+            super().__init__()
+            self.quantizer, self.targets = quantizer, targets
+            self.dropped: Counter = Counter()
+            self.kept: set[str] = set()
+
+        def transform_for_annotation(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            return self.quantizer.transform_for_annotation(model)
+
+        def annotate(self, model: torch.fx.GraphModule) -> torch.fx.GraphModule:
+            from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+            model = self.quantizer.annotate(model)
+            for node in model.graph.nodes:
+                if node.op != "call_function" or Q_ANNOTATION_KEY not in node.meta:
+                    continue  # a weight's or an input's own annotation belongs to the op reading it
+                if node.target in self.targets:
+                    self.kept.add(str(node.target))
+                    continue
+                # A kept node's specs are its own (a linear's input, weight and output), never a
+                # SharedQuantizationSpec of a dropped node, so no kept annotation points at these.
+                del node.meta[Q_ANNOTATION_KEY]
+                self.dropped[str(node.target)] += 1
+            return model
+
+        def validate(self, model: torch.fx.GraphModule) -> None:
+            self.quantizer.validate(model)
+
+    return AnnotatingOnly
 
 
 def _check_is_pt2e_quantizer(quantizer: Any) -> None:

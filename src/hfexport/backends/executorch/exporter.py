@@ -22,7 +22,7 @@ from ...capture.dynamic import grown_sample, has_fixed_batch
 from ...capture.names import ATTENDED_ROLE, role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache, is_static_cache
-from ...errors import ConversionError, PrepareError, QuantizationError
+from ...errors import ConversionError, PrepareError
 from ...exporter import HfExporter
 from ...record import ExportRecord
 from .config import ExecutorchConfig
@@ -87,6 +87,16 @@ class ExecutorchExporter(HfExporter):
                     remedy="export with a DynamicCache (the default of generate()), or use delegate='xnnpack'",
                 )
 
+    def _quantize_program(self, captured: Capture, model, sample, config: ExecutorchConfig, bounds) -> Capture:
+        from ...quantization.pt2e import PT2EQuantizer
+
+        quantizer, why = config.quantizer, _xnnpack_static_unsafe(model)
+        if why is None or not isinstance(quantizer, PT2EQuantizer):
+            return super()._quantize_program(captured, model, sample, config, bounds)
+        # A dynamic config annotates linears only anyway: nothing is dropped and nothing recorded.
+        with quantizer.annotating_only(_STATIC_SAFE_OPS, why):
+            return super()._quantize_program(captured, model, sample, config, bounds)
+
     def _capture_sample(self, inputs: dict[str, Any], config: ExecutorchConfig) -> dict[str, Any]:
         # ExecuTorch's edge passes bound a symbol whose sample size is 1 to at most 2 (measured with
         # executorch 1.4.1: a batch-1 Llama planned a batch of 2), so trace with a batch of 2. A
@@ -105,7 +115,6 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
-        _refuse_static_quantized_rotary(captured.program, model)
         external = external_reason(config, captured.program, by_size=self._weights_by_size)
         passes = [fold_weight_only_math(), *([tag_delegated_weights()] if external else [])]
         edge = to_edge_transform_and_lower(captured.program, transform_passes=passes,
@@ -199,34 +208,36 @@ def _dynamic_quant(program: Any) -> bool:
     return any(node.op == "call_function" and "choose_qparams" in str(node.target) for node in program.graph.nodes)
 
 
-def _refuse_static_quantized_rotary(program: Any, model: torch.nn.Module) -> None:
-    """Refuse a program with statically quantized activations (PT2E `int8-static`, or a user's
-    static XNNPACK config) in a model with rotary position embeddings.
+#: The ops whose static int8 annotations ExecuTorch 1.4.1's XNNPACK runs in a decoder with rotary
+#: embeddings or RMSNorm (`_xnnpack_static_safe`): linears and convolutions.
+_STATIC_SAFE_OPS = frozenset({
+    torch.ops.aten.linear.default, torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default,
+    torch.ops.aten.conv3d.default, torch.ops.aten.convolution.default})
 
-    # NOTE: such a program lowers, but ExecuTorch 1.4.1's runtime fails in two ways, measured on
-    # the tiny Qwen3 with the static per-channel config (docs/executorch_static_int8_rotary.md):
-    # with static shapes `load_method` fails ("Failed to create static slice node ...
-    # xnn_status_invalid_parameter", then a double free that kills the process): the quantizer
-    # leaves RoPE's `aten.slice.Tensor` without its input's qparams (fixed upstream by
-    # pytorch/executorch#21568, after 1.4.1; docs/repro_xnnpack_static_slice.py). Giving the
-    # slices their input's qparams makes it load, but then, as with dynamic shapes, the heap is
-    # corrupted (a double free at exit, cosine 0.78-0.87 to eager, outputs that change between
-    # processes), which needs a statically quantized `mul` outside the rotary arithmetic (RMSNorm
-    # or MLP; linears alone or with the rotary muls/adds run at cosine 0.9999). Validation would
-    # take the whole process down with it, and so would a user's runner; encoders without rotary
-    # embeddings (BERT, ViT) load and run.
+
+def _xnnpack_static_unsafe(model: torch.nn.Module) -> str | None:
+    """Why a statically quantized `model` keeps int8 on its linears and convolutions only on
+    ExecuTorch, or `None` where the quantizer's whole annotation runs.
+
+    # NOTE: measured with executorch 1.4.1 on tiny Qwen3/Llama, the static per-channel XNNPACK
+    # config annotating everything (docs/executorch_static_int8_rotary.md): (1) RoPE's slices
+    # get the cat's qparams on their output (the quantizer shares through `slice_copy`, but sees
+    # `aten.slice.Tensor`; fixed by pytorch/executorch#21568, after 1.4.1;
+    # docs/repro_xnnpack_static_slice.py) and XNNPACK's static slice refuses them: `load_method`
+    # fails, then a double free kills the process; (2) with that mended, a statically quantized
+    # `mul` in RMSNorm or the gated MLP corrupts the heap (cosine 0.78-0.87 to eager, a double
+    # free at exit). With the linears alone quantized the programs load, run at cosine 0.9999 and
+    # exit cleanly; encoders with LayerNorm and no rotary (BERT, ViT) run fully annotated.
     """
-    rotary = next((type(m).__name__ for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")), None)
-    static = not _dynamic_quant(program) and any(
-        node.op == "call_function" and "quantize_per_tensor" in str(node.target) for node in program.graph.nodes)
-    if rotary and static:
-        raise QuantizationError(
-            f"statically quantized activations in a model with rotary embeddings ({rotary}) make a program "
-            "ExecuTorch 1.4.1 cannot load: XNNPACK crashes the process in load_method (pytorch/executorch#21568)",
-            model=model_name(model),
-            remedy="quantize with int8-dynamic-int4-weights or int8-dynamic (or a dynamic XNNPACK config, "
-            "get_symmetric_quantization_config(is_per_channel=True, is_dynamic=True))",
-        )
+    names = {type(m).__name__ for m in model.modules()}
+    rotary = sorted(n for n in names if n.endswith("RotaryEmbedding"))
+    rms = sorted(n for n in names if n.endswith("RMSNorm"))
+    if not rotary and not rms:
+        return None
+    found = ", ".join([*rotary, *rms])
+    return (f"ExecuTorch 1.4.1's XNNPACK fails on statically quantized rotary slices and RMSNorm/MLP products "
+            f"({found}: pytorch/executorch#21568, docs/executorch_static_int8_rotary.md); linears and "
+            "convolutions keep int8, the ops between them run in float")
 
 
 def _quantized_embedding(config: ExecutorchConfig) -> bool:
