@@ -77,13 +77,4 @@ KNOWN_FAILURES: dict[tuple[str, str, str], KnownFailure] = {
         "batch, traced at 1, comes out bounded to 1..2 (torch.export guards a reshape of the windows on the batch "
         "being 1; traced at 2 the program refuses batch 1), refused unless allow_size_one_specialization=True")
         for backend in ("dynamo", "onnx", "executorch")},
-    ("bloom", "executorch", "generate"): KnownFailure(
-        "the prefill now lowers (models/view_or_copy.py gives BLOOM's view(batch, heads, q, -1) its own "
-        "bound; ExecuTorch planned 8 TB for it before); the decode with a growing cache fails in XNNPACK's "
-        "preprocessing: \"Output node 'aten_cat_default' is already in the inputs\" - a partition lists the "
-        "updated key cache (the cat) twice among its outputs, once as the program's cache output and once for the "
-        "copy hfexport's reshape patch makes of it before BLOOM's reshape(batch * heads, -1, head_dim). Not yet "
-        "reduced to a standalone reproduction (a cat returned and read through a clone lowers)",
-        "executorch 1.4.1 backends/xnnpack/xnnpack_preprocess.py generate_node_to_external_map (duplicate "
-        "partition output)"),
 }

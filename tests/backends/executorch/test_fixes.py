@@ -156,3 +156,28 @@ def test_the_ptd_is_written_from_the_weights_themselves(tmp_path):
     assert (loaded.run(record_of(program).artifact_inputs(inputs))[0] - expected).abs().max() < 1e-5
     with without(PATCHES, "patch_lowering_shares_weights"):
         assert not _filed_by_reference(exporter.export(model, inputs, config=config))
+
+
+class _CacheReadThroughCopies(torch.nn.Module):
+    """BLOOM's decode in small: the updated key cache returned, and read through identity copies
+    by an op XNNPACK does not take (BLOOM's `baddbmm`; `cumsum` here)."""
+
+    def forward(self, past, new):
+        keys = torch.cat([past, new.transpose(1, 2)], dim=-2)
+        return keys, keys.clone().clone().cumsum(-1)
+
+
+def test_identity_copies_between_a_partition_and_the_portable_ops_are_dropped():
+    """XNNPACK removed the copies inside its partition, which then listed the cache twice among its
+    outputs: "Output node 'aten_cat_default' is already in the inputs" (executorch 1.4.1), BLOOM's
+    decode on ExecuTorch. Dropped before partitioning, the program lowers and equals eager."""
+    from hfexport.backends.executorch import exporter
+
+    module = _CacheReadThroughCopies()
+    inputs = {"past": torch.randn(1, 2, 4, 8), "new": torch.randn(1, 3, 2, 8)}
+    program = ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))
+    report = validate(program, module, inputs)
+    assert report.passed, report.to_table()
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(ConversionError, match="already in the inputs"):
+        patch.setattr(exporter, "drop_identity_copies", lambda: (lambda graph_module: None))
+        ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))  # still needed

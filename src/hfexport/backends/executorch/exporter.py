@@ -29,6 +29,7 @@ from .config import ExecutorchConfig
 from .compat import data_payloads
 from .delegates import check_delegate, partitioners
 from .external import external_reason, tag_delegated_weights, weights_tag
+from .copies import drop_identity_copies
 from .folding import fold_weight_only_math
 from .planning import ViewsBoundedByBase, check_plan
 
@@ -116,7 +117,7 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir.passes import MemoryPlanningPass
 
         external = external_reason(config, captured.program, by_size=self._weights_by_size)
-        passes = [fold_weight_only_math(), *([tag_delegated_weights()] if external else [])]
+        passes = [fold_weight_only_math(), drop_identity_copies(), *([tag_delegated_weights()] if external else [])]
         edge = to_edge_transform_and_lower(captured.program, transform_passes=passes,
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)),
                                            constant_methods=_constant_methods(model))
