@@ -5,7 +5,8 @@ greedy tokens from eager `generate`, `GenerationRunner` and onnxruntime-genai's 
 The model is a random Llama whose head size, key/value heads and prompt length are drawn
 (`HFEXPORT_TEST_SEED`, default 0; the draw is in the fixture's id): head sizes are multiples of
 16, the sizes ONNX Runtime's GroupQueryAttention rotates (the presets' 8 keeps the rotary outside,
-`test_decode.py`).
+`test_decode.py`). A random Gemma-3 with a drawn sliding window on one layer checks the window
+(GQA's `local_window_size`) the same way.
 """
 
 from __future__ import annotations
@@ -103,13 +104,70 @@ def test_onnxruntime_genai_runs_the_folder_with_eagers_tokens(exported):
     genai_config = json.loads((folder / "genai_config.json").read_text())
     assert genai_config["search"]["past_present_share_buffer"] and genai_config["model"]["context_length"] == CACHE
     assert json.loads((folder / "manifest.json").read_text())["onnxruntime_genai"] == {"config": "genai_config.json"}
+    assert _genai_tokens(og, folder, prompt) == _eager_tokens(model, prompt)
+
+
+def _genai_tokens(og, folder, prompt) -> list[int]:
+    """NEW_TOKENS greedy tokens from onnxruntime-genai's `Generator` on `folder`."""
     genai_model = og.Model(str(folder))
     params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=PROMPT + NEW_TOKENS, do_sample=False, min_length=PROMPT + NEW_TOKENS)
+    length = prompt.shape[1] + NEW_TOKENS
+    params.set_search_options(max_length=length, do_sample=False, min_length=length)
     generator = og.Generator(genai_model, params)
     generator.append_tokens(prompt.tolist())
     tokens = []
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    assert tokens == _eager_tokens(model, prompt)
+    return tokens
+
+
+WINDOW = _DRAW.randint(3, 8)
+
+
+@pytest.fixture(scope="module", ids=[f"window{WINDOW}"], params=[None])
+def windowed(tmp_path_factory, request):
+    """A random Gemma-3 whose first layer attends a drawn sliding window and whose second attends
+    everything, exported as `exported` is, with a prompt longer than the window."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from hfexport import AutoExportConfig
+    from hfexport.job import export_to_folder
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                              sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"],
+                              bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = Gemma3ForCausalLM(config).eval()
+    prompt = torch.randint(3, 128, (1, WINDOW + 4), generator=torch.Generator().manual_seed(WINDOW))
+    folder = tmp_path_factory.mktemp("genai") / "gemma3"
+    export_config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
+    export_to_folder((model, {"input_ids": prompt}), export_config, folder, generate=True, static_cache=CACHE)
+    return model, prompt, folder
+
+
+def test_a_sliding_window_is_groupqueryattentions_local_window(windowed):
+    """The window the graph computed from the mask is the windowed layer's `local_window_size`
+    (ONNX Runtime 1.32 attends that many keys, up to the query's own); the full layer's is -1."""
+    import onnx
+
+    _, _, folder = windowed
+    proto = onnx.load(folder / "decode.onnx")
+    windows = [onnx.helper.get_attribute_value(a) for node in proto.graph.node if node.op_type == "GroupQueryAttention"
+               for a in node.attribute if a.name == "local_window_size"]
+    assert windows == [WINDOW, -1]
+    record = json.loads((folder / "report.json").read_text())["components"]["decode"]["record"]
+    assert record["ort_fusions"]["group_query_attention"]["local_window_size"] == [WINDOW, -1]
+
+
+def test_a_sliding_window_generates_eagers_tokens_in_both_runners(windowed):
+    """Past the window on every step: `hfexport generate` and onnxruntime-genai give eager's tokens."""
+    from hfexport import GenerationRunner
+
+    model, prompt, folder = windowed
+    want = _eager_tokens(model, prompt)
+    got = GenerationRunner.load(folder).generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+    assert got.tokens == want
+    og = pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
+    assert _genai_tokens(og, folder, prompt) == want

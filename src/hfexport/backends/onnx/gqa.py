@@ -34,9 +34,10 @@ the graph onnxruntime-genai runs (`genai.py` writes its config).
 # The graph's interface changes: `attention_mask` is 2-D int64, the write counters
 # (`cache.<l>.cumulative_length`) leave it (GQA counts from the mask). The export record keeps the interface hfexport's runners and validation feed
 # (4-D mask, counters) and `record.details["graph_interface"]` says how to translate it
-# (`GraphInterface`, used by `OnnxRunner`). Anything else (a sliding window or softcap in the mask,
-# alibi, cross-attention, a partial rotary kept outside) keeps today's graph or today's rotary,
-# and the record says why.
+# (`GraphInterface`, used by `OnnxRunner`). A sliding window (the mask and-ed with a window the
+# graph computes from it) becomes GQA's `local_window_size`, per layer (`_window_sizes`). Anything
+# else (a softcap, which leaves no MultiHeadAttention to match, alibi, cross-attention, a partial
+# rotary kept outside) keeps today's graph or today's rotary, and the record says why.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ GRAPH_INTERFACE = "graph_interface"
 _MASK = "attention_mask"
 _BHSD = [0, 2, 1, 3]
 _MHA_ATTRIBUTES = {"num_heads", "scale", "mask_filter_value", "unidirectional"}
+#: The positions a sliding window is measured over where the config gives no max_position_embeddings.
+_WINDOW_POSITIONS = 4096
 
 
 @dataclasses.dataclass
@@ -65,6 +68,8 @@ class _Layer:
     kv_heads: int
     scale: float | None
     rotary: tuple | None = None  # (x_query, x_key, cos, sin): the unrotated q/k [b, h, s, d], the rotation's inputs
+    window: Any = None  # the boolean the mask is and-ed with (a sliding window), or None
+    local_window_size: int = -1  # GQA's attribute: the keys it attends, up to the query's own (-1: all)
 
 
 def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[str, Any]]:
@@ -93,6 +98,8 @@ def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[st
         if isinstance(layer, str):
             return model, {"kept": f"{node.name or 'a MultiHeadAttention'}: {layer}"}
         layers.append(layer)
+    if why := _window_sizes(candidate, layers, max_positions or _WINDOW_POSITIONS):
+        return model, {"kept": why}
     rotary_reason = _match_rotary(layers, max_positions)
     caches = _rotary_caches(candidate, layers, max_positions) if rotary_reason is None else {}
     if isinstance(caches, str):
@@ -106,7 +113,9 @@ def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[st
         return model, {"kept": why}
     return candidate, {"layers": len(layers), "rotary": f"inside GroupQueryAttention (do_rotary=1), {max_positions} positions"
                        if rotary_reason is None else f"kept outside: {rotary_reason}",
-                       "packed_qkv": packed, "interface": interface}
+                       "packed_qkv": packed, "interface": interface,
+                       **({"local_window_size": [layer.local_window_size for layer in layers]}
+                          if any(layer.window is not None for layer in layers) else {})}
 
 
 def _match(node: Any, mask: Any) -> _Layer | str:
@@ -117,9 +126,10 @@ def _match(node: Any, mask: Any) -> _Layer | str:
         return "it takes a bias, key padding mask or past of its own"
     if set(node.attributes) - _MHA_ATTRIBUTES or node.attributes.get_int("unidirectional", 0):
         return f"attributes {sorted(node.attributes)} beyond {sorted(_MHA_ATTRIBUTES)}"
-    if attention_bias is None or not _is_mask_bias(attention_bias, mask):
-        return ("its bias is not the boolean attention_mask as 0/-inf (a sliding window, softcap or alibi "
-                "built on it); GroupQueryAttention's causal mask would not be the model's")
+    matched = _mask_bias(attention_bias, mask) if attention_bias is not None else None
+    if matched is None:
+        return ("its bias is not the boolean attention_mask (or the mask and a window) as 0/-inf (a softcap or "
+                "alibi built on it); GroupQueryAttention's causal mask would not be the model's")
     keys, values = _cache_write(key), _cache_write(value)
     if keys is None or values is None:
         return "its key/value are not slices of a cache written in place (cross-attention, or a growing cache)"
@@ -129,19 +139,67 @@ def _match(node: Any, mask: Any) -> _Layer | str:
     if not isinstance(kv_heads, int) or not heads or heads % kv_heads:
         return f"{heads} query heads cannot share {kv_heads} key/value heads"
     scale = node.attributes.get("scale")
-    return _Layer(node, keys, values, heads, kv_heads, scale.value if scale is not None else None)
+    return _Layer(node, keys, values, heads, kv_heads, scale.value if scale is not None else None,
+                  window=matched if matched is not True else None)
 
 
-def _is_mask_bias(value: Any, mask: Any) -> bool:
-    """Whether `value` is `Expand(Where(mask, 0, very negative))`: the boolean mask as an additive bias."""
+def _mask_bias(value: Any, mask: Any) -> Any:
+    """`True` where `value` is `Expand(Where(mask, 0, very negative))`, the boolean mask as an additive
+    bias; `w` where it is `Expand(Where(And(mask, w), 0, very negative))` (a sliding window, checked
+    in `_window_sizes`); else None."""
     node = value.producer()
     while node is not None and node.op_type == "Expand":
         node = node.inputs[0].producer()
-    if node is None or node.op_type != "Where" or node.inputs[0] is not mask:
-        return False
+    if node is None or node.op_type != "Where":
+        return None
     allowed, blocked = (_constant(v) for v in node.inputs[1:3])
-    return allowed is not None and blocked is not None and allowed.size == 1 and blocked.size == 1 \
-        and float(allowed) == 0.0 and float(blocked) <= -1e30
+    if allowed is None or blocked is None or allowed.size != 1 or blocked.size != 1 \
+            or float(allowed) != 0.0 or float(blocked) > -1e30:
+        return None
+    condition = node.inputs[0]
+    if condition is mask:
+        return True
+    both = condition.producer()
+    if both is None or both.op_type != "And" or mask not in both.inputs:
+        return None
+    other = [v for v in both.inputs if v is not mask]
+    return other[0] if len(other) == 1 else None
+
+
+def _window_sizes(model: Any, layers: list[_Layer], positions: int) -> str | None:
+    """Set each windowed layer's `local_window_size`, or return why a window is not GQA's.
+
+    # NOTE: transformers 5.24 ands the causal mask with `kv_idx > q_idx - sliding_window`
+    # (`masking_utils.sliding_window_overlay`), which hfexport's static-cache graph computes from the
+    # 4-D mask itself (the query's position is its row's last attended slot). The and-ed boolean is
+    # evaluated here in ONNX Runtime: on one query at position `positions - 1` attending every slot
+    # before it, where it keeps the window's `W` keys, then on the causal mask of a 64-token
+    # prompt, where every row must keep exactly the `W` keys up to its own. ONNX Runtime 1.32's
+    # CPU GQA attends the last `local_window_size` keys up to the query's own, so it gets `W`
+    # (measured: a Mistral with sliding_window=6 equals eager with 6, not 5; older ONNX Runtime
+    # kernels attended `local_window_size + 1`); a window no shorter than `positions` is none (-1).
+    """
+    windowed = [layer for layer in layers if layer.window is not None]
+    if not windowed:
+        return None
+    values = list(dict.fromkeys(layer.window for layer in windowed))
+    last = _evaluate(model, values, {_MASK: np.ones((1, 1, 1, positions), dtype=bool)})
+    square = min(positions, 64)
+    causal = np.tril(np.ones((square, square), dtype=bool))
+    prompt = _evaluate(model, values, {_MASK: causal[None, None]})
+    if isinstance(last, str) or isinstance(prompt, str):
+        return f"the sliding window: {last if isinstance(last, str) else prompt}"
+    rows, keys = np.indices(causal.shape)
+    sizes = {}
+    for value, row, rows_kept in zip(values, last, prompt):
+        size = int(np.broadcast_to(row.astype(bool), (1, 1, 1, positions)).sum())
+        kept = np.broadcast_to(rows_kept.astype(bool), (1, 1, square, square))[0, 0] & causal
+        if not np.array_equal(kept, causal & (keys > rows - size)):
+            return "the boolean and-ed with the attention mask is not a sliding window over the keys"
+        sizes[value] = size if size < positions else -1
+    for layer in windowed:
+        layer.local_window_size = sizes[layer.window]
+    return None
 
 
 def _cache_write(value: Any) -> Any:
@@ -286,6 +344,13 @@ def _rotary_caches(model: Any, layers: list[_Layer], max_positions: int) -> dict
 def _evaluate_positions(model: Any, values: list[Any], positions: int) -> list[np.ndarray] | str:
     """`values` of `model` computed in ONNX Runtime from `position_ids = [[0, ..., positions - 1]]`,
     when `position_ids` is the only graph input they depend on."""
+    result = _evaluate(model, values, {"position_ids": np.arange(positions, dtype=np.int64)[None]})
+    return [np.asarray(out, dtype=np.float32) for out in result] if not isinstance(result, str) else result
+
+
+def _evaluate(model: Any, values: list[Any], feed: dict[str, np.ndarray]) -> list[np.ndarray] | str:
+    """`values` of `model` computed in ONNX Runtime from `feed`, when the graph inputs they depend on
+    are exactly `feed`'s; else why not."""
     import tempfile
 
     import onnx_ir as ir
@@ -298,26 +363,25 @@ def _evaluate_positions(model: Any, values: list[Any], positions: int) -> list[n
     by_name = {v.name: v for node in graph for v in node.outputs}
     outputs = [by_name.get(name) for name in names]
     if any(v is None for v in outputs):
-        return "the cos/sin are not computed in the graph"
+        return "they are not computed in the graph"
     graph.outputs.clear()
     graph.outputs.extend(outputs)
     RemoveUnusedNodesPass()(sub)
     used = {v.name for node in graph for v in node.inputs if v is not None}
     needed = [v for v in graph.inputs if v.name in used]
-    if [v.name for v in needed] != ["position_ids"]:
-        return f"the cos/sin depend on {[v.name for v in needed]}, not on position_ids alone"
+    if sorted(v.name for v in needed) != sorted(feed):
+        return f"they depend on {[v.name for v in needed]}, not on {list(feed)} alone"
     graph.inputs.clear()
     graph.inputs.extend(needed)
     for name in [n for n in graph.initializers if n not in used]:
         graph.initializers.pop(name)
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    with tempfile.TemporaryDirectory(prefix="hfexport-rotary-") as scratch:
-        path = f"{scratch}/rotary.onnx"
+    with tempfile.TemporaryDirectory(prefix="hfexport-gqa-") as scratch:
+        path = f"{scratch}/sub.onnx"
         ir.save(sub, path)
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        feed = {"position_ids": np.arange(positions, dtype=np.int64)[None]}
-        return [np.asarray(out, dtype=np.float32) for out in session.run(names, feed)]
+        return [np.asarray(out) for out in session.run(names, feed)]
 
 
 # -- the rewrite ------------------------------------------------------------------------------
@@ -363,7 +427,7 @@ def _rewrite(graph: Any, layer: _Layer, seqlens: Any, total: Any, caches: dict) 
         key, value = _to_bsd(layer.keys.inputs[2], nodes), _to_bsd(layer.values.inputs[2], nodes)
         rotary_inputs = []
     attributes = {"num_heads": layer.heads, "kv_num_heads": layer.kv_heads, "do_rotary": int(layer.rotary is not None),
-                  "rotary_interleaved": 0, "local_window_size": -1, "softcap": 0.0}
+                  "rotary_interleaved": 0, "local_window_size": layer.local_window_size, "softcap": 0.0}
     if layer.scale is not None:
         attributes["scale"] = float(layer.scale)
     gqa = ir.node("GroupQueryAttention", [query, key, value, layer.keys.inputs[0], layer.values.inputs[0], seqlens,
