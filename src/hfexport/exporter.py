@@ -90,6 +90,8 @@ class HfExporter:
     fix_order: ClassVar[tuple[str, ...]] = ()
     #: leave `None` items out of output tuples (a runtime that cannot have a `None` output)
     drop_none_outputs: ClassVar[bool] = False
+    #: whether this exporter writes an export folder (`for_folder`), whose defaults may differ
+    in_folder: bool = False
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -313,10 +315,17 @@ class HfExporter:
         return self._write(artifact, Path(directory) / name)
 
     def for_folder(self) -> HfExporter:
-        """This exporter as `export_to_folder` runs it, whose artifacts are written together with
-        every file they need and a manifest; the base class returns itself (ExecuTorch's moves
-        large weights to a `.ptd` there by default)."""
-        return self
+        """This exporter as `export_to_folder` runs it (`in_folder`), whose artifacts are written
+        together with every file they need and a manifest, where a runtime's own loader or LLM
+        runner opens them. Options left `None` in the config then take the folder's defaults:
+        ExecuTorch moves weights over `EXTERNAL_WEIGHTS_BYTES` to a `.ptd`, ONNX rewrites a static
+        cache's attention as `GroupQueryAttention` (onnxruntime-genai's graph), OpenVINO makes a
+        decoder's generation one stateful model (`LLMPipeline`'s). The seed's `export` and
+        `export_for_generation` keep the seed's artifacts: a `.pte` with its weights, the decode
+        interface the seed's ONNX Runtime loop feeds, the seed's `prefill` and `decode`."""
+        exporter = copy.copy(self)
+        exporter.in_folder = True
+        return exporter
 
     def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
         """The file name (without suffix) component `name` of `artifacts` is saved under."""

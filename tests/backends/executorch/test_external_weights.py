@@ -81,7 +81,7 @@ def test_automatic_mode_keeps_them_in_the_program_unless_writing_a_folder(monkey
     monkeypatch.setattr(external, "EXTERNAL_WEIGHTS_BYTES", size - 1)
     assert external.external_reason(ExecutorchConfig(), program) is None
     assert "of weights, over the" in external.external_reason(ExecutorchConfig(), program, by_size=True)
-    assert not ExecutorchExporter()._weights_by_size and ExecutorchExporter().for_folder()._weights_by_size
+    assert not ExecutorchExporter().in_folder and ExecutorchExporter().for_folder().in_folder
 
 
 def test_the_fingerprint_covers_size_and_both_ends(tmp_path):

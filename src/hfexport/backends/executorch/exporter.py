@@ -63,19 +63,6 @@ class ExecutorchExporter(HfExporter):
     extra = "executorch"
     fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops")
 
-    def __init__(self) -> None:
-        #: `ExecutorchConfig(external_weights=None)` decided by size (`for_folder`), not "in the `.pte`"
-        self._weights_by_size = False
-
-    def for_folder(self) -> ExecutorchExporter:
-        """This exporter as `export_to_folder` runs it: `ExecutorchConfig(external_weights=None)` puts
-        weights over `hfexport.config.EXTERNAL_WEIGHTS_BYTES` in a `.ptd`, since the folder holds
-        both files and a manifest listing them (`export` keeps them in the `.pte`, which
-        `executorch.runtime` 1.4.1 loads alone)."""
-        exporter = type(self)()
-        exporter._weights_by_size = True
-        return exporter
-
     def _check_model(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> None:
         check_delegate(config.delegate, model_name(model))
         if config.delegate == "mlx":
@@ -116,7 +103,7 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
-        external = external_reason(config, captured.program, by_size=self._weights_by_size)
+        external = external_reason(config, captured.program, by_size=self.in_folder)  # see HfExporter.for_folder
         passes = [fold_weight_only_math(), drop_identity_copies(), *([tag_delegated_weights()] if external else [])]
         edge = to_edge_transform_and_lower(captured.program, transform_passes=passes,
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)),

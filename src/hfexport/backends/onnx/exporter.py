@@ -43,21 +43,9 @@ class OnnxExporter(HfExporter):
     config_class = OnnxConfig
     extra = "onnx"
     fix_order = ()
-    #: `OnnxConfig(group_query_attention=None)` means "on" (`for_folder`), not "the seed's interface"
-    _gqa_by_default = False
-
-    def for_folder(self) -> OnnxExporter:
-        """This exporter as `export_to_folder` runs it: `OnnxConfig(group_query_attention=None)`
-        rewrites a static cache's attention as `GroupQueryAttention`, the graph whose folder
-        onnxruntime-genai opens (`export` and `export_for_generation` keep the seed's decode
-        interface, which the seed's ONNX Runtime loop feeds)."""
-        exporter = type(self)()
-        exporter._gqa_by_default = True
-        return exporter
-
     def _group_query_attention(self, config: OnnxConfig) -> bool:
         asked = config.group_query_attention
-        return self._gqa_by_default if asked is None else asked
+        return self.in_folder if asked is None else asked  # see HfExporter.for_folder
 
     def _capture_sample(self, inputs: dict[str, Any], config: OnnxConfig) -> dict[str, Any]:
         # A one-token prompt is traced at two tokens. At one, the conversion lost a broadcast: BLOOM's

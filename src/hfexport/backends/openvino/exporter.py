@@ -110,24 +110,13 @@ class OpenVINOExporter(HfExporter):
                     record.details["state"]["max_cache_len"] = config.max_cache_len
         return artifact
 
-    #: an export folder's generation is the one stateful model `LLMPipeline` runs (`for_folder`)
-    _genai_by_default = False
-
-    def for_folder(self) -> OpenVINOExporter:
-        """This exporter as `export_to_folder` runs it: a decoder's generation is one stateful
-        model for prefill and decode, the folder `LLMPipeline` opens (`export_for_generation`
-        keeps the seed's `prefill` and `decode` unless `OpenVINOConfig(genai_layout=True)`)."""
-        exporter = type(self)()
-        exporter._genai_by_default = True
-        return exporter
-
     def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False):
         """One stateful model for prefill and decode, as OpenVINO GenAI runs it (`genai.py`), in an
         export folder or where `genai_layout` asks for it; otherwise the seed's components."""
         from .genai import plan_genai_generation
 
         config = self._check_config(config)
-        if not (self._genai_by_default or config.genai_layout):
+        if not (self.in_folder or config.genai_layout):  # see HfExporter.for_folder
             return super().plan_generation(model, inputs, config, generation_config, multi_token_decode)
         return plan_genai_generation(model, inputs, config, generation_config, multi_token_decode)
 
