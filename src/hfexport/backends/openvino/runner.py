@@ -34,6 +34,7 @@ class OpenVINORunner(Runner):
         fed = [name for name in record.input_names if name not in self.variables]
         self.input_ports = dict(zip(fed, self.compiled.inputs))
         self.output_ports = dict(zip([n for n in record.output_names if n not in self.variables], self.compiled.outputs))
+        self.input_dtypes = {name: port.get_element_type().to_dtype() for name, port in self.input_ports.items()}
 
     @property
     def precision(self) -> str:
@@ -106,14 +107,12 @@ class StatefulSession(CacheSession):
         """One call on `feed` (no cache leaves); the state advances in place; the outputs by name."""
         import openvino as ov
 
-        request, ports = self.request, self.runner.input_ports
-        for name, value in feed.items():  # the caller's arrays, shared (no copy): the request is waited for
-            request.set_tensor(ports[name], ov.Tensor(as_array(value), shared_memory=True))
+        request = self.request
         beam_idx = self._beam_idx(feed)
         if beam_idx is not self._beam_set:  # set once per batch size: the request keeps it
             request.set_tensor(self._beam_port, ov.Tensor(beam_idx, shared_memory=True))
             self._beam_set = beam_idx
-        _infer(request)
+        _infer(request, self.runner, feed)
         return {name: torch.from_numpy(np.array(request.get_tensor(port).data))
                 for name, port in self.runner.output_ports.items()}
 
@@ -147,17 +146,13 @@ class OpenVINOCacheSession(CacheSession):
 
     def run(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One call on `feed` and the kept cache tensors; the outputs other than the cache."""
-        import openvino as ov
-
         request = self.requests[self.turn]
         self.turn = 1 - self.turn
         ports = self.runner.input_ports
         for name, tensor in self._cache.items():
             if name in ports:  # a prefill returns a cache it does not take
                 request.set_tensor(ports[name], tensor)
-        for name, value in feed.items():
-            request.set_tensor(ports[name], ov.Tensor(as_array(value), shared_memory=True))
-        _infer(request)
+        _infer(request, self.runner, feed)
         out = {}
         for name, port in self.runner.output_ports.items():
             if name.startswith("cache."):
@@ -171,9 +166,13 @@ class OpenVINOCacheSession(CacheSession):
         return {name: torch.from_numpy(np.array(t.data)) for name, t in self._cache.items()}
 
 
-def _infer(request) -> None:
-    """Run `request` on its set tensors: `start_async` then `wait`, as OpenVINO GenAI's
-    `LLMPipeline` drives its request, not the synchronous `infer`.
+def _infer(request, runner: OpenVINORunner, feed: dict[str, Any]) -> None:
+    """Run `request` on `feed` (by record input name) and the tensors it holds: `start_async` then
+    `wait`, as OpenVINO GenAI's `LLMPipeline` drives its request, not the synchronous `infer`.
+
+    Each input whose array already has its port's element type is set as it is (shared, no
+    copy: the request is waited for); where one does not (a bool mask's, a scalar), OpenVINO's own
+    conversion takes the whole feed (`start_async(inputs, share_inputs=True)`), as before.
 
     # NOTE: why not `infer`: the CPU plugin (2026.4.1) runs a synchronous `infer` on the calling
     # (Python) thread, an asynchronous one on its own stream thread, the one its compile-time
@@ -183,5 +182,14 @@ def _infer(request) -> None:
     # `start_async` + `wait` 0.32 (0.48), `LLMPipeline` on the same file 0.33 (0.40). Same
     # compiled model, same inputs, same outputs: only the thread that runs the graph differs.
     """
-    request.start_async()
+    import openvino as ov
+
+    ports, dtypes = runner.input_ports, runner.input_dtypes
+    arrays = {name: as_array(value) for name, value in feed.items()}
+    if all(array.ndim and array.dtype == dtypes[name] for name, array in arrays.items()):
+        for name, array in arrays.items():
+            request.set_tensor(ports[name], ov.Tensor(array, shared_memory=True))
+        request.start_async()
+    else:
+        request.start_async({ports[name]: array for name, array in arrays.items()}, share_inputs=True)
     request.wait()
