@@ -1,10 +1,11 @@
 """`as_array`: a generation step's small input tensor as the numpy array a runtime binds.
 
 # NOTE: a decode step runs Python between two runtime calls, with the CPU caches just flushed
-# by the model's weights: each torch call then costs 10-20 us, and `runner.to_numpy`'s four
-# (`detach().cpu().contiguous().numpy()`) per input were a fifth of the step's Python work on the
-# random Llama (`bench/genai_decode.py`, `bench/onnx_genai.py`). The loop's inputs are CPU tensors
-# without grad, most already contiguous: one `numpy()` call gives the same array.
+# by the model's weights (`bench/RESULTS.md`, issue 31/32 sections: 150-260 us of a test model's
+# step outside the runtime became 680-750 us with 134 MB streamed through the caches): every
+# torch call counts, and `runner.to_numpy` makes four per input
+# (`detach().cpu().contiguous().numpy()`). The loop's inputs are CPU tensors without grad, most
+# already contiguous: one `numpy()` call gives the same array.
 """
 
 from __future__ import annotations

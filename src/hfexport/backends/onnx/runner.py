@@ -16,6 +16,8 @@ keeps a generation component's cache in ONNX Runtime's own buffers (IO binding).
 # layers, cache 256) ran 30 tok/s in a bare IO-binding loop with ORT's defaults (2 spinning
 # threads), 91-110 with `session.intra_op.allow_spinning=0`, and onnxruntime-genai's `Generator`
 # on the same file 50 (it runs one intra-op thread here: it sets `hardware_concurrency() / 2`).
+# The thread count stays ONNX Runtime's (what its users get, and the faster on a free machine);
+# `{"intra_op_num_threads": 1}` is onnxruntime-genai's here, steadier when the cores are shared.
 # The options the runner set are in `OnnxRunner.session_config` and the record
 # (`details["ort_session"]`); `HFEXPORT_ORT_SESSION_CONFIG` (JSON, e.g.
 # `{"session.intra_op.allow_spinning": "1", "intra_op_num_threads": 1}`) overrides them.
@@ -59,7 +61,7 @@ def session_config() -> dict[str, Any]:
             from ...errors import RuntimeLoadError
 
             raise RuntimeLoadError(f"{SESSION_CONFIG_ENV} is not JSON: {error}",
-                                   remedy=f'set it to a JSON object, e.g. {{"session.intra_op.allow_spinning": "1"}}')
+                                   remedy='set it to a JSON object, e.g. {"session.intra_op.allow_spinning": "1"}') from error
         config.update(overrides)
     return {key: value for key, value in config.items() if value is not None}
 
@@ -314,8 +316,7 @@ def _writes_in_place(writer: tuple, source: str, target: str) -> bool:
 
 class _BoundOutputs:
     """A binding's outputs after a run, by name (`positions`: each name's place in the binding's
-    outputs), each fetched
-    when asked for: an ONNX Runtime value with `numpy()` and `data_ptr()`.
+    outputs), each fetched when asked for: an ONNX Runtime value with `numpy()` and `data_ptr()`.
 
     # NOTE: why not `IOBinding.get_outputs()`: it wraps every output in a Python `OrtValue`, the
     # 16 cache buffers a step does not read among them (16 us a step on the random Llama, more
