@@ -172,6 +172,10 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _load_average() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def _child(model: str, scheme: str, cache: int) -> dict:
     command = [sys.executable, __file__, "--one", f"{model}:{scheme}:{cache}"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=5400,
@@ -197,13 +201,13 @@ def main() -> None:
         model, scheme, cache = args.one.split(":")
         print(json.dumps(run_one(model, scheme, int(cache))))
         return
-    results = []
+    results, load_start = [], _load_average()
     for model in args.models.split(","):
         for scheme in args.schemes.split(","):
             for cache in (int(c) for c in args.caches.split(",")):
                 results.append(_child(model, scheme, cache))
                 print(json.dumps(results[-1]), flush=True)
-    table = markdown(results)
+    table = markdown(results) + f"\nLoad average at the start: {load_start}; at the end: {_load_average()}.\n"
     print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -220,12 +220,13 @@ def markdown(results: list[dict], meta: dict) -> str:
             f"{NEW_TOKENS} greedy tokens, median of {REPEATS}.", "",
             "| model | precision | cache | eager fp32 tok/s, TTFT ms | hfexport generate tok/s (x eager) "
             "| genai on hfexport folder tok/s (x eager, x builder) | genai on builder folder tok/s (x eager) "
+            "| hfexport generate / genai, same folder (target >= 0.9) "
             "| TTFT ms: hfexport / genai-hfexport / genai-builder (x eager) | 2048 vs 256 (genai-hfexport, builder) "
-            "| tokens | SmolLM2 chat |", "|" + "---|" * 10]
+            "| tokens | SmolLM2 chat |", "|" + "---|" * 11]
     at_256 = {(r["model"], r["precision"]): r for r in results if r.get("cache") == 256 and "error" not in r}
     for r in results:
         if "error" in r:
-            rows.append(f"| {r['model']} | {r['precision']} | {r['cache']} | error: {r['error']} |" + " |" * 6)
+            rows.append(f"| {r['model']} | {r['precision']} | {r['cache']} | error: {r['error']} |" + " |" * 7)
             continue
         eager = r["eager"]["tokens_per_s"]
         ours, genai, builder = r["hfexport"], r["genai"], r.get("builder", {})
@@ -242,6 +243,10 @@ def markdown(results: list[dict], meta: dict) -> str:
         if "tokens_per_s" in genai and "tokens_per_s" in builder:
             share = genai["tokens_per_s"] / builder["tokens_per_s"]
             genai_text += f", {share:.2f}x builder" + (" **miss**" if share < 1.0 else "")
+        same_folder = "-"
+        if "tokens_per_s" in ours and "tokens_per_s" in genai:
+            share = ours["tokens_per_s"] / genai["tokens_per_s"]
+            same_folder = f"{share:.2f}" + (" **miss**" if share < 0.9 else "")
         ttfts = [e.get("ttft_ms") for e in (ours, genai, builder)]
         ttft = " / ".join(f"{t} ({t / r['eager']['ttft_ms']:.2f}x)" if t else "-" for t in ttfts)
         if r["model"] == "random-llama" and any(t and t / r["eager"]["ttft_ms"] > 0.3 for t in ttfts[:2]):
@@ -259,7 +264,8 @@ def markdown(results: list[dict], meta: dict) -> str:
         chat_text = "-" if not chat else (f"tokens = eager: {chat['tokens_equal']}; agreement {chat['agreement']}"
                                           + (" **miss** (0.8)" if chat["agreement"] < 0.8 else ""))
         rows.append(f"| {r['model']} | {r['precision']} | {r['cache']} | {eager}, {r['eager']['ttft_ms']} "
-                    f"| {rate(ours)} | {genai_text} | {rate(builder)} | {ttft} | {scaling} | {same} | {chat_text} |")
+                    f"| {rate(ours)} | {genai_text} | {rate(builder)} | {same_folder} | {ttft} | {scaling} | {same} "
+                    f"| {chat_text} |")
     return "\n".join(rows) + "\n"
 
 

@@ -97,6 +97,27 @@ class GenerationRunner:
             (r.details["state"]["max_cache_len"] for r in self.records.values()
              if (r.details.get("state") or {}).get("max_cache_len")), None)
         self.initial_cache = export.manifest.get("initial_cache", {})
+        self._fed: dict[str, list] = {}  # `fed_inputs`, per component
+        self._attends: dict[tuple, bool] = {}  # `attends_written_slots`, per record and mask shape
+
+    # NOTE: read once per component, not per step: a decode step's own Python work is what
+    # `hfexport generate` adds to the runtime's (`bench/genai_decode.py`, `bench/onnx_genai.py`
+    # compare it with the vendors' C++ loops on the same folder).
+    def fed_inputs(self, name: str) -> list[tuple[str, Any, str]]:
+        """`(name, shape, dtype)` of the inputs the loop fills for component `name` (not its cache)."""
+        if name not in self._fed:
+            record = self.records[name]
+            self._fed[name] = [entry for entry in zip(record.input_names, record.input_shapes,
+                                                      record.input_dtypes or [""] * len(record.input_names))
+                               if not entry[0].startswith("cache.")]
+        return self._fed[name]
+
+    def attends_written_slots(self, record, mask_shape) -> bool:
+        """`_attends_written_slots`, remembered per record and mask shape."""
+        key = (id(record), tuple(mask_shape))
+        if key not in self._attends:
+            self._attends[key] = _attends_written_slots(record, mask_shape)
+        return self._attends[key]
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> GenerationRunner:
@@ -176,14 +197,15 @@ class GenerationRunner:
                 next_token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=generator)
             else:
                 next_token = scores.argmax(-1, keepdim=True)
-            tokens.append(int(next_token))
+            token = int(next_token)
+            tokens.append(token)
             sequence = torch.cat([sequence, next_token], dim=1)
             step_ids = next_token
             if streamer is not None:
                 streamer.put(next_token[0])
             if first_at is None:
                 first_at = decode_start = time.perf_counter()
-            if int(next_token) in eos:
+            if token in eos:
                 break
         if streamer is not None:
             streamer.end()
@@ -292,9 +314,7 @@ class _State:
         if self.first:
             self._init_cache(record)
         feed = {input_name: self._value(record, input_name, shape, dtype, ids)
-                for input_name, shape, dtype in zip(record.input_names, record.input_shapes,
-                                                    record.input_dtypes or [""] * len(record.input_names))
-                if not input_name.startswith("cache.")}
+                for input_name, shape, dtype in self.runner.fed_inputs(name)}
         bound = self.runner.max_cache_len
         if not self.runner.static and bound is not None and self.past + ids.shape[1] > bound:
             raise ExportError(f"{self.past + ids.shape[1]} tokens do not fit the export's cache, bounded at {bound} tokens",
@@ -370,9 +390,9 @@ class _State:
 
     def _value(self, record, name: str, shape, dtype: str, ids: torch.Tensor) -> torch.Tensor:
         q = ids.shape[1]
-        positions = torch.arange(self.past, self.past + q)
         if name in ("input_ids", "decoder_input_ids"):
             return ids
+        positions = torch.arange(self.past, self.past + q)
         if name in ("position_ids", "decoder_position_ids"):
             return positions[None]
         if name == "cache_position":
@@ -390,9 +410,9 @@ class _State:
                 if self.past + q > length:
                     raise ExportError(f"{self.past + q} tokens do not fit the static cache of {length}",
                                       remedy="export with a larger max_cache_len (--static-cache N)")
-                attended = self.past + q if _attends_written_slots(record, shape) else length
-                mask = torch.arange(attended)[None, :] <= positions[:, None]
-                return mask[None, None].to(getattr(torch, dtype or "bool"))
+                attended = self.past + q if self.runner.attends_written_slots(record, shape) else length
+                mask = (torch.arange(attended) <= positions[:, None])[None, None]
+                return mask if dtype in ("bool", "") else mask.to(getattr(torch, dtype))
             return torch.ones((1, self.past + q), dtype=getattr(torch, dtype or "int64"))
         if name.startswith("encoder_outputs") or name == "encoder_hidden_states":
             return self.encoder_hidden

@@ -8,11 +8,26 @@ keeps a generation component's cache in ONNX Runtime's own buffers (IO binding).
 # Runtime really wrote into the bound buffer is checked on the first call (the output's address);
 # where it did not, or refused the binding, the session copies the cache each step as the base
 # `CacheSession` does and says why in `reason` (and in `record.details["cache_session"]`).
+#
+# NOTE: why the session does not spin by default (`SESSION_CONFIG`), where ONNX Runtime's own
+# default is to: between two runs its intra-op workers spin-wait for the next parallel section,
+# and a generation loop runs Python between every two runs, on the same cores. On this 2-CPU
+# machine with other processes on it, the random Llama's decode graph (`bench/onnx_genai.py`, 8
+# layers, cache 256) ran 30 tok/s in a bare IO-binding loop with ORT's defaults (2 spinning
+# threads), 91-110 with `session.intra_op.allow_spinning=0`, and onnxruntime-genai's `Generator`
+# on the same file 50 (it runs one intra-op thread here: it sets `hardware_concurrency() / 2`).
+# The thread count stays ONNX Runtime's (what its users get, and the faster on a free machine);
+# `{"intra_op_num_threads": 1}` is onnxruntime-genai's here, steadier when the cores are shared.
+# The options the runner set are in `OnnxRunner.session_config` and the record
+# (`details["ort_session"]`); `HFEXPORT_ORT_SESSION_CONFIG` (JSON, e.g.
+# `{"session.intra_op.allow_spinning": "1", "intra_op_num_threads": 1}`) overrides them.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import tempfile
 from typing import Any
 
@@ -20,12 +35,51 @@ import numpy as np
 import torch
 
 from ...runner import CacheSession, Runner, to_numpy
+from ...generation.arrays import as_array
 from .artifact import HfOnnxProgram, save_scratch, scratch_session_options
 from .gqa import GraphInterface
 
-__all__ = ["OnnxRunner", "OnnxCacheSession"]
+__all__ = ["OnnxRunner", "OnnxCacheSession", "SESSION_CONFIG", "SESSION_CONFIG_ENV", "session_config"]
 
 logger = logging.getLogger("hfexport")
+
+#: what the runner sets over ONNX Runtime's session defaults (see the module's NOTE): config
+#: entries by their dotted key, `SessionOptions` attributes (`intra_op_num_threads`) by name
+SESSION_CONFIG: dict[str, Any] = {"session.intra_op.allow_spinning": "0"}
+#: an environment variable holding a JSON object merged over `SESSION_CONFIG`
+SESSION_CONFIG_ENV = "HFEXPORT_ORT_SESSION_CONFIG"
+
+
+def session_config() -> dict[str, Any]:
+    """`SESSION_CONFIG` with `$HFEXPORT_ORT_SESSION_CONFIG` over it (a value `null` drops a key)."""
+    config = dict(SESSION_CONFIG)
+    text = os.environ.get(SESSION_CONFIG_ENV)
+    if text:
+        try:
+            overrides = json.loads(text)
+        except json.JSONDecodeError as error:
+            from ...errors import RuntimeLoadError
+
+            raise RuntimeLoadError(f"{SESSION_CONFIG_ENV} is not JSON: {error}",
+                                   remedy='set it to a JSON object, e.g. {"session.intra_op.allow_spinning": "1"}') from error
+        config.update(overrides)
+    return {key: value for key, value in config.items() if value is not None}
+
+
+def _apply(options: Any, config: dict[str, Any]) -> Any:
+    """`options` with `config`'s entries set: dotted keys as session config entries, other keys
+    as `SessionOptions` attributes."""
+    for key, value in config.items():
+        if "." in key:
+            options.add_session_config_entry(key, str(value))
+        elif hasattr(options, key):
+            setattr(options, key, value)
+        else:
+            from ...errors import RuntimeLoadError
+
+            raise RuntimeLoadError(f"ONNX Runtime's SessionOptions has no attribute {key!r} ({SESSION_CONFIG_ENV})",
+                                   remedy="use a SessionOptions attribute (intra_op_num_threads) or a dotted config key")
+    return options
 
 
 class OnnxRunner(Runner):
@@ -45,7 +99,10 @@ class OnnxRunner(Runner):
             options = ort.SessionOptions()
             options.log_severity_level = 3
             source = artifact.model_proto.SerializeToString() if hasattr(artifact, "model_proto") else str(artifact)
-        self.session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        self.session_config = session_config()
+        record.details["ort_session"] = dict(self.session_config)
+        self.session = ort.InferenceSession(source, _apply(options, self.session_config),
+                                            providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         # a graph whose interface differs from the record's (GroupQueryAttention's, `gqa.py`): fed by name
         self.interface = GraphInterface.of(record)
@@ -172,12 +229,13 @@ class OnnxCacheSession(CacheSession):
             if name not in self._values and name not in self._counters:
                 self._binding.bind_cpu_input(self._inputs[name], self._arrays[name])
         self._order = [*self._aliased, *self._taken, *self._returned]  # the binding's output order
+        self._positions = {name: index for index, name in enumerate(self._order)}
 
     def run(self, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Run one call on `feed` (no cache leaves); the cache is updated in its bound buffers."""
         if not self.in_place:
             return super().run(feed)
-        named, counted = {name: to_numpy(tensor) for name, tensor in feed.items()}, {}
+        named, counted = {name: as_array(tensor) for name, tensor in feed.items()}, {}
         if self._interface is not None:
             counters = {name: self._arrays[name] for name in self._counters}
             named, counted = self._interface.feed({**named, **counters}), self._interface.outputs({**named, **counters})
@@ -193,7 +251,7 @@ class OnnxCacheSession(CacheSession):
             self._fall_back(f"ONNX Runtime refused one buffer for a cache input and its output: "
                             f"{str(error).splitlines()[0][:200]}", self.cache())
             return super().run(feed)
-        outputs = dict(zip(self._order, self._binding.get_outputs()))
+        outputs = _BoundOutputs(self._binding, self._positions)
         self._arrays.update(counted)
         for name in self._taken:
             self._arrays[name] = np.array(outputs[name].numpy())
@@ -254,3 +312,23 @@ def _writes_in_place(writer: tuple, source: str, target: str) -> bool:
         index = outputs.index(target)
         return index in (1, 2) and len(inputs) > index + 2 and inputs[index + 2] == source
     return False
+
+
+class _BoundOutputs:
+    """A binding's outputs after a run, by name (`positions`: each name's place in the binding's
+    outputs), each fetched when asked for: an ONNX Runtime value with `numpy()` and `data_ptr()`.
+
+    # NOTE: why not `IOBinding.get_outputs()`: it wraps every output in a Python `OrtValue`, the
+    # 16 cache buffers a step does not read among them (16 us a step on the random Llama, more
+    # than the rest of the step's binding work; iterating the C vector, 55 us). Indexing the C
+    # binding's vector (`IOBinding._iobinding`, read from onnxruntime 1.32.0's
+    # `onnxruntime_inference_collection.py`) gives one value in 0.5 us; without it, the public call.
+    """
+
+    def __init__(self, binding: Any, positions: dict[str, int]):
+        inner = getattr(binding, "_iobinding", None)
+        self._values = inner.get_outputs() if inner is not None else binding.get_outputs()
+        self._index = positions
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[self._index[name]]
