@@ -156,3 +156,33 @@ def test_the_ptd_is_written_from_the_weights_themselves(tmp_path):
     assert (loaded.run(record_of(program).artifact_inputs(inputs))[0] - expected).abs().max() < 1e-5
     with without(PATCHES, "patch_lowering_shares_weights"):
         assert not _filed_by_reference(exporter.export(model, inputs, config=config))
+
+
+class _NormBetweenLinears(torch.nn.Module):
+    """Transformers' Llama RMSNorm between two linears: its mean is over the last dim of [1, tokens, hidden]."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+        self.a, self.norm, self.b = torch.nn.Linear(32, 32), LlamaRMSNorm(32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return (self.b(self.norm(self.a(x))),)
+
+
+def test_an_rmsnorm_mean_runs_inside_the_xnnpack_partition():
+    """One XNNPACK partition with the fix, two without (the mean left to the portable kernel
+    between them); the program matches eager at other token counts too."""
+    torch.manual_seed(0)
+    module, inputs = _NormBetweenLinears().eval(), {"x": torch.randn(1, 5, 32)}
+    config = ExecutorchConfig(dynamic=True, dynamic_shapes={"x": {1: torch.export.Dim("tokens", min=1, max=64)}})
+    program = ExecutorchExporter().export(module, inputs, config=config)
+    record = record_of(program)
+    assert "fix_mean_last_dim_as_global_pooling" in record.details["fx_fixes"]
+    assert record.details["delegation"]["delegates"] == 1, record.details["delegation"]
+    report = validate(program, module, inputs)
+    assert report.passed and any(case.label != "sample" for case in report.cases), report.to_table()
+    with without(FX_NODE_FIXES, "fix_mean_last_dim_as_global_pooling"):
+        unfixed = ExecutorchExporter().export(module, inputs, config=config)
+    assert record_of(unfixed).details["delegation"]["delegates"] == 2  # still needed

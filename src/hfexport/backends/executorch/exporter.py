@@ -60,7 +60,7 @@ class ExecutorchExporter(HfExporter):
     format = "executorch"
     config_class = ExecutorchConfig
     extra = "executorch"
-    fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops")
+    fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling")
 
     def __init__(self) -> None:
         #: `ExecutorchConfig(external_weights=None)` decided by size (`for_folder`), not "in the `.pte`"
