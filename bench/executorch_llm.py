@@ -1,5 +1,5 @@
 """Benchmark: the ExecuTorch LLM-runner program (`hfexport export --format executorch --generate
---static-cache N --llm-runner`) beside eager fp32 `generate`, in one process per row.
+--static-cache N`, its default there) beside eager fp32 `generate`, in one process per row.
 
     python bench/executorch_llm.py                                  # random Llama + SmolLM2, fp32 + 8da4w, caches 256, 2048
     python bench/executorch_llm.py --models llama --schemes fp32 --caches 256 --markdown out.md
@@ -70,6 +70,7 @@ def run_one(name: str, scheme: str, cache: int) -> dict:
 
     from hfexport import ExecutorchConfig, GenerationRunner
     from hfexport.job import export_to_folder
+    from hfexport.loading import LoadedModel
 
     model, tokenizer = MODELS[name]()
     prompt = torch.randint(3, model.config.vocab_size, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(1))
@@ -77,8 +78,10 @@ def run_one(name: str, scheme: str, cache: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "export"
         start = time.perf_counter()
-        result = export_to_folder((model, {"input_ids": prompt[:, :16]}), ExecutorchConfig(dynamic=True), folder,
-                                  static_cache=cache, llm_runner=True, quantize=SCHEMES[scheme], validate=False)
+        # with its tokenizer, so the folder holds the tokenizer.json TextLLMRunner reads
+        loaded = LoadedModel(model, {"input_ids": prompt[:, :16]}, name, tokenizer=tokenizer)
+        result = export_to_folder(loaded, ExecutorchConfig(dynamic=True), folder, static_cache=cache, llm_runner=True,
+                                  quantize=SCHEMES[scheme], validate=False)
         export_seconds = time.perf_counter() - start
         record = json.loads((folder / "report.json").read_text())["components"]["decode"]["record"]
         runner = GenerationRunner.load(folder)

@@ -1,7 +1,10 @@
 // The seed's ExecuTorch decode loop in C++: zero-copy, the static cache written in place.
 //
 // Export first:
-//   hfexport export tiny:llama --generate --multi-token-decode --static-cache 64 --format executorch -o out/llama-et
+//   hfexport export tiny:llama --generate --multi-token-decode --static-cache 64 --format executorch \
+//       --no-llm-runner -o out/llama-et
+//   (--no-llm-runner: the cache as method inputs, which this loop binds; the default is the program
+//   ExecuTorch's own LLM runner loads, its cache inside)
 //
 // Build against ExecuTorch 1.4.1 (runtime, portable kernels, XNNPACK backend, extension_tensor,
 // extension_data_loader), then: ./decode_loop_executorch out/llama-et/decode.pte 1,2,3,4 16

@@ -2,7 +2,11 @@
 
 Export first (XNNPACK; the flags let the C++ runtime write the cache into the caller's buffers):
 
-    hfexport export tiny:llama --generate --multi-token-decode --static-cache 64 --format executorch -o out/llama-et
+    hfexport export tiny:llama --generate --multi-token-decode --static-cache 64 --format executorch \
+        --no-llm-runner -o out/llama-et
+
+(`--no-llm-runner`: the static-cache components, the cache as method inputs, which this loop
+drives; without it the folder holds the program ExecuTorch's own LLM runner loads, its cache inside.)
 
 then (or pass `--export tiny:llama` instead of the path: the loop exports it first):
 
@@ -71,7 +75,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         config = AutoExportConfig.from_dict({"export_format": "executorch", "dynamic": True})
-        path = str(export_to_folder(args.export, config, f"{tmp}/export", static_cache=args.max_cache_len).files("decode")[0])
+        path = str(export_to_folder(args.export, config, f"{tmp}/export", static_cache=args.max_cache_len,
+                                    llm_runner=False).files("decode")[0])
         print(generate(path, prompt, args.max_new_tokens))
 
 

@@ -122,7 +122,7 @@ def export_to_folder(
     generation_config: Any = None,
     multi_token_decode: bool = False,
     static_cache: int | None = None,
-    llm_runner: bool = False,
+    llm_runner: bool | None = None,
     validate: bool = True,
     atol: float | None = None,
     rtol: float | None = None,
@@ -153,7 +153,11 @@ def export_to_folder(
             and `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`).
         llm_runner: with `static_cache` and ExecuTorch: one `decode` program shaped for ExecuTorch's
             own LLM runner (`backends/executorch/llm.py`): `forward(input_ids, input_pos)` over a
-            cache held in the program, the runner's constant methods, and `tokenizer.json` in the folder.
+            cache held in the program, the runner's constant methods, and `tokenizer.json` in the
+            folder. `None` (default): that program where it can serve the export, else the
+            static-cache components with a warning and the report's `llm_runner` saying why
+            (`backends/executorch/llm_export.py`); `True`: that program or `PrepareError`;
+            `False`: the static-cache components (the cache as method inputs).
         validate: run each artifact in its runtime against eager before anything is written.
         atol, rtol: validation tolerance (default per format).
         min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
@@ -193,6 +197,7 @@ def export_to_folder(
 
     if llm_runner:
         _check_llm_runner(config, static_cache)
+    llm_cache = static_cache if llm_runner is not False and config.export_format == "executorch" else None
     if static_cache is not None:
         generation_config = _static_cache(static_cache, generation_config)
         generate = multi_token_decode = True
@@ -209,8 +214,10 @@ def export_to_folder(
         loaded = _load(model, prompt, gguf_file)
     config = _with_quantizer(config, quantize, loaded.inputs)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
-        components, config = _components(exporter, config, loaded, generate, generation_config, multi_token_decode,
-                                         llm_cache=static_cache if llm_runner else None)
+        components, config, llm_fallback = _components(exporter, config, loaded, generate, generation_config,
+                                                       multi_token_decode, llm_cache=llm_cache,
+                                                       llm_required=bool(llm_runner))
+    is_llm_program = llm_cache is not None and llm_fallback is None
     if len(components) > 1:
         steps.total = (steps.total or 0) + len(components) - 1
 
@@ -219,9 +226,13 @@ def export_to_folder(
 
     # the job validates every component itself, so the exporter does not validate once more
     export_config = config.replace(validate=False) if config.validate else config
-    if llm_runner:  # any number of tokens per call, up to the cache's length
+    if is_llm_program:  # any number of tokens per call, up to the cache's length
         export_config = export_config.replace(dynamic_shapes=components["decode"][0].dynamic_shapes())
     artifacts = exporter.export_components(components, export_config, on_component=exporting)
+    if llm_fallback is not None and "decode" in artifacts:  # the component's record says why, as the report does
+        from .record import record_of
+
+        record_of(artifacts["decode"]).details["llm_custom_ops"] = {"used": False, "reason": llm_fallback}
     reports: dict[str, Any] = {}
     criteria = quantized_criteria(config.quantizer)
     min_mean_cosine = None
@@ -236,13 +247,17 @@ def export_to_folder(
             reports = _validated(artifacts, components, target, atol=atol, rtol=rtol, min_cosine=min_cosine,
                                  min_cache_cosine=min_cache_cosine)
     report = {**_report(loaded, config, artifacts, reports, generate, quantize), "job_seconds": dict(steps.seconds)}
+    if llm_fallback is not None:
+        from .backends.executorch.llm_export import fallback_note
+
+        report["llm_runner"] = fallback_note(llm_fallback)
     gate = None
     if validate and generate and criteria is not None:
         gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
                               min_agreement if min_agreement is not None else criteria.min_agreement, min_mean_cosine)
         steps.total = (steps.total or 0) + 1
     checks = [check for check in (
-        llm_runner and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer)),
+        is_llm_program and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer)),
         gate and (lambda folder: _checked(gate, folder, steps))) if check]
     with steps.step(f"writing {target}"):
         saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report,
@@ -272,8 +287,8 @@ def _check_llm_runner(config: ExportConfig, static_cache: int | None) -> None:
 
 def place_runner_tokenizer(folder: Path, tokenizer: Any) -> dict[str, Any]:
     """The tokenizer file ExecuTorch's LLM runner reads, placed in the export `folder`
-    (`backends.executorch.llm.runner_tokenizer`); what the report says of it."""
-    from .backends.executorch.llm import runner_tokenizer
+    (`backends.executorch.llm_export.runner_tokenizer`); what the report says of it."""
+    from .backends.executorch.llm_export import runner_tokenizer
 
     return {"llm_runner": runner_tokenizer(folder, tokenizer)}
 
@@ -313,19 +328,26 @@ def _with_quantizer(config: ExportConfig, quantize: Any, inputs: dict[str, Any])
 
 
 def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,
-                multi_token_decode: bool, *, llm_cache: int | None = None) -> tuple[dict[str, Any], ExportConfig]:
+                multi_token_decode: bool, *, llm_cache: int | None = None,
+                llm_required: bool = False) -> tuple[dict[str, Any], ExportConfig, str | None]:
     """`{name: (module, kwargs)}` (the whole model, its generation components as the exporter
     plans them, or, with `llm_cache` the cache's length, the one program ExecuTorch's LLM runner
-    drives) and the config to export them with."""
+    drives), the config to export them with, and why the LLM-runner program was not made where
+    it was not `llm_required` and could not serve the export (`None` otherwise)."""
+    fallback = None
     if llm_cache is not None:
-        from .backends.executorch.llm import llm_component
+        from .backends.executorch.llm_export import default_llm_component, llm_component
 
-        return llm_component(loaded.model, loaded.inputs, llm_cache), config
+        if llm_required:
+            return llm_component(loaded.model, loaded.inputs, llm_cache), config, None
+        program, fallback = default_llm_component(loaded.model, loaded.inputs, llm_cache)
+        if program is not None:
+            return program, config, None
     if not generate:
         if generation_config is not None or multi_token_decode:
             raise ValueError("generation_config and multi_token_decode shape the generation components: "
                              "pass generate=True (--generate)")
-        return {"model": (loaded.model, loaded.inputs)}, config
+        return {"model": (loaded.model, loaded.inputs)}, config, None
     from .generation.decompose import decompose_for_generation
 
     # generate() starts an encoder-decoder's decoder itself: the prompt is the encoder's inputs
@@ -333,7 +355,7 @@ def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool
     plan = exporter.plan_generation(loaded.model, prompt, config, generation_config, multi_token_decode)
     return decompose_for_generation(loaded.model, plan.inputs, generation_config=plan.generation_config,
                                     multi_token_decode=plan.multi_token_decode,
-                                    decode_prefills=plan.decode_prefills), plan.config
+                                    decode_prefills=plan.decode_prefills), plan.config, fallback
 
 
 def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Path, **options: Any) -> dict[str, Any]:

@@ -60,7 +60,10 @@ def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
     model, inputs = build_preset(preset)
     inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
-    export_to_folder((model, inputs), config, directory, generate=True, static_cache=static, validate=False)
+    # llm_runner=False: the static cases are the static-cache components (the cache as method inputs, the
+    # seed's decode loops); ExecuTorch's LLM-runner program, its default, is tests/generation/test_executorch_llm_runner.py's
+    export_to_folder((model, inputs), config, directory, generate=True, static_cache=static, validate=False,
+                     llm_runner=False)
     return SavedExport(directory, model, inputs, _generation_config(static))
 
 

@@ -68,7 +68,64 @@ def test_a_model_whose_attention_bypasses_the_interface_is_refused():
     model, _ = build_preset("bloom")
     with pytest.raises(PrepareError, match="AttentionInterface") as error:
         LlmProgram(model, 32)
-    assert "without llm_runner" in error.value.remedy
+    assert "--no-llm-runner" in error.value.remedy
+
+
+def _batch_of_two(model, inputs):
+    return {"input_ids": torch.cat([inputs["input_ids"][:1]] * 2)}
+
+
+#: Exports the program cannot serve: preset, how the sample prompt is made, what the reason says.
+FALLBACKS = {
+    "two sequences": ("llama", _batch_of_two, "holds 2 sequences"),
+    "encoder-decoder": ("t5", None, "drives a text decoder"),
+    "alibi": ("bloom", None, "AttentionInterface"),
+    "state-space cache": ("mamba", None, "did not run with its cache in the program"),
+}
+
+
+@pytest.mark.parametrize("case", list(FALLBACKS))
+def test_where_the_program_cannot_serve_the_export_the_default_falls_back_and_says_why(case, caplog):
+    """`llm_runner=None` (default): the static-cache components, a warning naming the reason and
+    that TextLLMRunner cannot load them; `llm_runner=True`: `PrepareError` with the opt-out."""
+    pytest.importorskip("executorch")
+    from hfexport.backends.executorch.llm_export import default_llm_component, llm_component
+    from hfexport.errors import PrepareError
+    from hfexport.presets import build_preset
+
+    preset, make_prompt, reason = FALLBACKS[case]
+    model, inputs = build_preset(preset)
+    prompt = make_prompt(model, inputs) if make_prompt else {k: v for k, v in inputs.items()
+                                                              if not k.startswith("decoder_")}
+    with caplog.at_level("WARNING", logger="hfexport"):
+        program, why = default_llm_component(model, prompt, 32)
+    assert program is None and reason in why
+    assert reason in caplog.text and "TextLLMRunner cannot load" in caplog.text
+    with pytest.raises(PrepareError, match=reason) as error:
+        llm_component(model, prompt, 32)
+    assert "--no-llm-runner" in error.value.remedy
+
+
+def test_the_job_falls_back_to_the_static_cache_components_with_the_reason(caplog):
+    """The export job's planning step (no lowering: that is `saved_generation`'s static case): a
+    batch of two gets the components the request exported before, and why; asked for by name, an error."""
+    pytest.importorskip("executorch")
+    from hfexport import AutoHfExporter, ExecutorchConfig
+    from hfexport.errors import PrepareError
+    from hfexport.job import _components, _static_cache
+    from hfexport.loading import LoadedModel
+    from hfexport.presets import build_preset
+
+    model, inputs = build_preset("llama")
+    loaded = LoadedModel(model, _batch_of_two(model, inputs), "llama")
+    exporter, config = AutoHfExporter.from_config(ExecutorchConfig()).for_folder(), ExecutorchConfig(dynamic=True)
+    with caplog.at_level("WARNING", logger="hfexport"):
+        components, _, why = _components(exporter, config, loaded, True, _static_cache(32, None), True, llm_cache=32)
+    assert list(components) == ["decode"] and "input_pos" not in components["decode"][1]
+    assert any(k.startswith("cache") or k == "past_key_values" for k in components["decode"][1])
+    assert "holds 2 sequences" in why and "TextLLMRunner" in caplog.text
+    with pytest.raises(PrepareError, match="holds 2 sequences"):
+        _components(exporter, config, loaded, True, _static_cache(32, None), True, llm_cache=32, llm_required=True)
 
 
 def test_llm_runner_needs_executorch_and_a_static_cache(tmp_path):
@@ -101,7 +158,8 @@ def _tokenizer():
 @pytest.fixture(scope="module")
 def llm_export(tmp_path_factory):
     """A tiny random Llama (key/value heads and head size drawn) and its tokenizer saved with
-    `save_pretrained`, exported with `--llm-runner` (one export for the module)."""
+    `save_pretrained`, exported with `static_cache=N` alone: the LLM-runner program is the default
+    of an ExecuTorch static-cache export (one export for the module)."""
     require_backend("executorch")
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -119,8 +177,7 @@ def llm_export(tmp_path_factory):
     LlamaForCausalLM(config).eval().save_pretrained(source)
     tokenizer.save_pretrained(source)
     out = tmp_path_factory.mktemp("llm-export") / "out"
-    result = export_to_folder(str(source), ExecutorchConfig(dynamic=True), out, static_cache=CACHE, llm_runner=True,
-                              prompt=PROMPT)
+    result = export_to_folder(str(source), ExecutorchConfig(dynamic=True), out, static_cache=CACHE, prompt=PROMPT)
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
         eager = result.model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,

@@ -48,7 +48,8 @@ def _config_from_args(args) -> Any:
 def _check_generation_args(args) -> None:
     if (args.static_cache or args.multi_token_decode) and not args.generate:
         raise ValueError("--static-cache and --multi-token-decode shape the generation components; add --generate")
-    if args.static_cache and not args.multi_token_decode:
+    if args.static_cache and not args.multi_token_decode and args.format != "executorch":
+        # ExecuTorch's static-cache program (the LLM runner's) takes any number of tokens per call by construction
         raise ValueError("--static-cache N makes one decode graph that also prefills; add --multi-token-decode")
 
 
@@ -61,7 +62,7 @@ def run(args) -> int:
     try:
         result = export_to_folder(
             args.model, config, args.output, generate=args.generate, multi_token_decode=args.multi_token_decode,
-            static_cache=args.static_cache, llm_runner=getattr(args, "llm_runner", False),
+            static_cache=args.static_cache, llm_runner=getattr(args, "llm_runner", None),
             validate=not args.no_validate, atol=args.tolerance,
             rtol=args.rtol, min_cosine=args.min_cosine, min_cache_cosine=args.min_cache_cosine,
             min_agreement=args.min_agreement, quantize=args.quantize,

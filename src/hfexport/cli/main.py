@@ -41,11 +41,15 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--generate", action="store_true",
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--static-cache", type=int, metavar="N", default=None,
-                        help="with --generate --multi-token-decode: one decode graph over a static cache of N tokens")
-    export.add_argument("--llm-runner", action="store_true",
+                        help="with --generate --multi-token-decode (implied with --format executorch): one decode "
+                        "graph over a static cache of N tokens")
+    export.add_argument("--llm-runner", action=argparse.BooleanOptionalAction, default=None,
                         help="with --format executorch --static-cache N: one program for ExecuTorch's own LLM runner "
-                        "(TextLLMRunner): the cache inside it, written by update_cache and read by custom_sdpa; "
-                        "tokenizer.json beside it")
+                        "(TextLLMRunner) and hfexport generate: the cache inside it, written by update_cache and read "
+                        "by custom_sdpa; tokenizer.json beside it. Default: that program where the model allows it, "
+                        "else the static-cache components with a warning saying why; --llm-runner: that program or "
+                        "an error; --no-llm-runner: the static-cache components (the cache as method inputs, which "
+                        "TextLLMRunner cannot load)")
     export.add_argument("--multi-token-decode", action="store_true",
                         help="with --generate: decode takes any number of new tokens (query axis kept dynamic)")
     export.add_argument("--quantize", metavar="SCHEME", default=None,

@@ -22,8 +22,9 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #   - OpenVINO's one stateful model (`backends/openvino/genai.py`): no `prefill`; `decode` takes the
 #     prompt on the reset (empty) state, then one token per call, with the 2-D mask over cached +
 #     new tokens; the state grows inside the runtime, bounded at `max_cache_len` where recorded;
-#   - cache inside the program (ExecuTorch's LLM-runner program, `--llm-runner`): `decode` takes
-#     the new tokens and `input_pos`, where they go; the program keeps its cache between calls;
+#   - cache inside the program (ExecuTorch's LLM-runner program, the default of `--format executorch
+#     --static-cache N`): `decode` takes the new tokens and `input_pos`, where they go; the program
+#     keeps its cache between calls;
 #   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
 # The next token is chosen with transformers' own logits processors (repetition penalty, minimum
 # length, temperature, top-k, top-p), so sampling means what it means in `generate()`.

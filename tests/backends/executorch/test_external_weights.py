@@ -266,16 +266,19 @@ def test_a_folder_moves_large_weights_out_and_export_keeps_them_in(tmp_path, mon
 
 @pytest.mark.slow
 def test_static_cache_generation_export_from_the_cli_generates_like_eager(tmp_path, capsys):
-    """`hfexport export tiny:llama --format executorch --external-weights --generate --multi-token-decode
-    --static-cache 32` (validated in memory by the job), then `GenerationRunner` on the saved folder."""
+    """`hfexport export tiny:llama --format executorch --external-weights --generate --static-cache 32`
+    (validated in memory by the job): by default the LLM-runner program, its cache inside it (issue 30's
+    command, no --multi-token-decode); then `GenerationRunner` on the saved folder."""
     from hfexport.cli.main import main
 
     out = tmp_path / "llama"
     code = main(["export", "tiny:llama", "--format", "executorch", "--external-weights", "--generate",
-                 "--multi-token-decode", "--static-cache", "32", "-o", str(out), "--quiet"])
+                 "--static-cache", "32", "-o", str(out), "--quiet"])
     assert code == 0, capsys.readouterr().out
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["components"]["decode"]["files"] == ["decode.pte", "decode.ptd"]
+    assert manifest["cache"] == "program" and [i["name"] for i in manifest["components"]["decode"]["inputs"]] == [
+        "input_ids", "input_pos"]
     model, _ = build_preset("llama")
     prompt = torch.tensor([[5, 17, 42, 9]])
     result = GenerationRunner.load(out).generate(prompt, max_new_tokens=8, min_new_tokens=8)

@@ -181,3 +181,33 @@ def test_identity_copies_between_a_partition_and_the_portable_ops_are_dropped():
     with pytest.MonkeyPatch.context() as patch, pytest.raises(ConversionError, match="already in the inputs"):
         patch.setattr(exporter, "drop_identity_copies", lambda: (lambda graph_module: None))
         ExecutorchExporter().export(module, inputs, config=ExecutorchConfig(dynamic=True))  # still needed
+
+
+class _NormBetweenLinears(torch.nn.Module):
+    """Transformers' Llama RMSNorm between two linears: its mean is over the last dim of [1, tokens, hidden]."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+        self.a, self.norm, self.b = torch.nn.Linear(32, 32), LlamaRMSNorm(32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        return (self.b(self.norm(self.a(x))),)
+
+
+def test_an_rmsnorm_mean_runs_inside_the_xnnpack_partition():
+    """One XNNPACK partition with the fix, two without (the mean left to the portable kernel
+    between them); the program matches eager at other token counts too."""
+    torch.manual_seed(0)
+    module, inputs = _NormBetweenLinears().eval(), {"x": torch.randn(1, 5, 32)}
+    config = ExecutorchConfig(dynamic=True, dynamic_shapes={"x": {1: torch.export.Dim("tokens", min=1, max=64)}})
+    program = ExecutorchExporter().export(module, inputs, config=config)
+    record = record_of(program)
+    assert "fix_mean_last_dim_as_global_pooling" in record.details["fx_fixes"]
+    assert record.details["delegation"]["delegates"] == 1, record.details["delegation"]
+    report = validate(program, module, inputs)
+    assert report.passed and any(case.label != "sample" for case in report.cases), report.to_table()
+    with without(FX_NODE_FIXES, "fix_mean_last_dim_as_global_pooling"):
+        unfixed = ExecutorchExporter().export(module, inputs, config=config)
+    assert record_of(unfixed).details["delegation"]["delegates"] == 2  # still needed

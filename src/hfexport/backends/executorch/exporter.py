@@ -61,7 +61,7 @@ class ExecutorchExporter(HfExporter):
     format = "executorch"
     config_class = ExecutorchConfig
     extra = "executorch"
-    fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops")
+    fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling")
 
     def _check_model(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> None:
         check_delegate(config.delegate, model_name(model))
@@ -170,8 +170,9 @@ class ExecutorchExporter(HfExporter):
 _LLM_OPS_NOT_USED = (
     "the cache is a method input (the documented interface: [input_ids, attention_mask, position_ids, cache x N], "
     "[batch, heads, length, head_dim]), written with aten.index_put.out then copy_ back into the input; "
-    "update_cache and custom_sdpa need it as mutable program buffers laid out [batch, length, heads, head_dim]; "
-    "not built in hfexport 0.3 (bench/RESULTS.md: a step still costs what max_cache_len costs)")
+    "update_cache and custom_sdpa need it as mutable program buffers laid out [batch, length, heads, head_dim], "
+    "as the LLM-runner program holds it (export_to_folder(..., static_cache=N), llm_runner=None or True; "
+    "bench/RESULTS.md: here a step costs what max_cache_len costs)")
 
 
 def _constant_methods(model: torch.nn.Module) -> dict[str, Any] | None:

@@ -10,6 +10,8 @@ constant methods `get_max_seq_len`, `get_max_context_len`, `get_vocab_size`, `ge
 `get_eos_ids`, `use_kv_cache`, `use_sdpa_with_kv_cache` and `enable_dynamic_shape` are what
 `executorch.extension.llm.runner.TextLLMRunner` reads (names from executorch 1.4.1
 `extension/llm/runner/constants.h`).
+Which exports get this program (the default of a static-cache export folder) and the
+tokenizer file beside it: `llm_export.py`.
 
 # NOTE: no per-architecture code. The model runs its own forward with two of transformers' own
 # extension points swapped in: its attention goes through `AttentionInterface` under
@@ -31,7 +33,6 @@ import contextvars
 import dataclasses
 import functools
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -39,13 +40,14 @@ import torch
 from ...capture.prepare import model_name
 from ...errors import PrepareError
 
-__all__ = ["LlmProgram", "ATTENTION", "llm_component", "runner_tokenizer", "TOKENIZER_FILE"]
+__all__ = ["LlmProgram", "ATTENTION", "OPT_OUT"]
+
+#: The remedy of a refusal: the static-cache components, which take the cache as method inputs.
+OPT_OUT = ("export with llm_runner=False (--no-llm-runner): the static-cache components, the cache as method "
+           "inputs (hfexport generate runs them; TextLLMRunner cannot)")
 
 #: The name `program_attention` is registered under in transformers' `AttentionInterface`.
 ATTENTION = "hfexport_executorch_llm"
-
-#: The tokenizer file ExecuTorch's runner reads (`TextLLMRunner(pte, tokenizer_path)`): Hugging Face's JSON.
-TOKENIZER_FILE = "tokenizer.json"
 
 #: The program running now (`LlmProgram.forward`), which `program_attention` reads its step from.
 _RUNNING: contextvars.ContextVar[LlmProgram] = contextvars.ContextVar("hfexport_llm_program")
@@ -206,8 +208,7 @@ class LlmProgram(torch.nn.Module):
         if not getattr(model, "_can_set_attn_implementation", lambda: False)():
             raise PrepareError(f"{name}'s attention does not go through transformers' AttentionInterface, so "
                                "its cache cannot live inside the program", model=name,
-                               remedy="export without llm_runner (the static-cache components take the cache "
-                               "as inputs)")
+                               remedy=OPT_OUT)
         self.attention: dict[int, LayerAttention] = {}
         self.caches = torch.nn.ModuleList()
         shapes = self._probe()
@@ -233,6 +234,15 @@ class LlmProgram(torch.nn.Module):
                            position_ids=torch.zeros((1, 1), dtype=torch.long),
                            **{_cache_argument(self.model): _program_cache(self)}, use_cache=True)
             shapes = self.planning
+        except PrepareError:
+            raise
+        except (TypeError, ValueError, RuntimeError, AttributeError, KeyError, IndexError) as error:
+            # a forward that does not run on token ids and positions over this cache (its own cache
+            # class, inputs it requires): the program cannot be this model, which is a prepare error
+            name = model_name(self.model)
+            raise PrepareError(f"{name}'s forward did not run with its cache in the program "
+                               f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})",
+                               model=name, remedy=OPT_OUT) from error
         finally:
             self.planning = None
         layers = _num_layers(self.model)
@@ -241,7 +251,7 @@ class LlmProgram(torch.nn.Module):
             name = model_name(self.model)
             raise PrepareError(f"layers {missing} of {name} did not attend through transformers' "
                                "AttentionInterface with the cache", model=name,
-                               remedy="export without llm_runner (the static-cache components take the cache as inputs)")
+                               remedy=OPT_OUT)
         return [shapes[i] for i in range(layers)]
 
     def _check_against_model(self) -> None:
@@ -258,7 +268,7 @@ class LlmProgram(torch.nn.Module):
             name = model_name(self.model)
             raise PrepareError(f"{name} with its cache in the program gives other logits than its own forward "
                                f"(max abs difference {error:.3g}; layers by op: {self.plan_summary()['layers_by_op']})",
-                               model=name, remedy="export without llm_runner, and report the model to hfexport")
+                               model=name, remedy=f"{OPT_OUT}, and report the model to hfexport")
 
     def plan_layer(self, layer: int | None, *, sliding_window: int | None, softcap: float | None, own_mask: bool,
                    extra: dict[str, Any]) -> LayerAttention:
@@ -267,12 +277,12 @@ class LlmProgram(torch.nn.Module):
             return self.attention[layer]
         if layer is None:
             raise PrepareError(f"an attention module of {model_name(self.model)} has no layer_idx",
-                               model=model_name(self.model), remedy="export without llm_runner")
+                               model=model_name(self.model), remedy=OPT_OUT)
         unknown = sorted(k for k, v in extra.items() if v is not None and k not in _NEUTRAL and not k.startswith("_"))
         if unknown:  # attention sinks (`s_aux`), biases: neither the op nor the fallback would apply them
             raise PrepareError(f"layer {layer} of {model_name(self.model)} attends with arguments the program cannot "
                                f"apply: {', '.join(unknown)}", model=model_name(self.model),
-                               remedy="export without llm_runner (the static-cache components take the cache as inputs)")
+                               remedy=OPT_OUT)
         if softcap is not None:
             plan = LayerAttention("torch", f"attention logit softcapping ({softcap}): custom_sdpa has none")
         elif own_mask:
@@ -399,36 +409,3 @@ def _cache_argument(model: torch.nn.Module) -> str:
 
     parameters = inspect.signature(model.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
-
-
-def llm_component(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: int) -> dict[str, Any]:
-    """`{"decode": (LlmProgram, kwargs)}`: the one component of a generation export shaped for
-    ExecuTorch's LLM runner, sampled on `prompt`'s tokens (at least two, so the token axis traces
-    symbolic)."""
-    ids = prompt.get("input_ids")
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
-        raise PrepareError(f"the LLM-runner program takes token ids; the prompt has {sorted(prompt)}",
-                           model=model_name(model), remedy="give a text prompt (input_ids)")
-    ids = ids[:1]
-    if ids.shape[1] < 2:
-        ids = torch.cat([ids, ids], dim=1)
-    if ids.shape[1] >= max_cache_len:
-        raise PrepareError(f"the sample prompt's {ids.shape[1]} tokens do not fit the cache of {max_cache_len}",
-                           model=model_name(model), remedy="export with a larger --static-cache N")
-    return {"decode": (LlmProgram(model, max_cache_len), {"input_ids": ids, "input_pos": torch.tensor([0])})}
-
-
-def runner_tokenizer(folder: Path, tokenizer: Any) -> dict[str, Any]:
-    """Place the tokenizer file ExecuTorch's LLM runner reads in the export `folder`: Hugging
-    Face's `tokenizer.json` (written by a fast tokenizer's `save_pretrained`, else from its
-    backend). Returns `{"program": ..., "tokenizer": file or None, "run": how to run it}`."""
-    path = Path(folder) / TOKENIZER_FILE
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if not path.is_file() and backend is not None:
-        backend.save(str(path))
-    found = path.is_file()
-    return {"program": "decode.pte", "tokenizer": TOKENIZER_FILE if found else None,
-            "run": "import executorch.extension.llm.custom_ops.custom_ops (the llama:: kernels), then "
-                   "executorch.extension.llm.runner.TextLLMRunner('decode.pte', 'tokenizer.json'"
-                   "[, data_path='decode.ptd'])" if found else "the export was given no tokenizer: pass the model's "
-                   "tokenizer.json to TextLLMRunner"}

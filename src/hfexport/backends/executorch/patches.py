@@ -18,7 +18,8 @@ import torch
 
 from ...workarounds import register_fx_node_fix, register_patch
 
-__all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "patch_lowering_shares_weights"]
+__all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling",
+           "patch_lowering_shares_weights"]
 
 _SPLITS = {torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default, torch.ops.aten.chunk.default}
 _UNBIND = torch.ops.aten.unbind.int
@@ -97,6 +98,56 @@ def fix_sym_min_max_as_prim_ops(node: torch.fx.Node) -> bool:
 
     prim = torch.ops.executorch_prim
     node.target = prim.sym_min.Scalar if node.target is torch.sym_min else prim.sym_max.Scalar
+    return True
+
+
+_MEAN = torch.ops.aten.mean.dim
+
+
+@register_fx_node_fix(
+    ("executorch",),
+    reason="XNNPACK's partitioner takes aten.mean.dim only as global average pooling: a 4-D tensor averaged "
+    "over dims [2, 3] with keepdim (MeanDimConfig). An RMSNorm's mean over the last dim of [batch, tokens, "
+    "hidden] stays on the portable kernel and cuts the layer's XNNPACK partition at every norm (issue 30: "
+    "the vendor's Llama leaves 17 such means outside). The same mean as a pooling of [batch, tokens, hidden, "
+    "1] over dims [2, 3], viewed back with its one symbolic size as -1, is taken whole, with the same "
+    "numbers (the pooling averages the same values); remove once XNNPACK's partitioner takes mean.dim over "
+    "the last dim of any rank",
+    upstream="not filed upstream (searched pytorch/executorch issues for 'XNNPACK mean.dim 4D RMSNorm not "
+    "delegated'; pytorch/executorch#19206 normalizes the dims of the 4-D case only); executorch 1.4.1 "
+    "backends/xnnpack/partition/config/generic_node_configs.py MeanDimConfig and ViewCopyConfig (one "
+    "inferred size, no symbolic one)",
+    seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
+    remove_when="executorch>1.4.1",
+)
+def fix_mean_last_dim_as_global_pooling(node: torch.fx.Node) -> bool:
+    """Match `aten.mean.dim` over the last dim of a 3-D float32 tensor with keepdim and no dtype →
+    check the last dim is an int and at most one other size is symbolic (XNNPACK's view infers one)
+    → rewrite as `unsqueeze(x, -1)`, `mean.dim(.., [2, 3], keepdim=True)`, `view(.., [a, b, 1])`
+    with the symbolic size as -1."""
+    if node.op != "call_function" or node.target is not _MEAN:
+        return False
+    source = node.args[0]
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if value is None or value.dim() != 3 or value.dtype != torch.float32 or node.kwargs.get("dtype") is not None:
+        return False
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if not keepdim or not isinstance(dims, (list, tuple)) or [d % 3 for d in dims] != [2]:
+        return False
+    shape = [size if isinstance(size, int) else -1 for size in value.shape[:2]] + [1]
+    if not isinstance(value.shape[2], int) or shape.count(-1) > 1:
+        return False
+    graph = node.graph
+    with graph.inserting_before(node):
+        four = graph.call_function(torch.ops.aten.unsqueeze.default, (source, -1))
+        pooled = graph.call_function(_MEAN, (four, [2, 3], True))
+        back = graph.call_function(torch.ops.aten.view.default, (pooled, shape))
+    four.meta["val"] = value.unsqueeze(-1)
+    pooled.meta["val"] = node.meta["val"].unsqueeze(-1)
+    back.meta.update(node.meta)
+    node.replace_all_uses_with(back)
+    graph.erase_node(node)
     return True
 
 

@@ -1,0 +1,129 @@
+"""Which static-cache program an ExecuTorch export folder gets, and the tokenizer file beside it.
+
+```
+export_to_folder(model, ExecutorchConfig(), out, static_cache=N)        hfexport export ... --static-cache N
+  llm_runner=None (default)  `LlmProgram` (llm.py): one `decode.pte` TextLLMRunner and hfexport generate run,
+                             tokenizer.json beside it; where it cannot serve the export, the
+                             static-cache components, with a warning and the report's `llm_runner` saying why
+  llm_runner=True            `LlmProgram`, or `PrepareError` with the remedy
+  llm_runner=False           the static-cache components (the cache as method inputs)
+```
+
+# NOTE: why a fallback rather than an error by default. `--static-cache N` on ExecuTorch exported
+# the static-cache components before the LLM-runner program existed; where the program cannot
+# serve an export (`refusal`: a prompt of several sequences, an encoder-decoder or multimodal
+# model, a padded prompt; or `LlmProgram`'s own: attention outside transformers'
+# `AttentionInterface`, arguments it cannot apply), those components still give everything the
+# request asked for (the batch, the towers, every layer's attention), so nothing asked for is lost:
+# only ExecuTorch's own runner cannot load them, which the warning and the report say. Asked for
+# by name (`llm_runner=True`), the program is required and a refusal raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...capture.prepare import model_name
+from ...errors import PrepareError
+from .llm import OPT_OUT, LlmProgram
+
+__all__ = ["llm_component", "default_llm_component", "refusal", "fallback_note", "runner_tokenizer",
+           "TOKENIZER_FILE"]
+
+logger = logging.getLogger("hfexport")
+
+#: The tokenizer file ExecuTorch's runner reads (`TextLLMRunner(pte, tokenizer_path)`): Hugging Face's JSON.
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def llm_component(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: int) -> dict[str, Any]:
+    """`{"decode": (LlmProgram, kwargs)}`: the one component of a generation export shaped for
+    ExecuTorch's LLM runner, sampled on `prompt`'s tokens (at least two, so the token axis traces
+    symbolic).
+
+    Raises:
+        PrepareError: the program cannot serve the export (`refusal`, or `LlmProgram`'s own), or the
+            sample prompt does not fit the cache.
+    """
+    if why := refusal(model, prompt):
+        raise PrepareError(why, model=model_name(model), remedy=OPT_OUT)
+    ids = _sample_ids(model, prompt, max_cache_len)
+    return {"decode": (LlmProgram(model, max_cache_len), {"input_ids": ids, "input_pos": torch.tensor([0])})}
+
+
+def default_llm_component(model: torch.nn.Module, prompt: dict[str, Any],
+                          max_cache_len: int) -> tuple[dict[str, Any] | None, str | None]:
+    """For `llm_runner` left at its default: `(llm_component(...), None)`, or where the program
+    cannot serve the export `(None, why)`, with a warning that the static-cache components are
+    exported instead (see the module note). A prompt longer than the cache raises either way."""
+    why = refusal(model, prompt)
+    if why is None:
+        ids = _sample_ids(model, prompt, max_cache_len)
+        try:
+            return {"decode": (LlmProgram(model, max_cache_len), {"input_ids": ids, "input_pos": torch.tensor([0])})}, None
+        except PrepareError as error:
+            why = str(error).split("\nWhat to do:")[0]
+    logger.warning("%s; exporting the static-cache components instead (the cache as method inputs): hfexport "
+                   "generate runs them, ExecuTorch's TextLLMRunner cannot load them (llm_runner=False, "
+                   "--no-llm-runner, asks for them without this warning)", why)
+    return None, why
+
+
+def refusal(model: torch.nn.Module, prompt: dict[str, Any]) -> str | None:
+    """Why the LLM-runner program cannot serve an export of `model` on the sample `prompt`, or
+    `None`: it holds one sequence of a text decoder's cache and takes token ids and positions only."""
+    from ...generation.decompose import is_text_decoder
+
+    if getattr(model.config, "is_encoder_decoder", False) or not is_text_decoder(model):
+        return ("ExecuTorch's LLM runner drives a text decoder; this model has an encoder or an image/audio tower, "
+                "which the program's one method does not hold")
+    ids = prompt.get("input_ids")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        return f"the LLM-runner program takes token ids; the prompt has {sorted(prompt)}"
+    extra = sorted(k for k, v in prompt.items() if k not in ("input_ids", "attention_mask") and v is not None)
+    if extra:
+        return f"the LLM-runner program takes token ids and positions only; the prompt also gives {', '.join(extra)}"
+    if ids.shape[0] != 1:
+        return (f"the sample prompt holds {ids.shape[0]} sequences; the LLM-runner program holds the cache of one "
+                "(TextLLMRunner generates one sequence)")
+    mask = prompt.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and not bool(mask.all()):
+        return "the sample prompt is padded (its attention_mask has zeros); the LLM-runner program takes no mask"
+    return None
+
+
+def _sample_ids(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: int) -> torch.Tensor:
+    """The prompt's token ids, at least two of them, or `PrepareError` where they do not fit the cache."""
+    ids = prompt["input_ids"]
+    if ids.shape[1] < 2:
+        ids = torch.cat([ids, ids], dim=1)
+    if ids.shape[1] >= max_cache_len:
+        raise PrepareError(f"the sample prompt's {ids.shape[1]} tokens do not fit the cache of {max_cache_len}",
+                           model=model_name(model), remedy="export with a larger --static-cache N")
+    return ids
+
+
+def fallback_note(why: str) -> dict[str, Any]:
+    """What the report's `llm_runner` says of an export that fell back (`default_llm_component`)."""
+    return {"program": None, "fallback": "the static-cache components (the cache as method inputs)", "why": why,
+            "run": "hfexport generate (GenerationRunner); ExecuTorch's TextLLMRunner cannot load this program"}
+
+
+def runner_tokenizer(folder: Path, tokenizer: Any) -> dict[str, Any]:
+    """Place the tokenizer file ExecuTorch's LLM runner reads in the export `folder`: Hugging
+    Face's `tokenizer.json` (written by a fast tokenizer's `save_pretrained`, else from its
+    backend). Returns `{"program": ..., "tokenizer": file or None, "run": how to run it}`."""
+    path = Path(folder) / TOKENIZER_FILE
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if not path.is_file() and backend is not None:
+        backend.save(str(path))
+    found = path.is_file()
+    return {"program": "decode.pte", "tokenizer": TOKENIZER_FILE if found else None,
+            "run": "import executorch.extension.llm.custom_ops.custom_ops (the llama:: kernels), then "
+                   "executorch.extension.llm.runner.TextLLMRunner('decode.pte', 'tokenizer.json'"
+                   "[, data_path='decode.ptd'])" if found else "the export was given no tokenizer: pass the model's "
+                   "tokenizer.json to TextLLMRunner"}
