@@ -51,8 +51,7 @@ def llm_component(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len:
     """
     if why := refusal(model, prompt):
         raise PrepareError(why, model=model_name(model), remedy=OPT_OUT)
-    ids = _sample_ids(model, prompt, max_cache_len)
-    return {"decode": (LlmProgram(model, max_cache_len), {"input_ids": ids, "input_pos": torch.tensor([0])})}
+    return _program(model, _sample_ids(model, prompt, max_cache_len), max_cache_len)
 
 
 def default_llm_component(model: torch.nn.Module, prompt: dict[str, Any],
@@ -64,7 +63,7 @@ def default_llm_component(model: torch.nn.Module, prompt: dict[str, Any],
     if why is None:
         ids = _sample_ids(model, prompt, max_cache_len)
         try:
-            return {"decode": (LlmProgram(model, max_cache_len), {"input_ids": ids, "input_pos": torch.tensor([0])})}, None
+            return _program(model, ids, max_cache_len), None
         except PrepareError as error:
             why = str(error).split("\nWhat to do:")[0]
     logger.warning("%s; exporting the static-cache components instead (the cache as method inputs): hfexport "
@@ -94,6 +93,11 @@ def refusal(model: torch.nn.Module, prompt: dict[str, Any]) -> str | None:
     if isinstance(mask, torch.Tensor) and not bool(mask.all()):
         return "the sample prompt is padded (its attention_mask has zeros); the LLM-runner program takes no mask"
     return None
+
+
+def _program(model: torch.nn.Module, ids: torch.Tensor, max_cache_len: int) -> dict[str, Any]:
+    """`{"decode": (LlmProgram, kwargs)}` sampled on `ids` from position 0 (`LlmProgram` may refuse the model)."""
+    return {"decode": (LlmProgram(model, max_cache_len), {"input_ids": ids, "input_pos": torch.tensor([0])})}
 
 
 def _sample_ids(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: int) -> torch.Tensor:
