@@ -10,7 +10,10 @@ with "Output node 'aten_cat_default' is already in the inputs" (executorch 1.4.1
 `backends/xnnpack/xnnpack_preprocess.py`, `generate_node_to_external_map`). Removed from the
 whole program before partitioning (ExecuTorch's own `RemoveCloneOpsTransform`), a consumer reads
 the copied tensor itself; the portable kernels also stop copying. A clone that feeds the
-program's outputs stays: an output must not be another output or an input.
+program's outputs stays: an output must not be another output or an input. A clone between a
+dequantize and a quantize leaves the two adjacent, and the pair goes too, as XNNPACK's own removal
+does (`eliminate_quant_dequant_pairs`): left in, a statically quantized BERT's program crashed the
+process (SIGSEGV in XNNPACK).
 """
 
 from __future__ import annotations
@@ -31,4 +34,4 @@ def drop_identity_copies() -> Any:
         def _is_input_output_copy(self, node) -> bool:
             return any(user.op == "output" for user in node.users)
 
-    return DropIdentityCopies(preserve_input_output_copies=True, eliminate_quant_dequant_pairs=False)
+    return DropIdentityCopies(preserve_input_output_copies=True, eliminate_quant_dequant_pairs=True)
