@@ -2,6 +2,7 @@
 
     python bench/onnx_genai.py                                        # random Llama + SmolLM2, fp32 + int4, caches 256, 2048
     python bench/onnx_genai.py --models random --precisions fp32 --caches 256 --markdown /tmp/genai.md
+    python bench/onnx_genai.py --models random-gemma2 --precisions fp32 --caches 256  # softcap + window in GQA
 
 For each model and precision the builder (`python -m onnxruntime_genai.models.builder -i HF_FOLDER
 -o OUT -p fp32|int4 -e cpu`) runs once in its own subprocess; hfexport never imports it. Each
@@ -45,23 +46,29 @@ TARGETS = {"fp32": 4.0, "int4": 12.0}
 SCHEME = {"fp32": None, "int4": "int4-weights"}
 
 
-def random_llama_folder(root: Path) -> Path:
+def random_llama_folder(root: Path, family: str = "llama") -> Path:
     """The issue's random Llama (vocab 8192, hidden 512, intermediate 1408, 8 layers, 8 heads, 4 kv
     heads: 134 MB fp32) saved with `save_pretrained`, with SmolLM2's tokenizer files beside it (the
-    builder saves a tokenizer; the runs feed token ids)."""
+    builder saves a tokenizer; the runs feed token ids). `family="gemma2"`: a Gemma-2 of the same
+    sizes (head size 64), its layers alternating a 64-token sliding window and full attention, its
+    attention logits softcapped at Gemma-2's 50 (GroupQueryAttention's `softcap`)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM
 
     from real_model import smollm2_folder
 
-    folder = root / "random-llama"
+    folder = root / f"random-{family}"
     if (folder / "config.json").exists():
         return folder
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
-                         num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096,
-                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    sizes = dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
+                 num_key_value_heads=4, max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=1,
+                 eos_token_id=2, pad_token_id=0)
+    if family == "gemma2":
+        model = Gemma2ForCausalLM(Gemma2Config(**sizes, head_dim=64, sliding_window=64, attn_logit_softcapping=50.0))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**sizes))
+    model.eval().save_pretrained(folder)
     for file in smollm2_folder().glob("tokenizer*"):
         shutil.copy(file, folder / file.name)
     return folder
@@ -70,6 +77,8 @@ def random_llama_folder(root: Path) -> Path:
 def model_folder(name: str, root: Path) -> Path:
     from real_model import smollm2_folder
 
+    if name == "random-gemma2":
+        return random_llama_folder(root, "gemma2")
     return random_llama_folder(root) if name == "random" else smollm2_folder()
 
 
@@ -115,7 +124,7 @@ def run_one(source: Path, precision: str, cache: int, builder: Path | None, scra
     if builder is not None:
         row["builder"] = _genai(builder, prompt[0].tolist(), cache)
     tokenizer = AutoTokenizer.from_pretrained(source) if (source / "tokenizer_config.json").exists() else None
-    if source.name != "random-llama" and tokenizer is not None:
+    if not source.name.startswith("random-") and tokenizer is not None:
         row["chat"] = _chat_accuracy(model, tokenizer, folder, runner, cache, precision)
     return row
 
@@ -271,7 +280,7 @@ def markdown(results: list[dict], meta: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="random,smollm2", help="random,smollm2")
+    parser.add_argument("--models", default="random,smollm2", help="random,smollm2 (or random-gemma2)")
     parser.add_argument("--precisions", default="fp32,int4")
     parser.add_argument("--caches", default="256,2048")
     parser.add_argument("--scratch", default=None, help="folder for exports (default: a temporary one)")

@@ -6,7 +6,8 @@ The model is a random Llama whose head size, key/value heads and prompt length a
 (`HFEXPORT_TEST_SEED`, default 0; the draw is in the fixture's id): head sizes are multiples of
 16, the sizes ONNX Runtime's GroupQueryAttention rotates (the presets' 8 keeps the rotary outside,
 `test_decode.py`). A random Gemma-3 with a drawn sliding window on one layer checks the window
-(GQA's `local_window_size`) the same way.
+(GQA's `local_window_size`) the same way, and a random Gemma-2 with a drawn attention softcap on
+a sliding and a full layer checks GQA's `softcap` with the window.
 """
 
 from __future__ import annotations
@@ -166,6 +167,72 @@ def test_a_sliding_window_generates_eagers_tokens_in_both_runners(windowed):
     from hfexport import GenerationRunner
 
     model, prompt, folder = windowed
+    want = _eager_tokens(model, prompt)
+    got = GenerationRunner.load(folder).generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+    assert got.tokens == want
+    og = pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
+    assert _genai_tokens(og, folder, prompt) == want
+
+
+SOFTCAP, SOFTCAP_WINDOW, SOFTCAP_SCALAR = _DRAW.choice([0.5, 1.0, 2.0]), _DRAW.randint(3, 8), _DRAW.choice([1, 2, 3])
+
+
+@pytest.fixture(scope="module", ids=[f"softcap{SOFTCAP}-window{SOFTCAP_WINDOW}-scalar{SOFTCAP_SCALAR}"], params=[None])
+def softcapped(tmp_path_factory, request):
+    """A random Gemma-2 (attention logits softcapped at a drawn cap, scale `query_pre_attn_scalar ** -0.5`)
+    whose first layer attends a drawn sliding window and whose second attends everything, exported as
+    `exported` is, with a prompt longer than the window. Its weights are large enough (initializer
+    range 0.08, untied embeddings) for the cap to change eager's greedy tokens."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from hfexport import AutoExportConfig
+    from hfexport.job import export_to_folder
+
+    def build(cap):
+        torch.manual_seed(0)
+        config = Gemma2Config(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                              sliding_window=SOFTCAP_WINDOW, layer_types=["sliding_attention", "full_attention"],
+                              attn_logit_softcapping=cap, query_pre_attn_scalar=SOFTCAP_SCALAR, initializer_range=0.08,
+                              tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        return Gemma2ForCausalLM(config).eval()
+
+    model = build(SOFTCAP)
+    prompt = torch.randint(3, 128, (1, SOFTCAP_WINDOW + 4), generator=torch.Generator().manual_seed(SOFTCAP_WINDOW))
+    assert _eager_tokens(model, prompt) != _eager_tokens(build(None), prompt), "the cap must matter to the tokens"
+    folder = tmp_path_factory.mktemp("genai") / "gemma2"
+    export_config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
+    export_to_folder((model, {"input_ids": prompt}), export_config, folder, generate=True, static_cache=CACHE)
+    return model, prompt, folder
+
+
+def test_a_softcap_is_groupqueryattentions_softcap(softcapped):
+    """Every layer is GroupQueryAttention with the model's cap and scale (ONNX Runtime 1.32 caps
+    `scale * q k^T`, `softcap.py`), the sliding layer with its window."""
+    import onnx
+
+    _, _, folder = softcapped
+    proto = onnx.load(folder / "decode.onnx")
+    ops = [node.op_type for node in proto.graph.node]
+    assert ops.count("Tanh") == 1  # the final logits' softcap (Gemma-2's final_logit_softcapping), no other
+    assert not {"MultiHeadAttention", "Softmax", "ScatterElements"} & set(ops)
+    attributes = [{a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+                  for node in proto.graph.node if node.op_type == "GroupQueryAttention"]
+    assert [a["local_window_size"] for a in attributes] == [SOFTCAP_WINDOW, -1]
+    assert [a["softcap"] for a in attributes] == pytest.approx([SOFTCAP] * 2)
+    assert [a["scale"] for a in attributes] == pytest.approx([SOFTCAP_SCALAR ** -0.5] * 2, rel=1e-7)
+    assert all(a["do_rotary"] == 1 for a in attributes)
+    gqa = json.loads((folder / "report.json").read_text())["components"]["decode"]["record"]["ort_fusions"][
+        "group_query_attention"]
+    assert gqa["layers"] == 2 and gqa["softcap"] == pytest.approx([SOFTCAP] * 2)
+    assert gqa["local_window_size"] == [SOFTCAP_WINDOW, -1]
+
+
+def test_a_softcap_generates_eagers_tokens_in_both_runners(softcapped):
+    """Past the window on every step: `hfexport generate` and onnxruntime-genai give eager's tokens."""
+    from hfexport import GenerationRunner
+
+    model, prompt, folder = softcapped
     want = _eager_tokens(model, prompt)
     got = GenerationRunner.load(folder).generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
     assert got.tokens == want

@@ -35,9 +35,16 @@ the graph onnxruntime-genai runs (`genai.py` writes its config).
 # (`cache.<l>.cumulative_length`) leave it (GQA counts from the mask). The export record keeps the interface hfexport's runners and validation feed
 # (4-D mask, counters) and `record.details["graph_interface"]` says how to translate it
 # (`GraphInterface`, used by `OnnxRunner`). A sliding window (the mask and-ed with a window the
-# graph computes from it) becomes GQA's `local_window_size`, per layer (`_window_sizes`). Anything
-# else (a softcap, which leaves no MultiHeadAttention to match, alibi, cross-attention, a partial
-# rotary kept outside) keeps today's graph or today's rotary, and the record says why.
+# graph computes from it) becomes GQA's `local_window_size`, per layer (`_window_sizes`).
+#
+# Softcapped scores (Gemma-2's `attn_logit_softcapping`) leave no MultiHeadAttention: onnxscript's
+# SDPA fusion does not match `Softmax(cap * tanh(scale * q k^T / cap) + bias)`. Such an attention
+# is matched from its `Softmax` whose input adds the mask bias (the same `_mask_bias`, window
+# included) to scores that `softcap.py` reads and checks in ONNX Runtime as exactly a softcap, with
+# q, the cache writes behind k and the values, and the `Transpose` of its output; it becomes GQA
+# with `softcap` and `scale` (ONNX Runtime 1.32 caps the scaled scores, measured there). Anything
+# else (alibi, cross-attention, a partial rotary kept outside, scores capped another way) keeps
+# today's graph or today's rotary, and the record says why.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+
+from .softcap import softcapped_scores
 
 __all__ = ["fuse_static_gqa", "GraphInterface", "GRAPH_INTERFACE"]
 
@@ -61,12 +70,17 @@ _WINDOW_POSITIONS = 4096
 
 @dataclasses.dataclass
 class _Layer:
-    attention: Any  # the MultiHeadAttention node
+    attention: Any  # the node the rewrite goes before: the MultiHeadAttention, or a softcapped attention's Transpose
+    query: Any  # q as [b, s, h * d] (MultiHeadAttention's), or None
+    query_bhsd: Any  # q as [b, h, s, d] where the graph has it, else None
+    output: Any  # what GroupQueryAttention's output replaces: [b, s, h * d], or [b, s, h, d] where `split_output`
     keys: Any  # the ScatterElements writing the keys
     values: Any
     heads: int
     kv_heads: int
     scale: float | None
+    softcap: float = 0.0  # GQA's attribute: `softcap * tanh(scale * scores / softcap)` (0: none)
+    split_output: bool = False
     rotary: tuple | None = None  # (x_query, x_key, cos, sin): the unrotated q/k [b, h, s, d], the rotation's inputs
     window: Any = None  # the boolean the mask is and-ed with (a sliding window), or None
     local_window_size: int = -1  # GQA's attribute: the keys it attends, up to the query's own (-1: all)
@@ -82,21 +96,20 @@ def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[st
         max_positions: rows of the rotary caches, the positions GQA can rotate (ONNX Runtime
             refuses a longer sequence); `None` keeps the rotary outside GQA.
     """
-    graph = model.graph
-    mask = next((v for v in graph.inputs if v.name == _MASK), None)
-    attentions = [n for n in graph if n.op_type == "MultiHeadAttention" and n.domain == "com.microsoft"]
-    if mask is None or not attentions:
-        return model, {"kept": "no MultiHeadAttention over a static cache with a boolean attention_mask"}
+    mask = next((v for v in model.graph.inputs if v.name == _MASK), None)
+    if mask is None or not _attentions(model.graph, mask):
+        return model, {"kept": "no MultiHeadAttention (or softmax over the mask) over a static cache with a boolean "
+                               "attention_mask"}
     if mask.dtype is None or mask.dtype.name != "BOOL" or mask.shape is None or len(mask.shape) != 4:
         return model, {"kept": "the attention_mask is not the 4-D boolean causal mask of a static cache"}
     candidate = model.clone()  # the weights' tensors shared; the rewrite is all or nothing
     graph = candidate.graph
     mask = next(v for v in graph.inputs if v.name == _MASK)
     layers = []
-    for node in [n for n in graph if n.op_type == "MultiHeadAttention" and n.domain == "com.microsoft"]:
-        layer = _match(node, mask)
+    for node in _attentions(graph, mask):
+        layer = _match(node, mask) if node.op_type == "MultiHeadAttention" else _match_softcapped(node, mask)
         if isinstance(layer, str):
-            return model, {"kept": f"{node.name or 'a MultiHeadAttention'}: {layer}"}
+            return model, {"kept": f"{node.name or 'a ' + node.op_type}: {layer}"}
         layers.append(layer)
     if why := _window_sizes(candidate, layers, max_positions or _WINDOW_POSITIONS):
         return model, {"kept": why}
@@ -115,7 +128,33 @@ def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[st
                        if rotary_reason is None else f"kept outside: {rotary_reason}",
                        "packed_qkv": packed, "interface": interface,
                        **({"local_window_size": [layer.local_window_size for layer in layers]}
-                          if any(layer.window is not None for layer in layers) else {})}
+                          if any(layer.window is not None for layer in layers) else {}),
+                       **({"softcap": [layer.softcap for layer in layers]} if any(layer.softcap for layer in layers)
+                          else {})}
+
+
+def _attentions(graph: Any, mask: Any) -> list[Any]:
+    """The nodes each attention is matched from, in graph order: every `MultiHeadAttention`, and
+    every `Softmax` of scores plus the mask as a bias (an attention the fusion left unfused, as it
+    leaves a softcapped one)."""
+    found = []
+    for node in graph:
+        if node.op_type == "MultiHeadAttention" and node.domain == "com.microsoft":
+            found.append(node)
+        elif node.op_type == "Softmax" and node.domain == "" and _biased_scores(node, mask) is not None:
+            found.append(node)
+    return found
+
+
+def _biased_scores(softmax: Any, mask: Any) -> tuple[Any, Any] | None:
+    """`(scores, bias)` where `softmax` reads `scores + bias` with `bias` the mask (`_mask_bias`), else None."""
+    add = softmax.inputs[0].producer()
+    if add is None or add.op_type != "Add":
+        return None
+    for scores, bias in (add.inputs, reversed(add.inputs)):
+        if _mask_bias(bias, mask) is not None:
+            return scores, bias
+    return None
 
 
 def _match(node: Any, mask: Any) -> _Layer | str:
@@ -139,8 +178,38 @@ def _match(node: Any, mask: Any) -> _Layer | str:
     if not isinstance(kv_heads, int) or not heads or heads % kv_heads:
         return f"{heads} query heads cannot share {kv_heads} key/value heads"
     scale = node.attributes.get("scale")
-    return _Layer(node, keys, values, heads, kv_heads, scale.value if scale is not None else None,
-                  window=matched if matched is not True else None)
+    return _Layer(node, query, _through_bsd(query), node.outputs[0], keys, values, heads, kv_heads,
+                  scale.value if scale is not None else None, window=matched if matched is not True else None)
+
+
+def _match_softcapped(softmax: Any, mask: Any) -> _Layer | str:
+    """The layer around the `softmax` of softcapped scores plus the mask (`softcap.py`): its
+    probabilities times the cache's values, transposed to `[b, s, h, d]`; or why it is not."""
+    scores, bias = _biased_scores(softmax, mask)
+    if softmax.attributes.get_int("axis", -1) not in (-1, 3):
+        return "its softmax is not over the keys"
+    capped = softcapped_scores(scores)
+    if isinstance(capped, str):
+        return f"its scores are not softcapped the way GroupQueryAttention softcaps: {capped}"
+    readers = softmax.outputs[0].uses()
+    product = readers[0].node if len(readers) == 1 else None
+    if product is None or product.op_type != "MatMul" or product.inputs[0] is not softmax.outputs[0]:
+        return "its probabilities are read by more than their product with the values"
+    readers = product.outputs[0].uses()
+    transpose = readers[0].node if len(readers) == 1 else None
+    if transpose is None or transpose.op_type != "Transpose" or _perm(transpose) != _BHSD:
+        return "its output is not transposed to [batch, sequence, heads, head_size] alone"
+    keys, values = _cache_write(capped.key), _cache_write(product.inputs[1])
+    if keys is None or values is None:
+        return "its key/value are not slices of a cache written in place (cross-attention, or a growing cache)"
+    query_shape, cache_shape = capped.query.shape, keys.inputs[0].shape
+    heads = query_shape[1] if query_shape is not None and len(query_shape) == 4 else None
+    kv_heads = cache_shape[1] if cache_shape is not None and len(cache_shape) == 4 else None
+    if not isinstance(heads, int) or not isinstance(kv_heads, int) or heads % kv_heads:
+        return f"{heads} query heads cannot share {kv_heads} key/value heads"
+    window = _mask_bias(bias, mask)
+    return _Layer(transpose, None, capped.query, transpose.outputs[0], keys, values, heads, kv_heads, capped.scale,
+                  softcap=capped.softcap, split_output=True, window=window if window is not True else None)
 
 
 def _mask_bias(value: Any, mask: Any) -> Any:
@@ -243,7 +312,7 @@ def _match_rotary(layers: list[_Layer], max_positions: int | None) -> str | None
     if not max_positions:
         return "the model's config gives no max_position_embeddings for the rotary caches' rows"
     for layer in layers:
-        query = _through_bsd(layer.attention.inputs[0])
+        query = layer.query_bhsd
         rq = _rotation(query) if query is not None else None
         rk = _rotation(layer.keys.inputs[2])
         if rq is None or rk is None:
@@ -423,18 +492,24 @@ def _rewrite(graph: Any, layer: _Layer, seqlens: Any, total: Any, caches: dict) 
             _to_bsd(query_bhsd, nodes), _to_bsd(key_bhsd, nodes), _to_bsd(layer.values.inputs[2], nodes))
         rotary_inputs = [*caches[cos], _position_ids(graph)]
     else:
-        query = attention.inputs[0]
+        query = layer.query if layer.query is not None else _to_bsd(layer.query_bhsd, nodes)
         key, value = _to_bsd(layer.keys.inputs[2], nodes), _to_bsd(layer.values.inputs[2], nodes)
         rotary_inputs = []
     attributes = {"num_heads": layer.heads, "kv_num_heads": layer.kv_heads, "do_rotary": int(layer.rotary is not None),
-                  "rotary_interleaved": 0, "local_window_size": layer.local_window_size, "softcap": 0.0}
+                  "rotary_interleaved": 0, "local_window_size": layer.local_window_size, "softcap": layer.softcap}
     if layer.scale is not None:
         attributes["scale"] = float(layer.scale)
     gqa = ir.node("GroupQueryAttention", [query, key, value, layer.keys.inputs[0], layer.values.inputs[0], seqlens,
                                           total, *rotary_inputs], attributes, domain="com.microsoft", num_outputs=3)
     nodes.append(gqa)
+    output = gqa.outputs[0]
+    if layer.split_output:  # [b, s, h * d] as the [b, s, h, d] the softcapped attention's transpose gave
+        shape = ir.node("Constant", [], {"value": ir.tensor(np.array([0, 0, layer.heads, -1], dtype=np.int64))})
+        reshape = ir.node("Reshape", [output, shape.outputs[0]])
+        nodes.extend([shape, reshape])
+        output = reshape.outputs[0]
     graph.insert_before(attention, nodes)  # after every input the new nodes read, before the attention's readers
-    _take_over(attention.outputs[0], gqa.outputs[0])
+    _take_over(layer.output, output)
     _take_over(layer.keys.outputs[0], gqa.outputs[1])
     _take_over(layer.values.outputs[0], gqa.outputs[2])
     return int(packed is not None)
