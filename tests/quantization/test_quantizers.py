@@ -128,8 +128,8 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
     quantization = record.details["quantization"]
     assert quantization["quantizer"] == type(quantizer).name and quantization["scheme"] == scheme
     if cls is NNCFQuantizer and scheme == "int4-weights":  # OpenVINO: as OpenVINO's LLM tooling deploys int4
-        mode, group = ("INT4_ASYM", 128) if fmt == "openvino" else ("INT4_SYM", 32)
-        assert quantization["nncf_settings"] == {"mode": mode, "group_size": group, "ratio": 1.0,
+        mode, group, ratio = ("INT4_ASYM", 128, 0.8) if fmt == "openvino" else ("INT4_SYM", 32, 1.0)
+        assert quantization["nncf_settings"] == {"mode": mode, "group_size": group, "ratio": ratio,
                                                  "backup_mode": "INT8_ASYM"}
     if "quantized_matmuls" in quantization and fmt != "executorch":
         assert quantization["quantized_matmuls"] >= 14  # 7 projections x 2 layers (+ lm_head)
