@@ -27,7 +27,9 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #     keeps its cache between calls;
 #   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
 # The next token is chosen with transformers' own logits processors (repetition penalty, minimum
-# length, temperature, top-k, top-p), so sampling means what it means in `generate()`.
+# length, temperature, top-k, top-p), so sampling means what it means in `generate()`. Plain
+# greedy decoding (no processor, no per-step logits) on a program holding its cache runs its
+# decode steps in `greedy.GreedySteps`, the feed bound once (`GenerationResult.fast_path`).
 """
 
 from __future__ import annotations
