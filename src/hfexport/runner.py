@@ -94,8 +94,11 @@ class CacheSession:
         """A call that runs one step on the tensors of `feed` (no cache leaves) as they hold when
         called, the caller writing each step's values into them; the outputs other than the cache
         by name. None where this session cannot: this one binds only a program that keeps its
-        own cache (no leaves to pass in and out, `Runner.bind_named`)."""
-        return None if self._cache else self.runner.bind_named(feed)
+        own cache (no leaves to pass in and out, `Runner.bind_named`); a subclass, which keeps the
+        cache its own way, binds only where it says how (its own `bind`)."""
+        if type(self) is not CacheSession or self._cache:
+            return None
+        return self.runner.bind_named(feed)
 
     def cache(self) -> dict[str, torch.Tensor]:
         """The cache leaves after the last call, as tensors."""

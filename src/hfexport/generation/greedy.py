@@ -90,7 +90,7 @@ class GreedySteps:
                 if token in eos:
                     break
         finally:
-            state.past, state.first = past, False
+            state.past = past
             state.fed += fed
 
 
