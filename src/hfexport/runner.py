@@ -5,6 +5,7 @@ Each backend has a `runner.py` with a `Runner` subclass registered next to its e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -51,6 +52,13 @@ class Runner:
         outputs = self.run_flat([feed[name] for name in self.record.input_names])
         return dict(zip(self.record.output_names, outputs))
 
+    def bind_named(self, feed: dict[str, torch.Tensor]) -> Callable[[], dict[str, torch.Tensor]] | None:
+        """A call that runs the artifact on the tensors of `feed` (by input name) as they hold when
+        it is called, so a caller writes each step's values into them in place and builds no feed;
+        it returns the outputs by name. None (this runner) where the runtime cannot be called
+        again on the same tensors; `run_named` then serves."""
+        return None
+
     def cache_session(self, cache: dict[str, torch.Tensor]) -> CacheSession:
         """A session that keeps the cache leaves `cache` (`{"cache.<layer>.<tensor>": tensor}`)
         between calls. This one feeds them and takes back the updated leaves each call; a backend
@@ -81,6 +89,16 @@ class CacheSession:
         outputs = self.runner.run_named({**feed, **self._cache})
         self._cache.update({name: value for name, value in outputs.items() if name.startswith("cache.")})
         return {name: value for name, value in outputs.items() if not name.startswith("cache.")}
+
+    def bind(self, feed: dict[str, torch.Tensor]) -> Callable[[], dict[str, torch.Tensor]] | None:
+        """A call that runs one step on the tensors of `feed` (no cache leaves) as they hold when
+        called, the caller writing each step's values into them; the outputs other than the cache
+        by name. None where this session cannot: this one binds only a program that keeps its
+        own cache (no leaves to pass in and out, `Runner.bind_named`); a subclass, which keeps the
+        cache its own way, binds only where it says how (its own `bind`)."""
+        if type(self) is not CacheSession or self._cache:
+            return None
+        return self.runner.bind_named(feed)
 
     def cache(self) -> dict[str, torch.Tensor]:
         """The cache leaves after the last call, as tensors."""

@@ -253,3 +253,49 @@ def test_a_new_prompt_overwrites_the_cache_and_an_overflow_is_refused(llm_export
     assert again.tokens == want
     with pytest.raises(ExportError, match="do not fit the program's cache"):
         runner.generate(torch.zeros((1, CACHE - 2), dtype=torch.long), max_new_tokens=4, min_new_tokens=4)
+
+
+def _eager(model, ids: torch.Tensor, new_tokens: int, **options) -> list[int]:
+    with torch.no_grad():
+        return model.generate(ids, max_new_tokens=new_tokens, **options)[0, ids.shape[1]:].tolist()
+
+
+@pytest.mark.slow
+def test_greedy_runs_the_fast_path_with_generates_tokens_and_anything_else_the_generic_loop(llm_export):
+    """Greedy with end-token stopping takes `greedy.GreedySteps` (the result says so) and gives
+    `generate`'s tokens, on drawn prompt lengths and end tokens; a sampling or penalised config
+    takes the generic loop and gives `generate`'s tokens under the same seed; a state kept between
+    two calls (a chat's) continues where the fast steps left it."""
+    from hfexport import GenerationRunner
+    from hfexport.generation.loop import _State
+
+    result, tokenizer, _, _ = llm_export
+    model, runner = result.model, GenerationRunner.load(result.directory)
+    draw = random.Random(31)
+    for length in (1, draw.randint(2, 8), draw.randint(9, 24)):
+        ids = torch.tensor([[draw.randrange(2, len(tokenizer)) for _ in range(length)]])
+        free = _eager(model, ids, NEW_TOKENS, eos_token_id=None, do_sample=False)
+        # an end token the greedy answer reaches after its first token (a random model may repeat one)
+        later = [token for i, token in enumerate(free) if i and token not in free[:i]]
+        eos = draw.choice(later) if later else free[0]
+        for options in ({"eos_token_id": None}, {"eos_token_id": eos}, {"eos_token_id": [1, eos]}):
+            got = runner.generate(ids, max_new_tokens=NEW_TOKENS, **options)
+            assert got.fast_path == (len(got.tokens) > 1), (length, options)
+            assert got.tokens == _eager(model, ids, NEW_TOKENS, do_sample=False, **options), (length, options)
+            assert got.stopped_at_eos == (options["eos_token_id"] is not None)
+
+    ids = torch.tensor([[draw.randrange(2, len(tokenizer)) for _ in range(5)]])
+    for options in ({"do_sample": True, "top_k": 20, "temperature": 0.7}, {"repetition_penalty": 1.5},
+                    {"min_new_tokens": NEW_TOKENS}):
+        got = runner.generate(ids, max_new_tokens=NEW_TOKENS, seed=7, **options)
+        torch.manual_seed(7)  # eager samples from the global generator, the runner from one seeded alike
+        want = _eager(model, ids, NEW_TOKENS, **{"do_sample": False, **options})
+        assert not got.fast_path and got.tokens == want, options
+
+    config = runner.generation_config(4, eos_token_id=None)
+    state = _State(runner, ids, None, {})
+    first = runner._generate_on(state, ids, ids, config)
+    assert first.fast_path and state.past == ids.shape[1] + 3 and state.fed == ids[0].tolist() + first.tokens[:-1]
+    sequence = torch.tensor([ids[0].tolist() + first.tokens])
+    then = runner._generate_on(state, sequence[:, -1:], sequence, runner.generation_config(5, eos_token_id=None))
+    assert first.tokens + then.tokens == _eager(model, ids, 9, eos_token_id=None, do_sample=False)

@@ -27,7 +27,9 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #     keeps its cache between calls;
 #   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
 # The next token is chosen with transformers' own logits processors (repetition penalty, minimum
-# length, temperature, top-k, top-p), so sampling means what it means in `generate()`.
+# length, temperature, top-k, top-p), so sampling means what it means in `generate()`. Plain
+# greedy decoding (no processor, no per-step logits) on a program holding its cache runs its
+# decode steps in `greedy.GreedySteps`, the feed bound once (`GenerationResult.fast_path`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import numpy as np
 import torch
 
 from ..errors import ExportError
+from .greedy import GreedySteps
 from .package import GenerationExport
 
 __all__ = ["GenerationRunner", "GenerationResult"]
@@ -61,6 +64,7 @@ class GenerationResult:
     text: str | None = None
     logits: list[torch.Tensor] | None = None  # per step, the last position's logits (`output_logits=True`)
     stopped_at_eos: bool = False  # the last token is an end token (else `max_new_tokens` ran out)
+    fast_path: bool = False  # the decode steps after the first token ran `greedy.GreedySteps`
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-able dict (per-step logits left out)."""
@@ -100,6 +104,7 @@ class GenerationRunner:
         self.initial_cache = export.manifest.get("initial_cache", {})
         self._fed: dict[str, list] = {}  # `fed_inputs`, per component
         self._attends: dict[tuple, bool] = {}  # `attends_written_slots`, per record and mask shape
+        self.use_fast_path = True  # greedy decode steps through `greedy.GreedySteps` where they can run
 
     # NOTE: read once per component, not per step: a decode step's own Python work is what
     # `hfexport generate` adds to the runtime's (`bench/genai_decode.py`, `bench/onnx_genai.py`
@@ -183,12 +188,15 @@ class GenerationRunner:
         eos = _as_list(config.eos_token_id)
         processors = _logits_processors(config, eos)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        is_plain_greedy = self.use_fast_path and not (config.do_sample or processors or output_logits)
         if streamer is not None:
             streamer.put(sequence)
+        prompt = sequence[0].tolist()
         tokens: list[int] = []
         raw_logits: list[torch.Tensor] = []
         step_ids = new_ids
-        first_at = decode_start = None
+        first_at = None
+        fast = None
         while len(tokens) < config.max_new_tokens:
             logits = state.step(step_ids)
             if output_logits:
@@ -205,9 +213,14 @@ class GenerationRunner:
             if streamer is not None:
                 streamer.put(next_token[0])
             if first_at is None:
-                first_at = decode_start = time.perf_counter()
+                first_at = time.perf_counter()
             if token in eos:
                 break
+            if is_plain_greedy and len(tokens) == 1 < config.max_new_tokens:  # the decode steps, where they can
+                fast = GreedySteps.of(state, config.max_new_tokens - 1)
+                if fast is not None:
+                    fast.run(tokens, config.max_new_tokens, frozenset(eos), streamer)
+                    break
         if streamer is not None:
             streamer.end()
         end = time.perf_counter()
@@ -215,12 +228,13 @@ class GenerationRunner:
         tokenizer = self.export.tokenizer
         return GenerationResult(
             tokens=tokens,
-            prompt=sequence[0, :sequence.shape[1] - len(tokens)].tolist(),
+            prompt=prompt,
             time_to_first_token_s=(first_at or end) - start,
-            tokens_per_s=decoded / (end - decode_start) if decoded > 0 and end > decode_start else float("nan"),
+            tokens_per_s=decoded / (end - first_at) if decoded > 0 and end > first_at else float("nan"),
             text=tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
             logits=raw_logits if output_logits else None,
             stopped_at_eos=bool(tokens) and tokens[-1] in eos,
+            fast_path=fast is not None,
         )
 
     def score(self, input_ids: Any, tokens: list[int], **encoder_inputs: Any) -> list[torch.Tensor]:

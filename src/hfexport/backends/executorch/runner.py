@@ -8,6 +8,7 @@ the one its export wrote; in memory (validation before saving), from a scratch c
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,27 @@ class ExecutorchRunner(Runner):
         return "f32 (as exported)"
 
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
-        outputs = self.method.execute([leaf.contiguous() for leaf in leaves])
-        # A method whose graph writes into its inputs (a static cache) returns those writes first:
-        # [written cache x N, logits, cache x N] (the README's static-cache section). The user outputs are the last ones.
+        return self._user_outputs(self.method.execute([leaf.contiguous() for leaf in leaves]))
+
+    def bind_named(self, feed: dict[str, torch.Tensor]) -> Callable[[], dict[str, torch.Tensor]] | None:
+        """`Runner.bind_named`: `execute` on the same list of `feed`'s tensors each call (the
+        method reads them at each call; contiguous ones only, as `run_flat` would pass them)."""
+        leaves = [feed[name] for name in self.record.input_names]
+        if not all(leaf.is_contiguous() for leaf in leaves):
+            return None
+        execute, names, outputs_of = self.method.execute, self.record.output_names, self._user_outputs
+        return lambda: dict(zip(names, outputs_of(execute(leaves))))
+
+    def _user_outputs(self, outputs: list[Any]) -> list[torch.Tensor]:
+        """The method's outputs in `record.output_names` order.
+
+        A method whose graph writes into its inputs (a static cache) returns those writes first:
+        [written cache x N, logits, cache x N] (the README's static-cache section). The user
+        outputs are the last ones; a None output (an empty `hidden_states` entry) has no tensor.
+        """
         skip = self.record.details.get("input_mutations", 0)
         return [out if isinstance(out, torch.Tensor) else torch.as_tensor(out) for out in outputs[skip:]
-                if out is not None]  # a None output (an empty `hidden_states` entry) has no tensor
+                if out is not None]
 
 
 class _ModuleForward:
