@@ -10,7 +10,7 @@ import torch
 
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.errors import ValidationError
-from hfexport.generation.accuracy import INT4_CRITERIA, INT8_CRITERIA
+from hfexport.generation.accuracy import INT4_CRITERIA, INT8_CRITERIA, INT8_DYNAMIC_INT4_CRITERIA
 from hfexport.job import export_to_folder
 from hfexport.presets import build_preset
 from tests.harness import require_backend
@@ -97,3 +97,18 @@ def test_default_criteria_write_a_correct_int4_export_and_refuse_a_broken_one(br
     with pytest.raises(ValidationError, match=r"differs from eager PyTorch \(cosine similarity 0\.\d+ for logits\)"):
         export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE, quantize=quantize)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("scheme", "criteria"), [
+    ("int4-weights", INT4_CRITERIA), ("int8-dynamic", INT8_CRITERIA), ("int8-weights", INT8_CRITERIA),
+    ("int8-dynamic-int4-weights", INT8_DYNAMIC_INT4_CRITERIA), (None, None),
+])
+def test_each_scheme_is_judged_by_the_criteria_measured_for_it(scheme, criteria):
+    """8da4w's whole-prompt logits floor is its own (measured on SmolLM2: 0.828 where weight-only
+    int4 keeps 0.999); the step floors that catch a broken quantizer are int4's."""
+    from hfexport.generation.accuracy import quantized_criteria
+
+    assert quantized_criteria(scheme) == criteria
+    if criteria is INT8_DYNAMIC_INT4_CRITERIA:
+        assert criteria.min_cosine < 0.8 and (criteria.min_agreement, criteria.min_mean_cosine) == \
+            (INT4_CRITERIA.min_agreement, INT4_CRITERIA.min_mean_cosine)
