@@ -131,7 +131,7 @@ def run_one(model_name: str, scheme: str, cache: int) -> dict:
         for prompt in prompts:
             eager, ours, pipe = _eager(model, prompt, new_tokens), _runner(folder, prompt, new_tokens), \
                 _pipeline(folder, prompt, new_tokens)
-            answer = _answer(eager["tokens"], getattr(tokenizer, "eos_token_id", None))  # the steps up to eager's end token
+            answer = _answer(ours["tokens"], getattr(tokenizer, "eos_token_id", None))  # the answer before its end token
             entry = {"prompt_tokens": prompt.shape[1], "eager": eager, "runner": ours, "pipeline": pipe,
                      "answer_tokens": answer,
                      "runner_tokens_equal_eager": ours["tokens"][:answer] == eager["tokens"][:answer],
@@ -147,12 +147,13 @@ def run_one(model_name: str, scheme: str, cache: int) -> dict:
 
 
 def _answer(tokens: list[int], eos: int | None) -> int:
-    """How many of `tokens` the answer is: up to and with the first `eos` (all where none).
+    """How many of `tokens` come before the first `eos` (all where there is none).
 
-    The timed runs generate a fixed number of tokens past the end of the answer; what follows a
-    chat model's end-of-turn token is text it was never trained to continue, where fp32 rounding
-    differences between runtimes flip near-tied tokens, so tokens are compared up to that end."""
-    return tokens.index(eos) + 1 if eos is not None and eos in tokens else len(tokens)
+    The timed runs force a number of tokens: eager's `min_new_tokens` forbids the end token and
+    picks the next best there, while the runner (`eos_token_id=None`) and `LLMPipeline`
+    (`ignore_eos`) take it and go on after it. So the three agree up to the answer's end token and
+    are compared there."""
+    return tokens.index(eos) if eos is not None and eos in tokens else len(tokens)
 
 
 def _mean(row: dict, side: str, key: str) -> float:
@@ -163,7 +164,7 @@ def markdown(results: list[dict]) -> str:
     """The results as a Markdown table: one line per row, prompts averaged, misses marked."""
     lines = ["| model | scheme | cache | eager tok/s | hfexport generate tok/s (x eager, target) | LLMPipeline tok/s "
              "(x eager) | hfexport / LLMPipeline | TTFT ms: eager, hfexport, LLMPipeline (x eager, target 0.3) "
-             "| tokens to eager's end token: hfexport = eager, LLMPipeline = hfexport | int4 agreement | MB | export s |",
+             "| tokens before the end token: hfexport = eager, LLMPipeline = hfexport | int4 agreement | MB | export s |",
              "|" + "---|" * 12]
     for r in results:
         if "error" in r:

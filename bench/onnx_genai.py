@@ -199,10 +199,7 @@ def _chat_accuracy(model, tokenizer, folder: Path, runner, cache: int, precision
         genai = _genai_tokens(genai_model, ids[0].tolist(), ACCURACY_TOKENS, cache)[2]
         agreement = greedy_agreement(folder, model, {"input_ids": ids}, generation_config=generation_config,
                                      new_tokens=ACCURACY_TOKENS)
-        # compared up to eager's end-of-turn token: what follows it is no answer (`genai_decode._answer`)
-        end = eager.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in eager else len(eager)
-        out.append({"prompt": text, "hfexport_equal": ours[:end] == eager[:end], "genai_equal": genai[:end] == eager[:end],
-                    "answer_tokens": end,
+        out.append({"prompt": text, "hfexport_equal": ours == eager, "genai_equal": genai == eager,
                     "agreement": round(agreement.agreement, 3), "answer": tokenizer.decode(ours, skip_special_tokens=True)})
     return {"prompts": out, "agreement": round(min(p["agreement"] for p in out), 3),
             "tokens_equal": all(p["hfexport_equal"] and p["genai_equal"] for p in out)}

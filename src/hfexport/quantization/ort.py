@@ -90,6 +90,7 @@ class OrtQuantizer(ExportQuantizer):
         self.block_size = block_size
         self.accuracy_level = accuracy_level
         self.is_symmetric = is_symmetric
+        self.notes: dict[str, Any] = {}
 
     @property
     def needs_calibration(self) -> bool:
@@ -154,17 +155,23 @@ class OrtQuantizer(ExportQuantizer):
             DefaultWeightOnlyQuantizer,
         )
 
-        bits = _NBITS[self.scheme]
-        quantizer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
+        quantizers = {bits: DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
             block_size=self.block_size, is_symmetric=self.is_symmetric, accuracy_level=self.accuracy_level or None,
-            bits=bits))
-        graph, replaced = model.graph, 0
+            bits=bits)) for bits in {_NBITS[self.scheme], 8}}
+        graph, replaced, heads = model.graph, 0, []
         for node in list(graph):
             weight = _constant_weight(node)
             if weight is None:
                 continue
+            # a tied head (the embedding's table) at 8 bits: int4 there cost a tiny random Gemma-3 its
+            # logits' cosine (0.977 against the int4 floor 0.99); NNCF and OpenVINO keep it at int8 too
+            bits = 8 if node.op_type == "FusedMatMul" else _NBITS[self.scheme]
+            quantizer = quantizers[bits]
+            if node.op_type == "FusedMatMul":
+                heads.append(weight.name)
             # a folded Transpose is a strided view; the quantizer's kernel reads rows in order
-            array = np.ascontiguousarray(weight.const_value.numpy())
+            array = weight.const_value.numpy()
+            array = np.ascontiguousarray(array.T if node.op_type == "FusedMatMul" else array)
             bfloat16 = weight.const_value.dtype == ir.DataType.BFLOAT16
             packed, scales, zero_points = quantizer.qbits_block_quant(array.astype(np.float32) if bfloat16 else array)
             if bfloat16:
@@ -189,8 +196,13 @@ class OrtQuantizer(ExportQuantizer):
             replaced += 1
         if not replaced:
             raise self._nothing_to_quantize()
+        self.notes = {"tied_head": {"weights": heads, "bits": 8}} if heads else {}
         model.opset_imports.setdefault("com.microsoft", 1)
         return model
+
+    def details(self) -> dict[str, Any]:
+        """What the last quantization decided per layer: a tied LM head at 8 bits (`_constant_weight`)."""
+        return dict(self.notes)
 
     def _matmul_nbits(self, proto: Any) -> Any:
         """`proto` with its constant-weight MatMuls replaced by `MatMulNBits` (weight-only schemes)."""
@@ -221,10 +233,24 @@ class OrtQuantizer(ExportQuantizer):
 
 def _constant_weight(node: Any) -> Any:
     """The weight of `node` when it is a MatMul whose second input is a 2-D float initializer (what
-    `MatMulNBits` takes), else `None`."""
+    `MatMulNBits` takes), or a `FusedMatMul` computing `x @ weight^T` and nothing more, else `None`.
+
+    # NOTE: the second is a tied LM head. Its weight is the token embedding's table `[vocab,
+    # hidden]`, which the Gather reads as it is, so onnxscript's fusions (0.7.2) fold the head's
+    # transpose into `FusedMatMul(x, table, transB=1)`; left in fp32 it was the biggest matmul of
+    # SmolLM2-135M's int4 decode (49152 x 576, 21% of the weights), which decoded at 0.59x
+    # onnxruntime-genai's builder, which quantizes the head (`bench/RESULTS.md`, issue 31).
+    """
     import onnx_ir as ir
 
-    if node.op_type != "MatMul" or node.domain not in ("", "ai.onnx") or len(node.inputs) != 2:
+    if node.op_type == "FusedMatMul" and node.domain == "com.microsoft":
+        plain = {"transA": 0, "transB": 1, "transBatchA": 0, "transBatchB": 0}
+        if any(node.attributes.get_int(name, 0) != want for name, want in plain.items()) \
+                or node.attributes.get_float("alpha", 1.0) != 1.0:
+            return None
+    elif node.op_type != "MatMul" or node.domain not in ("", "ai.onnx"):
+        return None
+    if len(node.inputs) != 2:
         return None
     weight = node.inputs[1]
     if weight is None or not weight.is_initializer() or weight.const_value is None:
