@@ -164,14 +164,7 @@ def test_a_sliding_window_is_groupqueryattentions_local_window(windowed):
 
 def test_a_sliding_window_generates_eagers_tokens_in_both_runners(windowed):
     """Past the window on every step: `hfexport generate` and onnxruntime-genai give eager's tokens."""
-    from hfexport import GenerationRunner
-
-    model, prompt, folder = windowed
-    want = _eager_tokens(model, prompt)
-    got = GenerationRunner.load(folder).generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
-    assert got.tokens == want
-    og = pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
-    assert _genai_tokens(og, folder, prompt) == want
+    _both_runners_give_eagers_tokens(*windowed)
 
 
 SOFTCAP, SOFTCAP_WINDOW, SOFTCAP_SCALAR = _DRAW.choice([0.5, 1.0, 2.0]), _DRAW.randint(3, 8), _DRAW.choice([1, 2, 3])
@@ -230,9 +223,12 @@ def test_a_softcap_is_groupqueryattentions_softcap(softcapped):
 
 def test_a_softcap_generates_eagers_tokens_in_both_runners(softcapped):
     """Past the window on every step: `hfexport generate` and onnxruntime-genai give eager's tokens."""
+    _both_runners_give_eagers_tokens(*softcapped)
+
+
+def _both_runners_give_eagers_tokens(model, prompt, folder) -> None:
     from hfexport import GenerationRunner
 
-    model, prompt, folder = softcapped
     want = _eager_tokens(model, prompt)
     got = GenerationRunner.load(folder).generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
     assert got.tokens == want
