@@ -17,7 +17,7 @@ _WEIGHT_MODES = {"int8-weights": "INT8_ASYM", "int4-weights": "INT4_SYM"}
 #: channel (NNCF's backup precision), and 80% of the other linear layers' weights int4, the 20% whose
 #: int4 error is largest int8 (`ratio=0.8`, NNCF's data-free mixed precision). Measured on
 #: SmolLM2-135M-Instruct (`bench/RESULTS.md`, "What a quantized export of a real LLM is judged by"):
-#: with every layer int4 (`ratio=1.0`) the accuracy gate refused the export (mean step cosine 0.747
+#: with every layer int4 (`ratio=1.0`) the accuracy gate refused the export (mean step cosine 0.7486
 #: on its sample prompt, teacher-forced agreement 0.62 on a chat prompt); `ratio=0.8` gives
 #: 0.75-0.85 agreement and 0.85-0.92 mean step cosine on the same prompts, more than AWQ and scale
 #: estimation on the chat prompts (0.73-0.79, 0.84-0.85) and without data. On ONNX and
