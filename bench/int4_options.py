@@ -94,7 +94,8 @@ def _row(name: str, seconds: float, prompts, scores) -> None:
     cells = ", ".join(f"{p[:12]!r} {a:.2f}/{c:.3f}" for p, (a, c) in zip(prompts, scores))
     agreements, cosines = [a for a, _ in scores], [c for _, c in scores]
     print(f"| {name} | {min(agreements):.2f}-{max(agreements):.2f} (mean {np.mean(agreements):.3f}) | "
-          f"{min(cosines):.3f}-{max(cosines):.3f} (mean {np.mean(cosines):.3f}) | {cells} | {seconds:.0f} |", flush=True)
+          f"{min(cosines):.3f}-{max(cosines):.3f} (mean {np.mean(cosines):.3f}) | {cells} | {seconds:.0f} |",
+          flush=True)
 
 
 def run_openvino(model, tokenizer, only):
@@ -109,7 +110,8 @@ def run_openvino(model, tokenizer, only):
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids, attention_mask):  # the mask given: transformers' packed-sequence check (aten::diff) stays out
+        # the mask given, transformers' packed-sequence check (aten::diff, which OpenVINO cannot convert) stays out
+        def forward(self, input_ids, attention_mask):
             return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
     example = references[0][0]
@@ -153,9 +155,9 @@ def run_torchao(model_factory, tokenizer, only):
             grouped = bits == 4 and linear.in_features % group == 0  # int8: one scale per row
             granularity = PerGroup(group) if grouped else PerAxis(0)
             linear.weight = torch.nn.Parameter(linear.weight.detach().clone(), requires_grad=False)  # untied
-            config = Int8DynamicActivationIntxWeightConfig(weight_dtype=getattr(torch, f"int{bits}"),
-                                                           weight_granularity=granularity,
-                                                           intx_choose_qparams_algorithm=IntxChooseQParamsAlgorithm(algorithm))
+            config = Int8DynamicActivationIntxWeightConfig(
+                weight_dtype=getattr(torch, f"int{bits}"), weight_granularity=granularity,
+                intx_choose_qparams_algorithm=IntxChooseQParamsAlgorithm(algorithm))
             quantize_(linear, config, filter_fn=lambda module, _, target=linear: module is target)
         seconds = time.perf_counter() - started
         with torch.no_grad():
@@ -180,7 +182,8 @@ def main() -> None:
     def load():
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
-    print("| option | agreement, lowest-highest prompt | mean step cosine | per prompt (agreement/cosine) | quantize s |")
+    print("| option | agreement, lowest-highest prompt | mean step cosine | per prompt (agreement/cosine) "
+          "| quantize s |")
     print("|---|---|---|---|---|")
     if args.openvino:
         run_openvino(load(), tokenizer, args.only)
