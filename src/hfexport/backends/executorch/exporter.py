@@ -335,7 +335,9 @@ def _check_plan_size(program: Any, captured: Capture, model: torch.nn.Module) ->
         f"bounds ({bounds})",
         model=model_name(model),
         remedy="lower the bounds: ExecutorchConfig(max_sequence_length=..., max_batch_size=...) or "
-        "dynamic_shapes={...: Dim(max=...)}, or export with dynamic=False",
+        "dynamic_shapes={...: Dim(max=...)}, or export with dynamic=False (CLI: --max-sequence-length N, "
+        "--max-batch-size N; for an LLM's generation export, --static-cache N, the program ExecuTorch's LLM "
+        "runner runs, which plans its prompt at N tokens)",
     )
 
 
