@@ -163,18 +163,19 @@ class OrtQuantizer(ExportQuantizer):
             weight = _constant_weight(node)
             if weight is None:
                 continue
-            # a tied head (the embedding's table) at 8 bits, as NNCF's backup precision keeps a head; on
-            # SmolLM2 int4 decode then ran at 0.98x the builder's (head int4) with the teacher-forced
-            # agreement of the fp32 head (0.71-0.79); an int4 head was not measured
-            bits = 8 if node.op_type == "FusedMatMul" else _NBITS[self.scheme]
-            quantizer = quantizers[bits]
-            if node.op_type == "FusedMatMul":
+            # a head tied to the embedding (its table, which a Gather reads too) at 8 bits, as NNCF's
+            # backup precision keeps a head; on SmolLM2 int4 decode then ran at 0.98x the builder's (head
+            # int4) with the teacher-forced agreement of the fp32 head (0.71-0.79); int4 there not measured
+            tied = any(use.node.op_type == "Gather" for use in weight.uses())
+            bits = 8 if tied else _NBITS[self.scheme]
+            if tied:
                 heads.append(weight.name)
             # a folded Transpose is a strided view; the quantizer's kernel reads rows in order
             array = weight.const_value.numpy()
             array = np.ascontiguousarray(array.T if node.op_type == "FusedMatMul" else array)
             bfloat16 = weight.const_value.dtype == ir.DataType.BFLOAT16
-            packed, scales, zero_points = quantizer.qbits_block_quant(array.astype(np.float32) if bfloat16 else array)
+            packed, scales, zero_points = quantizers[bits].qbits_block_quant(
+                array.astype(np.float32) if bfloat16 else array)
             if bfloat16:
                 scales = scales.astype(array.dtype)
             rows, cols = array.shape
@@ -236,9 +237,10 @@ def _constant_weight(node: Any) -> Any:
     """The weight of `node` when it is a MatMul whose second input is a 2-D float initializer (what
     `MatMulNBits` takes), or a `FusedMatMul` computing `x @ weight^T` and nothing more, else `None`.
 
-    # NOTE: the second is a tied LM head. Its weight is the token embedding's table `[vocab,
-    # hidden]`, which the Gather reads as it is, so onnxscript's fusions (0.7.2) fold the head's
-    # transpose into `FusedMatMul(x, table, transB=1)`; left in fp32 it was the biggest matmul of
+    # NOTE: the second is where an LM head reads the token embedding's table `[vocab, hidden]` itself
+    # (tied), which the Gather reads as it is: onnxscript (0.7.2) left SmolLM2's 49152 x 576 table
+    # unfolded and fused the head's transpose into `FusedMatMul(x, table, transB=1)` (a small table's
+    # transpose is folded into a copy, a plain MatMul); left in fp32 it was the biggest matmul of
     # SmolLM2-135M's int4 decode (49152 x 576, 21% of the weights), which decoded at 0.59x
     # onnxruntime-genai's builder, which quantizes the head (`bench/RESULTS.md`, issue 31).
     """

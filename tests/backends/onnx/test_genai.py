@@ -234,3 +234,29 @@ def _both_runners_give_eagers_tokens(model, prompt, folder) -> None:
     assert got.tokens == want
     og = pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
     assert _genai_tokens(og, folder, prompt) == want
+
+
+def test_an_int4_export_with_a_tied_head_runs_in_onnxruntime_genai(tmp_path):
+    """A tied head whose table is too large for onnxscript to fold its transpose (SmolLM2's case,
+    here 32768 x 64) is read through `FusedMatMul`; the int4 export quantizes it (8 bits, the
+    record's `tied_head`), passes its own validation, and onnxruntime-genai runs the folder with
+    the tokens `hfexport generate` gives."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hfexport import AutoExportConfig, GenerationRunner
+    from hfexport.job import export_to_folder
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32768, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                                         max_position_embeddings=256, bos_token_id=1, eos_token_id=2)).eval()
+    prompt = torch.randint(3, 32768, (1, 8), generator=torch.Generator().manual_seed(1))
+    folder = tmp_path / "export"
+    result = export_to_folder((model, {"input_ids": prompt}), AutoExportConfig.from_dict(
+        {"export_format": "onnx", "dynamic": True}), folder, generate=True, static_cache=CACHE, quantize="int4-weights")
+    quantization = result.report["components"]["decode"]["record"]["quantization"]
+    assert quantization["tied_head"] == {"weights": ["model.lm_head.weight"], "bits": 8}
+    assert quantization["float_matmuls"] == 0
+    got = GenerationRunner.load(folder).generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+    og = pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
+    assert _genai_tokens(og, folder, prompt) == got.tokens
