@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -36,6 +37,8 @@ from .generation.accuracy import default_min_agreement, quantized_criteria
 
 __all__ = ["export_to_folder", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
            "default_min_agreement"]
+
+logger = logging.getLogger("hfexport")
 
 
 @dataclasses.dataclass
@@ -151,13 +154,17 @@ def export_to_folder(
         static_cache: the static-cache export of the README in one argument: one `decode` graph over a
             static cache of this many tokens that also prefills (`generate`, `multi_token_decode`
             and `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`).
-        llm_runner: with `static_cache` and ExecuTorch: one `decode` program shaped for ExecuTorch's
-            own LLM runner (`backends/executorch/llm.py`): `forward(input_ids, input_pos)` over a
-            cache held in the program, the runner's constant methods, and `tokenizer.json` in the
-            folder. `None` (default): that program where it can serve the export, else the
-            static-cache components with a warning and the report's `llm_runner` saying why
-            (`backends/executorch/llm_export.py`); `True`: that program or `PrepareError`;
-            `False`: the static-cache components (the cache as method inputs).
+        llm_runner: with `generate` (or `static_cache`) and ExecuTorch: one `decode` program shaped
+            for ExecuTorch's own LLM runner (`backends/executorch/llm.py`): `forward(input_ids,
+            input_pos)` over a cache held in the program, the runner's constant methods, and
+            `tokenizer.json` in the folder; its cache holds `static_cache` tokens, or where none is
+            named (nor a `generation_config`) `ExecutorchConfig.max_sequence_length`, else the
+            model's positions up to 2048 (the report's `llm_runner.cache` says which). `None`
+            (default): that program where it can serve the export, else the static-cache components
+            (with `static_cache`; a warning) or the dynamic-cache ones (a plain `generate`), the
+            report's `llm_runner` saying why (`backends/executorch/llm_export.py`); with static
+            shapes (`dynamic=False`) a plain `generate` keeps the components. `True`: that program
+            or `PrepareError`; `False`: the components (the cache as method inputs).
         validate: run each artifact in its runtime against eager before anything is written.
         atol, rtol: validation tolerance (default per format).
         min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
@@ -196,8 +203,13 @@ def export_to_folder(
     from .storage import check_output_folder
 
     if llm_runner:
-        _check_llm_runner(config, static_cache)
+        _check_llm_runner(config, static_cache, generate, generation_config)
     llm_cache = static_cache if llm_runner is not False and config.export_format == "executorch" else None
+    # a plain generation export on ExecuTorch: the LLM-runner program over a bounded cache where it
+    # serves the model (backends/executorch/llm_export.py, its second NOTE), decided once loaded
+    # (static shapes, `--static`, keep the components unless the program is asked for by name)
+    llm_default = (config.export_format == "executorch" and generate and static_cache is None
+                   and generation_config is None and (llm_runner or (llm_runner is None and config.dynamic)))
     if static_cache is not None:
         generation_config = _static_cache(static_cache, generation_config)
         generate = multi_token_decode = True
@@ -213,11 +225,20 @@ def export_to_folder(
     with steps.step(f"loading {_describe(model)}{f' ({gguf_file})' if gguf_file else ''}"):
         loaded = _load(model, prompt, gguf_file)
     config = _with_quantizer(config, quantize, loaded.inputs)
+    cache_note = None
+    if llm_default:
+        from .backends.executorch.llm_export import default_cache_length
+
+        llm_cache, why = default_cache_length(loaded.model, config.max_sequence_length)
+        cache_note = {"tokens": llm_cache, "from": why}
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
         components, config, llm_fallback = _components(exporter, config, loaded, generate, generation_config,
                                                        multi_token_decode, llm_cache=llm_cache,
-                                                       llm_required=bool(llm_runner))
+                                                       llm_required=bool(llm_runner), llm_default=llm_default)
     is_llm_program = llm_cache is not None and llm_fallback is None
+    if llm_default and is_llm_program:  # generated, gated and saved as the static-cache export it is
+        generation_config = _static_cache(llm_cache, None)
+        multi_token_decode = True
     if len(components) > 1:
         steps.total = (steps.total or 0) + len(components) - 1
 
@@ -250,14 +271,14 @@ def export_to_folder(
     if llm_fallback is not None:
         from .backends.executorch.llm_export import fallback_note
 
-        report["llm_runner"] = fallback_note(llm_fallback)
+        report["llm_runner"] = fallback_note(llm_fallback, static=not llm_default)
     gate = None
     if validate and generate and criteria is not None:
         gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
                               min_agreement if min_agreement is not None else criteria.min_agreement, min_mean_cosine)
         steps.total = (steps.total or 0) + 1
     checks = [check for check in (
-        is_llm_program and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer)),
+        is_llm_program and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer, cache_note)),
         gate and (lambda folder: _checked(gate, folder, steps))) if check]
     with steps.step(f"writing {target}"):
         saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report,
@@ -278,19 +299,24 @@ def _static_cache(length: int, generation_config: Any) -> Any:
     return GenerationConfig(cache_implementation="static", max_cache_len=length)
 
 
-def _check_llm_runner(config: ExportConfig, static_cache: int | None) -> None:
-    if config.export_format != "executorch" or static_cache is None:
-        raise ValueError("llm_runner (--llm-runner) shapes a static-cache ExecuTorch program for ExecuTorch's LLM "
-                         f"runner: export with format executorch and static_cache=N (--static-cache N); got format "
-                         f"{config.export_format!r}, static_cache={static_cache!r}")
+def _check_llm_runner(config: ExportConfig, static_cache: int | None, generate: bool, generation_config: Any) -> None:
+    if config.export_format != "executorch" or not (generate or static_cache is not None):
+        raise ValueError("llm_runner (--llm-runner) shapes a generation export for ExecuTorch's LLM runner: export "
+                         "with format executorch and generate=True (--generate; static_cache=N, --static-cache N, "
+                         f"for the cache's length); got format {config.export_format!r}, generate={generate!r}, "
+                         f"static_cache={static_cache!r}")
+    if generation_config is not None and static_cache is None:
+        raise ValueError("llm_runner (--llm-runner) sizes the program's cache from static_cache=N (--static-cache N), "
+                         "not from a generation_config: pass static_cache=N instead")
 
 
-def place_runner_tokenizer(folder: Path, tokenizer: Any) -> dict[str, Any]:
+def place_runner_tokenizer(folder: Path, tokenizer: Any, cache: dict[str, Any] | None = None) -> dict[str, Any]:
     """The tokenizer file ExecuTorch's LLM runner reads, placed in the export `folder`
-    (`backends.executorch.llm_export.runner_tokenizer`); what the report says of it."""
+    (`backends.executorch.llm_export.runner_tokenizer`); what the report says of it, with the
+    cache's length and where it comes from when the export did not name it (`cache`)."""
     from .backends.executorch.llm_export import runner_tokenizer
 
-    return {"llm_runner": runner_tokenizer(folder, tokenizer)}
+    return {"llm_runner": {**runner_tokenizer(folder, tokenizer), **({"cache": cache} if cache else {})}}
 
 
 def _describe(model: Any) -> str:
@@ -328,19 +354,28 @@ def _with_quantizer(config: ExportConfig, quantize: Any, inputs: dict[str, Any])
 
 
 def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,
-                multi_token_decode: bool, *, llm_cache: int | None = None,
-                llm_required: bool = False) -> tuple[dict[str, Any], ExportConfig, str | None]:
+                multi_token_decode: bool, *, llm_cache: int | None = None, llm_required: bool = False,
+                llm_default: bool = False) -> tuple[dict[str, Any], ExportConfig, str | None]:
     """`{name: (module, kwargs)}` (the whole model, its generation components as the exporter
     plans them, or, with `llm_cache` the cache's length, the one program ExecuTorch's LLM runner
     drives), the config to export them with, and why the LLM-runner program was not made where
-    it was not `llm_required` and could not serve the export (`None` otherwise)."""
+    it was not `llm_required` and could not serve the export (`None` otherwise). With
+    `llm_default` (a plain `--generate`, no cache named) the fallback is the dynamic-cache
+    components `generation_config` asks for, said at info level; else the static-cache ones,
+    with a warning."""
     fallback = None
     if llm_cache is not None:
-        from .backends.executorch.llm_export import default_llm_component, llm_component
+        from .backends.executorch.llm_export import default_llm_component, llm_component, try_llm_component
 
         if llm_required:
             return llm_component(loaded.model, loaded.inputs, llm_cache), config, None
-        program, fallback = default_llm_component(loaded.model, loaded.inputs, llm_cache)
+        if llm_default:
+            program, fallback = try_llm_component(loaded.model, loaded.inputs, llm_cache)
+            if fallback is not None:
+                logger.info("%s; exporting the dynamic-cache generation components (hfexport generate runs them, "
+                            "ExecuTorch's TextLLMRunner cannot load them)", fallback)
+        else:
+            program, fallback = default_llm_component(loaded.model, loaded.inputs, llm_cache)
         if program is not None:
             return program, config, None
     if not generate:

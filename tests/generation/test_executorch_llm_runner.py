@@ -128,14 +128,65 @@ def test_the_job_falls_back_to_the_static_cache_components_with_the_reason(caplo
         _components(exporter, config, loaded, True, _static_cache(32, None), True, llm_cache=32, llm_required=True)
 
 
-def test_llm_runner_needs_executorch_and_a_static_cache(tmp_path):
+def test_llm_runner_needs_executorch_and_a_generation_export(tmp_path):
+    from transformers import GenerationConfig
+
     from hfexport import ExecutorchConfig, OnnxConfig
     from hfexport.job import export_to_folder
 
-    with pytest.raises(ValueError, match="static_cache"):
+    with pytest.raises(ValueError, match="generate=True"):
         export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "a", llm_runner=True)
     with pytest.raises(ValueError, match="format executorch"):
         export_to_folder("tiny:llama", OnnxConfig(), tmp_path / "b", static_cache=32, llm_runner=True)
+    with pytest.raises(ValueError, match="pass static_cache=N"):
+        export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "c", generate=True, llm_runner=True,
+                         generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("positions", "bound", "want"), [
+    (128, None, 128), (2048, None, 2048), (8192, None, 2048), (8192, 300, 300), (64, 300, 300)])
+def test_a_plain_generation_export_sizes_the_cache_from_the_bound_or_the_models_positions(positions, bound, want):
+    """`default_cache_length`: `ExecutorchConfig.max_sequence_length` where given, else the
+    model's positions up to `DEFAULT_CACHE_LENGTH`, and the reason names the way to change it."""
+    pytest.importorskip("executorch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hfexport.backends.executorch.llm_export import DEFAULT_CACHE_LENGTH, default_cache_length
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, max_position_embeddings=positions))
+    length, why = default_cache_length(model, bound)
+    assert length == want
+    if bound is not None:
+        assert "max_sequence_length" in why
+    elif positions > DEFAULT_CACHE_LENGTH:
+        assert "--static-cache N" in why and str(positions) in why
+    else:
+        assert "max_position_embeddings" in why
+
+
+def test_a_plain_generation_export_the_program_cannot_serve_gets_the_dynamic_cache_components(caplog):
+    """`llm_default`: where the program cannot serve a plain `--generate` (a batch of two here), the
+    components `generate` exported before (a dynamic cache: no `input_pos`, the cache as inputs),
+    said at info level, not warned; the report's note names the dynamic-cache components."""
+    pytest.importorskip("executorch")
+    from hfexport import AutoHfExporter, ExecutorchConfig
+    from hfexport.backends.executorch.llm_export import fallback_note
+    from hfexport.job import _components
+    from hfexport.loading import LoadedModel
+    from hfexport.presets import build_preset
+
+    model, inputs = build_preset("llama")
+    loaded = LoadedModel(model, _batch_of_two(model, inputs), "llama")
+    exporter, config = AutoHfExporter.from_config(ExecutorchConfig()).for_folder(), ExecutorchConfig(dynamic=True)
+    with caplog.at_level("INFO", logger="hfexport"):
+        components, _, why = _components(exporter, config, loaded, True, None, False, llm_cache=128,
+                                         llm_default=True)
+    assert "input_pos" not in str(components) and {"prefill", "decode"} <= set(components)
+    assert "holds 2 sequences" in why and "dynamic-cache" in caplog.text
+    assert not [r for r in caplog.records if r.name == "hfexport" and r.levelname == "WARNING"]
+    assert "dynamic-cache" in fallback_note(why, static=False)["fallback"]
 
 
 def _tokenizer():
@@ -158,12 +209,16 @@ def _tokenizer():
 @pytest.fixture(scope="module")
 def llm_export(tmp_path_factory):
     """A tiny random Llama (key/value heads and head size drawn) and its tokenizer saved with
-    `save_pretrained`, exported with `static_cache=N` alone: the LLM-runner program is the default
-    of an ExecuTorch static-cache export (one export for the module)."""
+    `save_pretrained`, its config allowing 4x `DEFAULT_CACHE_LENGTH` positions, exported with a plain
+    `generate=True` and `ExecutorchConfig(max_sequence_length=N)` (`--max-sequence-length N`): the
+    LLM-runner program over a cache of N is the default of an ExecuTorch generation export (one
+    export for the module; `--static-cache N` reaches the same program: test_external_weights.py,
+    test_real_llm.py)."""
     require_backend("executorch")
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from hfexport import ExecutorchConfig
+    from hfexport.backends.executorch.llm_export import DEFAULT_CACHE_LENGTH
     from hfexport.job import export_to_folder
 
     draw = random.Random(30)
@@ -172,12 +227,13 @@ def llm_export(tmp_path_factory):
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim,
-                         max_position_embeddings=128, bos_token_id=0, eos_token_id=1)
+                         max_position_embeddings=4 * DEFAULT_CACHE_LENGTH, bos_token_id=0, eos_token_id=1)
     source = tmp_path_factory.mktemp("llm-source")
     LlamaForCausalLM(config).eval().save_pretrained(source)
     tokenizer.save_pretrained(source)
     out = tmp_path_factory.mktemp("llm-export") / "out"
-    result = export_to_folder(str(source), ExecutorchConfig(dynamic=True), out, static_cache=CACHE, prompt=PROMPT)
+    result = export_to_folder(str(source), ExecutorchConfig(dynamic=True, max_sequence_length=CACHE), out,
+                              generate=True, prompt=PROMPT)
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
         eager = result.model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
@@ -201,6 +257,8 @@ def test_the_program_holds_its_cache_and_says_what_the_runner_reads(llm_export):
         "use_sdpa_with_kv_cache": False, "enable_dynamic_shape": True, "get_bos_id": 0, "get_eos_ids": [1]}
     assert record["kernel_libraries"] == ["llama"] and "llm_custom_ops" not in record
     assert result.report["llm_runner"]["tokenizer"] == "tokenizer.json"
+    assert result.report["llm_runner"]["cache"] == {"tokens": CACHE, "from": "ExecutorchConfig.max_sequence_length "
+                                                                            "(--max-sequence-length)"}
     assert (result.directory / "tokenizer.json").is_file()
     assert result.reports["decode"].passed and len(result.reports["decode"].cases) >= 2  # validated against eager
 

@@ -82,6 +82,11 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     if source := summary.get("weights_from"):
         print(f"  weights:        from {source['format'].upper()} {source['file']} ({source['quantization']}), "
               f"dequantized to {source['dequantized_to']}")
+    if (llm := summary.get("llm_runner")) is not None:
+        cache = llm.get("cache")
+        print(f"  LLM runner:     {llm['program']} runs in ExecuTorch's TextLLMRunner and hfexport generate"
+              + (f"; its cache holds {cache['tokens']} tokens ({cache['from']})" if cache else "")
+              if llm.get("program") else f"  LLM runner:     not this export ({llm['why']}): {llm['run']}")
     print(f"  export time:    {summary['export_seconds']:.2f} s")
     ratio = summary["artifact_bytes"] / summary["weight_bytes"] if summary.get("weight_bytes") else float("nan")
     print(f"  artifact bytes: {summary['artifact_bytes']:,} ({ratio:.2f}x the model's "

@@ -44,12 +44,13 @@ def _parser() -> argparse.ArgumentParser:
                         help="with --generate --multi-token-decode (implied with --format executorch): one decode "
                         "graph over a static cache of N tokens")
     export.add_argument("--llm-runner", action=argparse.BooleanOptionalAction, default=None,
-                        help="with --format executorch --static-cache N: one program for ExecuTorch's own LLM runner "
-                        "(TextLLMRunner) and hfexport generate: the cache inside it, written by update_cache and read "
-                        "by custom_sdpa; tokenizer.json beside it. Default: that program where the model allows it, "
-                        "else the static-cache components with a warning saying why; --llm-runner: that program or "
-                        "an error; --no-llm-runner: the static-cache components (the cache as method inputs, which "
-                        "TextLLMRunner cannot load)")
+                        help="with --format executorch --generate: one program for ExecuTorch's own LLM runner "
+                        "(TextLLMRunner) and hfexport generate: the cache inside it (--static-cache N tokens, else "
+                        "--max-sequence-length N, else the model's positions up to 2048), written by update_cache and "
+                        "read by custom_sdpa; tokenizer.json beside it. Default: that program where the model allows "
+                        "it, else the static-cache components (--static-cache N, with a warning) or the dynamic-cache "
+                        "ones, the report saying why; --llm-runner: that program or an error; --no-llm-runner: the "
+                        "components (the cache as method inputs, which TextLLMRunner cannot load)")
     export.add_argument("--multi-token-decode", action="store_true",
                         help="with --generate: decode takes any number of new tokens (query axis kept dynamic)")
     export.add_argument("--quantize", metavar="SCHEME", default=None,

@@ -7,6 +7,13 @@ export_to_folder(model, ExecutorchConfig(), out, static_cache=N)        hfexport
                              static-cache components, with a warning and the report's `llm_runner` saying why
   llm_runner=True            `LlmProgram`, or `PrepareError` with the remedy
   llm_runner=False           the static-cache components (the cache as method inputs)
+
+export_to_folder(model, ExecutorchConfig(), out, generate=True)         hfexport export ... --generate
+  (no static cache, no generation_config, dynamic shapes)
+  llm_runner=None or True    `LlmProgram` over a cache of `default_cache_length` tokens (the config's
+                             max_sequence_length, else the model's positions up to `DEFAULT_CACHE_LENGTH`);
+                             where it cannot serve the export (None only), the dynamic-cache components
+  llm_runner=False           the dynamic-cache components (batch and length dynamic, the cache as inputs)
 ```
 
 # NOTE: why a fallback rather than an error by default. `--static-cache N` on ExecuTorch exported
@@ -17,6 +24,15 @@ export_to_folder(model, ExecutorchConfig(), out, static_cache=N)        hfexport
 # request asked for (the batch, the towers, every layer's attention), so nothing asked for is lost:
 # only ExecuTorch's own runner cannot load them, which the warning and the report say. Asked for
 # by name (`llm_runner=True`), the program is required and a refusal raises.
+
+# NOTE: why the program is the default of a plain `--generate` too. ExecuTorch plans every
+# intermediate at its upper bound when a program loads; the dynamic-cache components of a real
+# LLM plan their prefill at the config's positions and batch (SmolLM2-135M: 8192 tokens x 8
+# sequences, 115 GiB, refused after a 6-minute export), and they decode slower than the program
+# (the cache copied in and out each step). ExecuTorch deploys an LLM as this program over a cache
+# bounded ahead of time, so a plain `--generate` of a decoder the program serves gets it, with the
+# bound said in the report (`llm_runner.cache`); what it cannot serve gets the dynamic-cache
+# components, as before, with the reason in the report.
 """
 
 from __future__ import annotations
@@ -29,15 +45,19 @@ import torch
 
 from ...capture.prepare import model_name
 from ...errors import PrepareError
-from .llm import OPT_OUT, LlmProgram
+from .llm import OPT_OUT, LlmProgram, _text_config
 
-__all__ = ["llm_component", "default_llm_component", "refusal", "fallback_note", "runner_tokenizer",
-           "TOKENIZER_FILE"]
+__all__ = ["llm_component", "default_llm_component", "try_llm_component", "refusal", "fallback_note",
+           "runner_tokenizer", "default_cache_length", "TOKENIZER_FILE", "DEFAULT_CACHE_LENGTH"]
 
 logger = logging.getLogger("hfexport")
 
 #: The tokenizer file ExecuTorch's runner reads (`TextLLMRunner(pte, tokenizer_path)`): Hugging Face's JSON.
 TOKENIZER_FILE = "tokenizer.json"
+
+#: The cache of a generation export that names none, where the model allows as many positions
+#: (a 2048-token cache of SmolLM2-135M is 94 MB; its prefill's attention at 2048 tokens 151 MB).
+DEFAULT_CACHE_LENGTH = 2048
 
 
 def llm_component(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: int) -> dict[str, Any]:
@@ -59,6 +79,19 @@ def default_llm_component(model: torch.nn.Module, prompt: dict[str, Any],
     """For `llm_runner` left at its default: `(llm_component(...), None)`, or where the program
     cannot serve the export `(None, why)`, with a warning that the static-cache components are
     exported instead (see the module note). A prompt longer than the cache raises either way."""
+    program, why = try_llm_component(model, prompt, max_cache_len)
+    if program is not None:
+        return program, None
+    logger.warning("%s; exporting the static-cache components instead (the cache as method inputs): hfexport "
+                   "generate runs them, ExecuTorch's TextLLMRunner cannot load them (llm_runner=False, "
+                   "--no-llm-runner, asks for them without this warning)", why)
+    return None, why
+
+
+def try_llm_component(model: torch.nn.Module, prompt: dict[str, Any],
+                      max_cache_len: int) -> tuple[dict[str, Any] | None, str | None]:
+    """`(llm_component(...), None)`, or `(None, why)` where the program cannot serve the export
+    (no warning). A prompt longer than the cache raises."""
     why = refusal(model, prompt)
     if why is None:
         ids = _sample_ids(model, prompt, max_cache_len)
@@ -66,10 +99,21 @@ def default_llm_component(model: torch.nn.Module, prompt: dict[str, Any],
             return _program(model, ids, max_cache_len), None
         except PrepareError as error:
             why = str(error).split("\nWhat to do:")[0]
-    logger.warning("%s; exporting the static-cache components instead (the cache as method inputs): hfexport "
-                   "generate runs them, ExecuTorch's TextLLMRunner cannot load them (llm_runner=False, "
-                   "--no-llm-runner, asks for them without this warning)", why)
     return None, why
+
+
+def default_cache_length(model: torch.nn.Module, max_sequence_length: int | None) -> tuple[int, str]:
+    """The cache of a generation export that names none, and where it comes from:
+    `max_sequence_length` (`ExecutorchConfig`, `--max-sequence-length`) where given, else the
+    model's `max_position_embeddings` up to `DEFAULT_CACHE_LENGTH`."""
+    if max_sequence_length is not None:
+        return int(max_sequence_length), "ExecutorchConfig.max_sequence_length (--max-sequence-length)"
+    positions = getattr(_text_config(model), "max_position_embeddings", None)
+    if positions and int(positions) <= DEFAULT_CACHE_LENGTH:
+        return int(positions), "the model config's max_position_embeddings"
+    return DEFAULT_CACHE_LENGTH, (f"hfexport's default ({DEFAULT_CACHE_LENGTH}; the model allows "
+                                  f"{positions or 'any number of'} positions): --static-cache N or "
+                                  "--max-sequence-length N for another")
 
 
 def refusal(model: torch.nn.Module, prompt: dict[str, Any]) -> str | None:
@@ -111,9 +155,13 @@ def _sample_ids(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: i
     return ids
 
 
-def fallback_note(why: str) -> dict[str, Any]:
-    """What the report's `llm_runner` says of an export that fell back (`default_llm_component`)."""
-    return {"program": None, "fallback": "the static-cache components (the cache as method inputs)", "why": why,
+def fallback_note(why: str, *, static: bool = True) -> dict[str, Any]:
+    """What the report's `llm_runner` says of an export that fell back: to the static-cache
+    components (`default_llm_component`), or for a plain `--generate` (`static=False`) to the
+    dynamic-cache ones."""
+    fallback = ("the static-cache components (the cache as method inputs)" if static
+                else "the dynamic-cache generation components (the cache as method inputs)")
+    return {"program": None, "fallback": fallback, "why": why,
             "run": "hfexport generate (GenerationRunner); ExecuTorch's TextLLMRunner cannot load this program"}
 
 
