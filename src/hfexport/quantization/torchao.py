@@ -62,8 +62,11 @@ class TorchaoQuantizer(ExportQuantizer):
     static_schemes = ()
     packages = ("torchao",)
 
-    def __init__(self, scheme: str, calibration=None, *, group_size: int = 32, embedding_bits: int | None = None):
+    def __init__(self, scheme: str, calibration=None, *, group_size: int = 32, embedding_bits: int | None = None,
+                 ratio: float = 0.8):
         super().__init__(scheme, calibration)
+        if not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"TorchaoQuantizer ratio must be in [0, 1] (the share of linear weights at int4); got {ratio!r}")
         if not isinstance(group_size, int) or group_size < 16 or group_size & (group_size - 1):
             raise ValueError(f"TorchaoQuantizer group_size must be a power of two >= 16 (XNNPACK's int4 kernels "
                              f"take 32, 64, 128, ...; 16 for small layers); got {group_size!r}")
@@ -71,22 +74,25 @@ class TorchaoQuantizer(ExportQuantizer):
             raise ValueError(f"TorchaoQuantizer embedding_bits must be 4, 8 or None (float); got {embedding_bits!r}")
         self.group_size = group_size
         self.embedding_bits = embedding_bits
+        self.ratio = float(ratio)
+        self.metric = "int4"
         self.notes: dict[str, Any] = {}
 
     def to_dict(self) -> dict[str, Any]:
-        """As `ExportQuantizer.to_dict`, with the group size and the embedding's bits."""
-        return {**super().to_dict(), "group_size": self.group_size, "embedding_bits": self.embedding_bits}
+        """As `ExportQuantizer.to_dict`, with the group size, the embedding's bits and the int4 ratio."""
+        return {**super().to_dict(), "group_size": self.group_size, "embedding_bits": self.embedding_bits,
+                "ratio": self.ratio}
 
     def details(self) -> dict[str, Any]:
         """What the last `quantize_program` decided per layer (layers quantized per channel)."""
         return dict(self.notes)
 
-    def _linear_config(self, in_features: int):
-        from torchao.quantization import Int8DynamicActivationIntxWeightConfig
-        from torchao.quantization.granularity import PerAxis, PerGroup
+    def _linear_config(self, in_features: int, bits: int = 4):
+        return linear_config(in_features, bits, self.group_size)
 
-        granularity = PerGroup(self.group_size) if in_features % self.group_size == 0 else PerAxis(0)
-        return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=granularity)
+    def _linear_bits(self, weights: dict[str, torch.Tensor], vocab_sizes: set[int]) -> dict[str, int]:
+        """`{weight name: bits}` for the linears' weights (`linear_bits`)."""
+        return linear_bits(weights, vocab_sizes, self.group_size, self.ratio, self.metric)
 
     def _embedding_config(self, dim: int):
         from torchao.quantization import IntxWeightOnlyConfig
@@ -103,19 +109,24 @@ class TorchaoQuantizer(ExportQuantizer):
             if len(ops) > 1:  # tied: the embedding gets its own copy (float, or weight-only quantized)
                 _untie_embedding(module, name)
         readers = _weight_readers(module)
+        linears = {name: _attribute(module, name) for name, ops in readers.items() if "aten.linear.default" in ops}
+        vocab_sizes = {_attribute(module, name).shape[0] for name, ops in readers.items()
+                       if "aten.embedding.default" in ops}
+        bits = self._linear_bits({name: w for name, w in linears.items() if w.dim() == 2 and w.is_floating_point()},
+                                 vocab_sizes)
         per_channel: list[str] = []
         for name, ops in readers.items():
-            weight = module.get_parameter(name) if _is_parameter(module, name) else module.get_buffer(name)
+            weight = _attribute(module, name)
             if weight.dim() != 2 or not weight.is_floating_point():
                 continue
             op = "aten.linear.default" if "aten.linear.default" in ops else "aten.embedding.default"
             if op == "aten.embedding.default" and self.embedding_bits is None:
                 continue
-            if weight.shape[1] % self.group_size:
+            if weight.shape[1] % self.group_size and bits.get(name, 4) == 4:
                 per_channel.append(name)
             if op == "aten.linear.default":
                 stand_in = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-                config = self._linear_config(weight.shape[1])
+                config = self._linear_config(weight.shape[1], bits[name])
             else:
                 stand_in = torch.nn.Embedding(weight.shape[0], weight.shape[1])
                 config = self._embedding_config(weight.shape[1])
@@ -127,7 +138,19 @@ class TorchaoQuantizer(ExportQuantizer):
             raise QuantizationError(f"{type(self).__name__}: the graph has no linear layer reading a weight",
                                     remedy="this scheme quantizes linear layers; export without quantizer=")
         self.notes = {"per_channel": per_channel, "group_size": self.group_size} if per_channel else {}
+        int8 = [name for name, b in bits.items() if b == 8]
+        if int8:
+            self.notes["int8_weights"] = {"linears": int8, "ratio": self.ratio, "why": _int8_why(bits, linears, vocab_sizes)}
         return module
+
+
+def _int8_why(bits: dict[str, int], weights: dict[str, torch.Tensor], vocab_sizes: set[int]) -> str:
+    heads = [name for name in bits if bits[name] == 8 and weights[name].shape[0] in vocab_sizes]
+    body = [name for name in bits if weights[name].shape[0] not in vocab_sizes]
+    share = sum(weights[n].numel() for n in body if bits[n] == 8) / max(1, sum(weights[n].numel() for n in body))
+    return (f"the LM head ({', '.join(heads) or 'none found'}: output size = an embedding table's rows) and the "
+            f"other linears with the largest relative int4 weight error, {share:.0%} of their parameters, "
+            f"keep 8-bit weights (per output channel); the rest int4")
 
 
 def _weight_readers(module: torch.fx.GraphModule) -> dict[str, set[str]]:
@@ -163,6 +186,10 @@ def _call_functional(module: torch.fx.GraphModule, name: str) -> None:
     module.recompile()
 
 
+def _attribute(module: torch.nn.Module, name: str) -> torch.Tensor:
+    return module.get_parameter(name) if _is_parameter(module, name) else module.get_buffer(name)
+
+
 def _is_parameter(module: torch.nn.Module, name: str) -> bool:
     owner_path, _, attr = name.rpartition(".")
     owner = module.get_submodule(owner_path) if owner_path else module
@@ -190,3 +217,55 @@ def _untie_embedding(module: torch.fx.GraphModule, name: str) -> None:
                 copy = graph.get_attr(copy_name)
             node.replace_input_with(node.args[0], copy)
     module.recompile()
+
+
+def linear_config(in_features: int, bits: int, group_size: int):
+    """torchao's 8da4w config for one linear: int4 per group of `group_size` input channels (per
+    output channel where `in_features` is not a multiple), or int8 per output channel."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    grouped = bits == 4 and in_features % group_size == 0
+    return Int8DynamicActivationIntxWeightConfig(weight_dtype=getattr(torch, f"int{bits}"),
+                                                 weight_granularity=PerGroup(group_size) if grouped else PerAxis(0))
+
+
+def _quantization_error(weight: torch.Tensor, bits: int, group_size: int) -> torch.Tensor:
+    """Per output channel, the mean squared error of `weight` through torchao's `bits` quantization."""
+    from torchao.quantization import quantize_
+
+    stand_in = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    stand_in.weight = torch.nn.Parameter(weight.detach().float(), requires_grad=False)
+    quantize_(stand_in, linear_config(weight.shape[1], bits, group_size), filter_fn=lambda m, _: m is stand_in)
+    return (stand_in.weight.dequantize().float() - weight.detach().float()).pow(2).mean(1)
+
+
+def linear_bits(weights: dict[str, torch.Tensor], vocab_sizes: set[int], group_size: int, ratio: float,
+                metric: str = "int4") -> dict[str, int]:
+    """`{name: 4 or 8}` for linear weights `{name: [out, in]}`: the mixed-precision rule.
+
+    `ratio` 1.0: every linear 4 bits. Below: the LM head (a linear whose output size is the size
+    of an embedding table, `vocab_sizes`) 8 bits, and of the other linears the most sensitive 8
+    bits until `1 - ratio` of their parameters are; sensitivity `metric` `"int4"`: the relative
+    error of the int4 weight (`||W - Q4(W)|| / ||W||`), largest first; `"nncf"`: NNCF's data-free
+    criterion (the largest per-row mean squared int8 error, smallest first).
+    """
+    bits = {name: 4 for name in weights}
+    weights = {name: weight.detach() for name, weight in weights.items()}
+    if ratio >= 1.0:
+        return bits
+    body = {}
+    for name, weight in weights.items():
+        if weight.shape[0] in vocab_sizes:
+            bits[name] = 8
+        elif metric == "int4":
+            body[name] = -float(_quantization_error(weight, 4, group_size).sum().sqrt() / weight.float().norm())
+        else:
+            body[name] = float(_quantization_error(weight, 8, group_size).max())
+    budget = (1.0 - ratio) * sum(weights[name].numel() for name in body)
+    kept = 0
+    for name in sorted(body, key=body.get):
+        if kept + weights[name].numel() > budget:
+            break
+        bits[name], kept = 8, kept + weights[name].numel()
+    return bits
