@@ -13,8 +13,10 @@ eager's ("agreement") and the mean of the steps' logits cosines.
   with f32 inference; the chat prompts and the gate's sample prompt.
 - `--torchao`: torchao's `Int8DynamicActivationIntxWeightConfig` on the eager model's linears,
   as `TorchaoQuantizer` applies it to the export's graph (`TORCHAO_OPTIONS`: the group size, the
-  head's bits, the scale algorithm); nine chat prompts and the sample prompt. The ExecuTorch
-  program's greedy tokens followed torchao's eager ones on SmolLM2 (`bench/RESULTS.md`).
+  head's bits, the scale algorithm, or the quantizer's own mixed-precision rule `linear_bits`
+  with its ratio and ranking); nine chat prompts and the sample prompt; each row's linear-weight
+  bytes as XNNPACK holds them. The ExecuTorch program's greedy tokens followed torchao's eager
+  ones on SmolLM2 (`bench/RESULTS.md`).
 
     HFEXPORT_CACHE=... python bench/int4_options.py --openvino [--only "asym g128, ratio 0.8"]
     HFEXPORT_CACHE=... python bench/int4_options.py --torchao [--only "8da4w g32"]
@@ -73,6 +75,8 @@ TORCHAO_OPTIONS = {
     "8da4w g32, head int8, ratio 0.8 by int4 error": (8, 32, "affine", (0.8, "int4")),
     "8da4w g32, head int8, ratio 0.8 by NNCF's criterion": (8, 32, "affine", (0.8, "nncf")),
     "8da4w g32, head int8, ratio 0.7 by int4 error": (8, 32, "affine", (0.7, "int4")),
+    "8da4w g32, head int8, ratio 0.9 by NNCF's criterion": (8, 32, "affine", (0.9, "nncf")),
+    "8da4w g32, head int8, ratio 0.7 by NNCF's criterion": (8, 32, "affine", (0.7, "nncf")),
     "8da8w": (8, 0, "affine", None),
 }
 

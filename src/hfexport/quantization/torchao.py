@@ -6,6 +6,19 @@ has no `nn.Linear` left, only `aten.linear(x, weight)` nodes reading parameters;
 parameter goes through `quantize_` on a one-layer stand-in and the quantized tensor takes its
 place. Re-exporting then traces the subclass's ops into the graph, where XNNPACK's partitioner
 finds its dynamically quantized linear pattern (int8 activations per token, int4 weights per group).
+
+# NOTE: mixed precision by default (`ratio=0.8`), as OpenVINO's int4 (NNCF's `ratio=0.8`): with
+# every linear int4, SmolLM2-135M-Instruct lost facts (teacher-forced greedy agreement with fp32
+# eager 0.54-0.75 over nine chat prompts, the colors prompt 0.54, under the 0.6 floor), and no
+# all-int4 option (groups of 16, HQQ scales, the head alone at int8: 0.62-0.79) cleared it with
+# margin. The LM head and a fifth of the other linears' parameters at 8 bits, chosen data-free by
+# NNCF's criterion (`linear_bits`), give 0.71-0.81 (mean step cosine 0.88-0.94) for 97.3 MB of
+# linear weights against all-int4's 75.6 MB (+29%; 8da8w: 0.85-0.94, 135.3 MB). Ranking by the
+# relative int4 error instead gave 0.65-0.79 at the same size (`bench/int4_options.py --torchao`,
+# `bench/RESULTS.md`). XNNPACK runs the 8-bit ones as its int8 x int8 per-channel dynamic linear;
+# the LLM-runner program gives torchao's eager logits with them (cosine 1.0000 per decode step on
+# the tiny Llama; an "int8 head breaks decoding from step 4" reading was a free-running comparison
+# past a near-tied token the head flips, `tests/quantization/test_torchao.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +47,9 @@ class TorchaoQuantizer(ExportQuantizer):
 
     A linear whose input size is not a multiple of `group_size` is quantized per output channel
     instead (one int4 scale per row) and listed under `record.details["quantization"]["per_channel"]`.
+    With `ratio` under 1, the LM head and the linears NNCF's data-free criterion ranks first keep
+    8-bit weights (one scale per output channel; `linear_bits`), listed with the reason under
+    `record.details["quantization"]["int8_weights"]`.
 
     Args:
         scheme: see above.
@@ -42,6 +58,9 @@ class TorchaoQuantizer(ExportQuantizer):
         embedding_bits: quantize the token embedding's weights too, to 4 or 8 bits (torchao's
             `IntxWeightOnlyConfig`, per group of `group_size`); `None` (default) keeps it float.
             An embedding whose table is tied to the output layer gets a copy of its own.
+        ratio: the share of the linears' parameters (the LM head aside) at int4, the rest and the
+            head at int8 (default 0.8, NNCF's default for OpenVINO's int4); 1.0: every linear
+            int4, the head included (22% smaller weights than 0.8, fewer facts kept; see the note above).
 
     # NOTE: not offered on the `dynamo` format: torchao's weight-only schemes do not decode faster
     # than fp32 with PyTorch's CPU kernels here (torchao 0.17, torch 2.13, 2 CPUs, a 126 MB Llama,
@@ -75,7 +94,6 @@ class TorchaoQuantizer(ExportQuantizer):
         self.group_size = group_size
         self.embedding_bits = embedding_bits
         self.ratio = float(ratio)
-        self.metric = "int4"
         self.notes: dict[str, Any] = {}
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,7 +110,7 @@ class TorchaoQuantizer(ExportQuantizer):
 
     def _linear_bits(self, weights: dict[str, torch.Tensor], vocab_sizes: set[int]) -> dict[str, int]:
         """`{weight name: bits}` for the linears' weights (`linear_bits`)."""
-        return linear_bits(weights, vocab_sizes, self.group_size, self.ratio, self.metric)
+        return linear_bits(weights, vocab_sizes, self.group_size, self.ratio)
 
     def _embedding_config(self, dim: int):
         from torchao.quantization import IntxWeightOnlyConfig
@@ -149,8 +167,8 @@ def _int8_why(bits: dict[str, int], weights: dict[str, torch.Tensor], vocab_size
     body = [name for name in bits if weights[name].shape[0] not in vocab_sizes]
     share = sum(weights[n].numel() for n in body if bits[n] == 8) / max(1, sum(weights[n].numel() for n in body))
     return (f"the LM head ({', '.join(heads) or 'none found'}: output size = an embedding table's rows) and the "
-            f"other linears with the largest relative int4 weight error, {share:.0%} of their parameters, "
-            f"keep 8-bit weights (per output channel); the rest int4")
+            f"the other linears NNCF's data-free criterion ranks first (the smallest int8 weight error), "
+            f"{share:.0%} of their parameters, keep 8-bit weights (per output channel); the rest int4")
 
 
 def _weight_readers(module: torch.fx.GraphModule) -> dict[str, set[str]]:
@@ -241,7 +259,7 @@ def _quantization_error(weight: torch.Tensor, bits: int, group_size: int) -> tor
 
 
 def linear_bits(weights: dict[str, torch.Tensor], vocab_sizes: set[int], group_size: int, ratio: float,
-                metric: str = "int4") -> dict[str, int]:
+                metric: str = "nncf") -> dict[str, int]:
     """`{name: 4 or 8}` for linear weights `{name: [out, in]}`: the mixed-precision rule.
 
     `ratio` 1.0: every linear 4 bits. Below: the LM head (a linear whose output size is the size
