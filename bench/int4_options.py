@@ -71,10 +71,8 @@ TORCHAO_OPTIONS = {
     "8da4w g32, head int8": (8, 32, "affine", None),
     "8da4w g16, head int8": (8, 16, "affine", None),
     "8da4w g16, head int8, hqq": (8, 16, "hqq_scale_only", None),
-    "8da4w g32, head int8, ratio 0.9 by int4 error": (8, 32, "affine", (0.9, "int4")),
     "8da4w g32, head int8, ratio 0.8 by int4 error": (8, 32, "affine", (0.8, "int4")),
     "8da4w g32, head int8, ratio 0.8 by NNCF's criterion": (8, 32, "affine", (0.8, "nncf")),
-    "8da4w g32, head int8, ratio 0.7 by int4 error": (8, 32, "affine", (0.7, "int4")),
     "8da4w g32, head int8, ratio 0.9 by NNCF's criterion": (8, 32, "affine", (0.9, "nncf")),
     "8da4w g32, head int8, ratio 0.7 by NNCF's criterion": (8, 32, "affine", (0.7, "nncf")),
     "8da8w": (8, 0, "affine", None),
@@ -175,8 +173,8 @@ def run_torchao(model_factory, tokenizer, only):
         model, started = model_factory(), time.perf_counter()
         linears = {path: m for path, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
         if mixed:
-            vocab_sizes = {m.weight.shape[0] for m in model.modules() if isinstance(m, torch.nn.Embedding)}
-            chosen = linear_bits({path: m.weight for path, m in linears.items()}, vocab_sizes, group, *mixed)
+            embedding_rows = [m.weight.shape[0] for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+            chosen = linear_bits({path: m.weight for path, m in linears.items()}, embedding_rows, group, *mixed)
         else:
             chosen = {path: head_bits if path == "lm_head" else (8 if group == 0 else 4) for path in linears}
         for path, linear in linears.items():

@@ -128,8 +128,8 @@ def _torchao_eager(model: torch.nn.Module, ratio: float = 0.8, group_size: int =
 
     eager = copy.deepcopy(model)
     linears = {path: m for path, m in eager.named_modules() if isinstance(m, torch.nn.Linear)}
-    vocab_sizes = {m.weight.shape[0] for m in eager.modules() if isinstance(m, torch.nn.Embedding)}
-    bits = linear_bits({path: m.weight for path, m in linears.items()}, vocab_sizes, group_size, ratio)
+    embedding_rows = [m.weight.shape[0] for m in eager.modules() if isinstance(m, torch.nn.Embedding)]
+    bits = linear_bits({path: m.weight for path, m in linears.items()}, embedding_rows, group_size, ratio)
     for path, linear in linears.items():
         quantize_(linear, linear_config(linear.in_features, bits[path], group_size),
                   filter_fn=lambda module, _, target=linear: module is target)
@@ -163,7 +163,8 @@ def test_the_mixed_rule_keeps_the_head_and_the_linears_nncf_ranks_first_at_8_bit
     int8 = quantizer.details()["int8_weights"]
     assert int8["linears"] == ["b.weight", "head.weight"] and int8["ratio"] == 0.6
     assert "head.weight" in int8["why"] and "33%" in int8["why"]  # b: a third of the body's parameters
-    assert [getattr(quantized, n).weight.target_dtype for n in ("a", "b", "head")] == [torch.int4, torch.int8, torch.int8]
+    assert [getattr(quantized, n).weight.target_dtype for n in ("a", "b", "head")] == [torch.int4, torch.int8,
+                                                                                       torch.int8]
     ids = torch.tensor([[4, 5, 6]])
     with torch.no_grad():
         assert _cosine(quantized(ids), model(ids)) >= 0.99

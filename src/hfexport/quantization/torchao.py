@@ -14,11 +14,12 @@ finds its dynamically quantized linear pattern (int8 activations per token, int4
 # margin. The LM head and a fifth of the other linears' parameters at 8 bits, chosen data-free by
 # NNCF's criterion (`linear_bits`), give 0.71-0.81 (mean step cosine 0.88-0.94) for 97.3 MB of
 # linear weights against all-int4's 75.6 MB (+29%; 8da8w: 0.85-0.94, 135.3 MB). Ranking by the
-# relative int4 error instead gave 0.65-0.79 at the same size (`bench/int4_options.py --torchao`,
-# `bench/RESULTS.md`). XNNPACK runs the 8-bit ones as its int8 x int8 per-channel dynamic linear;
-# the LLM-runner program gives torchao's eager logits with them (cosine 1.0000 per decode step on
-# the tiny Llama; an "int8 head breaks decoding from step 4" reading was a free-running comparison
-# past a near-tied token the head flips, `tests/quantization/test_torchao.py`).
+# relative int4 error instead gave 0.60-0.81 (cosine 0.85-0.93) at the same size
+# (`bench/int4_options.py --torchao`, `bench/RESULTS.md`). XNNPACK runs the 8-bit ones as its
+# int8 x int8 per-channel dynamic linear; the LLM-runner program gives torchao's eager logits with
+# them (cosine 1.0000 per decode step on the tiny Llama; an "int8 head breaks decoding from step 4"
+# reading was a free-running comparison past a near-tied token the head flips,
+# `tests/quantization/test_torchao.py`).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class TorchaoQuantizer(ExportQuantizer):
                  ratio: float = 0.8):
         super().__init__(scheme, calibration)
         if not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
-            raise ValueError(f"TorchaoQuantizer ratio must be in [0, 1] (the share of linear weights at int4); got {ratio!r}")
+            raise ValueError(f"TorchaoQuantizer ratio must be in [0, 1] (the share of linear weights at int4); "
+                             f"got {ratio!r}")
         if not isinstance(group_size, int) or group_size < 16 or group_size & (group_size - 1):
             raise ValueError(f"TorchaoQuantizer group_size must be a power of two >= 16 (XNNPACK's int4 kernels "
                              f"take 32, 64, 128, ...; 16 for small layers); got {group_size!r}")
@@ -108,9 +110,9 @@ class TorchaoQuantizer(ExportQuantizer):
     def _linear_config(self, in_features: int, bits: int = 4):
         return linear_config(in_features, bits, self.group_size)
 
-    def _linear_bits(self, weights: dict[str, torch.Tensor], vocab_sizes: set[int]) -> dict[str, int]:
+    def _linear_bits(self, weights: dict[str, torch.Tensor], embedding_rows: list[int]) -> dict[str, int]:
         """`{weight name: bits}` for the linears' weights (`linear_bits`)."""
-        return linear_bits(weights, vocab_sizes, self.group_size, self.ratio)
+        return linear_bits(weights, embedding_rows, self.group_size, self.ratio)
 
     def _embedding_config(self, dim: int):
         from torchao.quantization import IntxWeightOnlyConfig
@@ -128,10 +130,9 @@ class TorchaoQuantizer(ExportQuantizer):
                 _untie_embedding(module, name)
         readers = _weight_readers(module)
         linears = {name: _attribute(module, name) for name, ops in readers.items() if "aten.linear.default" in ops}
-        vocab_sizes = {_attribute(module, name).shape[0] for name, ops in readers.items()
-                       if "aten.embedding.default" in ops}
+        tables = [_attribute(module, name).shape[0] for name, ops in readers.items() if "aten.embedding.default" in ops]
         bits = self._linear_bits({name: w for name, w in linears.items() if w.dim() == 2 and w.is_floating_point()},
-                                 vocab_sizes)
+                                 tables)
         per_channel: list[str] = []
         for name, ops in readers.items():
             weight = _attribute(module, name)
@@ -158,15 +159,15 @@ class TorchaoQuantizer(ExportQuantizer):
         self.notes = {"per_channel": per_channel, "group_size": self.group_size} if per_channel else {}
         int8 = [name for name, b in bits.items() if b == 8]
         if int8:
-            self.notes["int8_weights"] = {"linears": int8, "ratio": self.ratio, "why": _int8_why(bits, linears, vocab_sizes)}
+            self.notes["int8_weights"] = {"linears": int8, "ratio": self.ratio, "why": _int8_why(bits, linears, tables)}
         return module
 
 
-def _int8_why(bits: dict[str, int], weights: dict[str, torch.Tensor], vocab_sizes: set[int]) -> str:
-    heads = [name for name in bits if bits[name] == 8 and weights[name].shape[0] in vocab_sizes]
-    body = [name for name in bits if weights[name].shape[0] not in vocab_sizes]
+def _int8_why(bits: dict[str, int], weights: dict[str, torch.Tensor], embedding_rows: list[int]) -> str:
+    heads = [name for name in bits if weights[name].shape[0] == max(embedding_rows, default=None)]
+    body = [name for name in bits if name not in heads]
     share = sum(weights[n].numel() for n in body if bits[n] == 8) / max(1, sum(weights[n].numel() for n in body))
-    return (f"the LM head ({', '.join(heads) or 'none found'}: output size = an embedding table's rows) and the "
+    return (f"the LM head ({', '.join(heads) or 'none found'}: output size = the token embedding's rows) and "
             f"the other linears NNCF's data-free criterion ranks first (the smallest int8 weight error), "
             f"{share:.0%} of their parameters, keep 8-bit weights (per output channel); the rest int4")
 
@@ -258,26 +259,29 @@ def _quantization_error(weight: torch.Tensor, bits: int, group_size: int) -> tor
     return (stand_in.weight.dequantize().float() - weight.detach().float()).pow(2).mean(1)
 
 
-def linear_bits(weights: dict[str, torch.Tensor], vocab_sizes: set[int], group_size: int, ratio: float,
+def linear_bits(weights: dict[str, torch.Tensor], embedding_rows: list[int], group_size: int, ratio: float,
                 metric: str = "nncf") -> dict[str, int]:
     """`{name: 4 or 8}` for linear weights `{name: [out, in]}`: the mixed-precision rule.
 
-    `ratio` 1.0: every linear 4 bits. Below: the LM head (a linear whose output size is the size
-    of an embedding table, `vocab_sizes`) 8 bits, and of the other linears the most sensitive 8
-    bits until `1 - ratio` of their parameters are; sensitivity `metric` `"int4"`: the relative
-    error of the int4 weight (`||W - Q4(W)|| / ||W||`), largest first; `"nncf"`: NNCF's data-free
-    criterion (the largest per-row mean squared int8 error, smallest first).
+    `ratio` 1.0: every linear 4 bits. Below: the LM head (a linear whose output size is the token
+    embedding's rows, the largest of `embedding_rows`) 8 bits, and of the other linears the most sensitive 8 bits
+    until `1 - ratio` of their parameters are; sensitivity `metric` `"nncf"`: NNCF's data-free
+    criterion (`nncf.compress_weights` without data: each linear's largest per-row mean squared
+    int8 error, the smallest kept at 8 bits; here on the symmetric per-channel int8 the program
+    runs, where NNCF measures its asymmetric one); `"int4"` (the bench's comparison): the relative
+    error of the int4 weight (`||W - Q4(W)|| / ||W||`), the largest kept at 8 bits.
     """
     bits = {name: 4 for name in weights}
     weights = {name: weight.detach() for name, weight in weights.items()}
     if ratio >= 1.0:
         return bits
-    body = {}
+    body, vocab_size = {}, max(embedding_rows, default=None)
     for name, weight in weights.items():
-        if weight.shape[0] in vocab_sizes:
+        if weight.shape[0] == vocab_size:
             bits[name] = 8
         elif metric == "int4":
-            body[name] = -float(_quantization_error(weight, 4, group_size).sum().sqrt() / weight.float().norm())
+            error = _quantization_error(weight, 4, group_size).mean() / weight.float().pow(2).mean()
+            body[name] = -float(error.sqrt())
         else:
             body[name] = float(_quantization_error(weight, 8, group_size).max())
     budget = (1.0 - ratio) * sum(weights[name].numel() for name in body)
