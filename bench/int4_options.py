@@ -13,8 +13,10 @@ eager's ("agreement") and the mean of the steps' logits cosines.
   with f32 inference; the chat prompts and the gate's sample prompt.
 - `--torchao`: torchao's `Int8DynamicActivationIntxWeightConfig` on the eager model's linears,
   as `TorchaoQuantizer` applies it to the export's graph (`TORCHAO_OPTIONS`: the group size, the
-  head's bits, the scale algorithm); nine chat prompts and the sample prompt. The ExecuTorch
-  program's greedy tokens followed torchao's eager ones on SmolLM2 (`bench/RESULTS.md`).
+  head's bits, the scale algorithm, or the quantizer's own mixed-precision rule `linear_bits`
+  with its ratio and ranking); nine chat prompts and the sample prompt; each row's linear-weight
+  bytes as XNNPACK holds them. The ExecuTorch program's greedy tokens followed torchao's eager
+  ones on SmolLM2 (`bench/RESULTS.md`).
 
     HFEXPORT_CACHE=... python bench/int4_options.py --openvino [--only "asym g128, ratio 0.8"]
     HFEXPORT_CACHE=... python bench/int4_options.py --torchao [--only "8da4w g32"]
@@ -32,6 +34,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from real_model import CHAT_PROMPTS, chat_inputs, smollm2_folder  # noqa: E402
+
+from hfexport.quantization.torchao import linear_bits  # noqa: E402
 
 #: More chat prompts for the torchao options (the per-prompt spread is wide at int4).
 MORE_PROMPTS = ("Write a haiku about autumn leaves.", "How many legs does a spider have?",
@@ -58,15 +62,34 @@ def ov_options():
     }
 
 
-#: name: (head bits, group size (0: per channel, int8 weights), torchao's qparams algorithm)
+#: name: (head bits, group size (0: per channel, int8 weights), torchao's qparams algorithm, mixed precision),
+#: mixed precision `(ratio, metric)` choosing each linear's bits with `TorchaoQuantizer`'s own rule
+#: (`quantization.torchao.linear_bits`; the head bits then come from it), or None.
 TORCHAO_OPTIONS = {
-    "8da4w g32": (4, 32, "affine"),
-    "8da4w g32, hqq": (4, 32, "hqq_scale_only"),
-    "8da4w g32, head int8": (8, 32, "affine"),
-    "8da4w g16, head int8": (8, 16, "affine"),
-    "8da4w g16, head int8, hqq": (8, 16, "hqq_scale_only"),
-    "8da8w": (8, 0, "affine"),
+    "8da4w g32": (4, 32, "affine", None),
+    "8da4w g32, hqq": (4, 32, "hqq_scale_only", None),
+    "8da4w g32, head int8": (8, 32, "affine", None),
+    "8da4w g16, head int8": (8, 16, "affine", None),
+    "8da4w g16, head int8, hqq": (8, 16, "hqq_scale_only", None),
+    "8da4w g32, head int8, ratio 0.8 by int4 error": (8, 32, "affine", (0.8, "int4")),
+    "8da4w g32, head int8, ratio 0.8 by NNCF's criterion": (8, 32, "affine", (0.8, "nncf")),
+    "8da4w g32, head int8, ratio 0.9 by NNCF's criterion": (8, 32, "affine", (0.9, "nncf")),
+    "8da4w g32, head int8, ratio 0.7 by NNCF's criterion": (8, 32, "affine", (0.7, "nncf")),
+    "8da8w": (8, 0, "affine", None),
 }
+
+
+def _weight_bytes(linears: dict[str, torch.nn.Linear], bits: dict[str, int], group: int) -> int:
+    """Bytes of the linears' weights as XNNPACK holds them: int4 packed two a byte with a bf16 scale
+    per group (or per row off the group size), int8 with an fp32 scale per row."""
+    total = 0
+    for path, linear in linears.items():
+        rows, columns = linear.weight.shape
+        if bits[path] == 4:
+            total += rows * columns // 2 + rows * (columns // group if columns % group == 0 else 1) * 2
+        else:
+            total += rows * columns + rows * 4
+    return total
 
 
 def _references(model, tokenizer, prompts):
@@ -144,14 +167,18 @@ def run_torchao(model_factory, tokenizer, only):
 
     prompts = [*CHAT_PROMPTS, *MORE_PROMPTS, SAMPLE_PROMPT]
     references = _references(model_factory(), tokenizer, prompts)
-    for name, (head_bits, group, algorithm) in TORCHAO_OPTIONS.items():
+    for name, (head_bits, group, algorithm, mixed) in TORCHAO_OPTIONS.items():
         if only and name not in only:
             continue
         model, started = model_factory(), time.perf_counter()
-        for path, linear in list(model.named_modules()):
-            if not isinstance(linear, torch.nn.Linear):
-                continue
-            bits = head_bits if path == "lm_head" else (8 if group == 0 else 4)
+        linears = {path: m for path, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+        if mixed:
+            embedding_rows = [m.weight.shape[0] for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+            chosen = linear_bits({path: m.weight for path, m in linears.items()}, embedding_rows, group, *mixed)
+        else:
+            chosen = {path: head_bits if path == "lm_head" else (8 if group == 0 else 4) for path in linears}
+        for path, linear in linears.items():
+            bits = chosen[path]
             grouped = bits == 4 and linear.in_features % group == 0  # int8: one scale per row
             granularity = PerGroup(group) if grouped else PerAxis(0)
             linear.weight = torch.nn.Parameter(linear.weight.detach().clone(), requires_grad=False)  # untied
@@ -163,6 +190,9 @@ def run_torchao(model_factory, tokenizer, only):
         with torch.no_grad():
             scores = [_scores(model(sequence).logits[0, start - 1:-1].numpy(), want)
                       for sequence, start, want in references]
+        int8 = [path for path, b in chosen.items() if b == 8]
+        print(f"{name}: linear weights {_weight_bytes(linears, chosen, group or 32) / 1e6:.1f} MB, "
+              f"{len(int8)} of {len(chosen)} linears int8: {int8}", flush=True)
         _row(name, seconds, prompts, scores)
 
 

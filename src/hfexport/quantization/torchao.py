@@ -6,6 +6,20 @@ has no `nn.Linear` left, only `aten.linear(x, weight)` nodes reading parameters;
 parameter goes through `quantize_` on a one-layer stand-in and the quantized tensor takes its
 place. Re-exporting then traces the subclass's ops into the graph, where XNNPACK's partitioner
 finds its dynamically quantized linear pattern (int8 activations per token, int4 weights per group).
+
+# NOTE: mixed precision by default (`ratio=0.8`), as OpenVINO's int4 (NNCF's `ratio=0.8`): with
+# every linear int4, SmolLM2-135M-Instruct lost facts (teacher-forced greedy agreement with fp32
+# eager 0.54-0.75 over nine chat prompts, the colors prompt 0.54, under the 0.6 floor), and no
+# all-int4 option (groups of 16, HQQ scales, the head alone at int8: 0.62-0.79) cleared it with
+# margin. The LM head and a fifth of the other linears' parameters at 8 bits, chosen data-free by
+# NNCF's criterion (`linear_bits`), give 0.71-0.81 (mean step cosine 0.88-0.94) for 97.3 MB of
+# linear weights against all-int4's 75.6 MB (+29%; 8da8w: 0.85-0.94, 135.3 MB). Ranking by the
+# relative int4 error instead gave 0.60-0.81 (cosine 0.85-0.93) at the same size
+# (`bench/int4_options.py --torchao`, `bench/RESULTS.md`). XNNPACK runs the 8-bit ones as its
+# int8 x int8 per-channel dynamic linear; the LLM-runner program gives torchao's eager logits with
+# them (cosine 1.0000 per decode step on the tiny Llama; an "int8 head breaks decoding from step 4"
+# reading was a free-running comparison past a near-tied token the head flips,
+# `tests/quantization/test_torchao.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +48,9 @@ class TorchaoQuantizer(ExportQuantizer):
 
     A linear whose input size is not a multiple of `group_size` is quantized per output channel
     instead (one int4 scale per row) and listed under `record.details["quantization"]["per_channel"]`.
+    With `ratio` under 1, the LM head and the linears NNCF's data-free criterion ranks first keep
+    8-bit weights (one scale per output channel; `linear_bits`), listed with the reason under
+    `record.details["quantization"]["int8_weights"]`.
 
     Args:
         scheme: see above.
@@ -42,6 +59,9 @@ class TorchaoQuantizer(ExportQuantizer):
         embedding_bits: quantize the token embedding's weights too, to 4 or 8 bits (torchao's
             `IntxWeightOnlyConfig`, per group of `group_size`); `None` (default) keeps it float.
             An embedding whose table is tied to the output layer gets a copy of its own.
+        ratio: the share of the linears' parameters (the LM head aside) at int4, the rest and the
+            head at int8 (default 0.8, NNCF's default for OpenVINO's int4); 1.0: every linear
+            int4, the head included (22% smaller weights than 0.8, fewer facts kept; see the note above).
 
     # NOTE: not offered on the `dynamo` format: torchao's weight-only schemes do not decode faster
     # than fp32 with PyTorch's CPU kernels here (torchao 0.17, torch 2.13, 2 CPUs, a 126 MB Llama,
@@ -62,8 +82,12 @@ class TorchaoQuantizer(ExportQuantizer):
     static_schemes = ()
     packages = ("torchao",)
 
-    def __init__(self, scheme: str, calibration=None, *, group_size: int = 32, embedding_bits: int | None = None):
+    def __init__(self, scheme: str, calibration=None, *, group_size: int = 32, embedding_bits: int | None = None,
+                 ratio: float = 0.8):
         super().__init__(scheme, calibration)
+        if not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
+            raise ValueError(f"TorchaoQuantizer ratio must be in [0, 1] (the share of linear weights at int4); "
+                             f"got {ratio!r}")
         if not isinstance(group_size, int) or group_size < 16 or group_size & (group_size - 1):
             raise ValueError(f"TorchaoQuantizer group_size must be a power of two >= 16 (XNNPACK's int4 kernels "
                              f"take 32, 64, 128, ...; 16 for small layers); got {group_size!r}")
@@ -71,22 +95,24 @@ class TorchaoQuantizer(ExportQuantizer):
             raise ValueError(f"TorchaoQuantizer embedding_bits must be 4, 8 or None (float); got {embedding_bits!r}")
         self.group_size = group_size
         self.embedding_bits = embedding_bits
+        self.ratio = float(ratio)
         self.notes: dict[str, Any] = {}
 
     def to_dict(self) -> dict[str, Any]:
-        """As `ExportQuantizer.to_dict`, with the group size and the embedding's bits."""
-        return {**super().to_dict(), "group_size": self.group_size, "embedding_bits": self.embedding_bits}
+        """As `ExportQuantizer.to_dict`, with the group size, the embedding's bits and the int4 ratio."""
+        return {**super().to_dict(), "group_size": self.group_size, "embedding_bits": self.embedding_bits,
+                "ratio": self.ratio}
 
     def details(self) -> dict[str, Any]:
         """What the last `quantize_program` decided per layer (layers quantized per channel)."""
         return dict(self.notes)
 
-    def _linear_config(self, in_features: int):
-        from torchao.quantization import Int8DynamicActivationIntxWeightConfig
-        from torchao.quantization.granularity import PerAxis, PerGroup
+    def _linear_config(self, in_features: int, bits: int = 4):
+        return linear_config(in_features, bits, self.group_size)
 
-        granularity = PerGroup(self.group_size) if in_features % self.group_size == 0 else PerAxis(0)
-        return Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=granularity)
+    def _linear_bits(self, weights: dict[str, torch.Tensor], embedding_rows: list[int]) -> dict[str, int]:
+        """`{weight name: bits}` for the linears' weights (`linear_bits`)."""
+        return linear_bits(weights, embedding_rows, self.group_size, self.ratio)
 
     def _embedding_config(self, dim: int):
         from torchao.quantization import IntxWeightOnlyConfig
@@ -103,19 +129,23 @@ class TorchaoQuantizer(ExportQuantizer):
             if len(ops) > 1:  # tied: the embedding gets its own copy (float, or weight-only quantized)
                 _untie_embedding(module, name)
         readers = _weight_readers(module)
+        linears = {name: _attribute(module, name) for name, ops in readers.items() if "aten.linear.default" in ops}
+        tables = [_attribute(module, name).shape[0] for name, ops in readers.items() if "aten.embedding.default" in ops]
+        bits = self._linear_bits({name: w for name, w in linears.items() if w.dim() == 2 and w.is_floating_point()},
+                                 tables)
         per_channel: list[str] = []
         for name, ops in readers.items():
-            weight = module.get_parameter(name) if _is_parameter(module, name) else module.get_buffer(name)
+            weight = _attribute(module, name)
             if weight.dim() != 2 or not weight.is_floating_point():
                 continue
             op = "aten.linear.default" if "aten.linear.default" in ops else "aten.embedding.default"
             if op == "aten.embedding.default" and self.embedding_bits is None:
                 continue
-            if weight.shape[1] % self.group_size:
+            if weight.shape[1] % self.group_size and bits.get(name, 4) == 4:
                 per_channel.append(name)
             if op == "aten.linear.default":
                 stand_in = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
-                config = self._linear_config(weight.shape[1])
+                config = self._linear_config(weight.shape[1], bits[name])
             else:
                 stand_in = torch.nn.Embedding(weight.shape[0], weight.shape[1])
                 config = self._embedding_config(weight.shape[1])
@@ -127,7 +157,19 @@ class TorchaoQuantizer(ExportQuantizer):
             raise QuantizationError(f"{type(self).__name__}: the graph has no linear layer reading a weight",
                                     remedy="this scheme quantizes linear layers; export without quantizer=")
         self.notes = {"per_channel": per_channel, "group_size": self.group_size} if per_channel else {}
+        int8 = [name for name, b in bits.items() if b == 8]
+        if int8:
+            self.notes["int8_weights"] = {"linears": int8, "ratio": self.ratio, "why": _int8_why(bits, linears, tables)}
         return module
+
+
+def _int8_why(bits: dict[str, int], weights: dict[str, torch.Tensor], embedding_rows: list[int]) -> str:
+    heads = [name for name in bits if weights[name].shape[0] == max(embedding_rows, default=None)]
+    body = [name for name in bits if name not in heads]
+    share = sum(weights[n].numel() for n in body if bits[n] == 8) / max(1, sum(weights[n].numel() for n in body))
+    return (f"the LM head ({', '.join(heads) or 'none found'}: output size = the token embedding's rows) and "
+            f"the other linears NNCF's data-free criterion ranks first (the smallest int8 weight error), "
+            f"{share:.0%} of their parameters, keep 8-bit weights (per output channel); the rest int4")
 
 
 def _weight_readers(module: torch.fx.GraphModule) -> dict[str, set[str]]:
@@ -163,6 +205,10 @@ def _call_functional(module: torch.fx.GraphModule, name: str) -> None:
     module.recompile()
 
 
+def _attribute(module: torch.nn.Module, name: str) -> torch.Tensor:
+    return module.get_parameter(name) if _is_parameter(module, name) else module.get_buffer(name)
+
+
 def _is_parameter(module: torch.nn.Module, name: str) -> bool:
     owner_path, _, attr = name.rpartition(".")
     owner = module.get_submodule(owner_path) if owner_path else module
@@ -190,3 +236,58 @@ def _untie_embedding(module: torch.fx.GraphModule, name: str) -> None:
                 copy = graph.get_attr(copy_name)
             node.replace_input_with(node.args[0], copy)
     module.recompile()
+
+
+def linear_config(in_features: int, bits: int, group_size: int):
+    """torchao's 8da4w config for one linear: int4 per group of `group_size` input channels (per
+    output channel where `in_features` is not a multiple), or int8 per output channel."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    grouped = bits == 4 and in_features % group_size == 0
+    return Int8DynamicActivationIntxWeightConfig(weight_dtype=getattr(torch, f"int{bits}"),
+                                                 weight_granularity=PerGroup(group_size) if grouped else PerAxis(0))
+
+
+def _quantization_error(weight: torch.Tensor, bits: int, group_size: int) -> torch.Tensor:
+    """Per output channel, the mean squared error of `weight` through torchao's `bits` quantization."""
+    from torchao.quantization import quantize_
+
+    stand_in = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    stand_in.weight = torch.nn.Parameter(weight.detach().float(), requires_grad=False)
+    quantize_(stand_in, linear_config(weight.shape[1], bits, group_size), filter_fn=lambda m, _: m is stand_in)
+    return (stand_in.weight.dequantize().float() - weight.detach().float()).pow(2).mean(1)
+
+
+def linear_bits(weights: dict[str, torch.Tensor], embedding_rows: list[int], group_size: int, ratio: float,
+                metric: str = "nncf") -> dict[str, int]:
+    """`{name: 4 or 8}` for linear weights `{name: [out, in]}`: the mixed-precision rule.
+
+    `ratio` 1.0: every linear 4 bits. Below: the LM head (a linear whose output size is the token
+    embedding's rows, the largest of `embedding_rows`) 8 bits, and of the other linears the most sensitive 8 bits
+    until `1 - ratio` of their parameters are; sensitivity `metric` `"nncf"`: NNCF's data-free
+    criterion (`nncf.compress_weights` without data: each linear's largest per-row mean squared
+    int8 error, the smallest kept at 8 bits; here on the symmetric per-channel int8 the program
+    runs, where NNCF measures its asymmetric one); `"int4"` (the bench's comparison): the relative
+    error of the int4 weight (`||W - Q4(W)|| / ||W||`), the largest kept at 8 bits.
+    """
+    bits = {name: 4 for name in weights}
+    weights = {name: weight.detach() for name, weight in weights.items()}
+    if ratio >= 1.0:
+        return bits
+    body, vocab_size = {}, max(embedding_rows, default=None)
+    for name, weight in weights.items():
+        if weight.shape[0] == vocab_size:
+            bits[name] = 8
+        elif metric == "int4":
+            error = _quantization_error(weight, 4, group_size).mean() / weight.float().pow(2).mean()
+            body[name] = -float(error.sqrt())
+        else:
+            body[name] = float(_quantization_error(weight, 8, group_size).max())
+    budget = (1.0 - ratio) * sum(weights[name].numel() for name in body)
+    kept = 0
+    for name in sorted(body, key=body.get):
+        if kept + weights[name].numel() > budget:
+            break
+        bits[name], kept = 8, kept + weights[name].numel()
+    return bits
