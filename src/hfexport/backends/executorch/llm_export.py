@@ -151,7 +151,8 @@ def _sample_ids(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: i
         ids = torch.cat([ids, ids], dim=1)
     if ids.shape[1] >= max_cache_len:
         raise PrepareError(f"the sample prompt's {ids.shape[1]} tokens do not fit the cache of {max_cache_len}",
-                           model=model_name(model), remedy="export with a larger --static-cache N")
+                           model=model_name(model),
+                           remedy="export with a larger cache: --static-cache N (a plain --generate: --max-sequence-length N)")
     return ids
 
 
