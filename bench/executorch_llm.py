@@ -3,6 +3,7 @@
 
     python bench/executorch_llm.py                                  # random Llama + SmolLM2, fp32 + 8da4w, caches 256, 2048
     python bench/executorch_llm.py --models llama --schemes fp32 --caches 256 --markdown out.md
+    python bench/executorch_llm.py --models llama --schemes 8da4w,8da4w-all --caches 256    # mixed vs all-int4
 
 Each row (model, scheme, cache) is one subprocess that exports with the export job
 (`export_to_folder(..., static_cache=N, llm_runner=True, quantize=scheme)`), then measures:
@@ -33,10 +34,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench import _median_seconds, eager_generate_speed, print_and_write  # noqa: E402 - bench.py's pieces
 
-SCHEMES = {"fp32": None, "8da4w": "int8-dynamic-int4-weights"}
+#: scheme -> (the export's scheme, TorchaoQuantizer options): "8da4w" is the default (mixed: the head
+#: and a fifth of the linears at int8, `ratio=0.8`), "8da4w-all" every linear int4 (`ratio=1.0`).
+SCHEMES = {"fp32": (None, {}), "8da4w": ("int8-dynamic-int4-weights", {}),
+           "8da4w-all": ("int8-dynamic-int4-weights", {"ratio": 1.0})}
 PROMPT_LEN, NEW_TOKENS, CHAT_TOKENS = 32, 64, 48
-TARGETS = {"fp32": 2.5, "8da4w": 8.0}
+TARGETS = {"fp32": 2.5, "8da4w": 8.0, "8da4w-all": 8.0}
 
+
+
+def _quantizer(scheme: str):
+    name, options = SCHEMES[scheme]
+    if not options:
+        return name
+    from hfexport.quantization import TorchaoQuantizer
+
+    return TorchaoQuantizer(name, **options)
 
 def issue_llama():
     """The random Llama of issue 30 (134 MB fp32)."""
@@ -81,7 +94,7 @@ def run_one(name: str, scheme: str, cache: int) -> dict:
         # with its tokenizer, so the folder holds the tokenizer.json TextLLMRunner reads
         loaded = LoadedModel(model, {"input_ids": prompt[:, :16]}, name, tokenizer=tokenizer)
         result = export_to_folder(loaded, ExecutorchConfig(dynamic=True), folder, static_cache=cache, llm_runner=True,
-                                  quantize=SCHEMES[scheme], validate=False)
+                                  quantize=_quantizer(scheme), validate=False)
         export_seconds = time.perf_counter() - start
         record = json.loads((folder / "report.json").read_text())["components"]["decode"]["record"]
         runner = GenerationRunner.load(folder)
