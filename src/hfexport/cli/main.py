@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
                         "<name>.onnx.data beside <name>.onnx (default: when they exceed 64 MiB)")
     export.add_argument("--max-sequence-length", type=int, metavar="N", default=None,
                         help="with --format executorch: the longest sequence the program takes; memory planning "
-                        "sizes every intermediate for it (default: the config's max_position_embeddings)")
+                        "sizes every intermediate for it (default: the config's max_position_embeddings; with "
+                        "--generate, the LLM-runner program's cache: default the model's positions up to 2048)")
     export.add_argument("--max-batch-size", type=int, metavar="N", default=None,
                         help="with --format executorch: the largest batch the program takes (default 8)")
     export.add_argument("--generate", action="store_true",
