@@ -82,3 +82,52 @@ def without(registry, name: str):
         yield entry
     finally:
         registry.add(name, entry)
+
+
+def tiny_bpe_tokenizer():
+    """A byte-level BPE tokenizer trained offline on a few sentences (ids 0 `<s>`, 1 `</s>`); its
+    alphabet is printable ASCII, so every token decodes to text on its own (ExecuTorch's
+    `TextLLMRunner` callback gets whole strings)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    corpus = ["the quick brown fox jumps over the lazy dog", "hello world, this is a tiny tokenizer",
+              "once upon a time there was a model"] * 20
+    alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"]  # byte-level's own character for a space
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                                              initial_alphabet=alphabet))
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+
+
+#: Run in a fresh process, as a user would: `GenerationRunner` on the folder, then ExecuTorch's own
+#: `TextLLMRunner` on its `decode.pte` and `tokenizer.json` (the llama:: kernels imported first).
+_BOTH_LLM_RUNNERS = """
+import json, sys
+from hfexport import GenerationRunner
+folder, prompt, ids, new = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+ours = GenerationRunner.load(folder).generate(ids, max_new_tokens=new, min_new_tokens=new).tokens
+from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - registers the llama:: kernels
+from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+pieces = []
+runner = TextLLMRunner(folder + "/decode.pte", folder + "/tokenizer.json")
+runner.generate(prompt, GenerationConfig(echo=False, max_new_tokens=new, temperature=0.0), token_callback=pieces.append)
+print("RESULT " + json.dumps({"ours": ours, "pieces": pieces}))
+"""
+
+
+def both_llm_runners(folder, prompt: str, ids: list[int], new_tokens: int) -> dict[str, list]:
+    """An ExecuTorch LLM-runner export folder run in a fresh process by `GenerationRunner` on `ids`
+    (greedy, `new_tokens`) and by ExecuTorch's `TextLLMRunner` on `prompt`'s text (greedy; it stops
+    at the program's EOS ids): `{"ours": token ids, "pieces": the runner's text pieces}`."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _BOTH_LLM_RUNNERS, str(folder), prompt, json.dumps(ids),
+                           str(new_tokens)], capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-2000:]
+    return json.loads(lines[-1].removeprefix("RESULT "))

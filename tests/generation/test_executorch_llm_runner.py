@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from tests.harness import require_backend
+from tests.harness import both_llm_runners, require_backend, tiny_bpe_tokenizer
 
 NEW_TOKENS = 10
 CACHE = 48
@@ -189,23 +189,6 @@ def test_a_plain_generation_export_the_program_cannot_serve_gets_the_dynamic_cac
     assert "dynamic-cache" in fallback_note(why, static=False)["fallback"]
 
 
-def _tokenizer():
-    """A byte-level BPE tokenizer trained offline on a few sentences; its alphabet is printable
-    ASCII, so every token decodes to text on its own (the runner's callback gets whole strings)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    corpus = ["the quick brown fox jumps over the lazy dog", "hello world, this is a tiny tokenizer",
-              "once upon a time there was a model"] * 20
-    alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"]  # byte-level's own character for a space
-    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
-                                                              initial_alphabet=alphabet))
-    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
-
-
 @pytest.fixture(scope="module")
 def llm_export(tmp_path_factory):
     """A tiny random Llama (key/value heads and head size drawn) and its tokenizer saved with
@@ -223,7 +206,7 @@ def llm_export(tmp_path_factory):
 
     draw = random.Random(30)
     kv_heads, head_dim = draw.choice([1, 2, 4]), draw.choice([8, 16])
-    tokenizer = _tokenizer()
+    tokenizer = tiny_bpe_tokenizer()
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim,
@@ -263,34 +246,11 @@ def test_the_program_holds_its_cache_and_says_what_the_runner_reads(llm_export):
     assert result.reports["decode"].passed and len(result.reports["decode"].cases) >= 2  # validated against eager
 
 
-#: Run in a fresh process, as a user would: `GenerationRunner` on the folder, then ExecuTorch's own
-#: `TextLLMRunner` on its `decode.pte` and `tokenizer.json` (the llama:: kernels imported first).
-_FRESH = """
-import json, sys
-from hfexport import GenerationRunner
-folder, prompt, ids, new = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
-ours = GenerationRunner.load(folder).generate(ids, max_new_tokens=new, min_new_tokens=new).tokens
-from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - registers the llama:: kernels
-from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
-pieces = []
-runner = TextLLMRunner(folder + "/decode.pte", folder + "/tokenizer.json")
-runner.generate(prompt, GenerationConfig(echo=False, max_new_tokens=new, temperature=0.0), token_callback=pieces.append)
-print("RESULT " + json.dumps({"ours": ours, "pieces": pieces}))
-"""
-
-
 @pytest.mark.slow
 def test_a_fresh_process_generates_eagers_tokens_with_both_runners(llm_export):
     """`hfexport generate`'s runner and ExecuTorch's `TextLLMRunner` give eager's greedy tokens."""
-    import subprocess
-    import sys
-
     result, tokenizer, ids, eager = llm_export
-    done = subprocess.run([sys.executable, "-c", _FRESH, str(result.directory), PROMPT, json.dumps(ids[0].tolist()),
-                           str(NEW_TOKENS)], capture_output=True, text=True, timeout=300)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-2000:]
-    got = json.loads(lines[-1].removeprefix("RESULT "))
+    got = both_llm_runners(result.directory, PROMPT, ids[0].tolist(), NEW_TOKENS)
     assert got["ours"] == eager
     # the runner stops at an EOS id (get_eos_ids); eager was held to NEW_TOKENS
     stop = next((i + 1 for i, token in enumerate(eager) if token == 1), NEW_TOKENS)

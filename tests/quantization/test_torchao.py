@@ -1,11 +1,13 @@
-"""`TorchaoQuantizer` (8da4w: int8 dynamic activations, int4 grouped weights) on ExecuTorch.
+"""`TorchaoQuantizer` (8da4w: int8 dynamic activations, int4 grouped weights, by default the LM head
+and a fifth of the other linears at int8) on ExecuTorch.
 
-One saved export of the tiny Llama's static-cache decode graph (module-scoped: an ExecuTorch
-lowering takes ~100 s here) is run through `GenerationRunner` from its folder, as `hfexport
-generate` does. int4 is lossy, so the bars are against fp32 eager, measured on this model
-(torchao 0.17, executorch 1.4.1, 2026-12-01): first-step logits cosine >= 0.97 (measured 0.995),
-greedy tokens agreeing with `generate` on >= 60% of 20 steps (a random tiny model has near-tied
-logits; measured 100%)."""
+Two saved LLM-runner programs (module-scoped: an ExecuTorch lowering takes ~100 s here): the
+preset Llama's and a drawn one's with a tokenizer. They are compared teacher-forced, step by
+step: with fp32 eager (int4 is lossy: each step's logits cosine >= 0.97, greedy tokens equal to
+`generate`'s on >= 60% of 20 steps; a random tiny model has near-tied logits, which a
+free-running comparison reads as garbage once one flips) and with torchao's eager model quantized
+by the same rule (cosine >= 0.999); ExecuTorch's own `TextLLMRunner` runs the drawn one in a fresh
+process."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import torch
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.errors import QuantizationError
 from hfexport.quantization import CLI_SCHEMES, TorchaoQuantizer, quantizer_for
-from tests.harness import require_backend
+from tests.harness import both_llm_runners, require_backend, tiny_bpe_tokenizer
 
 NEW_TOKENS = 20
 MAX_CACHE_LEN = 32
@@ -191,22 +193,26 @@ def test_an_int8_head_flips_a_near_tie_of_the_tiny_llama_which_free_running_comp
 
 @pytest.fixture(scope="module")
 def drawn_8da4w(tmp_path_factory):
-    """A tiny Llama with drawn key/value heads and head size, its LLM-runner program mixed 8da4w."""
+    """A tiny Llama with drawn key/value heads and head size, its LLM-runner program mixed 8da4w,
+    exported with a tokenizer (the folder holds the `tokenizer.json` ExecuTorch's runner reads)."""
     import random
 
     from hfexport import ExecutorchConfig
     from hfexport.job import export_to_folder
+    from hfexport.loading import LoadedModel
     from hfexport.presets import build_preset
 
     require_backend("executorch")
     pytest.importorskip("torchao")
     draw = random.Random(29)
-    model, inputs = build_preset("llama", 1, num_key_value_heads=draw.choice([1, 2, 4]), head_dim=draw.choice([8, 16]))
+    tokenizer = tiny_bpe_tokenizer()
+    model, inputs = build_preset("llama", 1, num_key_value_heads=draw.choice([1, 2, 4]), head_dim=draw.choice([8, 16]),
+                                 vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
     directory = tmp_path_factory.mktemp("et-mixed") / "export"
     config = ExecutorchConfig(dynamic=True, quantizer=TorchaoQuantizer("int8-dynamic-int4-weights"))
-    export_to_folder((model, inputs), config, directory, generate=True, static_cache=MAX_CACHE_LEN, validate=False,
-                     llm_runner=True)
-    return directory, model, inputs, None
+    export_to_folder(LoadedModel(model, inputs, "llama", tokenizer=tokenizer), config, directory, generate=True,
+                     static_cache=MAX_CACHE_LEN, validate=False, llm_runner=True)
+    return directory, model, inputs, tokenizer
 
 
 @pytest.mark.slow
@@ -230,3 +236,16 @@ def test_the_mixed_program_follows_torchaos_eager_model_at_every_step(exported, 
         want = eager(torch.cat([ids, tokens[None]], 1)).logits[0, ids.shape[1] - 1:-1]
     cosines = [float(_cosine(g, w)) for g, w in zip(got, want)]
     assert len(cosines) == NEW_TOKENS and min(cosines) >= 0.999, cosines
+
+
+@pytest.mark.slow
+def test_executorchs_own_llm_runner_runs_the_mixed_program_in_a_fresh_process(drawn_8da4w):
+    """ExecuTorch's `TextLLMRunner` loads the mixed 8da4w `decode.pte` (int8 and int4 linears in
+    XNNPACK) with the folder's `tokenizer.json` in a fresh process and writes the text of the
+    tokens `GenerationRunner` generates from the same program (to the EOS id it stops at)."""
+    directory, _, _, tokenizer = drawn_8da4w
+    prompt = "once upon a time"
+    got = both_llm_runners(directory, prompt, tokenizer(prompt).input_ids, NEW_TOKENS)
+    assert len(got["ours"]) == NEW_TOKENS
+    stop = next((i + 1 for i, token in enumerate(got["ours"]) if token == 1), NEW_TOKENS)
+    assert got["pieces"] == [tokenizer.decode([token]) for token in got["ours"]][:stop]
