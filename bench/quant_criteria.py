@@ -2,6 +2,7 @@
 
     python bench/quant_criteria.py                                 # every format's recipes, and broken ones
     python bench/quant_criteria.py --runs onnx:int4-weights,onnx:int4-weights/wrong-group --json /tmp/q.json
+    python bench/quant_criteria.py --cache 0 --runs onnx:int4-weights   # the default dynamic-cache export
 
 The numbers the quantized-export criteria (`hfexport.job.default_min_cosine`,
 `generation.accuracy.default_min_agreement`) are set from. Each run (`format:scheme`, `fp32` meaning
@@ -117,15 +118,16 @@ def run_one(fmt: str, scheme: str, cache: int, tokens: int) -> dict:
     quantize = None if recipe == "fp32" else (broken_quantizer(broken) if broken else recipe)
     loaded = load_model(str(smollm2_folder()))
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
-    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=cache)
+    # cache 0: the default export's dynamic cache (prefill + decode), as a plain `--generate` writes
+    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=cache) if cache else None
     lowered = {} if quantize is None else {"min_cosine": -1.0, "min_agreement": 0.0}
     out: dict = {"run": f"{fmt}:{scheme}", "cache": cache}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "export"
         start = time.perf_counter()
         try:
-            result = export_to_folder(loaded, config, folder, static_cache=cache, quantize=quantize,
-                                      accuracy_tokens=tokens, **lowered)
+            result = export_to_folder(loaded, config, folder, generate=True, static_cache=cache or None,
+                                      quantize=quantize, accuracy_tokens=tokens, **lowered)
         except ValidationError as error:  # fp32 under its strict tolerance: the reports say where
             out.update(seconds=round(time.perf_counter() - start, 1), refused=str(error),
                        validation=_summary(getattr(error, "reports", {})))
@@ -183,7 +185,8 @@ def markdown(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default=",".join(default_runs()), help="format:scheme[/broken], comma-separated")
-    parser.add_argument("--cache", type=int, default=CACHE)
+    parser.add_argument("--cache", type=int, default=CACHE,
+                        help="the static cache's length; 0: the default dynamic cache (prefill + decode components)")
     parser.add_argument("--tokens", type=int, default=TOKENS)
     parser.add_argument("--json", type=Path, help="append each run's measurements to this file (JSON lines)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a single run, in this process (the subprocess)

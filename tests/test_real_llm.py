@@ -123,3 +123,24 @@ def test_the_gguf_file_exports_with_default_options_and_answers_a_chat(real, fmt
         assert answer["tokens"] == chats[0][1], answer["text"]
     else:
         assert "Paris" in answer["text"], answer["text"]
+
+
+@pytest.mark.parametrize("broken", ["noisy-scale", "wrong-group"])
+def test_a_broken_int4_quantizer_is_refused_on_the_real_llm(real, broken, tmp_path):
+    """The default criteria refuse a genuinely broken quantization of the real model (each block's
+    scale off by a random factor, or taken from its neighbour: `bench/quant_criteria.py`), through
+    the default `--generate` export (dynamic cache: prefill + decode), and write nothing. Its
+    accuracy gate refuses it (validation's cosine floors are advisory there: see `validation`)."""
+    require_backend("onnx")
+    from quant_criteria import broken_quantizer
+
+    from hfexport.errors import ValidationError
+
+    loaded, _, _ = real
+    with pytest.raises(ValidationError, match="agree with fp32 eager") as caught:
+        export_to_folder(loaded, AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True}),
+                         tmp_path / "export", generate=True, quantize=broken_quantizer(broken))
+    found = caught.value.accuracy
+    print(f"onnx int4 {broken}: agreement {found.agreement:.3f}, mean logits cosine {found.mean_cosine:.4f}")
+    assert found.agreement < quantized_criteria("int4-weights").min_agreement
+    assert not list(tmp_path.iterdir())

@@ -32,6 +32,31 @@ def test_a_quantized_rule_holds_the_cache_to_its_own_floor(dynamic_llama):
     assert "0.5 for cache tensors" in loose_cache.to_table() and loose_cache.to_dict()["min_cache_cosine"] == 0.5
 
 
+def test_advisory_floors_report_what_is_under_them_and_fail_only_what_is_wrong(dynamic_llama):
+    """`cosine_advisory` (the export job's, where its accuracy gate judges a quantized generation
+    export): outputs under a floor are marked and reported, the report passes; a wrong shape still
+    fails, and without a floor there is nothing to be advisory about."""
+    import pytest
+
+    model, inputs, program = dynamic_llama("dynamo")
+    why = "the accuracy gate judges the logits"
+    report = validate(program, model, inputs, resized=False, min_cosine=1.01, min_cache_cosine=0.5, cosine_advisory=why)
+    assert report.passed and report.below_floor == ["sample/logits"]
+    assert report.to_dict()["cosine_advisory"] == why and why in report.rule
+    assert "below floor (advisory)" in report.to_table() and "PASSED" in report.to_table()
+    binding = validate(program, model, inputs, resized=False, min_cosine=1.01, min_cache_cosine=0.5)
+    assert not binding.passed and binding.below_floor == []
+
+    from hfexport.validation import _compare
+
+    wrong = _compare("logits", torch.zeros(1, 2), torch.ones(1, 3), 0, 0, min_cosine=0.5, advisory=True)
+    assert not wrong.passed and "shape" in wrong.error
+    nan = _compare("logits", torch.tensor([1.0, float("nan")]), torch.ones(2), 0, 0, min_cosine=0.5, advisory=True)
+    assert not nan.passed and "non-finite" in nan.error
+    with pytest.raises(ValueError, match="pass min_cosine too"):
+        validate(program, model, inputs, resized=False, cosine_advisory=why)
+
+
 def test_a_wrong_weight_fails_validation():
     model, inputs = build_preset("bert")
     program = DynamoExporter().export(model, inputs, config=DynamoConfig())

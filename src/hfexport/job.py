@@ -33,7 +33,7 @@ from typing import Any
 
 from .config import ExportConfig
 from .errors import ValidationError
-from .generation.accuracy import default_min_agreement, quantized_criteria
+from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
 
 __all__ = ["export_to_folder", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
            "default_min_agreement"]
@@ -170,7 +170,10 @@ def export_to_folder(
         min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
             the cache) in validation (default for a quantized export: `default_min_cosine`, 0.995
             int8, 0.99 int4); the cache's and the accuracy gate's floors are lowered to it where
-            they are higher.
+            they are higher. A quantized generation export with neither floor given is judged by
+            the accuracy gate (`min_agreement`), its validation floors advisory (reported, not
+            refusing: one position's logits are a lottery under a correct int4 quantization of a
+            real LLM, `validation`'s docstring); a floor given binds validation again.
         min_cache_cosine: with `min_cosine`, the floor of each cache tensor in validation
             (default for a quantized export: `default_min_cache_cosine`, 0.95 int8, 0.9 int4;
             else `min_cosine`).
@@ -257,6 +260,10 @@ def export_to_folder(
     reports: dict[str, Any] = {}
     criteria = quantized_criteria(config.quantizer)
     min_mean_cosine = None
+    gated = validate and generate and criteria is not None  # the accuracy gate judges the export
+    # ... over a real prompt's steps; then validation's default cosine floors only report (`validation`)
+    advisory = (f"the accuracy gate judges the quantized logits over up to {accuracy_tokens or DEFAULT_TOKENS} "
+                "teacher-forced steps" if gated and min_cosine is None and min_cache_cosine is None else None)
     if criteria is not None:  # a floor given lowers the defaults it is above, never raises them
         given = min_cosine
         min_cosine = criteria.min_cosine if given is None else given
@@ -266,14 +273,14 @@ def export_to_folder(
     if validate:
         with steps.step(f"validating in {config.export_format}'s runtime against eager"):
             reports = _validated(artifacts, components, target, atol=atol, rtol=rtol, min_cosine=min_cosine,
-                                 min_cache_cosine=min_cache_cosine)
+                                 min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
     report = {**_report(loaded, config, artifacts, reports, generate, quantize), "job_seconds": dict(steps.seconds)}
     if llm_fallback is not None:
         from .backends.executorch.llm_export import fallback_note
 
         report["llm_runner"] = fallback_note(llm_fallback, static=not llm_default)
     gate = None
-    if validate and generate and criteria is not None:
+    if gated:
         gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
                               min_agreement if min_agreement is not None else criteria.min_agreement, min_mean_cosine)
         steps.total = (steps.total or 0) + 1
@@ -451,7 +458,7 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
     """The check a quantized generation export passes before it is written: its greedy tokens
     against fp32 eager (`generation.accuracy.greedy_agreement`), their agreement held to `floor`
     and their mean logits cosine to `min_cosine`."""
-    from .generation.accuracy import DEFAULT_TOKENS, greedy_agreement
+    from .generation.accuracy import greedy_agreement
 
     def gate(folder: Path) -> dict[str, Any]:
         found = greedy_agreement(folder, loaded.model, loaded.inputs, generation_config=generation_config,

@@ -16,6 +16,15 @@ quantization error of one projection, unaveraged (cosine 0.965 on SmolLM2 int4 w
 logits keep 0.999), and whatever of it matters reaches the logits of the next step, which the
 export job's accuracy gate compares over many steps (`generation/accuracy.py`).
 
+Where that gate runs (a quantized generation export with the default criteria), the job makes the
+cosine floors advisory (`cosine_advisory=`, its reason): each output's cosine is still measured and
+reported, one under its floor marked `below floor (advisory)`, but only a wrong shape, an integer
+output or a non-finite value fails. On a real LLM one position's logits are a lottery under a
+correct int4 quantization (SmolLM2's sample prompt: cosine 0.95 at its last position; per position
+0.99 down to -0.23 over a chat prompt, eager PyTorch with the same round-to-nearest int4), so a
+floor on them refuses correct exports at random; the gate's teacher-forced steps over a real prompt
+average that out and still refuse a broken quantizer (bench/RESULTS.md).
+
 Positions a 2-D `attention_mask` marks as padding (0) are left out of the comparison of outputs
 laid out `[batch, sequence, ...]` or `[batch, heads, sequence, ...]` (logits, hidden states,
 cache tensors): what a model computes for a padding token is undefined, and attention kernels
@@ -63,6 +72,7 @@ class OutputDiff:
     passed: bool
     error: str | None = None
     cosine: float | None = None  # cosine similarity with eager (float outputs)
+    below_floor: bool = False  # under an advisory cosine floor (`validate(cosine_advisory=...)`): reported, not failed
 
 
 @dataclasses.dataclass
@@ -95,6 +105,7 @@ class ValidationReport:
     note: str = ""
     min_cosine: float | None = None  # set: float outputs were judged by cosine similarity
     min_cache_cosine: float | None = None  # the cache tensors' floor under `min_cosine` (None: the same)
+    cosine_advisory: str | None = None  # set: the cosine floors were advisory, and why (`validate`)
 
     @property
     def passed(self) -> bool:
@@ -123,8 +134,17 @@ class ValidationReport:
             return (f"tolerance: atol={self.atol:g}, rtol={self.rtol:g}  (pass if max|artifact - eager| <= "
                     "atol + rtol * max|eager|; exact for int/bool)")
         cache = self.min_cosine if self.min_cache_cosine is None else self.min_cache_cosine
+        if self.cosine_advisory:
+            return (f"quantized: cosine similarity with eager measured against advisory floors {self.min_cosine:g}, "
+                    f"{cache:g} for cache tensors ({self.cosine_advisory}); shapes, int/bool values and "
+                    "non-finite values must match")
         return (f"pass if the cosine similarity with eager is >= {self.min_cosine:g}, >= {cache:g} for cache "
                 "tensors (quantized; exact for int/bool)")
+
+    @property
+    def below_floor(self) -> list[str]:
+        """`case/output` of every output under its advisory cosine floor."""
+        return [f"{c.label}/{o.name}" for c in self.cases for o in c.outputs if o.below_floor]
 
     def to_table(self) -> str:
         """A readable table: one row per case and output."""
@@ -140,7 +160,8 @@ class ValidationReport:
             if case.error:
                 lines.append(f"  {case.label:<10} {'-':<{width}} {'-':<18} {'-':>10} {'-':>10}  FAIL: {case.error}")
             for o in case.outputs:
-                verdict = "ok" if o.passed else f"FAIL{': ' + o.error if o.error else ''}"
+                verdict = ("below floor (advisory)" if o.below_floor else "ok") if o.passed else \
+                    f"FAIL{': ' + o.error if o.error else ''}"
                 lines.append(
                     f"  {case.label:<10} {o.name:<{width}} {str(o.shape):<18} {o.max_abs:>10.3g} {o.max_rel:>10.3g}"
                     + (f" {o.cosine if o.cosine is not None else float('nan'):>9.6f}" if cos else "") + f"  {verdict}"
@@ -464,7 +485,8 @@ def _is_cache(name: str) -> bool:
 
 
 def _compare(name: str, got: Any, want: Any, atol: float, rtol: float,
-             attention_mask: torch.Tensor | None = None, min_cosine: float | None = None) -> OutputDiff:
+             attention_mask: torch.Tensor | None = None, min_cosine: float | None = None,
+             advisory: bool = False) -> OutputDiff:
     if not isinstance(want, torch.Tensor):
         same = got == want
         return OutputDiff(name, [], 0.0 if same else float("inf"), 0.0, bool(same), None if same else f"{got!r} != {want!r}")
@@ -494,8 +516,11 @@ def _compare(name: str, got: Any, want: Any, atol: float, rtol: float,
     a, b = got[finite].flatten(), want[finite].flatten()
     norms = float(a.norm() * b.norm())
     cosine = float((a * b).sum()) / norms if norms > 0 else (1.0 if max_abs == 0 else 0.0)
-    passed = cosine >= min_cosine if min_cosine is not None else max_abs <= atol + rtol * scale
-    return OutputDiff(name, shape, max_abs, max_rel, passed, cosine=cosine)
+    if min_cosine is None:
+        return OutputDiff(name, shape, max_abs, max_rel, max_abs <= atol + rtol * scale, cosine=cosine)
+    below = not cosine >= min_cosine
+    return OutputDiff(name, shape, max_abs, max_rel, advisory or not below, cosine=cosine,
+                      below_floor=advisory and below)
 
 
 def _shapes(inputs: dict[str, Any]) -> dict[str, list[int]]:
@@ -503,7 +528,7 @@ def _shapes(inputs: dict[str, Any]) -> dict[str, list[int]]:
 
 
 def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=None,
-              min_cache_cosine=None) -> CaseReport:
+              min_cache_cosine=None, advisory=False) -> CaseReport:
     from .generation.decompose import full_length_caches
 
     try:  # the caches a model builds keep every token, as in the export (see `full_length_caches`)
@@ -528,7 +553,7 @@ def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=
     names = record.output_names if len(record.output_names) == len(expected) else [n for n, _ in expected]
     mask = inputs.get("attention_mask") if isinstance(inputs.get("attention_mask"), torch.Tensor) else None
     cache_floor = min_cosine if min_cosine is None or min_cache_cosine is None else min_cache_cosine
-    outputs = [_compare(name, g, w, atol, rtol, mask, cache_floor if _is_cache(name) else min_cosine)
+    outputs = [_compare(name, g, w, atol, rtol, mask, cache_floor if _is_cache(name) else min_cosine, advisory)
                for name, g, (_, w) in zip(names, got, expected)]
     attended = _attended(mask)
     padded = int((~attended[0]).sum()) if attended is not None else 0
@@ -547,6 +572,7 @@ def validate(
     smallest: bool | None = None,
     min_cosine: float | None = None,
     min_cache_cosine: float | None = None,
+    cosine_advisory: str | None = None,
 ) -> ValidationReport:
     """Run `artifact` in its runtime on `inputs` and compare every output with `model(**inputs)`.
 
@@ -564,6 +590,9 @@ def validate(
             (a quantized artifact: its error is the quantization's, not a conversion bug).
         min_cache_cosine: with `min_cosine`, the floor of the cache tensors (`cache.*`) instead
             (see the module docstring); default: `min_cosine`.
+        cosine_advisory: with `min_cosine`, why its floors are advisory: an output under its floor
+            is marked (`OutputDiff.below_floor`, `ValidationReport.below_floor`) and does not fail
+            (the export job's accuracy gate judges a quantized generation export instead).
 
     Returns:
         A `ValidationReport`; `report.passed` says whether every output of every case passed.
@@ -575,7 +604,9 @@ def validate(
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
     runner = runner_for(artifact, record)
-    floors = (min_cosine, min_cache_cosine)
+    if cosine_advisory and min_cosine is None:
+        raise ValueError("cosine_advisory makes the cosine floors advisory: pass min_cosine too")
+    floors = (min_cosine, min_cache_cosine, bool(cosine_advisory))
     cases = [_run_case("sample", runner, model, kwargs, record, atol, rtol, *floors)]
     note = ""
     if resized is None:
@@ -598,7 +629,8 @@ def validate(
     if resized and smallest is not False and not note:
         note = _smallest_case(cases, runner, model, kwargs, record, atol, rtol, floors) or note
     return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
-                            atol, rtol, cases, note, min_cosine, None if min_cosine is None else min_cache_cosine)
+                            atol, rtol, cases, note, min_cosine, None if min_cosine is None else min_cache_cosine,
+                            cosine_advisory or None)
 
 
 def _smallest_case(cases: list[CaseReport], runner, model, kwargs, record, atol, rtol, floors) -> str:

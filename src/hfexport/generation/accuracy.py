@@ -24,7 +24,20 @@ OpenVINO `int4-weights` (ratio 0.8): agreement 0.69-0.88, steps' cosine 0.85-0.9
 (`INT4_CRITERIA`, `INT8_CRITERIA`) sit 0.1 under the lowest prompt's agreement and 0.04-0.1
 under its steps' cosine. A broken int4 quantizer (each block's scale off by a random factor,
 lognormal sigma 0.3, or taken from its neighbour) loses the logits first: on the tiny Llama
-their cosine falls from 0.996 to 0.955 and 0.13, under `min_cosine`.
+their cosine falls from 0.996 to 0.955 and 0.13, its greedy agreement from 0.94 to 0.44 and 0.0;
+on SmolLM2 the random factor alone takes the agreement to 0.00 on every prompt (mean step cosine
+-0.23; logits -0.58 in validation).
+
+The default export (`--generate`, a dynamic cache: prefill + decode) showed why validation's
+floors cannot be what refuses a quantized generation export of a real LLM: there the prefill's
+logits are one position per sequence, and a correct int4 quantization puts that position's cosine
+anywhere from 0.99 down to -0.23 (eager PyTorch, the same round-to-nearest int4, over a chat
+prompt): SmolLM2's sample prompt gives 0.95, random tokens at batch 3 give 0.32, one cache tensor
+0.59, while the same export's teacher-forced steps agree with eager on 0.80 (sample) and 0.73-0.74
+(chat prompts) at a mean step cosine of 0.85, and it answers the chat prompts. So where the gate
+runs, the export job makes validation's default cosine floors advisory (measured and reported,
+`validation`'s docstring) and the gate's floors refuse; a floor the caller gives binds validation
+again (`export_to_folder(min_cosine=...)`).
 
 A random-weight model shows something else: its logits are nearly flat, so a near-tie flips the
 greedy token at any step and the agreement says little (int4 on the 134 MB random Llama of
