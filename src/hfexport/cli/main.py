@@ -60,7 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--min-cosine", type=float, default=None,
                         help="with --quantize: pass if the logits' (each output's but the cache's) cosine "
                         "similarity with fp32 eager reaches this, and with --generate their mean over the "
-                        "accuracy gate's steps (default 0.99 for int4 schemes, 0.995 otherwise)")
+                        "accuracy gate's steps (default 0.99 for int4 schemes, 0.995 otherwise; with --generate "
+                        "the defaults are advisory, the gate decides: a value given binds validation)")
     export.add_argument("--min-cache-cosine", type=float, default=None,
                         help="with --quantize: the same for each cache tensor (default 0.9 for int4 schemes, "
                         "0.95 otherwise, at most --min-cosine)")
