@@ -204,3 +204,25 @@ def test_a_cache_longer_than_a_mask_over_the_written_slots_is_masked_by_slot():
     keep = _padding_keep((2, 3, 9, 8), mask, cache=True)
     assert keep.shape == (2, 1, 9, 1)
     assert keep[:, 0, :, 0].tolist() == [[True] * 9, [False] + [True] * 8]
+
+
+def test_an_advisory_report_that_fails_names_the_wrong_output_not_a_floor(dynamic_llama, monkeypatch, tmp_path):
+    """The export job's refusal when validation's floors were advisory: it names the output that is
+    wrong (a shape here) and does not offer a cosine floor as the remedy."""
+    import dataclasses
+
+    import pytest
+
+    import hfexport.validation as validation
+    from hfexport.errors import ValidationError
+    from hfexport.job import _validated
+
+    model, inputs, program = dynamic_llama("dynamo")
+    report = validate(program, model, inputs, resized=False, min_cosine=0.5, cosine_advisory="the gate judges")
+    logits = report.cases[0].outputs[0]
+    report.cases[0].outputs[0] = dataclasses.replace(logits, shape=[9], passed=False, cosine=None,
+                                                     error="shape [9] but eager gives " + str(logits.shape))
+    monkeypatch.setattr(validation, "validate_components", lambda *args, **kwargs: {"decode": report})
+    with pytest.raises(ValidationError, match=r"sample case, logits: shape \[9\]") as caught:
+        _validated({"decode": program}, {}, tmp_path / "out")
+    assert "no cosine floor accepts" in str(caught.value) and "--min-cosine" not in str(caught.value)
