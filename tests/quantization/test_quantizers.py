@@ -133,12 +133,17 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
                                                  "backup_mode": "INT8_ASYM"}
     if "quantized_matmuls" in quantization and fmt != "executorch":
         assert quantization["quantized_matmuls"] >= 14  # 7 projections x 2 layers (+ lm_head)
-    if cls is OrtQuantizer and scheme in ("int8-dynamic", "int8-static"):  # REDUCE_RANGE: 7 bits, safe without VNNI
+    if cls is OrtQuantizer and scheme in ("int8-dynamic", "int8-static"):  # safe on CPUs without VNNI (ort.py)
         from onnx import TensorProto, numpy_helper
 
+        kind = TensorProto.UINT8 if scheme == "int8-dynamic" else TensorProto.INT8  # U8U8; s8 within 7 bits
         weights = [numpy_helper.to_array(t) for t in artifact.model_proto.graph.initializer
-                   if t.data_type == TensorProto.INT8 and len(t.dims) == 2]
-        assert len(weights) >= 14 and max(int(abs(w.astype(int)).max()) for w in weights) <= 64
+                   if t.data_type == kind and len(t.dims) == 2]
+        assert len(weights) >= 14
+        if kind == TensorProto.INT8:
+            assert max(int(abs(w.astype(int)).max()) for w in weights) <= 64
+        else:  # the full 8 bits
+            assert max(int(w.max()) - int(w.min()) for w in weights) > 128
     if scheme.endswith("weights") and cls is OrtQuantizer:  # the packed kernel, not dequantized weights
         ops = [node.op_type for node in artifact.model_proto.graph.node]
         assert ops.count("MatMulNBits") == 15 and "DequantizeLinear" not in ops
