@@ -12,6 +12,8 @@ through `export_to_folder` with no tolerance given: it must be written, i.e. pas
 user gets by default. Then, on the chat prompts (`real_model.CHAT_PROMPTS`, chat-templated):
 an fp32 export's greedy tokens equal eager `generate`'s; a quantized export's teacher-forced
 agreement and logits cosine reach the accuracy gate's own floors (`quantized_criteria`).
+`test_a_broken_int4_quantizer_is_refused_on_the_real_llm` is the other half of those criteria: a
+broken int4 quantizer through the same default export is refused, nothing written.
 """
 
 from __future__ import annotations

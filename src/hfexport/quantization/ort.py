@@ -44,8 +44,9 @@ _ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 #: at 8 bits, 0.9998 at 7 (`reduce_range`), 0.9999 with u8 weights at 8 (U8U8); int8-static 0.9937
 #: at 8 bits, over the 0.995 floor at 7. On SmolLM2-135M-Instruct s8 at 8 bits is destroyed there
 #: (teacher-forced greedy agreement 0.00), and `int8-dynamic`'s decode export agrees with fp32 eager
-#: on 0.89 / 0.75-0.81 of 64 steps (sample / chat prompts, mean step cosine 0.881-0.98) at 7 bits,
-#: 0.97 / 0.80-0.82 (0.922-) with u8 weights at 8 bits, as s8 on a VNNI machine measured (0.80-0.92);
+#: on 64 steps at 0.89 (sample prompt) / 0.75 and 0.78 (chat prompts: lowest, mean; lowest mean step
+#: cosine 0.881) at 7 bits, at 0.97 / 0.80 and 0.81 (0.922) with u8 weights at 8 bits, as s8 at 8
+#: bits on a VNNI machine measured (0.92 / 0.80 and 0.83, 0.936);
 #: one-token forward 28 ms U8U8 vs 33 ms at 7 bits (`bench/RESULTS.md`). So `int8-dynamic` keeps
 #: u8 weights at full range (`DYNAMIC_WEIGHT_TYPE`); `int8-static`'s symmetric int8 activations
 #: (QDQ) keep s8 weights within 7 bits (`REDUCE_RANGE`).
