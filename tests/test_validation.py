@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 import torch
 
 from hfexport import DynamoConfig, DynamoExporter, validate
 from hfexport.presets import build_preset
-from hfexport.validation import _tile
+from hfexport.validation import _compare, _tile
 
 
 def test_report_lists_every_output_with_its_tolerance(dynamic_llama):
@@ -36,8 +39,6 @@ def test_advisory_floors_report_what_is_under_them_and_fail_only_what_is_wrong(d
     """`cosine_advisory` (the export job's, where its accuracy gate judges a quantized generation
     export): outputs under a floor are marked and reported, the report passes; a wrong shape still
     fails, and without a floor there is nothing to be advisory about."""
-    import pytest
-
     model, inputs, program = dynamic_llama("dynamo")
     why = "the accuracy gate judges the logits"
     report = validate(program, model, inputs, resized=False, min_cosine=1.01, min_cache_cosine=0.5, cosine_advisory=why)
@@ -46,8 +47,6 @@ def test_advisory_floors_report_what_is_under_them_and_fail_only_what_is_wrong(d
     assert "below floor (advisory)" in report.to_table() and "PASSED" in report.to_table()
     binding = validate(program, model, inputs, resized=False, min_cosine=1.01, min_cache_cosine=0.5)
     assert not binding.passed and binding.below_floor == []
-
-    from hfexport.validation import _compare
 
     wrong = _compare("logits", torch.zeros(1, 2), torch.ones(1, 3), 0, 0, min_cosine=0.5, advisory=True)
     assert not wrong.passed and "shape" in wrong.error
@@ -209,10 +208,6 @@ def test_a_cache_longer_than_a_mask_over_the_written_slots_is_masked_by_slot():
 def test_an_advisory_report_that_fails_names_the_wrong_output_not_a_floor(dynamic_llama, monkeypatch, tmp_path):
     """The export job's refusal when validation's floors were advisory: it names the output that is
     wrong (a shape here) and does not offer a cosine floor as the remedy."""
-    import dataclasses
-
-    import pytest
-
     import hfexport.validation as validation
     from hfexport.errors import ValidationError
     from hfexport.job import _validated
