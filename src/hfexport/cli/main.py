@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
                         "the defaults are advisory, the gate decides: a value given binds validation)")
     export.add_argument("--min-cache-cosine", type=float, default=None,
                         help="with --quantize: the same for each cache tensor (default 0.9 for int4 schemes, "
-                        "0.95 otherwise, at most --min-cosine)")
+                        "0.95 otherwise, at most --min-cosine; advisory with --generate unless given)")
     export.add_argument("--min-agreement", type=float, default=None,
                         help="with --generate --quantize: pass if the greedy tokens equal fp32 eager generate()'s "
                         "on this share of 64 teacher-forced steps (default 0.6 for int4 schemes, 0.7 otherwise)")
