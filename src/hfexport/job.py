@@ -412,18 +412,18 @@ def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Pa
             failed = [o for case in report.cases for o in case.outputs if not o.passed and o.cosine is not None]
             worst = min(failed, key=lambda o: o.cosine) if report.min_cosine is not None and failed else None
             wrong = next((f"{case.label} case, {o.name}: {o.error}" for case in report.cases for o in case.outputs
-                          if not o.passed and o.error), None)
+                          if not o.passed and o.error), None)  # a shape, integer or non-finite mismatch
             distance = (f"cosine similarity {worst.cosine:.4f} for {worst.name}" if worst
-                        else wrong if report.cosine_advisory and wrong else f"max abs difference {report.max_abs:.3g}")
+                        else wrong or f"max abs difference {report.max_abs:.3g}")
+            accept = ("their shapes, integer values or non-finite values differ, which no cosine floor accepts "
+                      "(the floors were advisory)" if report.cosine_advisory else
+                      "pass a larger tolerance (--tolerance; a quantized export: --min-cosine, --min-cache-cosine) "
+                      "to accept the difference")
             error = ValidationError(
                 f"the exported {name!r} differs from eager PyTorch ({distance}); nothing was written to {target}",
                 model=record_of(artifacts[name]).model_class,
-                remedy="look at the failing outputs in the report; "
-                + ("their shapes, integer values or non-finite values differ, which no cosine floor accepts (the "
-                   "floors were advisory): " if report.cosine_advisory else
-                   "pass a larger tolerance (--tolerance; a quantized export: --min-cosine, --min-cache-cosine) "
-                   "to accept the difference, or ")
-                + "validate=False (--no-validate) to write the artifacts anyway",
+                remedy=f"look at the failing outputs in the report; {accept}; or validate=False (--no-validate) "
+                "to write the artifacts anyway",
             )
             error.reports = reports
             raise error

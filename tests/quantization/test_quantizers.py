@@ -94,7 +94,7 @@ def _export(fmt: str, model, quantizer, tmp_path, name: str):
     exporter = AutoHfExporter.from_config(config)
     artifact = exporter.export(model, CALIBRATION[0], config=config)
     files = exporter.save(artifact, tmp_path, name=name)
-    return artifact, sum(f.stat().st_size for f in files)
+    return artifact, sum(f.stat().st_size for f in files), files
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
     calibration = CALIBRATION if scheme.endswith("static") else None
     quantizer = cls(scheme, calibration)
     _require(fmt, quantizer)
-    artifact, size = _export(fmt, model, quantizer, tmp_path, "quantized")
+    artifact, size, files = _export(fmt, model, quantizer, tmp_path, "quantized")
     assert size <= max_ratio * fp32_bytes(fmt), f"{size:,} bytes vs {fp32_bytes(fmt):,} fp32"
     record = record_of(artifact)
     for cosine in held_out_cosines(artifact, model):
@@ -144,6 +144,9 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
             assert max(int(abs(w.astype(int)).max()) for w in weights) <= 64
         else:  # the full 8 bits
             assert max(int(w.max()) - int(w.min()) for w in weights) > 128
+        # the saved file, as ONNX Runtime's own docs load it, in a fresh process
+        onnx_file = next(f for f in files if f.suffix == ".onnx")
+        assert _fresh_ort_cosine(onnx_file, model, HELD_OUT[0]) >= min_cosine
     if scheme.endswith("weights") and cls is OrtQuantizer:  # the packed kernel, not dequantized weights
         ops = [node.op_type for node in artifact.model_proto.graph.node]
         assert ops.count("MatMulNBits") == 15 and "DequantizeLinear" not in ops
@@ -164,6 +167,34 @@ def test_pt2e_static_on_executorch_for_an_encoder():
     with torch.no_grad():
         want = model(**inputs).last_hidden_state
     assert torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0) >= 0.99
+
+
+_ORT_LOAD_AND_RUN = """
+import sys, numpy as np, onnxruntime as ort
+saved = np.load(sys.argv[2])
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+feed = {i.name: saved[i.name] for i in session.get_inputs()}
+got, want = session.run(None, feed)[0].astype(np.float64).ravel(), saved["want"].astype(np.float64).ravel()
+print(float(got @ want / (np.linalg.norm(got) * np.linalg.norm(want))))
+"""
+
+
+def _fresh_ort_cosine(onnx_file, model, prompt) -> float:
+    """The logits cosine with eager `model` on `prompt` of `onnx_file` loaded by
+    `onnxruntime.InferenceSession` in a fresh Python process."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    with torch.no_grad():
+        want = model(**prompt).logits
+    io = onnx_file.with_suffix(".io.npz")
+    np.savez(io, want=want.numpy(), **{k: v.numpy() for k, v in prompt.items()})
+    done = subprocess.run([sys.executable, "-c", _ORT_LOAD_AND_RUN, str(onnx_file), str(io)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return float(done.stdout.strip().splitlines()[-1])
 
 
 _LOAD_AND_RUN = """
@@ -329,7 +360,7 @@ def test_ort_quantizer_takes_onnx_runtimes_own_configs(index, tmp_path):
     quantizer = OrtQuantizer(ort_config, calibration=calibration)
     assert quantizer.scheme == {0: "int8-dynamic", 1: "int8-static", 2: "int4-weights"}[index]
     model = _model()
-    artifact, _ = _export("onnx", model, quantizer, tmp_path, "quantized")
+    artifact, _, _ = _export("onnx", model, quantizer, tmp_path, "quantized")
     record = record_of(artifact)
     for cosine in held_out_cosines(artifact, model):
         assert cosine >= min_cosine, f"cosine {cosine:.5f}"
