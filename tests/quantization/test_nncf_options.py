@@ -88,7 +88,7 @@ def test_nncf_parameters_reach_nncf_and_the_artifact_stays_close_to_fp32_eager(m
     quantizer = make()
     _require("openvino", quantizer)
     model = _model()
-    artifact, _ = _export("openvino", model, quantizer, tmp_path, "quantized")
+    artifact, _, _ = _export("openvino", model, quantizer, tmp_path, "quantized")
     quantization = record_of(artifact).details["quantization"]
     assert quantizer.to_dict().items() <= quantization.items()  # the record says what ran
     # counted in the OpenVINO model: int4/int8 weight constants, or FakeQuantize ops for int8-static
