@@ -475,7 +475,8 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
                 f"{found.first_difference}), their logits' cosine with eager's is {found.mean_cosine:.4f} on average "
                 f"(floor {_floor(min_cosine, '.4g')}, lowest {found.min_cosine:.3f}); nothing was written to {target}",
                 model=type(loaded.model).__name__,
-                remedy="choose a milder scheme (int8 rather than int4, a smaller group size), or lower the floors "
+                remedy="choose a milder scheme (int8 rather than int4, a smaller group size, int8-dynamic rather than "
+                "int8-static), or lower the floors "
                 "(--min-agreement / min_agreement=, --min-cosine / min_cosine=) to accept it")
             error.accuracy = found
             raise error
