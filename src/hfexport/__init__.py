@@ -20,7 +20,7 @@ from typing import Any
 # nothing is imported until one is used), so every registry is filled before anything asks it.
 from . import builtins as _builtins  # noqa: F401
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 _LAZY = {
     "HfExporter": "hfexport.exporter",
@@ -55,6 +55,8 @@ _LAZY = {
     "CaptureError": "hfexport.errors",
     "ConversionError": "hfexport.errors",
     "SerializationError": "hfexport.errors",
+    "OutputFolderError": "hfexport.errors",
+    "ExportFolderError": "hfexport.errors",
     "RuntimeLoadError": "hfexport.errors",
     "ValidationError": "hfexport.errors",
     "TESTED_VERSIONS": "hfexport._versions",

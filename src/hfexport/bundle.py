@@ -2,16 +2,17 @@
 
 ```
 out/tiny-llama/
-  manifest.json        kind ("model" | "generation"), format, components (files, bytes, inputs, outputs,
-                       each file's size and fingerprint: `check_files` refuses a missing or replaced one)
+  manifest.json        kind ("model" | "generation"), format, files (every file's size and SHA-256),
+                       components (files, bytes, inputs, outputs): `manifest.py` writes and checks it
   model.onnx           one artifact per component, as its exporter writes it (or prefill.onnx, decode.onnx)
   config.json          the model config (+ generation_config.json for a generation export)
   tokenizer.json, ...  the tokenizer and its chat template, when the model came with one (`tokenizer_files`)
   export_config.json   the ExportConfig used
   report.json          validation and timings, with each component's files and bytes
 ```
-`save_export` writes it through a staged folder (`storage.staged_folder`): nothing half-written is
-left behind, and the artifacts are written once, straight into that folder. A single graph and a
+`save_export` writes it through a staged folder (`output_folder.staged_folder`): nothing half-written
+is left behind, nothing hfexport did not write is replaced, and the artifacts are written once,
+straight into that folder. A single graph and a
 generation export share this one path; the manifest's `kind` says which it is, and only a
 generation export records a cache and a generation config.
 """
@@ -25,17 +26,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import SerializationError
+from .errors import ExportFolderError
+from .manifest import MANIFEST, MANIFEST_VERSION, listed_path, write_manifest
+from .output_folder import model_folder, staged_folder
 from .record import ExportRecord, record_of
-from .storage import fingerprint, staged_folder
+from .storage import fingerprint
 from .tokenizer_files import save_tokenizer_files
 
 __all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry",
            "check_files"]
-
-MANIFEST = "manifest.json"
-#: 2: the manifest says its `kind`; version 1 (no kind) was always written by a generation export.
-MANIFEST_VERSION = 2
 
 
 @dataclasses.dataclass
@@ -102,25 +101,26 @@ def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
 
 
 def check_files(directory: Path, name: str, entry: dict[str, Any]) -> list[Path]:
-    """The files of component `name` (its manifest `entry`) in `directory`, each present and the
-    one the export wrote (size and fingerprint, where the manifest has them).
+    """The files of component `name` (its manifest `entry`) in `directory`, each a path inside it
+    and present. A version-3 manifest's files were checked whole by `manifest.read_manifest`; an
+    older one's are checked here by their size and fingerprint, where it recorded them.
 
     Raises:
-        SerializationError: a file is missing or was replaced (a weights file copied from another
+        ExportFolderError: a file is missing or was replaced (a weights file copied from another
             export, a truncated copy), naming it.
     """
-    files = [directory / f for f in entry["files"]]
+    files = [listed_path(directory, f) for f in entry["files"]]
     missing = [f.name for f in files if not f.is_file()]
     if missing:
-        raise SerializationError(f"component {name!r} of {directory} is missing {', '.join(missing)}",
+        raise ExportFolderError(f"component {name!r} of {directory} is missing {', '.join(missing)}",
                                  remedy="copy the export folder whole (weights files included), or export again")
     for path in files:
         expected = entry.get("fingerprints", {}).get(path.name)
         if expected is None:
-            continue  # written before fingerprints were recorded
+            continue  # version 3 (checked whole), or written before fingerprints were recorded
         found = fingerprint(path) if path.stat().st_size == expected["bytes"] else {"bytes": path.stat().st_size}
         if found != expected:
-            raise SerializationError(
+            raise ExportFolderError(
                 f"{path} is not the file this export wrote ({found['bytes']:,} bytes, expected {expected['bytes']:,}"
                 f"{'' if found['bytes'] != expected['bytes'] else ', same size but other contents'}): it was "
                 "replaced, truncated or copied from another export",
@@ -163,7 +163,9 @@ def save_export(
         generation_config: saved as `generation_config.json` (a generation export).
         tokenizer: saved too when given, so `hfexport generate` can print text.
         export_config: saved as `export_config.json`.
-        overwrite: replace an existing folder's contents; otherwise a non-empty folder is an error.
+        overwrite: replace an earlier hfexport export in `directory` (only the files it wrote);
+            otherwise a folder holding files is an error, and a folder holding files no export
+            wrote is one either way (`output_folder`).
         manifest_extra: more manifest entries (a generation export's cache).
         report: written as `report.json`, with each component's files and bytes added.
         check: called with the written folder before it takes `directory`'s place: its returned
@@ -176,15 +178,13 @@ def save_export(
     if kind not in ("model", "generation"):
         raise ValueError(f"kind must be 'model' or 'generation', got {kind!r}")
     target = Path(directory).resolve()
-    with staged_folder(target, overwrite=overwrite) as staging:
+    with staged_folder(target, overwrite=overwrite, source=model_folder(model)) as staging:
         components = {}
         for name, artifact in artifacts.items():
             files = exporter.write(artifact, staging, name=exporter.file_stem(name, artifacts))
             components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
-                                "fingerprints": {f.name: fingerprint(f) for f in files},
                                 **record_entry(record_of(artifact))}
         manifest = {
-            "hfexport_manifest": MANIFEST_VERSION,
             "kind": kind,
             "format": exporter.format,
             "model_class": type(model).__name__ if model is not None else None,
@@ -192,7 +192,6 @@ def save_export(
             **(exporter.write_beside(artifacts, staging, tokenizer) if kind == "generation" else {}),
             "components": components,
         }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
         written = _with_sizes(report, components) if report is not None else None
         if written is not None:
             (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
@@ -204,7 +203,10 @@ def save_export(
             generation_config.save_pretrained(staging)
         if tokenizer is not None:
             save_tokenizer_files(tokenizer, staging)
-        if check is not None and (found := check(staging)):
-            written = {**(written or {}), **found}
-            (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
+        manifest = write_manifest(staging, manifest)  # last, listing every file (a check loads the folder)
+        if check is not None:
+            if found := check(staging):
+                written = {**(written or {}), **found}
+                (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
+            manifest = write_manifest(staging, {k: v for k, v in manifest.items() if k != "files"})
     return SavedExport(target, manifest, written)

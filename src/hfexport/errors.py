@@ -12,6 +12,8 @@ __all__ = [
     "ConversionError",
     "QuantizationError",
     "SerializationError",
+    "OutputFolderError",
+    "ExportFolderError",
     "RuntimeLoadError",
     "ValidationError",
     "RegistryError",
@@ -61,6 +63,21 @@ class SerializationError(ExportError):
     """The artifact could not be written (or would overwrite something)."""
 
     step = "save"
+
+
+class OutputFolderError(SerializationError):
+    """The output folder cannot take the export: it holds files hfexport did not write, it is a
+    folder an export must never replace (the working folder, home, the model's own), or another
+    export is writing it. Raised before any work (the CLI exits 2)."""
+
+    step = "output"
+
+
+class ExportFolderError(SerializationError):
+    """A saved export folder cannot be opened: no manifest, a damaged, incomplete or newer one, a
+    path outside the folder, or a file missing or not the one the export wrote."""
+
+    step = "open"
 
 
 class RuntimeLoadError(ExportError):

@@ -146,7 +146,8 @@ def export_to_folder(
         model: `"tiny:<preset>"`, a folder written by `save_pretrained`, a hub id, a `.gguf` file
             (dequantized to float32, `loading.load_gguf`), a `loading.LoadedModel`, or `(model, inputs)`.
         config: the export config (its format picks the exporter).
-        out: the folder to write (new or empty, or `overwrite=True`).
+        out: the folder to write: new or empty, or an earlier export with `overwrite=True`
+            (`output_folder`: never the working, home or model folder, nor one holding other files).
         generate: export the generation components (`decompose_for_generation`) instead of one graph.
         generation_config: for `generate`: e.g. a static cache
             (`GenerationConfig(cache_implementation="static", max_cache_len=N)`).
@@ -190,7 +191,7 @@ def export_to_folder(
             or an `ExportQuantizer`; `config.quantizer` is used when not given.
         prompt: the sample prompt when the model comes with a tokenizer.
         gguf_file: the GGUF file to load in the folder `model` names.
-        overwrite: replace the contents of a non-empty `out`.
+        overwrite: replace an earlier hfexport export in `out`, only the files it wrote.
         progress: an object with `step(label)` (a context manager) and a `total` attribute, told
             each step as it runs (the CLI's progress display).
 
@@ -203,7 +204,7 @@ def export_to_folder(
             nothing was written.
     """
     from .auto import AutoHfExporter
-    from .storage import check_output_folder
+    from .output_folder import claimed_folder, model_folder
 
     if llm_runner:
         _check_llm_runner(config, static_cache, generate, generation_config)
@@ -218,81 +219,90 @@ def export_to_folder(
         generate = multi_token_decode = True
     steps = _Timed(progress or _Silent())
     target = Path(out).resolve()
-    check_output_folder(target, overwrite=overwrite)  # refuse before the slow part
-    exporter = AutoHfExporter.from_config(config).for_folder()
-    if isinstance(quantize, str):
-        from .quantization import quantizer_for
+    # one writer from here to the final rename; the folder's rules checked before the slow part
+    with claimed_folder(target, overwrite=overwrite, source=model_folder(model),
+                        example=_example_output(target, model, config)):
+        exporter = AutoHfExporter.from_config(config).for_folder()
+        if isinstance(quantize, str):
+            from .quantization import quantizer_for
 
-        quantizer_for(config.export_format, quantize)  # an unknown scheme fails before loading anything
-    steps.total = 5 if validate else 4
-    with steps.step(f"loading {_describe(model)}{f' ({gguf_file})' if gguf_file else ''}"):
-        loaded = _load(model, prompt, gguf_file)
-    config = _with_quantizer(config, quantize, loaded.inputs)
-    cache_note = None
-    if llm_default:
-        from .backends.executorch.llm_export import default_cache_length
+            quantizer_for(config.export_format, quantize)  # an unknown scheme fails before loading anything
+        steps.total = 5 if validate else 4
+        with steps.step(f"loading {_describe(model)}{f' ({gguf_file})' if gguf_file else ''}"):
+            loaded = _load(model, prompt, gguf_file)
+        config = _with_quantizer(config, quantize, loaded.inputs)
+        cache_note = None
+        if llm_default:
+            from .backends.executorch.llm_export import default_cache_length
 
-        llm_cache, why = default_cache_length(loaded.model, config.max_sequence_length)
-        cache_note = {"tokens": llm_cache, "from": why}
-    with steps.step("running generate() to find the components" if generate else "preparing inputs"):
-        components, config, llm_fallback = _components(exporter, config, loaded, generate, generation_config,
-                                                       multi_token_decode, llm_cache=llm_cache,
-                                                       llm_required=bool(llm_runner), llm_default=llm_default)
-    is_llm_program = llm_cache is not None and llm_fallback is None
-    if llm_default and is_llm_program:  # generated, gated and saved as the static-cache export it is
-        generation_config = _static_cache(llm_cache, None)
-        multi_token_decode = True
-    if len(components) > 1:
-        steps.total = (steps.total or 0) + len(components) - 1
+            llm_cache, why = default_cache_length(loaded.model, config.max_sequence_length)
+            cache_note = {"tokens": llm_cache, "from": why}
+        with steps.step("running generate() to find the components" if generate else "preparing inputs"):
+            components, config, llm_fallback = _components(exporter, config, loaded, generate, generation_config,
+                                                           multi_token_decode, llm_cache=llm_cache,
+                                                           llm_required=bool(llm_runner), llm_default=llm_default)
+        is_llm_program = llm_cache is not None and llm_fallback is None
+        if llm_default and is_llm_program:  # generated, gated and saved as the static-cache export it is
+            generation_config = _static_cache(llm_cache, None)
+            multi_token_decode = True
+        if len(components) > 1:
+            steps.total = (steps.total or 0) + len(components) - 1
 
-    def exporting(name: str, module: Any):
-        return steps.step(f"exporting {name} ({type(module).__name__}) to {config.export_format}")
+        def exporting(name: str, module: Any):
+            return steps.step(f"exporting {name} ({type(module).__name__}) to {config.export_format}")
 
-    # the job validates every component itself, so the exporter does not validate once more
-    export_config = config.replace(validate=False) if config.validate else config
-    if is_llm_program:  # any number of tokens per call, up to the cache's length
-        export_config = export_config.replace(dynamic_shapes=components["decode"][0].dynamic_shapes())
-    artifacts = exporter.export_components(components, export_config, on_component=exporting)
-    if llm_fallback is not None and "decode" in artifacts:  # the component's record says why, as the report does
-        from .record import record_of
+        # the job validates every component itself, so the exporter does not validate once more
+        export_config = config.replace(validate=False) if config.validate else config
+        if is_llm_program:  # any number of tokens per call, up to the cache's length
+            export_config = export_config.replace(dynamic_shapes=components["decode"][0].dynamic_shapes())
+        artifacts = exporter.export_components(components, export_config, on_component=exporting)
+        if llm_fallback is not None and "decode" in artifacts:  # the component's record says why, as the report does
+            from .record import record_of
 
-        record_of(artifacts["decode"]).details["llm_custom_ops"] = {"used": False, "reason": llm_fallback}
-    reports: dict[str, Any] = {}
-    criteria = quantized_criteria(config.quantizer)
-    min_mean_cosine = None
-    gated = validate and generate and criteria is not None  # the accuracy gate judges the export
-    # ... over a real prompt's steps; then validation's default cosine floors only report (`validation`)
-    advisory = (f"the accuracy gate judges the quantized logits over up to {accuracy_tokens or DEFAULT_TOKENS} "
-                "teacher-forced steps" if gated and min_cosine is None and min_cache_cosine is None else None)
-    if criteria is not None:  # a floor given lowers the defaults it is above, never raises them
-        given = min_cosine
-        min_cosine = criteria.min_cosine if given is None else given
-        if min_cache_cosine is None:
-            min_cache_cosine = min(criteria.min_cache_cosine, min_cosine)
-        min_mean_cosine = criteria.min_mean_cosine if given is None else min(criteria.min_mean_cosine, given)
-    if validate:
-        with steps.step(f"validating in {config.export_format}'s runtime against eager"):
-            reports = _validated(artifacts, components, target, atol=atol, rtol=rtol, min_cosine=min_cosine,
-                                 min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
-    report = {**_report(loaded, config, artifacts, reports, generate, quantize), "job_seconds": dict(steps.seconds)}
-    if llm_fallback is not None:
-        from .backends.executorch.llm_export import fallback_note
+            record_of(artifacts["decode"]).details["llm_custom_ops"] = {"used": False, "reason": llm_fallback}
+        reports: dict[str, Any] = {}
+        criteria = quantized_criteria(config.quantizer)
+        min_mean_cosine = None
+        gated = validate and generate and criteria is not None  # the accuracy gate judges the export
+        # ... over a real prompt's steps; then validation's default cosine floors only report (`validation`)
+        advisory = (f"the accuracy gate judges the quantized logits over up to {accuracy_tokens or DEFAULT_TOKENS} "
+                    "teacher-forced steps" if gated and min_cosine is None and min_cache_cosine is None else None)
+        if criteria is not None:  # a floor given lowers the defaults it is above, never raises them
+            given = min_cosine
+            min_cosine = criteria.min_cosine if given is None else given
+            if min_cache_cosine is None:
+                min_cache_cosine = min(criteria.min_cache_cosine, min_cosine)
+            min_mean_cosine = criteria.min_mean_cosine if given is None else min(criteria.min_mean_cosine, given)
+        if validate:
+            with steps.step(f"validating in {config.export_format}'s runtime against eager"):
+                reports = _validated(artifacts, components, target, atol=atol, rtol=rtol, min_cosine=min_cosine,
+                                     min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
+        report = {**_report(loaded, config, artifacts, reports, generate, quantize), "job_seconds": dict(steps.seconds)}
+        if llm_fallback is not None:
+            from .backends.executorch.llm_export import fallback_note
 
-        report["llm_runner"] = fallback_note(llm_fallback, static=not llm_default)
-    gate = None
-    if gated:
-        gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
-                              min_agreement if min_agreement is not None else criteria.min_agreement, min_mean_cosine)
-        steps.total = (steps.total or 0) + 1
-    checks = [check for check in (
-        is_llm_program and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer, cache_note)),
-        gate and (lambda folder: _checked(gate, folder, steps))) if check]
-    with steps.step(f"writing {target}"):
-        saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report,
-                      check=(lambda folder: {k: v for check in checks for k, v in check(folder).items()})
-                      if checks else None)
-    return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
-                           saved.report)
+            report["llm_runner"] = fallback_note(llm_fallback, static=not llm_default)
+        gate = None
+        if gated:
+            gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
+                                  min_agreement if min_agreement is not None else criteria.min_agreement, min_mean_cosine)
+            steps.total = (steps.total or 0) + 1
+        checks = [check for check in (
+            is_llm_program and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer, cache_note)),
+            gate and (lambda folder: _checked(gate, folder, steps))) if check]
+        with steps.step(f"writing {target}"):
+            saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report,
+                          check=(lambda folder: {k: v for check in checks for k, v in check(folder).items()})
+                          if checks else None)
+        return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
+                               saved.report)
+
+
+def _example_output(target: Path, model: Any, config: ExportConfig) -> str:
+    """A new folder's path to suggest when `target` is refused: `<target>/<model>-<format>`."""
+    name = Path(str(model)).name.removesuffix(".gguf").replace("tiny:", "") if isinstance(model, (str, os.PathLike)) \
+        else "model"
+    return str(target / f"{name or 'model'}-{config.export_format}")
 
 
 def _static_cache(length: int, generation_config: Any) -> Any:

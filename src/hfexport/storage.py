@@ -1,9 +1,9 @@
-"""Output folders and files that appear only when complete, for every format.
+"""Files that appear only when complete, for every format.
 
-Everything is written to a temporary folder (or file) beside the target and renamed into place at
+Everything is written to a temporary file (or folder) beside the target and renamed into place at
 the end; an error or Ctrl-C removes the temporary one, so nothing half-written is left behind.
-A whole export is staged once (`staged_folder`) and its artifacts written straight into it; an
-artifact's own `save(path)` stages its files itself (`staged_files`).
+An artifact's own `save(path)` stages its files itself (`staged_files`); a whole export folder is
+staged by `output_folder.staged_folder`, which also decides what an export may replace.
 """
 
 from __future__ import annotations
@@ -18,35 +18,7 @@ from typing import IO, Any
 
 from .errors import SerializationError
 
-__all__ = ["atomic_file", "check_output_folder", "checked_destination", "fingerprint", "staged_files", "staged_folder"]
-
-
-def check_output_folder(target: Path, *, overwrite: bool) -> None:
-    """Refuse, before any work, an output path that is a file or a folder holding files."""
-    if target.exists() and not target.is_dir():
-        raise SerializationError(f"{target} exists and is not a folder", remedy="choose another output path (-o)")
-    if target.exists() and any(target.iterdir()) and not overwrite:
-        raise SerializationError(f"{target} already holds files", remedy="pass overwrite=True (--overwrite) to replace them, or choose another output path")
-
-
-@contextlib.contextmanager
-def staged_folder(target: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield a temporary folder beside `target` (parents created); on success it replaces `target`."""
-    check_output_folder(target, overwrite=overwrite)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        target.rename(old)
-    staging.rename(target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+__all__ = ["atomic_file", "checked_destination", "fingerprint", "staged_files"]
 
 
 @contextlib.contextmanager

@@ -60,16 +60,17 @@ def test_the_saved_program_matches_the_reports_model(exported_llama):
 
 
 def test_existing_output_is_refused_without_overwrite(tmp_path, capsys):
-    out = tmp_path / "llama"  # a folder an earlier export filled
+    out = tmp_path / "llama"  # a folder holding someone's file
     out.mkdir()
-    (out / "model.pt2").write_bytes(b"an earlier export")
+    (out / "model.pt2").write_bytes(b"not an export")
     before = (out / "model.pt2").stat().st_mtime_ns
-    assert main(["export", "tiny:bert", "-o", str(out)]) == 1
-    err = capsys.readouterr().err
-    assert "already holds files" in err and "--overwrite" in err
-    assert "Traceback" not in err
+    for flags in ([], ["--overwrite"]):  # hfexport did not write it: refused either way
+        assert main(["export", "tiny:bert", "-o", str(out), *flags]) == 2
+        err = capsys.readouterr().err
+        assert "holds files that are not an hfexport export (model.pt2" in err and "name a new folder" in err
+        assert "Traceback" not in err
     assert (out / "model.pt2").stat().st_mtime_ns == before
-    assert (out / "model.pt2").read_bytes() == b"an earlier export"
+    assert (out / "model.pt2").read_bytes() == b"not an export"
 
 
 def test_unknown_format_and_model_are_one_line_errors(tmp_path, capsys):

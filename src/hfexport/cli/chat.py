@@ -24,7 +24,7 @@ def run(args) -> int:
     from ..generation.chat import ChatSession, TextStream
     from ..generation.loop import GenerationRunner
 
-    runner = GenerationRunner.load(args.export_dir)
+    runner = GenerationRunner.load(args.export_dir, verify=not args.no_verify)
     chat = ChatSession(runner, system=args.system)
     interactive = sys.stdin.isatty()
     print(f"hfexport: chatting with {runner.export.manifest.get('model_class')} ({runner.export.format}, "

@@ -1,7 +1,8 @@
 """`hfexport export MODEL --format F -o DIR`: the export job (`hfexport.job.export_to_folder`), its
 arguments parsed and its report printed.
 
-Exit codes: 0 exported and validated; 1 the export failed; 3 validation failed (nothing written).
+Exit codes: 0 exported and validated; 1 the export failed; 2 the output folder was refused, before
+any work (`output_folder.check_output_folder`); 3 validation failed (nothing written).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 from ..errors import ValidationError
 from .progress import Progress
 
-__all__ = ["run", "VALIDATION_FAILED"]
+__all__ = ["run", "OUTPUT_REFUSED", "VALIDATION_FAILED"]
 
+OUTPUT_REFUSED = 2
 VALIDATION_FAILED = 3
 
 

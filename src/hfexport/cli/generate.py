@@ -28,7 +28,7 @@ def run(args) -> int:
 
     if args.system is not None and args.chat is None:
         raise ValueError("--system is the system message of a --chat turn; add --chat MESSAGE")
-    runner = GenerationRunner.load(args.export_dir)
+    runner = GenerationRunner.load(args.export_dir, verify=not args.no_verify)
     options = {"min_new_tokens": args.min_new_tokens, "do_sample": args.do_sample, "temperature": args.temperature,
                "top_k": args.top_k, "top_p": args.top_p, "repetition_penalty": args.repetition_penalty,
                "seed": args.seed}

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from typing import Any
 
-from ..errors import ExportError, ValidationError
+from ..errors import ExportError, OutputFolderError, ValidationError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,7 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--min-agreement", type=float, default=None,
                         help="with --generate --quantize: pass if the greedy tokens equal fp32 eager generate()'s "
                         "on this share of 64 teacher-forced steps (default 0.6 for int4 schemes, 0.7 otherwise)")
-    export.add_argument("--overwrite", action="store_true", help="replace an output folder that holds files")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier hfexport export in the output folder (only the files it wrote; a "
+                        "folder holding other files is refused)")
     export.add_argument("--no-validate", action="store_true", help="skip the comparison with eager")
     export.add_argument("--tolerance", type=float, default=None, help="absolute tolerance (default per format)")
     export.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per format)")
@@ -93,12 +100,14 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--repetition-penalty", type=float, default=None)
     generate.add_argument("--seed", type=int, default=None, help="seed for --do-sample (reproducible tokens)")
     generate.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_no_verify(generate)
 
     chat = sub.add_parser("chat", help="talk with an export written by `export --generate`: each line on stdin "
                           "is a user turn, answered as it is generated (/reset starts over; /quit or end of input ends)")
     chat.add_argument("export_dir", help="the folder `hfexport export --generate -o DIR` wrote (with a chat template)")
     chat.add_argument("--system", help="a system message to start the conversation with")
     chat.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per answer (default 256)")
+    _add_no_verify(chat)
     chat.add_argument("--json", action="store_true",
                       help="print each answer as one JSON line (tokens, text, timings) instead of streaming it")
 
@@ -142,6 +151,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_no_verify(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-verify", action="store_true",
+                        help="skip the SHA-256 check of every file the folder's manifest lists (about a second per "
+                        "GB; for a folder you wrote or trust): its paths are still confined to the folder")
+
+
 def _add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray", action="store_true",
                         help='run each cell as a Ray task (pip install "hfexport[ray]"): on the cluster of '
@@ -160,17 +175,42 @@ def main(argv: list[str] | None = None) -> int:
                "fuzz": fuzz.run, "env": env.run, "patches": patches.run, "export-many": export_many.run}[args.command]
     try:
         # the summary of what was hidden comes before an error line, so that the error is the last line
-        with command_output(verbose=args.verbose, debug=args.debug):
+        with command_output(verbose=args.verbose, debug=args.debug), _terminated_as_interrupt():
             return command(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         print("hfexport: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return 128 + (signal.SIGTERM if isinstance(interrupt, _Terminated) else signal.SIGINT)
     except (ExportError, ImportError, ValueError, TypeError) as error:
         if args.debug:
             traceback.print_exc()
         message = str(error).replace("\n", " ")
         print(f"hfexport: error: {message}", file=sys.stderr)
+        if isinstance(error, OutputFolderError):
+            return export.OUTPUT_REFUSED
         return export.VALIDATION_FAILED if isinstance(error, ValidationError) else 1
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command was when it came."""
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a service manager, `kill`) ends a command as Ctrl-C does: the staging folder and
+    any parent folders the export created are removed, an earlier export is kept, and the exit
+    code is 128 + the signal's number. Only where this is the main thread (signals reach no other)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

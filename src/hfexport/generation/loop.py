@@ -126,9 +126,11 @@ class GenerationRunner:
         return self._attends[key]
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> GenerationRunner:
-        """Open the export in `directory` (written by `hfexport export --generate` or `save_generation_export`)."""
-        return cls(GenerationExport.load(directory))
+    def load(cls, directory: str | os.PathLike, *, verify: bool = True) -> GenerationRunner:
+        """Open the export in `directory` (written by `hfexport export --generate` or
+        `save_generation_export`); `verify=False` skips the SHA-256 check of its files
+        (`GenerationExport.load`)."""
+        return cls(GenerationExport.load(directory, verify=verify))
 
     # -- generation ---------------------------------------------------------------------------
 

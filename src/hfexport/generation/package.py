@@ -16,15 +16,20 @@ can allocate a static cache without the model's Python class.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..bundle import MANIFEST, MANIFEST_VERSION, check_files, record_from_entry
-from ..errors import SerializationError
+from ..bundle import check_files, record_from_entry
+from ..errors import ExportFolderError
+from ..manifest import MANIFEST, MANIFEST_VERSION, check_file, read_manifest
 from ..record import ExportRecord, record_of
 from ..tokenizer_files import load_tokenizer
 
@@ -97,7 +102,9 @@ def save_generation_export(
         generation_config: the one used for the export (a static cache's `max_cache_len`); the
             model's own is saved when not given.
         tokenizer: saved too when given, so `hfexport generate` can print text.
-        overwrite: replace an existing folder's contents; otherwise a non-empty folder is an error.
+        overwrite: replace an earlier hfexport export in `directory` (only the files it wrote);
+            otherwise a folder holding files is an error, and a folder holding files no export
+            wrote is one either way (`output_folder`).
         extra: more manifest entries.
         report: written as `report.json` beside the manifest, with each component's files and
             bytes added under `components` and their total as `artifact_bytes`.
@@ -157,30 +164,63 @@ class GenerationExport:
     tokenizer: Any = None
 
     @classmethod
-    def load(cls, directory: str | os.PathLike) -> GenerationExport:
+    def load(cls, directory: str | os.PathLike, *, verify: bool = True) -> GenerationExport:
         """Open every component of the export in `directory` (written by `save_generation_export`
-        or `hfexport export --generate`)."""
+        or `hfexport export --generate`), reading only the files its manifest lists.
+
+        Args:
+            verify: check every listed file's SHA-256 against the manifest first (about a second
+                per GB); `False` for a folder you wrote or trust (its paths are checked still).
+
+        Raises:
+            ExportFolderError: the folder is not a generation export, its manifest is damaged or
+                newer than this hfexport, or a file is missing or differs from what was written
+                (one line naming it).
+        """
         from ..auto import AutoHfExporter
 
         directory = Path(directory)
-        path = directory / MANIFEST
-        if not path.is_file():
-            raise SerializationError(f"{directory} holds no {MANIFEST}",
-                                     remedy="pass a folder written by `hfexport export --generate` or save_generation_export")
-        manifest = json.loads(path.read_text())
+        manifest = read_manifest(directory, verify=verify)
+        if manifest.get("kind", "generation") != "generation":
+            raise ExportFolderError(f"{directory} holds a single-graph export (kind {manifest['kind']!r}), which "
+                                     "generates nothing by itself",
+                                     remedy="export the model with --generate (export_for_generation) to run it here")
         fmt = manifest["format"]
         exporter = AutoHfExporter.from_format(fmt)
         components = {}
         for name, entry in manifest["components"].items():
             files = check_files(directory, name, entry)
             components[name] = LoadedComponent(name, exporter.load(files), record_from_entry(fmt, entry), files)
-        config = generation_config = None
-        if (directory / "config.json").is_file():
-            from transformers import AutoConfig
+        with _listed_metadata(directory, manifest) as metadata:
+            config = generation_config = None
+            if (metadata / "config.json").is_file():
+                from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(directory)
-        if (directory / "generation_config.json").is_file():
-            from transformers import GenerationConfig
+                config = AutoConfig.from_pretrained(metadata)
+            if (metadata / "generation_config.json").is_file():
+                from transformers import GenerationConfig
 
-            generation_config = GenerationConfig.from_pretrained(directory)
-        return cls(directory, fmt, components, manifest, config, generation_config, load_tokenizer(directory))
+                generation_config = GenerationConfig.from_pretrained(metadata)
+            tokenizer = load_tokenizer(metadata)
+        return cls(directory, fmt, components, manifest, config, generation_config, tokenizer)
+
+
+@contextlib.contextmanager
+def _listed_metadata(directory: Path, manifest: dict[str, Any]) -> Iterator[Path]:
+    """A scratch folder holding copies of the listed files that are not a component's (the
+    configs, the tokenizer), each checked against the manifest as copied: transformers' loaders
+    read whatever a folder holds, so they are given only what the export wrote. A manifest from
+    before version 3 lists no such files: its folder is read as it is."""
+    if manifest["hfexport_manifest"] < 3:
+        yield directory
+        return
+    components = {f for entry in manifest["components"].values() for f in entry["files"]}
+    with tempfile.TemporaryDirectory(prefix="hfexport-metadata-") as scratch:
+        for relative, entry in manifest["files"].items():
+            if relative in components or "/" in relative:
+                continue
+            if not (directory / relative).is_file():
+                check_file(directory / relative, entry, folder=directory)  # says which file is missing
+            shutil.copyfile(directory / relative, Path(scratch) / relative)
+            check_file(Path(scratch) / relative, entry, folder=directory)
+        yield Path(scratch)

@@ -42,7 +42,8 @@ def test_the_weights_are_one_file_beside_the_graph_and_the_manifest_names_it(ext
     graph = onnx.load(str(folder / "decode.onnx"), load_external_data=False).graph
     inline = sum(len(t.raw_data) for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL)
     assert inline < 0.05 * weights and (folder / "decode.onnx.data").stat().st_size >= 0.9 * weights
-    assert set(entry["fingerprints"]) == set(entry["files"])
+    listed = json.loads((folder / "manifest.json").read_text())["files"]  # each file's size and SHA-256
+    assert all(listed[f]["bytes"] == (folder / f).stat().st_size for f in entry["files"])
 
 
 def test_onnx_runtime_and_the_runner_generate_what_generate_does(external):
@@ -68,11 +69,12 @@ def test_a_missing_or_replaced_weights_file_is_refused_at_load(external, tmp_pat
     raw = bytearray(data.read_bytes())
     raw[-1] ^= 0xFF  # same size, other contents: another export's weights
     data.write_bytes(bytes(raw))
-    with pytest.raises(SerializationError, match="same size but other contents") as replaced:
+    with pytest.raises(SerializationError, match="decode.onnx.data is not the file this export wrote: its SHA-256") \
+            as replaced:
         GenerationRunner.load(copy)
-    assert "copy the export folder whole" in replaced.value.remedy
+    assert "copy the export folder again, whole" in replaced.value.remedy
     data.unlink()
-    with pytest.raises(SerializationError, match="is missing decode.onnx.data"):
+    with pytest.raises(SerializationError, match="decode.onnx.data is missing from the export"):
         GenerationRunner.load(copy)
 
 

@@ -1,0 +1,219 @@
+"""What an export may write and replace (`hfexport.output_folder`), on the user's path: the CLI as a
+user types it (`main`, and a subprocess where signals and a second process matter) and the Python API.
+
+Every refusal is checked to leave the folder exactly as it was (same names, same bytes) and to exit 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hfexport.cli.main import main
+from hfexport.errors import OutputFolderError
+from hfexport.output_folder import check_output_folder, claimed_folder
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    """Every entry under `folder` (hidden ones too) with a hash of its bytes: what a refusal must keep."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(folder.rglob("*"))}
+
+
+def _user_files(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "precious.txt").write_text("a week of notes")
+    (folder / "mymodel").mkdir()
+    (folder / "mymodel" / "weights.bin").write_bytes(os.urandom(1024))
+    return folder
+
+
+def _hfexport(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hfexport", *args], capture_output=True, text=True, timeout=600,
+                          **kwargs)
+
+
+def test_the_working_folder_is_refused_with_its_files_kept(tmp_path, monkeypatch, capsys):
+    work = _user_files(tmp_path / "work")
+    monkeypatch.chdir(work)
+    before = _snapshot(tmp_path)
+    assert main(["export", "tiny:llama", "--format", "dynamo", "-o", ".", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "is the working folder" in err and "name a new folder" in err and "Traceback" not in err
+    assert _snapshot(tmp_path) == before  # not even a lock file
+
+
+def test_the_models_own_folder_is_refused(tmp_path, capsys):
+    from hfexport.presets import build_preset
+
+    model, _ = build_preset("gpt2")
+    model.save_pretrained(tmp_path / "ckpt")
+    before = _snapshot(tmp_path)
+    assert main(["export", str(tmp_path / "ckpt"), "-o", str(tmp_path / "ckpt"), "--overwrite"]) == 2
+    assert "is the model's own folder" in capsys.readouterr().err
+    assert _snapshot(tmp_path) == before
+    assert main(["export", str(tmp_path / "ckpt"), "-o", str(tmp_path), "--overwrite"]) == 2  # its parent
+    assert "an ancestor of the model's own folder" in capsys.readouterr().err
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_a_folder_of_someone_elses_files_is_refused(tmp_path, capsys, overwrite):
+    notes = _user_files(tmp_path / "notes")
+    before = _snapshot(tmp_path)
+    assert main(["export", "tiny:llama", "-o", str(notes), *(["--overwrite"] if overwrite else [])]) == 2
+    err = capsys.readouterr().err
+    assert "not an hfexport export" in err and "precious.txt" in err and "never deletes" in err
+    assert _snapshot(tmp_path) == before
+
+
+def test_home_roots_and_ancestors_are_refused_whatever_they_hold(tmp_path, monkeypatch):
+    home = tmp_path / "home" / "me"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    for folder, why in ((home, "your home folder"), (tmp_path / "home", "an ancestor of your home folder"),
+                        (Path("/"), "a filesystem root")):
+        with pytest.raises(OutputFolderError, match=why):
+            check_output_folder(folder, overwrite=True)
+    check_output_folder(home / "new-export", overwrite=True)  # a new folder inside them is fine
+
+
+@pytest.fixture(scope="module")
+def earlier_export(tmp_path_factory):
+    """A generation export (prefill and decode) to replace, as a user wrote it."""
+    out = tmp_path_factory.mktemp("earlier") / "out"
+    assert main(["export", "tiny:llama", "--generate", "-o", str(out), "--quiet"]) == 0
+    return out
+
+
+def _copy(folder: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(folder, to)
+    return to
+
+
+@pytest.mark.slow
+def test_overwrite_replaces_an_earlier_export_and_only_its_files(earlier_export, tmp_path, capsys):
+    out = _copy(earlier_export, tmp_path / "out")
+    assert {"prefill.pt2", "decode.pt2"} <= {p.name for p in out.iterdir()}
+    assert main(["export", "tiny:llama", "-o", str(out), "--quiet"]) == 2  # without --overwrite
+    assert "already holds an earlier hfexport export" in capsys.readouterr().err
+    assert main(["export", "tiny:llama", "-o", str(out), "--overwrite", "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "export_config.json", "manifest.json", "model.pt2", "report.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging, no old copy, no lock file
+
+
+@pytest.mark.slow
+def test_an_earlier_export_holding_a_users_file_is_refused(earlier_export, tmp_path, capsys):
+    out = _copy(earlier_export, tmp_path / "out")
+    (out / "notes.md").write_text("mine")
+    before = _snapshot(tmp_path)
+    assert main(["export", "tiny:llama", "-o", str(out), "--overwrite", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "files it did not write (notes.md)" in err and "move those files out" in err
+    assert _snapshot(tmp_path) == before
+
+
+def test_the_python_api_keeps_the_same_rules(tmp_path):
+    from hfexport import DynamoConfig
+    from hfexport.bundle import save_export
+    from hfexport.exporter_dynamo import DynamoExporter
+    from hfexport.job import export_to_folder
+    from hfexport.presets import build_preset
+
+    notes = _user_files(tmp_path / "notes")
+    before = _snapshot(tmp_path)
+    with pytest.raises(OutputFolderError, match="not an hfexport export"):
+        export_to_folder("tiny:llama", DynamoConfig(), notes, overwrite=True)
+    model, inputs = build_preset("llama")
+    program = DynamoExporter().export(model, inputs, config=DynamoConfig())
+    with pytest.raises(OutputFolderError, match="not an hfexport export"):
+        save_export(DynamoExporter(), {"model": program}, notes, model=model, overwrite=True)
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_failed_export_removes_the_parent_folders_it_made(tmp_path):
+    from hfexport import DynamoConfig
+    from hfexport.job import export_to_folder
+
+    with pytest.raises(TypeError):  # fails after the folder is claimed (its parents made) and before writing
+        export_to_folder(42, DynamoConfig(), tmp_path / "a" / "b" / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_writer_is_refused_at_once(tmp_path, capsys):
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from hfexport.output_folder import claimed_folder\n"
+         f"with claimed_folder({str(out)!r}, overwrite=False):\n    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        assert main(["export", "tiny:llama", "-o", str(out)]) == 2
+        assert time.monotonic() - started < 10  # before loading or exporting anything
+        err = capsys.readouterr().err
+        assert "another hfexport export is writing" in err and "wait for it to finish" in err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_two_exports_started_together_into_one_folder(tmp_path):
+    out = tmp_path / "out"
+    runs = [subprocess.Popen([sys.executable, "-m", "hfexport", "export", "tiny:llama", "-o", str(out), "--quiet"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(run.wait(timeout=600), run.stderr.read()) for run in runs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    refused = next(err for code, err in results if code == 2)
+    assert "another hfexport export is writing" in refused or "already holds an earlier hfexport export" in refused
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "model.pt2").is_file()
+
+
+def test_a_dead_writers_staging_folder_is_removed_and_a_live_ones_kept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".out.partial-{dead.pid}-abcd"
+    stale.mkdir()
+    (stale / "model.pt2").write_bytes(b"half")
+    live = tmp_path / f".out.partial-{os.getppid()}-efgh"  # a process that is running
+    live.mkdir()
+    (tmp_path / ".out.hfexport-lock").touch()  # a killed writer's lock file: its lock died with it
+    with claimed_folder(tmp_path / "out", overwrite=False):
+        assert (tmp_path / ".out.hfexport-lock").is_file()
+    assert not stale.exists() and live.is_dir()
+    assert not (tmp_path / ".out.hfexport-lock").exists()  # the lock file goes with the lock
+
+
+@pytest.mark.slow
+def test_sigterm_mid_export_keeps_the_earlier_export_and_leaves_nothing(earlier_export, tmp_path):
+    out = _copy(earlier_export, tmp_path / "out")
+    before = _snapshot(tmp_path)
+    run = subprocess.Popen([sys.executable, "-m", "hfexport", "export", "tiny:llama", "--format", "onnx",
+                            "--generate", "-o", str(out), "--overwrite"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in run.stderr:  # the progress display: SIGTERM once the export itself has started
+        seen.append(line)
+        if "exporting" in line:
+            break
+    run.send_signal(signal.SIGTERM)
+    code = run.wait(timeout=300)
+    err = "".join(seen) + run.stderr.read()
+    assert code == 128 + signal.SIGTERM, err
+    assert "interrupted; nothing was written" in err and "Traceback" not in err
+    assert _snapshot(tmp_path) == before
