@@ -46,7 +46,8 @@ class Backend:
 
 
 BACKENDS = {
-    "onnx": Backend("onnx", "model.onnx", "model.onnx.data", ("hfexport.backends.onnx.artifact", "write_onnx"), """
+    "onnx": Backend("onnx", "model.onnx", "model.onnx.data", ("hfexport.backends.onnx.artifact", "write_onnx"),
+                    """
         import onnxruntime
 
         session = onnxruntime.InferenceSession("{path}")
@@ -54,7 +55,8 @@ BACKENDS = {
         def run(ids, mask):
             return session.run(["logits"], {{"input_ids": ids, "attention_mask": mask}})[0]
         """, {"external_data": True}),
-    "openvino": Backend("openvino", "model.xml", "model.bin", ("hfexport.backends.openvino.artifact", "write_openvino"), """
+    "openvino": Backend("openvino", "model.xml", "model.bin", ("hfexport.backends.openvino.artifact", "write_openvino"),
+                        """
         import openvino
 
         core = openvino.Core()
@@ -63,7 +65,8 @@ BACKENDS = {
         def run(ids, mask):
             return compiled({{"input_ids": ids, "attention_mask": mask}})[compiled.output("logits")]
         """, {}),
-    "executorch": Backend("executorch", "model.pte", "model.ptd", ("hfexport.backends.executorch.artifact", "write_executorch"), """
+    "executorch": Backend("executorch", "model.pte", "model.ptd",
+                          ("hfexport.backends.executorch.artifact", "write_executorch"), """
         import os
 
         import torch
@@ -125,7 +128,8 @@ def _run_fresh(path: Path, backend: Backend, inputs) -> np.ndarray:
 
 def _others(folder: Path, backend: Backend) -> dict[str, bytes]:
     """Write a file of the user's and another model's side file into `folder`; return their bytes."""
-    others = {"notes.txt": b"the user's own file", f"other{backend.side.removeprefix('model')}": b"another model's weights"}
+    other_side = "other" + backend.side.removeprefix("model")  # `other.onnx.data`: another model's
+    others = {"notes.txt": b"the user's own file", other_side: b"another model's weights"}
     for name, data in others.items():
         (folder / name).write_bytes(data)
     return others

@@ -253,8 +253,9 @@ def _import_qualname(path: str) -> type:
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
     if not isinstance(obj, type):
-        raise RuntimeLoadError(f"the saved program's tree spec names {path!r}, which is not a class in {module_name}",
-                               remedy="load the program with the torch, transformers and hfexport versions that saved it")
+        raise RuntimeLoadError(
+            f"the saved program's tree spec names {path!r}, which is not a class in {module_name}",
+            remedy="load the program with the torch, transformers and hfexport versions that saved it")
     return obj
 
 

@@ -52,8 +52,9 @@ def check_archive(path: str | Path) -> None:
             return archive.read(members[name])
 
         if constants.ARCHIVE_VERSION_PATH not in members:
-            _refuse(path, "it has the archive layout of torch < 2.8, whose every payload torch.export.load unpickles "
-                          "without the weights-only check", "save the program again with torch.export.save of torch >= 2.8")
+            _refuse(path, "it has the archive layout of torch < 2.8, whose every payload torch.export.load "
+                          "unpickles without the weights-only check",
+                    "save the program again with torch.export.save of torch >= 2.8")
         if any(name.startswith(constants.AOTINDUCTOR_DIR) for name in members):
             _refuse(path, f"it holds an AOTInductor model ({constants.AOTINDUCTOR_DIR}), a shared library that "
                           "torch.export.load loads", "save the exported program again without AOTInductor")
@@ -128,7 +129,8 @@ def _is_sympy_arithmetic(text: str) -> bool:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
             first = node.args[0]
             pattern = _SYMBOL if node.func.id in ("Symbol", "Dummy") else _FLOAT if node.func.id == "Float" else None
-            if pattern and isinstance(first, ast.Constant) and isinstance(first.value, str) and pattern.fullmatch(first.value):
+            is_string = isinstance(first, ast.Constant) and isinstance(first.value, str)
+            if pattern and is_string and pattern.fullmatch(first.value):
                 names.add(id(first))
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
