@@ -37,22 +37,32 @@ def atomic_file(target: Path, mode: str = "w") -> Iterator[IO[Any]]:
 
 def checked_destination(destination: str | os.PathLike, *, overwrite: bool, what: str) -> Path:
     """`destination` as a path, or `SerializationError` when it cannot be written as asked (no
-    such folder, or a file already there without `overwrite`); `what` names it in the message."""
+    such folder, a folder in its place, or a file already there without `overwrite`); `what` names
+    it in the message."""
     path = Path(destination)
     if not path.parent.exists():
         raise SerializationError(f"cannot save {what} to {path}: folder {path.parent} does not exist",
                                  remedy=f"create {path.parent} first")
+    if path.is_dir():
+        raise SerializationError(f"cannot save {what} to {path}: it is a folder", remedy="name a file in it")
     if path.exists() and not overwrite:
         raise SerializationError(f"{path} already exists", remedy="pass overwrite=True, or choose another path")
     return path
 
 
 @contextlib.contextmanager
-def staged_files(destination: Path, *, overwrite: bool) -> Iterator[Path]:
+def staged_files(destination: Path, *, overwrite: bool, companions: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield a temporary folder beside `destination` (a file path); on success every file written
     there is moved into `destination`'s folder (an artifact and its companions: `model.onnx` and
     `model.onnx.data`, `model.xml` and `model.bin`). A file already there is an error unless
-    `overwrite`; on failure nothing is moved."""
+    `overwrite`; on failure nothing is moved.
+
+    Args:
+        companions: the names of the files that belong to the artifact at `destination` besides
+            it (`model.onnx.data`): one already there that this save did not write is removed
+            with `overwrite`, as it belonged to the artifact saved there before and would now be
+            taken for this one's. No other file in the folder is touched.
+    """
     staging = Path(tempfile.mkdtemp(prefix=f".{destination.name}.partial-", dir=destination.parent))
     try:
         yield staging
@@ -62,6 +72,9 @@ def staged_files(destination: Path, *, overwrite: bool) -> Iterator[Path]:
                 raise SerializationError(f"{destination.parent / file.name} already exists", remedy="pass overwrite=True")
         for file in produced:
             os.replace(file, destination.parent / file.name)
+        if overwrite:
+            for name in set(companions) - {file.name for file in produced}:
+                (destination.parent / name).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

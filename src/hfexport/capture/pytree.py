@@ -17,6 +17,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from ..errors import RuntimeLoadError
+
 __all__ = ["register_pytree_node", "register_cache_pytree_nodes", "leaf_names", "flatten_with_names"]
 
 _registered: set[type] = set()
@@ -224,11 +226,36 @@ def _qualname(obj: type) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
 
 
-def _import_qualname(path: str) -> Any:
+#: The packages whose classes a saved tree spec may name and `_import_qualname` imports: a module
+#: of theirs runs only their own code when imported.
+_TRUSTED_PACKAGES = ("torch", "transformers", "hfexport")
+
+
+def _import_qualname(path: str) -> type:
+    """The class `path` (`module:qualname`, as `_qualname` wrote it) names in a saved tree spec.
+
+    # NOTE: a `.pt2` is a file from anywhere, and `torch.export.load` hands its tree specs' contexts
+    # to `_from_dumpable_context`; importing whatever module one names would run that module's
+    # code. So only a class of torch, transformers or hfexport (whose modules may be imported), or
+    # of a module holding a class registered with `register_pytree_node` in this process (already
+    # imported by the caller who trusts it), is resolved; anything else is refused before any import.
+    """
     module_name, _, qualname = path.partition(":")
+    registered_modules = {cls.__module__ for cls in _registered}
+    if module_name.split(".")[0] not in _TRUSTED_PACKAGES and module_name not in registered_modules:
+        raise RuntimeLoadError(
+            f"the saved program's tree spec names the class {path!r}, from module {module_name!r}, which is not "
+            "torch, transformers or hfexport, nor holds a class registered with register_pytree_node; "
+            "the module was not imported",
+            remedy=f"if you trust the file, import {module_name} and register its cache class with "
+                   "hfexport.exporter_dynamo.register_pytree_node before torch.export.load; otherwise do not load it")
     obj: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
-        obj = getattr(obj, part)
+        obj = getattr(obj, part, None)
+    if not isinstance(obj, type):
+        raise RuntimeLoadError(
+            f"the saved program's tree spec names {path!r}, which is not a class in {module_name}",
+            remedy="load the program with the torch, transformers and hfexport versions that saved it")
     return obj
 
 

@@ -157,18 +157,18 @@ def test_memory_planning_flags_change_the_planned_program():
 
 
 @pytest.mark.slow
-def test_save_refuses_to_overwrite(qwen3_pte, tmp_path):
+def test_save_refuses_to_overwrite_when_told(qwen3_pte, tmp_path):
     from hfexport.errors import SerializationError
 
     _, _, et_program, _ = qwen3_pte
     target = tmp_path / "model.pte"
     target.write_bytes(b"old")
     with pytest.raises(SerializationError, match="already exists"):
-        et_program.save(target)
+        et_program.save(target, overwrite=False)
     with pytest.raises(ValueError, match="saved as a .pte file"):
         et_program.save(tmp_path / "model.bin")
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["model.pte"]
-    assert et_program.save(target, overwrite=True) == [target] and target.read_bytes() == et_program.buffer
+    assert et_program.save(target) == [target] and target.read_bytes() == et_program.buffer  # the default replaces
 
 
 class _Halves(torch.nn.Module):

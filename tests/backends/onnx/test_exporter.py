@@ -78,7 +78,7 @@ def test_cache_inputs_and_outputs_pair_up_by_name():
     assert validate(program, model, step, resized=False).passed
 
 
-def test_save_refuses_missing_parent_and_existing_file(llama_onnx, tmp_path):
+def test_save_refuses_missing_parent_and_with_overwrite_false_an_existing_file(llama_onnx, tmp_path):
     _, _, program, _ = llama_onnx
     with pytest.raises(SerializationError, match="does not exist"):
         program.save(tmp_path / "missing" / "model.onnx")
@@ -86,10 +86,10 @@ def test_save_refuses_missing_parent_and_existing_file(llama_onnx, tmp_path):
     target = tmp_path / "model.onnx"
     target.write_bytes(b"keep me")
     with pytest.raises(SerializationError, match="(?s)already exists.*overwrite=True"):
-        program.save(target)
+        program.save(target, overwrite=False)
     assert target.read_bytes() == b"keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no partial files left
-    program.save(target, overwrite=True)
+    program.save(target)  # replaces it by default, as ONNXProgram.save does
     assert ort.InferenceSession(str(target)).get_inputs()[0].name == "input_ids"
 
 

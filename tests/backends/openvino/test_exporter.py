@@ -65,13 +65,13 @@ def test_inputs_are_named_and_dynamic(llama_ov):
     assert ov_model.outputs[1].get_any_name() == "output.cache.0.keys"
 
 
-def test_save_refuses_missing_parent_and_existing_file(llama_ov, tmp_path):
+def test_save_refuses_missing_parent_and_with_overwrite_false_an_existing_file(llama_ov, tmp_path):
     _, _, ov_model = llama_ov
     with pytest.raises(SerializationError, match="does not exist"):
         ov_model.save(tmp_path / "nope" / "model.xml")
     (tmp_path / "model.xml").write_text("keep")
     with pytest.raises(SerializationError, match="already exists"):
-        ov_model.save(tmp_path / "model.xml")
+        ov_model.save(tmp_path / "model.xml", overwrite=False)
     assert (tmp_path / "model.xml").read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.xml"]
 

@@ -70,9 +70,12 @@ def _import_output_modules(path: Path) -> None:
 
 
 def read_program(path: Path) -> torch.export.ExportedProgram:
-    """Load the program `write_program` wrote (cache classes and output modules registered first)."""
+    """Load the program `write_program` wrote (cache classes and output modules registered first),
+    after `check_archive` found nothing in it that loading would run (`RuntimeLoadError` if it did)."""
     from ...capture.pytree import register_cache_pytree_nodes
+    from .archive import check_archive
 
     register_cache_pytree_nodes()  # so the program's cache inputs unflatten (and load weights-only)
     _import_output_modules(path)
+    check_archive(path)  # after the registrations: the classes they allow load weights-only
     return torch.export.load(path)

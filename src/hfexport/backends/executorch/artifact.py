@@ -28,23 +28,31 @@ class HfExecutorchProgram(ExecutorchProgramManager):
         program.__class__ = cls
         return program
 
-    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
+    def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> list[Path]:
         """Write the program to `path` (`model.pte`) and, when its weights live outside it
         (`ExecutorchConfig(external_weights=True)`), their named-data file `model.ptd` beside it,
-        atomically (nothing is left when a write fails); return the files written.
+        atomically (nothing is left when a write fails, and what was there stays); return the
+        files written.
+
+        A program already at `path` is replaced, as `ExecutorchProgramManager.save` does; so is its
+        `model.ptd`, which is removed when this program keeps its weights inside (it held the
+        previous program's weights). Nothing else in the folder is touched.
 
         A `.pte` with a `.ptd` loads with both: `_load_for_executorch("model.pte",
         data_path="model.ptd")` (`executorch.extension.pybindings.portable_lib`) or the C++
         `Module("model.pte", "model.ptd")`; executorch 1.4.1's `Runtime.load_program` takes no data file.
 
         Args:
-            overwrite: replace existing files; without it an existing `path` (or `.ptd`) is an error.
+            overwrite: `True` (the default) replaces an existing program, as the runtime's own
+                `save` does; `False` refuses an existing `path` (or `.ptd`) with `SerializationError`,
+                for a caller that must not lose a file. Kept from hfexport's first version, which
+                refused by default.
         """
         if Path(path).suffix != ".pte":
             raise ValueError(f"an ExecuTorch program is saved as a .pte file; got {Path(path).name!r} (save it as "
                              f"{Path(path).with_suffix('.pte').name!r})")
         pte = checked_destination(path, overwrite=overwrite, what="the ExecuTorch program")
-        with staged_files(pte, overwrite=overwrite) as staging:
+        with staged_files(pte, overwrite=overwrite, companions=(pte.with_suffix(".ptd").name,)) as staging:
             written = write_executorch(self, staging / pte.stem)
         return [pte.parent / file.name for file in written]
 

@@ -1,5 +1,11 @@
-"""`HfOnnxProgram`: a `torch.onnx.ONNXProgram` whose `save` refuses to overwrite and never leaves a
-half-written file."""
+"""`HfOnnxProgram`: a `torch.onnx.ONNXProgram` whose `save` never leaves a half-written file.
+
+# NOTE: `save(path)` replaces a file already at `path`, as `torch.onnx.ONNXProgram.save` does,
+# rather than refusing it: the seed's flows save one name again (a multimodal export saves each
+# component per test length to one name), and a program that behaves like the one it stands for
+# must not fail there. It still writes through a staged folder, so a failed save leaves the file
+# that was there, and it replaces only the program's own files (`model.onnx`, `model.onnx.data`).
+"""
 
 from __future__ import annotations
 
@@ -47,21 +53,27 @@ class HfOnnxProgram(torch.onnx.ONNXProgram):
             return self.external_data
         return weight_bytes(self) > EXTERNAL_WEIGHTS_BYTES
 
-    def save(self, destination: str | os.PathLike, *, overwrite: bool = False,
+    def save(self, destination: str | os.PathLike, *, overwrite: bool = True,
              external_data: bool | None = None, **kwargs: Any) -> list[Path]:
-        """Save to `destination` (`model.onnx`, plus `model.onnx.data` for external weights).
+        """Save to `destination` (`model.onnx`, plus `model.onnx.data` for external weights),
+        replacing the model saved there before, as `torch.onnx.ONNXProgram.save` does.
 
-        Written to a temporary folder beside `destination` and moved into place when complete.
+        Written to a temporary folder beside `destination` and moved into place when complete, so
+        a failed save leaves what was there. Only the model's own files are replaced: a
+        `model.onnx.data` this save does not write (its weights now inside `model.onnx`) is
+        removed, as it held the previous model's weights; nothing else in the folder is touched.
 
         Args:
-            overwrite: replace existing files; without it an existing `destination` is an error.
+            overwrite: `True` (the default) replaces an existing `destination`, as the runtime's
+                own `save` does; `False` refuses it (`SerializationError`), for a caller that
+                must not lose a file. Kept from hfexport's first version, which refused by default.
             external_data: weights in a separate file; `None` decides by size (`OnnxConfig.external_data`).
 
         Returns:
             The files written.
         """
         path = checked_destination(destination, overwrite=overwrite, what="the ONNX model")
-        with staged_files(path, overwrite=overwrite) as staging:
+        with staged_files(path, overwrite=overwrite, companions=(f"{path.name}.data",)) as staging:
             written = write_onnx(self, staging / path.name, external_data=external_data, **kwargs)
         return [path.parent / file.name for file in written]
 

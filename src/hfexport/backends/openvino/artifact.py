@@ -24,16 +24,23 @@ class HfOpenVINOModel(ov.Model):
         wrapped.compress_to_fp16 = compress_to_fp16
         return wrapped
 
-    def save(self, path: str | os.PathLike, *, overwrite: bool = False) -> list[Path]:
-        """Write `path` (`.xml`) and its `.bin` weights, atomically; return the two files.
+    def save(self, path: str | os.PathLike, *, overwrite: bool = True) -> list[Path]:
+        """Write `path` (`.xml`) and its `.bin` weights, atomically, replacing the model saved
+        there before (as `openvino.save_model` does); return the two files.
+
+        Nothing but the `.xml` and `.bin` of that name is touched, and a failed save leaves them as
+        they were.
 
         Args:
-            overwrite: replace existing files; without it an existing `path` is an error.
+            overwrite: `True` (the default) replaces an existing model, as `openvino.save_model`
+                does; `False` refuses it (`SerializationError`), for a caller that must not lose a
+                file. Kept from hfexport's first version, which refused by default.
         """
-        xml = checked_destination(path, overwrite=overwrite, what="the OpenVINO model")
+        xml = Path(path)
         if xml.suffix != ".xml":
             xml = xml.with_suffix(".xml")
-        with staged_files(xml, overwrite=overwrite) as staging:
+        xml = checked_destination(xml, overwrite=overwrite, what="the OpenVINO model")
+        with staged_files(xml, overwrite=overwrite, companions=(xml.with_suffix(".bin").name,)) as staging:
             written = write_openvino(self, staging / xml.name)
         return [xml.parent / file.name for file in written]
 
