@@ -101,11 +101,11 @@ def _reason(longrepr) -> str:
 
 
 def _failure(what: str, reason: str, why_strict: str) -> str:
+    """What a skip becomes while strict: the skip's reason, why strict, and the two ways to fix it."""
     return (f"{what} was skipped for a reason not declared while strict skips are on ({why_strict}): "
-            f"{reason!r}. Install or repair what "
-            "it needs (pip install -e '.[all,test]', then import it to see the error), or, where the skip is "
-            "expected with every extra installed, declare it in DECLARED_SKIPS in tests/strict_skips.py with why "
-            f"({STRICT_ENV}=0 turns the check off)")
+            f"{reason!r}. Install or repair what it needs (pip install -e '.[all,test]', then import it to see "
+            "the error), or, where the skip is expected with every extra installed, declare it in DECLARED_SKIPS "
+            f"in tests/strict_skips.py with why ({STRICT_ENV}=0 turns the check off)")
 
 
 class UndeclaredSkip(Exception):
