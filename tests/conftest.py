@@ -12,6 +12,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 
+#: with every backend installed, a skip the suite does not declare fails (`tests/strict_skips.py`)
+pytest_plugins = ["tests.strict_skips"]
+
 
 #: Test modules that start a local Ray instance: run by one worker, one after the other.
 _RAY_MODULES = ("tests/test_batch.py", "tests/test_executors.py")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
 
-from hfexport.batch import BatchItem, read_model_list, run_batch
+from hfexport.batch import BatchItem, name_problem, read_model_list, run_batch
 from hfexport.executors import LocalExecutor, RayExecutor
 from tests.processes import KillOnce, local_ray  # noqa: F401 - local_ray is a fixture
 
@@ -40,6 +41,43 @@ def test_a_bad_json_list_is_refused_with_what_to_change(tmp_path, text, message)
     listing.write_text(text)
     with pytest.raises(ValueError, match=message):
         read_model_list(listing)
+
+
+@pytest.mark.parametrize(("name", "rule"), [
+    ("../x", "path separator"), ("..", "holds '..'"), ("a..b", "holds '..'"), ("/tmp/x", "absolute path"),
+    ("C:x", "starts with a drive"), ("sub/dir", "path separator"), ("sub\\dir", "path separator"),
+    (".hidden", "starts with a dot"), ("", "not a non-empty string"), (3, "not a non-empty string"),
+    ("a*b", "characters other than"), ("tab\there", "characters other than"), ("new\nline", "characters other than"),
+])
+def test_a_name_that_is_not_one_plain_folder_is_refused_with_the_rule(tmp_path, name, rule):
+    with pytest.raises(ValueError, match=f"the name .* of tiny:llama .*{re.escape(rule)}.*give one plain folder name"):
+        BatchItem("tiny:llama", name=name)
+    listing = tmp_path / "models.json"
+    listing.write_text(json.dumps(["tiny:bert", {"model": "tiny:llama", "name": name}]))
+    with pytest.raises(ValueError, match=f"models.json entry 1: the name .* {re.escape(rule)}"):
+        read_model_list(listing)
+
+
+@pytest.mark.parametrize("name", ["llama-gen", "llama_gen.v2", "Llama3", "modèle"])
+def test_a_plain_folder_name_is_kept(name):
+    assert BatchItem("tiny:llama", name=name).slug == name
+
+
+@pytest.mark.parametrize(("model", "slug"), [("..", "model"), ("../models/x/", "models--x"), ("./.hidden", "hidden")])
+def test_a_models_own_slug_is_a_plain_folder_name(model, slug):
+    assert BatchItem(model).slug == slug and name_problem(slug) is None
+
+
+def test_export_many_refuses_a_name_outside_the_output_folder_and_writes_nothing(tmp_path, capsys):
+    from hfexport.cli.main import main
+
+    listing = tmp_path / "models.json"
+    listing.write_text(json.dumps([{"model": "tiny:llama", "name": "../escaped"}]))
+    assert main(["export-many", str(listing), "-o", str(tmp_path / "out")]) == 1
+    error = capsys.readouterr().err
+    assert "entry 0: the name '../escaped' of tiny:llama holds a path separator" in error
+    assert "e.g. '_escaped'" in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models.json"]
 
 
 def test_an_earlier_batch_is_continued_only_with_resume(tmp_path):

@@ -30,7 +30,7 @@ from typing import Any
 from .executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
 from .storage import atomic_file
 
-__all__ = ["OPTIONS", "RERUN_ON_RESUME", "BatchItem", "BatchResult", "export_cell", "load_summary",
+__all__ = ["OPTIONS", "RERUN_ON_RESUME", "BatchItem", "BatchResult", "export_cell", "load_summary", "name_problem",
            "read_model_list", "render_summary", "run_batch", "save_summary"]
 
 #: Keys an object of a `.json` list may have besides `model`: `name` (the folder, instead of the
@@ -42,22 +42,64 @@ RERUN_ON_RESUME = ("crash", "timeout")
 SUMMARY = "summary.json"
 
 
+#: What a folder name of the batch may hold: letters (`\w` takes Unicode's), digits, `.`, `_`, `-`.
+_NAME_CHARACTERS = re.compile(r"[\w.-]+")
+
+
+def name_problem(name: Any) -> str | None:
+    """Why `name` cannot be the folder of a model's exports inside the output folder, or None.
+
+    The folder is `<output>/<name>`: a name must stay one plain folder there, so that a list cannot
+    have exports written outside the output folder, nor into a hidden folder."""
+    if not isinstance(name, str) or not name:
+        return "is not a non-empty string"
+    if name.startswith(("/", "\\")):
+        return "is an absolute path"
+    if re.match(r"[A-Za-z]:", name):
+        return "starts with a drive (C:)"
+    if "/" in name or "\\" in name:
+        return "holds a path separator (/ or \\)"
+    if ".." in name:
+        return "holds '..'"
+    if name.startswith("."):
+        return "starts with a dot (a hidden folder)"
+    if not _NAME_CHARACTERS.fullmatch(name):
+        return "holds characters other than letters, digits, '.', '_' and '-'"
+    return None
+
+
+def _plain_name(text: str) -> str:
+    """`text` made a name `name_problem` accepts (what the error suggests, and a model's slug)."""
+    text = re.sub(r"[^\w.-]+", "_", text)
+    text = re.sub(r"\.{2,}", ".", text).lstrip(".")
+    return text or "model"
+
+
 @dataclasses.dataclass(frozen=True)
 class BatchItem:
-    """One model of the list: its spec, the options of its export and the folder name it gets."""
+    """One model of the list: its spec, the options of its export and the folder name it gets.
+
+    A `name` that is not one plain folder name (`name_problem`) is refused with a `ValueError`."""
 
     model: str
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     name: str | None = None
 
+    def __post_init__(self) -> None:
+        problem = None if self.name is None else name_problem(self.name)
+        if problem:
+            raise ValueError(f"the name {self.name!r} of {self.model} {problem}: it is the folder of this model's "
+                             "exports inside the output folder; give one plain folder name (letters, digits, "
+                             f"'.', '_', '-'), e.g. {_plain_name(str(self.name))!r}")
+
     @property
     def slug(self) -> str:
         """The folder of this model's exports: `name`, or the model with `/` as `--` (`tiny-llama`,
-        `org--model`)."""
-        if self.name:
+        `org--model`; a model such as `..` gets no dot-led folder)."""
+        if self.name is not None:
             return self.name
-        text = re.sub(r"^(\./|/)+", "", self.model.strip().rstrip("/")).replace("/", "--").replace(":", "-")
-        return re.sub(r"[^A-Za-z0-9._-]+", "_", text) or "model"
+        text = re.sub(r"^(\.{0,2}/)+", "", self.model.strip().rstrip("/")).replace("/", "--").replace(":", "-")
+        return _plain_name(re.sub(r"[^A-Za-z0-9._-]+", "_", text))
 
     def spec(self) -> dict[str, Any]:
         """What the subprocess is told: the model and its options."""
@@ -74,7 +116,10 @@ def _item(entry: Any, where: str) -> BatchItem:
         raise ValueError(f"{where}: unknown keys {unknown} for {entry['model']}; use model, name, dynamic, "
                          + ", ".join(OPTIONS))
     options = {k: v for k, v in entry.items() if k not in ("model", "name")}
-    return BatchItem(entry["model"], options, entry.get("name"))
+    try:
+        return BatchItem(entry["model"], options, entry.get("name"))
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
 
 
 def read_model_list(path: str | Path) -> list[BatchItem]:

@@ -4,6 +4,7 @@ else (refusals, `env`, `patches`, the other formats) in process through `main`."
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -133,6 +134,48 @@ def test_env_and_patches_commands(capsys):
     main(["patches", "--backend", "onnx"])
     out = capsys.readouterr().out
     assert "patch_transformers_moe_grouped_mm" in out and "fix_cat_empty_legacy_input" not in out
+
+
+def _pipe(small: bool) -> tuple[int, int, bool]:
+    """`(read, write, sized)`: a pipe; `small`: sized to 4 KiB where the platform can (Linux), so that
+    a command with more to print waits on its reader instead of having printed it all into the
+    pipe before the reader leaves."""
+    read, write = os.pipe()
+    if small and sys.platform == "linux":
+        import fcntl
+
+        fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+        return read, write, True
+    return read, write, False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reader", ["after one line", "before any output"])
+def test_a_reader_that_leaves_first_ends_the_command_quietly(reader):
+    """`hfexport patches | head -1`: no BrokenPipeError traceback, exit code 141 (128 + SIGPIPE,
+    `main.READER_GONE`), as a shell reports a command SIGPIPE ended."""
+    from hfexport.cli.main import READER_GONE
+
+    read, write, sized = _pipe(small=reader == "after one line")
+    process = subprocess.Popen([sys.executable, "-m", "hfexport", "patches"], stdout=write, stderr=subprocess.PIPE,
+                               text=True)
+    os.close(write)
+    with os.fdopen(read) as stdout:
+        if reader == "after one line":
+            assert stdout.readline().startswith(("patch_", "fix_"))
+    stderr = process.communicate(timeout=600)[1]
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr and "Exception ignored" not in stderr, stderr
+    # where the pipe could not be made small, the command may have printed everything before the reader left
+    assert process.returncode in ((READER_GONE,) if sized or reader == "before any output" else (0, READER_GONE))
+
+
+def test_a_broken_pipe_of_the_commands_own_is_not_taken_for_a_reader_gone(monkeypatch):
+    def run(args):
+        raise BrokenPipeError(32, "Broken pipe (a subprocess's stdin)")
+
+    monkeypatch.setattr("hfexport.cli.env.run", run)
+    with pytest.raises(BrokenPipeError, match="subprocess"):
+        main(["env"])
 
 
 @pytest.mark.parametrize(

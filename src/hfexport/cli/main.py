@@ -1,9 +1,12 @@
-"""`hfexport` entry point: parses arguments, runs a command, turns errors into one clear line."""
+"""`hfexport` entry point: parses arguments, runs a command, turns errors into one clear line, and
+ends quietly when the reader of its output left first."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import select
 import signal
 import sys
 import threading
@@ -12,6 +15,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import ExportError, OutputFolderError, ValidationError
+
+#: The exit code when the reader of the output closed it first (`hfexport patches | head`): 128 +
+#: SIGPIPE, what a shell reports for a command that signal ended (`seq 100000 | head -1`, seen under
+#: `set -o pipefail`). Not 0: the output was cut short, and `export-many`'s 0 says every export was
+#: ok; not 1, which says the command failed. Quiet: no traceback, no message.
+READER_GONE = 141
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -166,7 +175,37 @@ def _add_ray_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the `hfexport` command line on `argv` (default: the process's); return the exit code."""
+    """Run the `hfexport` command line on `argv` (default: the process's); return the exit code
+    (`READER_GONE` when the reader of its output left first: `hfexport patches | head`)."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # so that a reader gone shows here, not in the interpreter's exit
+    except BrokenPipeError:
+        gone = [stream for stream in (sys.stdout, sys.stderr) if _reader_gone(stream)]
+        if not gone:
+            raise  # a pipe of the command's own (a subprocess's), not its output: a real error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in gone:  # what is still buffered for them goes nowhere, quietly, at exit
+            os.dup2(devnull, stream.fileno())
+        return READER_GONE
+
+
+def _reader_gone(stream) -> bool:
+    """Whether `stream` is a pipe (or socket) whose reader closed it."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an in-memory stream (a test's capture)
+        return False
+    if not hasattr(select, "poll"):  # Windows: no way to ask; the error came from writing the output
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _run(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     from . import chat, coverage, env, export, export_many, fuzz, generate, patches
     from .quiet import command_output

@@ -1,5 +1,5 @@
-"""`OnnxRunner`'s session options: what it sets over ONNX Runtime's defaults is explicit, recorded
-and overridable; the private name its cache session reads outputs through still exists."""
+"""`OnnxRunner`: the private name its cache session reads outputs through still exists (its session
+options are `test_session_options.py`'s)."""
 
 from __future__ import annotations
 
@@ -10,26 +10,6 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
 from hfexport.backends.onnx import runner as onnx_runner  # noqa: E402
-from hfexport.errors import ExportError  # noqa: E402
-
-
-def test_the_session_does_not_spin_unless_asked(monkeypatch):
-    monkeypatch.delenv(onnx_runner.SESSION_CONFIG_ENV, raising=False)
-    assert onnx_runner.session_config() == {"session.intra_op.allow_spinning": "0"}
-    monkeypatch.setenv(onnx_runner.SESSION_CONFIG_ENV,
-                       '{"session.intra_op.allow_spinning": null, "intra_op_num_threads": 1}')
-    config = onnx_runner.session_config()
-    assert config == {"intra_op_num_threads": 1}
-    options = onnx_runner._apply(ort.SessionOptions(), {**config, "session.intra_op.allow_spinning": "1"})
-    assert options.intra_op_num_threads == 1
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
-
-
-@pytest.mark.parametrize("text", ["not json", '{"no_such_option": 1}'])
-def test_a_bad_override_says_how_to_write_it(monkeypatch, text):
-    monkeypatch.setenv(onnx_runner.SESSION_CONFIG_ENV, text)
-    with pytest.raises(ExportError, match="SessionOptions|JSON"):
-        onnx_runner._apply(ort.SessionOptions(), onnx_runner.session_config())
 
 
 def test_bound_outputs_are_read_by_name_through_the_c_binding():

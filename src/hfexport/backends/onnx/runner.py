@@ -9,25 +9,13 @@ keeps a generation component's cache in ONNX Runtime's own buffers (IO binding).
 # where it did not, or refused the binding, the session copies the cache each step as the base
 # `CacheSession` does and says why in `reason` (and in `record.details["cache_session"]`).
 #
-# NOTE: why the session does not spin by default (`SESSION_CONFIG`), where ONNX Runtime's own
-# default is to: between two runs its intra-op workers spin-wait for the next parallel section,
-# and a generation loop runs Python between every two runs, on the same cores. On this 2-CPU
-# machine with other processes on it, the random Llama's decode graph (`bench/onnx_genai.py`, 8
-# layers, cache 256) ran 30 tok/s in a bare IO-binding loop with ORT's defaults (2 spinning
-# threads), 91-110 with `session.intra_op.allow_spinning=0`, and onnxruntime-genai's `Generator`
-# on the same file 50 (it runs one intra-op thread here: it sets `hardware_concurrency() / 2`).
-# The thread count stays ONNX Runtime's (what its users get, and the faster on a free machine);
-# `{"intra_op_num_threads": 1}` is onnxruntime-genai's here, steadier when the cores are shared.
-# The options the runner set are in `OnnxRunner.session_config` and the record
-# (`details["ort_session"]`); `HFEXPORT_ORT_SESSION_CONFIG` (JSON, e.g.
-# `{"session.intra_op.allow_spinning": "1", "intra_op_num_threads": 1}`) overrides them.
+# The session options it sets over ONNX Runtime's defaults, and their typed override
+# (`$HFEXPORT_ORT_SESSION_CONFIG`), are `session_options.py`'s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import tempfile
 from typing import Any
 
@@ -38,48 +26,11 @@ from ...runner import CacheSession, Runner, to_numpy
 from ...generation.arrays import as_array
 from .artifact import HfOnnxProgram, save_scratch, scratch_session_options
 from .gqa import GraphInterface
+from .session_options import SESSION_CONFIG, SESSION_CONFIG_ENV, apply_session_config, session_config
 
 __all__ = ["OnnxRunner", "OnnxCacheSession", "SESSION_CONFIG", "SESSION_CONFIG_ENV", "session_config"]
 
 logger = logging.getLogger("hfexport")
-
-#: what the runner sets over ONNX Runtime's session defaults (see the module's NOTE): config
-#: entries by their dotted key, `SessionOptions` attributes (`intra_op_num_threads`) by name
-SESSION_CONFIG: dict[str, Any] = {"session.intra_op.allow_spinning": "0"}
-#: an environment variable holding a JSON object merged over `SESSION_CONFIG`
-SESSION_CONFIG_ENV = "HFEXPORT_ORT_SESSION_CONFIG"
-
-
-def session_config() -> dict[str, Any]:
-    """`SESSION_CONFIG` with `$HFEXPORT_ORT_SESSION_CONFIG` over it (a value `null` drops a key)."""
-    config = dict(SESSION_CONFIG)
-    text = os.environ.get(SESSION_CONFIG_ENV)
-    if text:
-        try:
-            overrides = json.loads(text)
-        except json.JSONDecodeError as error:
-            from ...errors import RuntimeLoadError
-
-            raise RuntimeLoadError(f"{SESSION_CONFIG_ENV} is not JSON: {error}",
-                                   remedy='set it to a JSON object, e.g. {"session.intra_op.allow_spinning": "1"}') from error
-        config.update(overrides)
-    return {key: value for key, value in config.items() if value is not None}
-
-
-def _apply(options: Any, config: dict[str, Any]) -> Any:
-    """`options` with `config`'s entries set: dotted keys as session config entries, other keys
-    as `SessionOptions` attributes."""
-    for key, value in config.items():
-        if "." in key:
-            options.add_session_config_entry(key, str(value))
-        elif hasattr(options, key):
-            setattr(options, key, value)
-        else:
-            from ...errors import RuntimeLoadError
-
-            raise RuntimeLoadError(f"ONNX Runtime's SessionOptions has no attribute {key!r} ({SESSION_CONFIG_ENV})",
-                                   remedy="use a SessionOptions attribute (intra_op_num_threads) or a dotted config key")
-    return options
 
 
 class OnnxRunner(Runner):
@@ -101,7 +52,7 @@ class OnnxRunner(Runner):
             source = artifact.model_proto.SerializeToString() if hasattr(artifact, "model_proto") else str(artifact)
         self.session_config = session_config()
         record.details["ort_session"] = dict(self.session_config)
-        self.session = ort.InferenceSession(source, _apply(options, self.session_config),
+        self.session = ort.InferenceSession(source, apply_session_config(options, self.session_config),
                                             providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         # a graph whose interface differs from the record's (GroupQueryAttention's, `gqa.py`): fed by name
