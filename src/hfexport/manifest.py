@@ -15,8 +15,8 @@ an earlier export in a folder wrote (`output_folder.py`: `--overwrite` replaces 
 # NOTE: why every file's full hash, checked on every load. An export folder is made to be copied
 # between machines and people; a weights file damaged in transit (a flipped byte in the middle of
 # a multi-GB `.onnx.data`) loaded and generated without a word when only the size and the ends
-# were checked. A full SHA-256 costs about a second per GB here (`bench/manifest_hash.py`), small
-# beside loading the same bytes into a runtime; `verify=False` (`--no-verify`) skips it for a
+# were checked. A full SHA-256 costs 0.74 s per GiB on this 2-CPU machine (`bench/manifest_hash.py`,
+# bench/RESULTS.md), small beside loading the same bytes into a runtime; `verify=False` (`--no-verify`) skips it for a
 # folder the caller wrote or trusts, and never the path checks. The hash is integrity, not
 # authenticity: whoever can write the files can write the manifest too (docs/trust.md).
 """
