@@ -217,3 +217,25 @@ def test_sigterm_mid_export_keeps_the_earlier_export_and_leaves_nothing(earlier_
     assert code == 128 + signal.SIGTERM, err
     assert "interrupted; nothing was written" in err and "Traceback" not in err
     assert _snapshot(tmp_path) == before
+
+
+def test_another_thread_of_the_process_is_refused_and_the_holding_thread_passes_through(tmp_path):
+    import threading
+
+    out, seen = tmp_path / "out", []
+
+    def other_thread():
+        try:
+            with claimed_folder(out, overwrite=False):
+                seen.append("claimed")
+        except OutputFolderError as error:
+            seen.append(str(error))
+
+    with claimed_folder(out, overwrite=False):
+        with claimed_folder(out, overwrite=False):  # save_export inside the export job
+            seen.append("again")
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+    assert seen[0] == "again" and "another hfexport export is writing" in seen[1], seen
+    assert list(tmp_path.iterdir()) == []

@@ -34,6 +34,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,9 +45,10 @@ __all__ = ["check_output_folder", "claimed_folder", "staged_folder", "model_fold
 
 logger = logging.getLogger("hfexport")
 
-#: Folders this process has claimed, with how many claims are open (a job claims its folder, and
-#: `save_export` inside it claims it again).
-_CLAIMS: dict[Path, list] = {}
+#: The folders this process holds, each with the thread that holds it: a job claims its folder and
+#: `save_export` inside it claims it again (the same thread); another thread is refused as another
+#: process would be.
+_CLAIMS: dict[Path, int] = {}
 _SHOWN = 5
 
 
@@ -93,30 +95,30 @@ def claimed_folder(target: Path, *, overwrite: bool, source: Path | None = None,
     """Hold `target` as this process's output folder: check it (`check_output_folder`), create its
     missing parents, take its lock (another process writing it is an `OutputFolderError` at once)
     and remove its stale staging folders; on exit release the lock and, after a failure, remove the
-    parents it created. A second claim of a folder this process holds only counts.
+    parents it created. A second claim by the thread that holds the folder (`save_export` inside
+    the export job) passes through.
 
     Yields:
         `target`, resolved.
     """
     target = Path(target).resolve()
-    if target in _CLAIMS:
-        _CLAIMS[target][1] += 1
-        try:
-            yield target
-        finally:
-            _CLAIMS[target][1] -= 1
+    if _CLAIMS.get(target) == threading.get_ident():
+        yield target
         return
+    busy = OutputFolderError(f"another hfexport export is writing {target} now", remedy="wait for it to finish, or "
+                             "name another folder (-o)")
+    if target in _CLAIMS:
+        raise busy
     check_output_folder(target, overwrite=overwrite, source=source, example=example)
     created = _make_parents(target.parent)
     lock = _FolderLock(target.parent / f".{target.name}.hfexport-lock")
     try:
-        if not lock.acquire():
-            raise OutputFolderError(f"another hfexport export is writing {target} now (it holds {lock.path})",
-                                    remedy="wait for it to finish, or name another folder (-o)")
+        if not lock.acquire():  # flock: refused to another process, and to another thread of this one
+            raise busy
         try:
+            _CLAIMS[target] = threading.get_ident()
             check_output_folder(target, overwrite=overwrite, source=source, example=example)  # under the lock
             _remove_stale_staging(target)
-            _CLAIMS[target] = [lock, 1]
             yield target
         finally:
             _CLAIMS.pop(target, None)
