@@ -4,6 +4,7 @@ itself, not by deferred imports."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import hfexport
@@ -94,3 +95,30 @@ def test_the_registry_imports_nothing_of_the_package():
 
 def test_the_checker_sees_a_cycle_through_a_function_level_import():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+
+
+#: What names a format in code: the four formats and the delegate.
+_FORMAT_WORDS = re.compile(r"onnx|openvino|executorch|dynamo|xnnpack", re.IGNORECASE)
+
+
+def test_the_export_job_and_generation_name_no_format():
+    """`job.py` and `generation/` are the same for every format: what differs per runtime (its own
+    program, the files its LLM runner reads) lives in `backends/<format>/`, reached through the
+    exporter's hooks (`plan_generation`, `package_folder`). Code only: an identifier, an import or a
+    string that is not a docstring; prose may name the runtimes it explains."""
+    found = []
+    for path in [ROOT / "job.py", *sorted((ROOT / "generation").glob("*.py"))]:
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            names = {ast.Name: "id", ast.Attribute: "attr", ast.alias: "name", ast.arg: "arg", ast.FunctionDef: "name",
+                     ast.ClassDef: "name", ast.ImportFrom: "module", ast.keyword: "arg"}
+            text = getattr(node, names[type(node)], None) if type(node) in names else (
+                node.value if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and id(node) not in docstrings else None)
+            if text and _FORMAT_WORDS.search(text):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {text[:80]!r}")
+    assert found == []

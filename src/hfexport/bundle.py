@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ExportFolderError
+from .exporter import FolderContext, Packaged
 from .manifest import MANIFEST, MANIFEST_VERSION, listed_path, write_manifest
 from .output_folder import model_folder, staged_folder
 from .record import ExportRecord, record_of
@@ -152,6 +153,7 @@ def save_export(
     manifest_extra: dict[str, Any] | None = None,
     report: dict[str, Any] | None = None,
     check: Any = None,
+    context: Any = None,
 ) -> SavedExport:
     """Write `artifacts` (`{component name: artifact}`, from one exporter) and what loads them
     again into `directory`.
@@ -171,6 +173,9 @@ def save_export(
         check: called with the written folder before it takes `directory`'s place: its returned
             dict is added to the report, and an exception leaves nothing written (the export
             job's accuracy gate, which runs the saved export).
+        context: for a generation export, what its backend packages the folder from
+            (`exporter.FolderContext`): `exporter.package_folder` runs once everything else is
+            written, and what it returns goes into the manifest and the report.
 
     Returns:
         A `SavedExport`.
@@ -184,17 +189,6 @@ def save_export(
             files = exporter.write(artifact, staging, name=exporter.file_stem(name, artifacts))
             components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
                                 **record_entry(record_of(artifact))}
-        manifest = {
-            "kind": kind,
-            "format": exporter.format,
-            "model_class": type(model).__name__ if model is not None else None,
-            **(manifest_extra or {}),
-            **(exporter.write_beside(artifacts, staging, tokenizer) if kind == "generation" else {}),
-            "components": components,
-        }
-        written = _with_sizes(report, components) if report is not None else None
-        if written is not None:
-            (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
         if export_config is not None:
             (staging / "export_config.json").write_text(export_config.to_json(indent=2))
         if model is not None and getattr(model, "config", None) is not None:
@@ -203,6 +197,22 @@ def save_export(
             generation_config.save_pretrained(staging)
         if tokenizer is not None:
             save_tokenizer_files(tokenizer, staging)
+        packaged = Packaged({}, {})
+        if kind == "generation":  # the runtime's own files, once the folder holds everything else
+            packaged = exporter.package_folder(staging, artifacts, context or FolderContext(
+                getattr(model, "config", None), generation_config, tokenizer))
+        manifest = {
+            "kind": kind,
+            "format": exporter.format,
+            "model_class": type(model).__name__ if model is not None else None,
+            **(manifest_extra or {}),
+            **packaged.manifest,
+            "components": components,
+        }
+        report = {**report, **packaged.report} if report is not None else None
+        written = _with_sizes(report, components) if report is not None else None
+        if written is not None:
+            (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
         manifest = write_manifest(staging, manifest)  # last, listing every file (a check loads the folder)
         if check is not None:
             if found := check(staging):

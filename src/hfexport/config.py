@@ -146,6 +146,11 @@ class ExportConfig:
     def _validate(self) -> None:
         """Check backend-specific fields; subclasses override."""
 
+    def generation_options(self) -> list[str]:
+        """The options set on this config that only a generation export can honour (the export
+        job refuses them on a single-graph export); subclasses override."""
+        return []
+
     # -- dict / JSON ------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:

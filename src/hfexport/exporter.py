@@ -42,7 +42,7 @@ from .builtins import load_workarounds
 from .storage import staged_files
 from .workarounds import applied_patches
 
-__all__ = ["HfExporter", "GenerationPlan"]
+__all__ = ["HfExporter", "GenerationPlan", "FolderContext", "Packaged"]
 
 logger = logging.getLogger("hfexport")
 
@@ -62,16 +62,44 @@ class _Stages:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 3)
 
 
-class GenerationPlan(NamedTuple):
+@dataclasses.dataclass
+class GenerationPlan:
     """How a backend captures a model's generation components (`HfExporter.plan_generation`):
     the arguments `decompose_for_generation` is called with, and the config each component is
-    exported with."""
+    exported with; or the components the backend builds itself (ExecuTorch's LLM-runner program),
+    and what the export's report and records say of that choice."""
 
     inputs: dict[str, Any]
     generation_config: Any
     multi_token_decode: bool
     decode_prefills: bool
     config: ExportConfig | None
+    #: `{name: (module, kwargs)}` the backend built itself; None: `decompose_for_generation`'s
+    components: dict[str, tuple[torch.nn.Module, dict[str, Any]]] | None = None
+    #: entries of the export's `report.json` about the package (ExecuTorch's `llm_runner`)
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: details added to each named component's record once exported (why a program was not made)
+    record_details: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class FolderContext:
+    """What a backend packages a generation export folder from (`HfExporter.package_folder`)."""
+
+    #: the model's config (`None` where the caller saved artifacts without the model)
+    model_config: Any
+    #: the model's generation config with the export's settings over it (what is saved)
+    generation_config: Any
+    tokenizer: Any
+    #: the plan the components were exported by (`None` from `save_generation_export` alone)
+    plan: GenerationPlan | None = None
+
+
+class Packaged(NamedTuple):
+    """What `HfExporter.package_folder` wrote, as entries of the manifest and of the report."""
+
+    manifest: dict[str, Any]
+    report: dict[str, Any]
 
 
 class HfExporter:
@@ -206,19 +234,35 @@ class HfExporter:
         Returns:
             `{component name: artifact}`.
         """
-        from .generation.decompose import decompose_for_generation
-
         plan = self.plan_generation(model, normalize_inputs(inputs, model=model), config, generation_config,
                                     multi_token_decode)
-        components = decompose_for_generation(model, plan.inputs, plan.generation_config, plan.multi_token_decode,
-                                              decode_prefills=plan.decode_prefills)
-        return self.export_components(components, plan.config)
+        return self.export_components(self.generation_components(model, plan), plan.config)
 
     def plan_generation(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig | None,
-                        generation_config: Any = None, multi_token_decode: bool = False) -> GenerationPlan:
+                        generation_config: Any = None, multi_token_decode: bool = False, *,
+                        static_cache: int | None = None) -> GenerationPlan:
         """How this backend captures `model`'s generation components: as asked, unless the
-        backend's runtime wants another layout (OpenVINO: one stateful graph, `backends/openvino/genai.py`)."""
+        backend's runtime wants another layout in an export folder (`for_folder`): OpenVINO's one
+        stateful graph (`backends/openvino/genai.py`), ExecuTorch's LLM-runner program
+        (`backends/executorch/llm_export.py`).
+
+        Args:
+            static_cache: the cache length the caller named (`static_cache=N`, `--static-cache N`;
+                `generation_config` then already asks for that static cache), which a backend may
+                size its own program by.
+        """
         return GenerationPlan(inputs, generation_config, multi_token_decode, False, config)
+
+    def generation_components(self, model: torch.nn.Module, plan: GenerationPlan) -> dict[str, Any]:
+        """`{name: (module, kwargs)}` that `plan` exports: the backend's own, or what
+        `decompose_for_generation` captures from one `generate()` run."""
+        if plan.components is not None:
+            return plan.components
+        from .generation.decompose import decompose_for_generation
+
+        return decompose_for_generation(model, plan.inputs, generation_config=plan.generation_config,
+                                        multi_token_decode=plan.multi_token_decode,
+                                        decode_prefills=plan.decode_prefills)
 
     def export_components(self, components: dict[str, tuple[torch.nn.Module, dict[str, Any]]],
                           config: ExportConfig | None = None, *,
@@ -331,10 +375,14 @@ class HfExporter:
         """The file name (without suffix) component `name` of `artifacts` is saved under."""
         return name
 
-    def write_beside(self, artifacts: dict[str, Any], directory: Path, tokenizer: Any = None) -> dict[str, Any]:
-        """Write what the runtime needs beside the saved `artifacts` into `directory` (a staged
-        export folder); return the manifest entries that describe it (none by default)."""
-        return {}
+    def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """Write what the runtime's own LLM runner needs beside a generation export's `artifacts`
+        into `folder` (a staged export folder, its components, configs and tokenizer already
+        written), and say what was written: the one hook through which each backend makes its
+        folder the runtime's package (onnxruntime-genai's `genai_config.json`, OpenVINO GenAI's
+        converted tokenizer, the `tokenizer.json` ExecuTorch's `TextLLMRunner` reads). Nothing by
+        default."""
+        return Packaged({}, {})
 
     def load(self, files: list[str | os.PathLike]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this

@@ -34,8 +34,10 @@ from typing import Any
 from .config import ExportConfig
 from .errors import ValidationError
 from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
+from .output_folder import claimed_folder, model_folder
+from .record import record_of
 
-__all__ = ["export_to_folder", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
+__all__ = ["export_to_folder", "JobOptions", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
            "default_min_agreement"]
 
 logger = logging.getLogger("hfexport")
@@ -116,56 +118,21 @@ class _Timed:
             self.seconds[label] = round(time.perf_counter() - start, 3)
 
 
-def export_to_folder(
-    model: Any,
-    config: ExportConfig,
-    out: str | os.PathLike,
-    *,
-    generate: bool = False,
-    generation_config: Any = None,
-    multi_token_decode: bool = False,
-    static_cache: int | None = None,
-    llm_runner: bool | None = None,
-    validate: bool = True,
-    atol: float | None = None,
-    rtol: float | None = None,
-    min_cosine: float | None = None,
-    min_cache_cosine: float | None = None,
-    min_agreement: float | None = None,
-    accuracy_tokens: int | None = None,
-    quantize: Any = None,
-    prompt: str = "Hello, world!",
-    gguf_file: str | None = None,
-    overwrite: bool = False,
-    progress: Any = None,
-) -> ExportJobResult:
-    """Load `model`, export it with `config`, validate every artifact against eager and write
-    the export to `out`; return what was made.
+@dataclasses.dataclass
+class JobOptions:
+    """What `export_to_folder` is asked to do besides the format's config.
 
     Args:
-        model: `"tiny:<preset>"`, a folder written by `save_pretrained`, a hub id, a `.gguf` file
-            (dequantized to float32, `loading.load_gguf`), a `loading.LoadedModel`, or `(model, inputs)`.
-        config: the export config (its format picks the exporter).
-        out: the folder to write: new or empty, or an earlier export with `overwrite=True`
-            (`output_folder`: never the working, home or model folder, nor one holding other files).
-        generate: export the generation components (`decompose_for_generation`) instead of one graph.
+        generate: export the generation components (`decompose_for_generation`) instead of one
+            graph; in an export folder each backend makes them its runtime's own LLM package where
+            it can (`HfExporter.plan_generation`, `HfExporter.package_folder`).
         generation_config: for `generate`: e.g. a static cache
             (`GenerationConfig(cache_implementation="static", max_cache_len=N)`).
         multi_token_decode: for `generate`: `decode` takes any number of new tokens.
-        static_cache: the static-cache export of the README in one argument: one `decode` graph over a
-            static cache of this many tokens that also prefills (`generate`, `multi_token_decode`
-            and `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`).
-        llm_runner: with `generate` (or `static_cache`) and ExecuTorch: one `decode` program shaped
-            for ExecuTorch's own LLM runner (`backends/executorch/llm.py`): `forward(input_ids,
-            input_pos)` over a cache held in the program, the runner's constant methods, and
-            `tokenizer.json` in the folder; its cache holds `static_cache` tokens, or where none is
-            named (nor a `generation_config`) `ExecutorchConfig.max_sequence_length`, else the
-            model's positions up to 2048 (the report's `llm_runner.cache` says which). `None`
-            (default): that program where it can serve the export, else the static-cache components
-            (with `static_cache`; a warning) or the dynamic-cache ones (a plain `generate`), the
-            report's `llm_runner` saying why (`backends/executorch/llm_export.py`); with static
-            shapes (`dynamic=False`) a plain `generate` keeps the components. `True`: that program
-            or `PrepareError`; `False`: the components (the cache as method inputs).
+        static_cache: the static-cache export in one argument: one `decode` graph over a static
+            cache of this many tokens that also prefills (`generate`, `multi_token_decode` and
+            `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`); a
+            backend may size its own program by it (ExecuTorch's LLM-runner program).
         validate: run each artifact in its runtime against eager before anything is written.
         atol, rtol: validation tolerance (default per format).
         min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
@@ -194,6 +161,40 @@ def export_to_folder(
         overwrite: replace an earlier hfexport export in `out`, only the files it wrote.
         progress: an object with `step(label)` (a context manager) and a `total` attribute, told
             each step as it runs (the CLI's progress display).
+    """
+
+    generate: bool = False
+    generation_config: Any = None
+    multi_token_decode: bool = False
+    static_cache: int | None = None
+    validate: bool = True
+    atol: float | None = None
+    rtol: float | None = None
+    min_cosine: float | None = None
+    min_cache_cosine: float | None = None
+    min_agreement: float | None = None
+    accuracy_tokens: int | None = None
+    quantize: Any = None
+    prompt: str = "Hello, world!"
+    gguf_file: str | None = None
+    overwrite: bool = False
+    progress: Any = None
+
+
+def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, options: JobOptions | None = None, *,
+                     llm_runner: bool | None = None, **changes: Any) -> ExportJobResult:
+    """Load `model`, export it with `config`, validate every artifact against eager and write
+    the export to `out`; return what was made.
+
+    Args:
+        model: `"tiny:<preset>"`, a folder written by `save_pretrained`, a hub id, a `.gguf` file
+            (dequantized to float32, `loading.load_gguf`), a `loading.LoadedModel`, or `(model, inputs)`.
+        config: the export config (its format picks the exporter).
+        out: the folder to write: new or empty, or an earlier export with `overwrite=True`
+            (`output_folder`: never the working, home or model folder, nor one holding other files).
+        options: what to do besides the config (`JobOptions`); `changes` are its fields given as
+            keywords (`export_to_folder(m, config, out, generate=True)`), over `options`.
+        llm_runner: the config's `llm_runner` (`ExecutorchConfig.llm_runner`), given here.
 
     Returns:
         An `ExportJobResult`.
@@ -203,99 +204,93 @@ def export_to_folder(
         ValidationError: an artifact differs from eager; `error.reports` holds every report and
             nothing was written.
     """
-    from .auto import AutoHfExporter
-    from .output_folder import claimed_folder, model_folder
-
-    if llm_runner:
-        _check_llm_runner(config, static_cache, generate, generation_config)
-    llm_cache = static_cache if llm_runner is not False and config.export_format == "executorch" else None
-    # a plain generation export on ExecuTorch: the LLM-runner program over a bounded cache where it
-    # serves the model (backends/executorch/llm_export.py, its second NOTE), decided once loaded
-    # (static shapes, `--static`, keep the components unless the program is asked for by name)
-    llm_default = (config.export_format == "executorch" and generate and static_cache is None
-                   and generation_config is None and (llm_runner or (llm_runner is None and config.dynamic)))
-    if static_cache is not None:
-        generation_config = _static_cache(static_cache, generation_config)
+    options = dataclasses.replace(options or JobOptions(), **changes)
+    if llm_runner is not None:
+        if "llm_runner" not in {field.name for field in dataclasses.fields(config)}:
+            raise ValueError(f"llm_runner is not an option of {type(config).__name__} (format "
+                             f"{config.export_format!r}); leave it unset")
+        config = config.replace(llm_runner=llm_runner)
+    generate, generation_config, multi_token_decode = options.generate, options.generation_config, options.multi_token_decode
+    if options.static_cache is not None:
+        generation_config = _static_cache(options.static_cache, generation_config)
         generate = multi_token_decode = True
-    steps = _Timed(progress or _Silent())
+    if not generate and (asked := config.generation_options()):
+        raise ValueError(f"{', '.join(asked)} of {type(config).__name__} shape(s) a generation export: pass "
+                         "generate=True (--generate) or static_cache=N (--static-cache N)")
     target = Path(out).resolve()
     # one writer from here to the final rename; the folder's rules checked before the slow part
-    with claimed_folder(target, overwrite=overwrite, source=model_folder(model),
+    with claimed_folder(target, overwrite=options.overwrite, source=model_folder(model),
                         example=_example_output(target, model, config)):
-        exporter = AutoHfExporter.from_config(config).for_folder()
-        if isinstance(quantize, str):
-            from .quantization import quantizer_for
+        return _export(model, config, target, options, generate, generation_config, multi_token_decode)
 
-            quantizer_for(config.export_format, quantize)  # an unknown scheme fails before loading anything
-        steps.total = 5 if validate else 4
-        with steps.step(f"loading {_describe(model)}{f' ({gguf_file})' if gguf_file else ''}"):
-            loaded = _load(model, prompt, gguf_file)
-        config = _with_quantizer(config, quantize, loaded.inputs)
-        cache_note = None
-        if llm_default:
-            from .backends.executorch.llm_export import default_cache_length
 
-            llm_cache, why = default_cache_length(loaded.model, config.max_sequence_length)
-            cache_note = {"tokens": llm_cache, "from": why}
-        with steps.step("running generate() to find the components" if generate else "preparing inputs"):
-            components, config, llm_fallback = _components(exporter, config, loaded, generate, generation_config,
-                                                           multi_token_decode, llm_cache=llm_cache,
-                                                           llm_required=bool(llm_runner), llm_default=llm_default)
-        is_llm_program = llm_cache is not None and llm_fallback is None
-        if llm_default and is_llm_program:  # generated, gated and saved as the static-cache export it is
-            generation_config = _static_cache(llm_cache, None)
-            multi_token_decode = True
-        if len(components) > 1:
-            steps.total = (steps.total or 0) + len(components) - 1
+def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions, generate: bool,
+            generation_config: Any, multi_token_decode: bool) -> ExportJobResult:
+    """`export_to_folder`.s steps, in the folder it claimed."""
+    from .auto import AutoHfExporter
 
-        def exporting(name: str, module: Any):
-            return steps.step(f"exporting {name} ({type(module).__name__}) to {config.export_format}")
+    steps = _Timed(options.progress or _Silent())
+    exporter = AutoHfExporter.from_config(config).for_folder()
+    if isinstance(options.quantize, str):
+        from .quantization import quantizer_for
 
-        # the job validates every component itself, so the exporter does not validate once more
-        export_config = config.replace(validate=False) if config.validate else config
-        if is_llm_program:  # any number of tokens per call, up to the cache's length
-            export_config = export_config.replace(dynamic_shapes=components["decode"][0].dynamic_shapes())
-        artifacts = exporter.export_components(components, export_config, on_component=exporting)
-        if llm_fallback is not None and "decode" in artifacts:  # the component's record says why, as the report does
-            from .record import record_of
+        quantizer_for(config.export_format, options.quantize)  # an unknown scheme fails before loading anything
+    steps.total = 5 if options.validate else 4
+    gguf = options.gguf_file
+    with steps.step(f"loading {_describe(model)}{f' ({gguf})' if gguf else ''}"):
+        loaded = _load(model, options.prompt, gguf)
+    config = _with_quantizer(config, options.quantize, loaded.inputs)
+    with steps.step("running generate() to find the components" if generate else "preparing inputs"):
+        components, plan = _components(exporter, config, loaded, generate, generation_config, multi_token_decode,
+                                       options.static_cache)
+    if plan is not None:  # what the backend made of the request (its own program: a static cache)
+        config, generation_config = plan.config, plan.generation_config
+    if len(components) > 1:
+        steps.total = (steps.total or 0) + len(components) - 1
 
-            record_of(artifacts["decode"]).details["llm_custom_ops"] = {"used": False, "reason": llm_fallback}
-        reports: dict[str, Any] = {}
-        criteria = quantized_criteria(config.quantizer)
-        min_mean_cosine = None
-        gated = validate and generate and criteria is not None  # the accuracy gate judges the export
-        # ... over a real prompt's steps; then validation's default cosine floors only report (`validation`)
-        advisory = (f"the accuracy gate judges the quantized logits over up to {accuracy_tokens or DEFAULT_TOKENS} "
-                    "teacher-forced steps" if gated and min_cosine is None and min_cache_cosine is None else None)
-        if criteria is not None:  # a floor given lowers the defaults it is above, never raises them
-            given = min_cosine
-            min_cosine = criteria.min_cosine if given is None else given
-            if min_cache_cosine is None:
-                min_cache_cosine = min(criteria.min_cache_cosine, min_cosine)
-            min_mean_cosine = criteria.min_mean_cosine if given is None else min(criteria.min_mean_cosine, given)
-        if validate:
-            with steps.step(f"validating in {config.export_format}'s runtime against eager"):
-                reports = _validated(artifacts, components, target, atol=atol, rtol=rtol, min_cosine=min_cosine,
-                                     min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
-        report = {**_report(loaded, config, artifacts, reports, generate, quantize), "job_seconds": dict(steps.seconds)}
-        if llm_fallback is not None:
-            from .backends.executorch.llm_export import fallback_note
+    def exporting(name: str, module: Any):
+        return steps.step(f"exporting {name} ({type(module).__name__}) to {config.export_format}")
 
-            report["llm_runner"] = fallback_note(llm_fallback, static=not llm_default)
-        gate = None
-        if gated:
-            gate = _accuracy_gate(loaded, generation_config, target, accuracy_tokens,
-                                  min_agreement if min_agreement is not None else criteria.min_agreement, min_mean_cosine)
-            steps.total = (steps.total or 0) + 1
-        checks = [check for check in (
-            is_llm_program and (lambda folder: place_runner_tokenizer(folder, loaded.tokenizer, cache_note)),
-            gate and (lambda folder: _checked(gate, folder, steps))) if check]
-        with steps.step(f"writing {target}"):
-            saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, overwrite, report,
-                          check=(lambda folder: {k: v for check in checks for k, v in check(folder).items()})
-                          if checks else None)
-        return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
-                               saved.report)
+    # the job validates every component itself, so the exporter does not validate once more
+    artifacts = exporter.export_components(components, config.replace(validate=False) if config.validate else config,
+                                           on_component=exporting)
+    for name, details in (plan.record_details if plan is not None else {}).items():
+        if name in artifacts:  # the component's record says what the plan decided, as the report does
+            record_of(artifacts[name]).details.update(details)
+    reports: dict[str, Any] = {}
+    criteria = quantized_criteria(config.quantizer)
+    min_cosine, min_cache_cosine, min_mean_cosine = options.min_cosine, options.min_cache_cosine, None
+    gated = options.validate and generate and criteria is not None  # the accuracy gate judges the export
+    # ... over a real prompt's steps; then validation's default cosine floors only report (`validation`)
+    advisory = (f"the accuracy gate judges the quantized logits over up to {options.accuracy_tokens or DEFAULT_TOKENS} "
+                "teacher-forced steps" if gated and min_cosine is None and min_cache_cosine is None else None)
+    if criteria is not None:  # a floor given lowers the defaults it is above, never raises them
+        given = min_cosine
+        min_cosine = criteria.min_cosine if given is None else given
+        if min_cache_cosine is None:
+            min_cache_cosine = min(criteria.min_cache_cosine, min_cosine)
+        min_mean_cosine = criteria.min_mean_cosine if given is None else min(criteria.min_mean_cosine, given)
+    if options.validate:
+        with steps.step(f"validating in {config.export_format}'s runtime against eager"):
+            reports = _validated(artifacts, components, target, atol=options.atol, rtol=options.rtol,
+                                 min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
+    report = {**_report(loaded, config, artifacts, reports, generate, options.quantize),
+              "job_seconds": dict(steps.seconds), **(plan.report if plan is not None else {})}
+    check = None
+    if gated:
+        floor = options.min_agreement if options.min_agreement is not None else criteria.min_agreement
+        gate = _accuracy_gate(loaded, generation_config, target, options.accuracy_tokens, floor, min_mean_cosine)
+        steps.total = (steps.total or 0) + 1
+
+        def check(folder: Path) -> dict[str, Any]:
+            with steps.step("comparing the quantized export's greedy tokens with fp32 eager"):
+                return gate(folder)
+
+    with steps.step(f"writing {target}"):
+        saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, options.overwrite,
+                      report, plan, check=check)
+    return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
+                           saved.report)
 
 
 def _example_output(target: Path, model: Any, config: ExportConfig) -> str:
@@ -314,26 +309,6 @@ def _static_cache(length: int, generation_config: Any) -> Any:
     from transformers import GenerationConfig
 
     return GenerationConfig(cache_implementation="static", max_cache_len=length)
-
-
-def _check_llm_runner(config: ExportConfig, static_cache: int | None, generate: bool, generation_config: Any) -> None:
-    if config.export_format != "executorch" or not (generate or static_cache is not None):
-        raise ValueError("llm_runner (--llm-runner) shapes a generation export for ExecuTorch's LLM runner: export "
-                         "with format executorch and generate=True (--generate; static_cache=N, --static-cache N, "
-                         f"for the cache's length); got format {config.export_format!r}, generate={generate!r}, "
-                         f"static_cache={static_cache!r}")
-    if generation_config is not None and static_cache is None:
-        raise ValueError("llm_runner (--llm-runner) sizes the program's cache from static_cache=N (--static-cache N), "
-                         "not from a generation_config: pass static_cache=N instead")
-
-
-def place_runner_tokenizer(folder: Path, tokenizer: Any, cache: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The tokenizer file ExecuTorch's LLM runner reads, placed in the export `folder`
-    (`backends.executorch.llm_export.runner_tokenizer`); what the report says of it, with the
-    cache's length and where it comes from when the export did not name it (`cache`)."""
-    from .backends.executorch.llm_export import runner_tokenizer
-
-    return {"llm_runner": {**runner_tokenizer(folder, tokenizer), **({"cache": cache} if cache else {})}}
 
 
 def _describe(model: Any) -> str:
@@ -371,49 +346,24 @@ def _with_quantizer(config: ExportConfig, quantize: Any, inputs: dict[str, Any])
 
 
 def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,
-                multi_token_decode: bool, *, llm_cache: int | None = None, llm_required: bool = False,
-                llm_default: bool = False) -> tuple[dict[str, Any], ExportConfig, str | None]:
-    """`{name: (module, kwargs)}` (the whole model, its generation components as the exporter
-    plans them, or, with `llm_cache` the cache's length, the one program ExecuTorch's LLM runner
-    drives), the config to export them with, and why the LLM-runner program was not made where
-    it was not `llm_required` and could not serve the export (`None` otherwise). With
-    `llm_default` (a plain `--generate`, no cache named) the fallback is the dynamic-cache
-    components `generation_config` asks for, said at info level; else the static-cache ones,
-    with a warning."""
-    fallback = None
-    if llm_cache is not None:
-        from .backends.executorch.llm_export import default_llm_component, llm_component, try_llm_component
-
-        if llm_required:
-            return llm_component(loaded.model, loaded.inputs, llm_cache), config, None
-        if llm_default:
-            program, fallback = try_llm_component(loaded.model, loaded.inputs, llm_cache)
-            if fallback is not None:
-                logger.info("%s; exporting the dynamic-cache generation components (hfexport generate runs them, "
-                            "ExecuTorch's TextLLMRunner cannot load them)", fallback)
-        else:
-            program, fallback = default_llm_component(loaded.model, loaded.inputs, llm_cache)
-        if program is not None:
-            return program, config, None
+                multi_token_decode: bool, static_cache: int | None) -> tuple[dict[str, Any], Any]:
+    """`({name: (module, kwargs)}, plan)`: the whole model (plan `None`), or its generation
+    components as the exporter plans them for its folder (`HfExporter.plan_generation`)."""
     if not generate:
         if generation_config is not None or multi_token_decode:
             raise ValueError("generation_config and multi_token_decode shape the generation components: "
                              "pass generate=True (--generate)")
-        return {"model": (loaded.model, loaded.inputs)}, config, None
-    from .generation.decompose import decompose_for_generation
-
+        return {"model": (loaded.model, loaded.inputs)}, None
     # generate() starts an encoder-decoder's decoder itself: the prompt is the encoder's inputs
     prompt = {k: v for k, v in loaded.inputs.items() if not k.startswith("decoder_")}
-    plan = exporter.plan_generation(loaded.model, prompt, config, generation_config, multi_token_decode)
-    return decompose_for_generation(loaded.model, plan.inputs, generation_config=plan.generation_config,
-                                    multi_token_decode=plan.multi_token_decode,
-                                    decode_prefills=plan.decode_prefills), plan.config, fallback
+    plan = exporter.plan_generation(loaded.model, prompt, config, generation_config, multi_token_decode,
+                                    static_cache=static_cache)
+    return exporter.generation_components(loaded.model, plan), plan
 
 
 def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Path, **options: Any) -> dict[str, Any]:
     """Every artifact validated against its eager module; `ValidationError` (holding every report)
     when one differs."""
-    from .record import record_of
     from .validation import validate_components
 
     reports = validate_components(artifacts, components, **options)
@@ -443,7 +393,6 @@ def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Pa
 def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], reports: dict[str, Any], generate: bool,
             quantize: Any) -> dict[str, Any]:
     """What `report.json` says (files and sizes are added when the export is saved)."""
-    from .record import record_of
 
     seconds = {name: record_of(artifact).details.get("export_seconds", 0.0) for name, artifact in artifacts.items()}
     quantizer = config.quantizer
@@ -499,13 +448,8 @@ def _floor(value: float | None, spec: str) -> str:
     return "none" if value is None else format(value, spec)
 
 
-def _checked(gate: Any, folder: Path, steps: Any) -> dict[str, Any]:
-    with steps.step("comparing the quantized export's greedy tokens with fp32 eager"):
-        return gate(folder)
-
-
 def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, config: ExportConfig, generate: bool,
-          generation_config: Any, overwrite: bool, report: dict[str, Any], check: Any = None) -> Any:
+          generation_config: Any, overwrite: bool, report: dict[str, Any], plan: Any, check: Any = None) -> Any:
     extra = {"weights_from": loaded.weights_from} if loaded.weights_from else {}
     if generate:
         from .generation.package import save_generation_export
@@ -513,9 +457,8 @@ def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, c
         return save_generation_export(exporter, artifacts, target, model=loaded.model,
                                       generation_config=generation_config, tokenizer=loaded.tokenizer,
                                       export_config=config, overwrite=overwrite, extra=extra, report=report,
-                                      details=True, check=check)
+                                      details=True, check=check, plan=plan)
     from .bundle import save_export
 
     return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,
                        export_config=config, overwrite=overwrite, manifest_extra=extra, report=report)
-

@@ -54,3 +54,27 @@ def test_every_fx_fix_of_a_backend_is_in_its_order_tuple(fmt):
     exporter = FORMATS.get(fmt).exporter_class()
     mine = sorted(f.name for f in [*FX_NODE_FIXES.values(), *FX_PROGRAM_FIXES.values()] if fmt in f.formats)
     assert sorted(exporter.fix_order) == mine
+
+
+#: The formats whose runtime ships its own LLM runner, which their export folder is packaged for.
+_LLM_RUNNERS = {"onnx": "onnxruntime-genai's og.Generator", "openvino": "OpenVINO GenAI's LLMPipeline",
+                "executorch": "ExecuTorch's TextLLMRunner"}
+
+
+@pytest.mark.parametrize("fmt", BUILTIN_FORMATS)
+def test_a_backend_packages_its_generation_folder_through_the_shared_hooks(fmt):
+    """`plan_generation` and `package_folder` keep the base class's signature in every backend, and a
+    backend whose runtime has its own LLM runner overrides `package_folder` (its folder is that
+    runner's package): the export job and `generation/` never ask which format they hold."""
+    import inspect
+
+    if fmt in _PACKAGES:
+        pytest.importorskip(_PACKAGES[fmt])
+    from hfexport.exporter import HfExporter
+
+    exporter = FORMATS.get(fmt).exporter_class()
+    for hook in ("plan_generation", "package_folder"):
+        assert inspect.signature(getattr(exporter, hook)).parameters.keys() == \
+            inspect.signature(getattr(HfExporter, hook)).parameters.keys(), (fmt, hook)
+    overrides = exporter.package_folder is not HfExporter.package_folder
+    assert overrides == (fmt in _LLM_RUNNERS), f"{fmt}: {_LLM_RUNNERS.get(fmt, 'no LLM runner')}"

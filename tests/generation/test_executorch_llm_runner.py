@@ -107,25 +107,33 @@ def test_where_the_program_cannot_serve_the_export_the_default_falls_back_and_sa
 
 
 def test_the_job_falls_back_to_the_static_cache_components_with_the_reason(caplog):
-    """The export job's planning step (no lowering: that is `saved_generation`'s static case): a
-    batch of two gets the components the request exported before, and why; asked for by name, an error."""
+    """ExecuTorch's plan of a folder's generation export (no lowering: that is `saved_generation`'s
+    static case): a batch of two gets the components the request exported before, and the report
+    and the decode record say why; asked for by name, an error."""
     pytest.importorskip("executorch")
     from hfexport import AutoHfExporter, ExecutorchConfig
     from hfexport.errors import PrepareError
-    from hfexport.job import _components, _static_cache
-    from hfexport.loading import LoadedModel
+    from hfexport.job import _static_cache
     from hfexport.presets import build_preset
 
     model, inputs = build_preset("llama")
-    loaded = LoadedModel(model, _batch_of_two(model, inputs), "llama")
+    prompt = _batch_of_two(model, inputs)
     exporter, config = AutoHfExporter.from_config(ExecutorchConfig()).for_folder(), ExecutorchConfig(dynamic=True)
     with caplog.at_level("WARNING", logger="hfexport"):
-        components, _, why = _components(exporter, config, loaded, True, _static_cache(32, None), True, llm_cache=32)
+        plan = exporter.plan_generation(model, prompt, config, _static_cache(32, None), True, static_cache=32)
+        components = exporter.generation_components(model, plan)
     assert list(components) == ["decode"] and "input_pos" not in components["decode"][1]
     assert any(k.startswith("cache") or k == "past_key_values" for k in components["decode"][1])
+    why = plan.report["llm_runner"]["why"]
     assert "holds 2 sequences" in why and "TextLLMRunner" in caplog.text
+    assert plan.record_details["decode"]["llm_custom_ops"] == {"used": False, "reason": why}
     with pytest.raises(PrepareError, match="holds 2 sequences"):
-        _components(exporter, config, loaded, True, _static_cache(32, None), True, llm_cache=32, llm_required=True)
+        exporter.plan_generation(model, prompt, config.replace(llm_runner=True), _static_cache(32, None), True,
+                                 static_cache=32)
+    # the seed's export_for_generation keeps its components whatever llm_runner says
+    seed = AutoHfExporter.from_config(ExecutorchConfig()).plan_generation(
+        model, inputs, ExecutorchConfig(dynamic=True, llm_runner=True), _static_cache(32, None), True, static_cache=32)
+    assert seed.components is None and seed.report == {}
 
 
 def test_llm_runner_needs_executorch_and_a_generation_export(tmp_path):
@@ -136,7 +144,7 @@ def test_llm_runner_needs_executorch_and_a_generation_export(tmp_path):
 
     with pytest.raises(ValueError, match="generate=True"):
         export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "a", llm_runner=True)
-    with pytest.raises(ValueError, match="format executorch"):
+    with pytest.raises(ValueError, match="llm_runner is not an option of OnnxConfig"):
         export_to_folder("tiny:llama", OnnxConfig(), tmp_path / "b", static_cache=32, llm_runner=True)
     with pytest.raises(ValueError, match="pass static_cache=N"):
         export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "c", generate=True, llm_runner=True,
@@ -167,26 +175,23 @@ def test_a_plain_generation_export_sizes_the_cache_from_the_bound_or_the_models_
 
 
 def test_a_plain_generation_export_the_program_cannot_serve_gets_the_dynamic_cache_components(caplog):
-    """`llm_default`: where the program cannot serve a plain `--generate` (a batch of two here), the
+    """Where the program cannot serve a plain `--generate` (a batch of two here), the
     components `generate` exported before (a dynamic cache: no `input_pos`, the cache as inputs),
     said at info level, not warned; the report's note names the dynamic-cache components."""
     pytest.importorskip("executorch")
     from hfexport import AutoHfExporter, ExecutorchConfig
-    from hfexport.backends.executorch.llm_export import fallback_note
-    from hfexport.job import _components
-    from hfexport.loading import LoadedModel
     from hfexport.presets import build_preset
 
     model, inputs = build_preset("llama")
-    loaded = LoadedModel(model, _batch_of_two(model, inputs), "llama")
     exporter, config = AutoHfExporter.from_config(ExecutorchConfig()).for_folder(), ExecutorchConfig(dynamic=True)
     with caplog.at_level("INFO", logger="hfexport"):
-        components, _, why = _components(exporter, config, loaded, True, None, False, llm_cache=128,
-                                         llm_default=True)
+        plan = exporter.plan_generation(model, _batch_of_two(model, inputs), config, None, False)
+        components = exporter.generation_components(model, plan)
     assert "input_pos" not in str(components) and {"prefill", "decode"} <= set(components)
-    assert "holds 2 sequences" in why and "dynamic-cache" in caplog.text
+    note = plan.report["llm_runner"]
+    assert "holds 2 sequences" in note["why"] and "dynamic-cache" in caplog.text
     assert not [r for r in caplog.records if r.name == "hfexport" and r.levelname == "WARNING"]
-    assert "dynamic-cache" in fallback_note(why, static=False)["fallback"]
+    assert "dynamic-cache" in note["fallback"] and plan.generation_config is None
 
 
 @pytest.fixture(scope="module")

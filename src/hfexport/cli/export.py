@@ -38,6 +38,13 @@ def _config_from_args(args) -> Any:
                              f"graph in a .onnx.data; it does not apply to --format {args.format} (OpenVINO's are "
                              "always in their .bin)")
         data[option] = args.external_weights
+    if getattr(args, "llm_runner", None) is not None:
+        if args.format != "executorch":
+            raise ValueError(f"--llm-runner / --no-llm-runner choose ExecuTorch's LLM-runner program; they do not "
+                             f"apply to --format {args.format}")
+        if not (args.generate or args.static_cache):
+            raise ValueError("--llm-runner / --no-llm-runner shape a generation export: add --generate")
+        data["llm_runner"] = args.llm_runner
     for name in ("max_sequence_length", "max_batch_size"):
         if getattr(args, name, None) is not None:
             if args.format != "executorch":
@@ -57,19 +64,18 @@ def _check_generation_args(args) -> None:
 
 def run(args) -> int:
     """Run `hfexport export` with the parsed `args`; return the exit code."""
-    from ..job import export_to_folder
+    from ..job import JobOptions, export_to_folder
 
     _check_generation_args(args)
     config = _config_from_args(args)
+    options = JobOptions(
+        generate=args.generate, multi_token_decode=args.multi_token_decode, static_cache=args.static_cache,
+        validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
+        min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
+        prompt=args.prompt, gguf_file=args.gguf_file, overwrite=args.overwrite,
+        progress=Progress(enabled=not args.quiet))
     try:
-        result = export_to_folder(
-            args.model, config, args.output, generate=args.generate, multi_token_decode=args.multi_token_decode,
-            static_cache=args.static_cache, llm_runner=getattr(args, "llm_runner", None),
-            validate=not args.no_validate, atol=args.tolerance,
-            rtol=args.rtol, min_cosine=args.min_cosine, min_cache_cosine=args.min_cache_cosine,
-            min_agreement=args.min_agreement, quantize=args.quantize,
-            prompt=args.prompt, gguf_file=args.gguf_file,
-            overwrite=args.overwrite, progress=Progress(enabled=not args.quiet))
+        result = export_to_folder(args.model, config, args.output, options)
     except ValidationError as error:
         for report in getattr(error, "reports", {}).values():
             if not report.passed:

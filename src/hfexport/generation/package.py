@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -93,11 +92,13 @@ def save_generation_export(
     report: dict[str, Any] | None = None,
     details: bool = False,
     check: Any = None,
+    plan: Any = None,
 ) -> Any:
     """Write `artifacts` (from `exporter.export_for_generation`) and what a runner needs into `directory`.
 
     Args:
-        exporter: the exporter that made the artifacts (it writes each one).
+        exporter: the exporter that made the artifacts (it writes each one, and packages the
+            folder for its runtime's own LLM runner: `HfExporter.package_folder`).
         model: the eager model; its `config` (and `generation_config`) are saved beside.
         generation_config: the one used for the export (a static cache's `max_cache_len`); the
             model's own is saved when not given.
@@ -110,45 +111,22 @@ def save_generation_export(
             bytes added under `components` and their total as `artifact_bytes`.
         details: return the `bundle.SavedExport` (folder, manifest, report) instead of the folder.
         check: run on the written folder before it is moved into place (see `bundle.save_export`).
+        plan: the `GenerationPlan` the artifacts were exported by (the export job's), for the
+            backend's packaging.
 
     Returns:
         The folder written (or, with `details`, what was written).
     """
     from ..bundle import save_export
+    from ..exporter import FolderContext
 
     merged = _merged_generation_config(model, generation_config)
-    runtime_files, runtime_entry = _runtime_files(exporter, artifacts, model, merged)
-
-    def staged(staging: Path) -> Any:  # the runtime's own files first, so a check sees the whole folder
-        if runtime_files is not None:
-            runtime_files(staging)
-        return check(staging) if check is not None else None
-
+    context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan)
     saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
                         tokenizer=tokenizer, export_config=export_config, overwrite=overwrite,
-                        manifest_extra={**_cache_kind(artifacts, merged), **runtime_entry, **(extra or {})},
-                        report=report, check=staged)
+                        manifest_extra={**_cache_kind(artifacts, merged), **(extra or {})}, report=report,
+                        check=check, context=context)
     return saved if details else saved.directory
-
-
-def _runtime_files(exporter: Any, artifacts: dict[str, Any], model: Any, generation_config: Any) -> tuple[Any, dict]:
-    """`(write(folder) or None, manifest entry)` for the files a runtime's own generation loop
-    reads beside the components: onnxruntime-genai's `genai_config.json` for an ONNX static-cache
-    decode graph with GroupQueryAttention (`backends/onnx/genai.py`); the entry names the file, or
-    says why there is none."""
-    if exporter.format != "onnx" or model is None:
-        return None, {}
-    from ..backends.onnx.genai import GENAI_CONFIG, genai_config, genai_status
-
-    why = genai_status(artifacts, generation_config)
-    if why is not None:
-        return None, {"onnxruntime_genai": {"config": None, "reason": why}}
-    content = genai_config(artifacts["decode"], model.config, generation_config)
-
-    def write(folder: Path) -> None:
-        (folder / GENAI_CONFIG).write_text(json.dumps(content, indent=4))
-
-    return write, {"onnxruntime_genai": {"config": GENAI_CONFIG}}
 
 
 @dataclasses.dataclass

@@ -45,6 +45,13 @@ class ExecutorchConfig(ExportConfig):
             a manifest, opened by hfexport's runner) move weights over 64 MiB
             (`hfexport.config.EXTERNAL_WEIGHTS_BYTES`) to the `.ptd`. CLI `--external-weights` /
             `--no-external-weights`. XNNPACK only.
+        llm_runner: what a generation export written to a folder (`export_to_folder`,
+            `hfexport export --generate`) is: `None` (default) the one program ExecuTorch's own
+            LLM runner (`TextLLMRunner`) loads, over a cache held in the program
+            (`backends/executorch/llm_export.py`), where it can serve the model, else the
+            components with the cache as method inputs, the report saying why; `True` that
+            program or `PrepareError`; `False` the components. CLI `--llm-runner` /
+            `--no-llm-runner`. The seed's `export_for_generation` always gives the components.
     """
 
     export_format = "executorch"
@@ -57,6 +64,7 @@ class ExecutorchConfig(ExportConfig):
     max_image_patches: int = 1024
     max_sequence_length: int | None = None
     external_weights: bool | None = None
+    llm_runner: bool | None = None
     backend: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def _validate(self) -> None:
@@ -81,10 +89,16 @@ class ExecutorchConfig(ExportConfig):
                 raise ValueError(f"ExecutorchConfig.max_sequence_length must be >= 2; got {self.max_sequence_length}")
         if self.external_weights is not None:
             _check_type("ExecutorchConfig", "external_weights", self.external_weights, bool)
+        if self.llm_runner is not None:
+            _check_type("ExecutorchConfig", "llm_runner", self.llm_runner, bool)
         if self.external_weights and self.delegate != "xnnpack":
             raise ValueError(f"ExecutorchConfig(external_weights=True) files XNNPACK's weights outside the program; "
                              f"the {self.delegate} delegate keeps its own (executorch 1.4.1: CUDA writes them to its "
                              "own .ptd, MLX into the .pte): leave external_weights unset")
+
+    def generation_options(self) -> list[str]:
+        """`llm_runner=True`: it asks for a generation export's program."""
+        return ["llm_runner"] if self.llm_runner else []
 
     def to_dict(self) -> dict[str, Any]:
         """As `ExportConfig.to_dict`, with the delegate under its name only (not the `backend` alias)."""

@@ -23,7 +23,7 @@ from ...capture.names import ATTENDED_ROLE, role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache, is_static_cache
 from ...errors import ConversionError, PrepareError
-from ...exporter import HfExporter
+from ...exporter import FolderContext, HfExporter, Packaged
 from ...record import ExportRecord
 from .config import ExecutorchConfig
 from .compat import data_payloads
@@ -62,6 +62,40 @@ class ExecutorchExporter(HfExporter):
     config_class = ExecutorchConfig
     extra = "executorch"
     fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling")
+
+    def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False, *,
+                        static_cache=None):
+        """In an export folder (`for_folder`), the one program ExecuTorch's LLM runner loads, where
+        `ExecutorchConfig.llm_runner` and the model allow it (`llm_export.plan_llm_program`);
+        otherwise, and for the seed's `export_for_generation`, the components as asked."""
+        from .llm_export import plan_llm_program
+
+        config = self._check_config(config)
+
+        def components_plan():
+            return super(ExecutorchExporter, self).plan_generation(model, inputs, config, generation_config,
+                                                                   multi_token_decode)
+
+        if not self.in_folder:  # see HfExporter.for_folder
+            return components_plan()
+        return plan_llm_program(model, inputs, config, generation_config, static_cache, components_plan)
+
+    def export_components(self, components, config=None, *, on_component=None):
+        """As `HfExporter.export_components`; the LLM-runner program (`llm.LlmProgram`) takes any
+        number of tokens per call up to its cache, the dynamic shapes it declares."""
+        from .llm import LlmProgram
+
+        programs = [module for module, _ in components.values() if isinstance(module, LlmProgram)]
+        if programs and config is not None and config.dynamic_shapes is None:
+            config = config.replace(dynamic_shapes=programs[0].dynamic_shapes())
+        return super().export_components(components, config, on_component=on_component)
+
+    def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """The `tokenizer.json` ExecuTorch's `TextLLMRunner` reads, beside the LLM-runner program,
+        and the report's `llm_runner` entry (`llm_export.runner_package`)."""
+        from .llm_export import runner_package
+
+        return Packaged({}, runner_package(folder, artifacts, context))
 
     def _check_model(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> None:
         check_delegate(config.delegate, model_name(model))

@@ -47,8 +47,9 @@ from ...capture.prepare import model_name
 from ...errors import PrepareError
 from .llm import OPT_OUT, LlmProgram, _text_config
 
-__all__ = ["llm_component", "default_llm_component", "try_llm_component", "refusal", "fallback_note",
-           "runner_tokenizer", "default_cache_length", "TOKENIZER_FILE", "DEFAULT_CACHE_LENGTH"]
+__all__ = ["plan_llm_program", "llm_component", "default_llm_component", "try_llm_component", "refusal",
+           "fallback_note", "runner_tokenizer", "runner_package", "default_cache_length", "TOKENIZER_FILE",
+           "DEFAULT_CACHE_LENGTH"]
 
 logger = logging.getLogger("hfexport")
 
@@ -58,6 +59,69 @@ TOKENIZER_FILE = "tokenizer.json"
 #: The cache of a generation export that names none, where the model allows as many positions
 #: (a 2048-token cache of SmolLM2-135M is 94 MB; its prefill's attention at 2048 tokens 151 MB).
 DEFAULT_CACHE_LENGTH = 2048
+
+
+def plan_llm_program(model: torch.nn.Module, prompt: dict[str, Any], config: Any, generation_config: Any,
+                     static_cache: int | None, components_plan: Any) -> Any:
+    """The plan of a generation export in a folder (`ExecutorchExporter.plan_generation`): the
+    LLM-runner program where the request and the model allow it (the module's table), else
+    `components_plan()` (the components as asked), with the report's and the record's word on
+    why where the program was wanted and could not serve the export.
+
+    Args:
+        config: the `ExecutorchConfig` (`llm_runner`, `max_sequence_length`, `dynamic`).
+        generation_config: the request's (`static_cache=N` already made it a static cache).
+        static_cache: the cache length the caller named, if any.
+        components_plan: returns the `GenerationPlan` of the components as asked.
+
+    Raises:
+        ValueError: `llm_runner=True` with a `generation_config` but no `static_cache`.
+        PrepareError: `llm_runner=True` and the program cannot serve the export; a sample prompt
+            longer than the cache.
+    """
+    from ...exporter import GenerationPlan
+
+    if config.llm_runner and generation_config is not None and static_cache is None:
+        raise ValueError("llm_runner (--llm-runner) sizes the program's cache from static_cache=N (--static-cache N), "
+                         "not from a generation_config: pass static_cache=N instead")
+    if config.llm_runner is False:
+        return components_plan()
+    plain = static_cache is None  # a plain generation export: no cache named
+    if plain and (generation_config is not None or not (config.llm_runner or config.dynamic)):
+        return components_plan()  # static shapes (`--static`) keep the components unless the program is asked for
+    cache, note = (static_cache, None) if not plain else default_cache_length(model, config.max_sequence_length)
+    if config.llm_runner:
+        program, why = llm_component(model, prompt, cache), None
+    elif plain:
+        program, why = try_llm_component(model, prompt, cache)
+        if why is not None:
+            logger.info("%s; exporting the dynamic-cache generation components (hfexport generate runs them, "
+                        "ExecuTorch's TextLLMRunner cannot load them)", why)
+    else:
+        program, why = default_llm_component(model, prompt, cache)
+    if program is None:
+        plan = components_plan()
+        plan.report["llm_runner"] = fallback_note(why, static=not plain)
+        plan.record_details["decode"] = {"llm_custom_ops": {"used": False, "reason": why}}
+        return plan
+    from transformers import GenerationConfig
+
+    static = generation_config if not plain else GenerationConfig(cache_implementation="static", max_cache_len=cache)
+    return GenerationPlan(prompt, static, True, False, config, components=program,
+                          report={"llm_runner": {"cache": {"tokens": cache, "from": note}}} if plain else {})
+
+
+def runner_package(folder: Path, artifacts: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The report's `llm_runner` entry of an export folder holding the LLM-runner program, with
+    the tokenizer file its runner reads placed beside it (`runner_tokenizer`); `{}` for one
+    holding the components (`context`: an `exporter.FolderContext`)."""
+    from ...record import record_of
+
+    if not any("llm_program" in record_of(artifact).details for artifact in artifacts.values()):
+        return {}
+    planned = context.plan.report.get("llm_runner", {}) if context.plan is not None else {}
+    return {"llm_runner": {**runner_tokenizer(folder, context.tokenizer),
+                           **({"cache": planned["cache"]} if "cache" in planned else {})}}
 
 
 def llm_component(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import torch
 
 from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
-from ...exporter import HfExporter
+from ...exporter import FolderContext, HfExporter, Packaged
 from ...record import ExportRecord
 from .artifact import HfOnnxProgram, write_onnx
 from .config import OnnxConfig
@@ -43,6 +43,13 @@ class OnnxExporter(HfExporter):
     config_class = OnnxConfig
     extra = "onnx"
     fix_order = ()
+    def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """onnxruntime-genai's `genai_config.json` beside a static-cache decode graph with
+        GroupQueryAttention (`genai.py`), or the manifest's word on why the folder has none."""
+        from .genai import genai_folder_files
+
+        return Packaged(genai_folder_files(folder, artifacts, context), {})
+
     def _group_query_attention(self, config: OnnxConfig) -> bool:
         asked = config.group_query_attention
         return self.in_folder if asked is None else asked  # see HfExporter.for_folder

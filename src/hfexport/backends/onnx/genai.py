@@ -25,9 +25,11 @@ while not generator.is_done():
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-__all__ = ["GENAI_CONFIG", "genai_status", "genai_config"]
+__all__ = ["GENAI_CONFIG", "genai_status", "genai_config", "genai_folder_files"]
 
 GENAI_CONFIG = "genai_config.json"
 
@@ -109,3 +111,17 @@ def _token(generation_config: Any, config: Any, name: str) -> Any:
     if value is None:
         return -1
     return [int(v) for v in value] if isinstance(value, (list, tuple)) else int(value)
+
+
+def genai_folder_files(folder: Path, artifacts: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Write `genai_config.json` into the export `folder` where `artifacts` can be an
+    onnxruntime-genai model (`genai_status`); return the manifest's `onnxruntime_genai` entry,
+    naming the file or saying why there is none (`context`: an `exporter.FolderContext`)."""
+    if context.model_config is None:
+        return {}
+    why = genai_status(artifacts, context.generation_config)
+    if why is not None:
+        return {"onnxruntime_genai": {"config": None, "reason": why}}
+    content = genai_config(artifacts["decode"], context.model_config, context.generation_config)
+    (folder / GENAI_CONFIG).write_text(json.dumps(content, indent=4))
+    return {"onnxruntime_genai": {"config": GENAI_CONFIG}}

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ...capture.trace import Capture
-from ...exporter import HfExporter
+from ...exporter import FolderContext, HfExporter, Packaged
 from ...record import ExportRecord
 from .config import OpenVINOConfig
 
@@ -110,7 +110,8 @@ class OpenVINOExporter(HfExporter):
                     record.details["state"]["max_cache_len"] = config.max_cache_len
         return artifact
 
-    def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False):
+    def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False, *,
+                        static_cache=None):
         """One stateful model for prefill and decode, as OpenVINO GenAI runs it (`genai.py`), in an
         export folder or where `genai_layout` asks for it; otherwise the seed's components."""
         from .genai import plan_genai_generation
@@ -127,11 +128,11 @@ class OpenVINOExporter(HfExporter):
 
         return GENAI_MODEL if name == "decode" and is_genai_layout(artifacts) else name
 
-    def write_beside(self, artifacts: dict[str, Any], directory: Path, tokenizer: Any = None) -> dict[str, Any]:
+    def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
         """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout."""
         from .genai import genai_folder_files
 
-        return genai_folder_files(artifacts, directory, tokenizer)
+        return Packaged(genai_folder_files(artifacts, folder, context.tokenizer), {})
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: OpenVINOConfig) -> None:
         from .precision import recorded_options
