@@ -194,7 +194,8 @@ def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, o
             (`output_folder`: never the working, home or model folder, nor one holding other files).
         options: what to do besides the config (`JobOptions`); `changes` are its fields given as
             keywords (`export_to_folder(m, config, out, generate=True)`), over `options`.
-        llm_runner: the config's `llm_runner` (`ExecutorchConfig.llm_runner`), given here.
+        llm_runner: the config's `llm_runner` (`ExecutorchConfig.llm_runner`), given here;
+            `False` is accepted by every format (the components, what the others export anyway).
 
     Returns:
         An `ExportJobResult`.
@@ -206,10 +207,11 @@ def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, o
     """
     options = dataclasses.replace(options or JobOptions(), **changes)
     if llm_runner is not None:
-        if "llm_runner" not in {field.name for field in dataclasses.fields(config)}:
+        if "llm_runner" in {field.name for field in dataclasses.fields(config)}:
+            config = config.replace(llm_runner=llm_runner)
+        elif llm_runner:  # False asks for the components, which every other format exports anyway
             raise ValueError(f"llm_runner is not an option of {type(config).__name__} (format "
                              f"{config.export_format!r}); leave it unset")
-        config = config.replace(llm_runner=llm_runner)
     generate, generation_config, multi_token_decode = options.generate, options.generation_config, options.multi_token_decode
     if options.static_cache is not None:
         generation_config = _static_cache(options.static_cache, generation_config)
