@@ -1,8 +1,10 @@
 """The tested set of upstream versions, the extras that install them, and the checks built on both.
 
 # NOTE: this module is the one place that records which versions hfexport was validated with.
-# `pyproject.toml` pins the same numbers; `hfexport env` prints both. We warn on drift rather than
-# refuse: users on a newer release usually still work, and a warning says where to look first.
+# `constraints.txt` pins the same numbers (what CI installs) and `pyproject.toml` declares ranges
+# around them, so that installing hfexport keeps the user's torch and transformers; `hfexport env`
+# prints installed and tested. We warn on drift rather than refuse: a patch release inside the range
+# usually still works, and a warning naming what differs says where to look first.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+import threading
 from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
@@ -119,20 +122,35 @@ def require_extra(extra: str, *, purpose: str) -> None:
         )
 
 
+#: Distributions already named in a drift warning in this process (exports may run on threads).
 _warned: set[str] = set()
+_warned_lock = threading.Lock()
 
 
 def warn_on_drift(extra: str, *, owner: str) -> list[PackageStatus]:
-    """Log one warning per `owner` naming each package of `extra` (plus torch/transformers) that drifted."""
+    """Log one warning naming each package of `extra` (plus torch and transformers) whose installed
+    version differs from the tested one, with both versions; a package is named once per process.
+
+    Args:
+        extra: the extra `owner` needs (`"dynamo"` for the core alone).
+        owner: who checks, for the message (`"OnnxExporter"`).
+
+    Returns:
+        Every drifted package of `extra`, named before or not.
+    """
     names = ("torch", "transformers", *EXTRAS[extra])
-    drifted = [status for status in map(package_status, names) if status.has_drift]
-    if drifted and owner not in _warned:
-        _warned.add(owner)
-        listing = ", ".join(f"{s.name} {s.installed} (tested {s.tested})" for s in drifted)
+    drifted = [status for status in map(package_status, dict.fromkeys(names)) if status.has_drift]
+    with _warned_lock:
+        unnamed = [status for status in drifted if status.name not in _warned]
+        _warned.update(status.name for status in unnamed)
+    if unnamed:
+        listing = ", ".join(f"{s.name} {s.installed} (tested {s.tested})" for s in unnamed)
+        pins = " ".join(f'"{s.name}=={s.tested}"' for s in unnamed)
         logger.warning(
             "%s was validated with another version of: %s. Exports usually still work; if one fails, "
-            "try the tested versions first.",
+            "try the tested versions first: pip install %s",
             owner,
             listing,
+            pins,
         )
     return drifted
