@@ -69,7 +69,8 @@ def run(args) -> int:
             rtol=args.rtol, min_cosine=args.min_cosine, min_cache_cosine=args.min_cache_cosine,
             min_agreement=args.min_agreement, quantize=args.quantize,
             prompt=args.prompt, gguf_file=args.gguf_file,
-            overwrite=args.overwrite, progress=Progress(enabled=not args.quiet))
+            overwrite=args.overwrite,
+            progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
     except ValidationError as error:
         for report in getattr(error, "reports", {}).values():
             if not report.passed:
