@@ -47,3 +47,16 @@ def test_the_stream_writes_whole_characters_as_they_come_and_ends_with_the_decod
     stream.end()
     assert "".join(written) == text
     assert "\ufffd" not in "".join(written) and len(written) > 1  # piece by piece, never half a character
+
+
+@pytest.mark.parametrize("text", ["one\n  two. three!\n", "a,b;c\n\n x", "猫猫 end."])
+def test_the_stream_joins_into_the_decoded_answer_across_lines_and_punctuation(tokenizer, text):
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    written: list[str] = []
+    stream = TextStream(tokenizer, written.append)
+    stream.put(torch.tensor([[1, 2, 3]]))
+    for token in ids:
+        stream.put(torch.tensor([token]))
+    stream.end()
+    assert "".join(written) == tokenizer.decode(ids, skip_special_tokens=True) == text
+    assert "" not in written

@@ -1,8 +1,9 @@
 """`hfexport export MODEL --format F -o DIR`: the export job (`hfexport.job.export_to_folder`), its
 arguments parsed and its report printed.
 
-Exit codes: 0 exported and validated; 1 the export failed; 2 the output folder was refused, before
-any work (`output_folder.check_output_folder`); 3 validation failed (nothing written).
+Exit codes: 0 exported and validated; 1 the export failed; 2 the command line or the output folder
+was refused, before any work (argparse's usage errors, `output_folder.check_output_folder`); 3
+validation failed (nothing written).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def run(args) -> int:
         validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
         min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
         prompt=args.prompt, gguf_file=args.gguf_file, overwrite=args.overwrite,
-        progress=Progress(enabled=not args.quiet))
+        progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
     try:
         result = export_to_folder(args.model, config, args.output, options)
     except ValidationError as error:

@@ -24,8 +24,13 @@ READER_GONE = 141
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ..backends.executorch.config import DELEGATES
+    from ..extensions import format_names
     from ..fuzz import add_arguments as add_fuzz_arguments
-    from ..presets import preset_names
+    from ..quantization import CLI_SCHEMES
+
+    formats = format_names()
+    schemes = list(dict.fromkeys(scheme for fmt in formats for scheme in CLI_SCHEMES.get(fmt, {})))
 
     parser = argparse.ArgumentParser(prog="hfexport", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs (implies --verbose)")
@@ -33,15 +38,19 @@ def _parser() -> argparse.ArgumentParser:
                         help="show other packages' log records, warnings and native output (hidden by default)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    export = sub.add_parser("export", help="export a model, validate it against eager, write artifact + report")
+    export = sub.add_parser("export", help="export a model, validate it against eager, write artifact + report",
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog=_export_epilog(formats, CLI_SCHEMES))
     export.add_argument("model", help="a local folder, a hub id, a .gguf file (dequantized to float32; pip install "
-                        f"\"hfexport[gguf]\"), or a preset: {', '.join('tiny:' + n for n in preset_names())}")
+                        "\"hfexport[gguf]\"), or a tiny random model tiny:NAME (`hfexport presets` lists them)")
     export.add_argument("--gguf-file", metavar="NAME", help="the GGUF file to load in the folder MODEL names")
-    export.add_argument("--format", "-f", default="dynamo", help="dynamo | onnx | executorch | openvino")
+    export.add_argument("--format", "-f", default="dynamo", choices=formats, metavar="FORMAT",
+                        help="%(choices)s (default: %(default)s)")
     export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
     export.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
-    export.add_argument("--delegate", help="with --format executorch: the delegate, xnnpack (default) | cuda | mlx")
-    export.add_argument("--backend", dest="delegate", help=argparse.SUPPRESS)  # its name before 0.2
+    export.add_argument("--delegate", choices=DELEGATES, metavar="DELEGATE",
+                        help="with --format executorch: the delegate, %(choices)s (default: xnnpack)")
+    export.add_argument("--backend", dest="delegate", choices=DELEGATES, help=argparse.SUPPRESS)  # its name before 0.2
     export.add_argument("--stateless", action="store_true",
                         help="with --format openvino: keep the cache as inputs/outputs (default: OpenVINO variables)")
     export.add_argument("--external-weights", action=argparse.BooleanOptionalAction, default=None,
@@ -68,9 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                         "components (the cache as method inputs, which TextLLMRunner cannot load)")
     export.add_argument("--multi-token-decode", action="store_true",
                         help="with --generate: decode takes any number of new tokens (query axis kept dynamic)")
-    export.add_argument("--quantize", metavar="SCHEME", default=None,
-                        help="int8-dynamic | int8-static | int8-weights | int4-weights | int8-dynamic-int4-weights (which ones depend on "
-                        "--format; static schemes calibrate on the sample prompt)")
+    export.add_argument("--quantize", metavar="SCHEME", default=None, choices=schemes,
+                        help="%(choices)s (which ones depend on --format, see below; static schemes calibrate on "
+                        "the sample prompt)")
     export.add_argument("--min-cosine", type=float, default=None,
                         help="with --quantize: pass if the logits' (each output's but the cache's) cosine "
                         "similarity with fp32 eager reaches this, and with --generate their mean over the "
@@ -140,7 +149,8 @@ def _parser() -> argparse.ArgumentParser:
                           "subprocess, here or on Ray; write DIR/summary.json and DIR/summary.md")
     many.add_argument("list", help="a .txt (one model a line: tiny:llama, a folder, a hub id; # comments) or a "
                       '.json (a list of models, or of objects {"model": ..., "generate": true, ...})')
-    many.add_argument("--format", "-f", default="dynamo", help="comma-separated: dynamo,onnx,executorch,openvino")
+    many.add_argument("--format", "-f", default="dynamo", help=f"comma-separated: {','.join(formats)} "
+                      "(default: %(default)s)")
     many.add_argument("--output", "-o", required=True, help="the folder: DIR/<model>/<format> per export")
     many.add_argument("--timeout", type=float, default=1800, help="seconds per export (default 1800)")
     many.add_argument("--jobs", "-j", type=int, default=1, help="exports run at once here (default 1)")
@@ -154,10 +164,20 @@ def _parser() -> argparse.ArgumentParser:
     add_fuzz_arguments(fuzz)
 
     sub.add_parser("env", help="installed backends, versions, drift from the tested set")
+    sub.add_parser("presets", help="list the tiny random models `export tiny:NAME` builds offline")
     patches = sub.add_parser("patches", help="list registered patches and FX fixes")
-    patches.add_argument("--format", "-f", help="only those of this export format (dynamo | onnx | executorch | openvino)")
-    patches.add_argument("--backend", dest="format", help=argparse.SUPPRESS)  # the name it had before 0.2
+    patches.add_argument("--format", "-f", choices=formats, metavar="FORMAT",
+                         help="only those of this export format: %(choices)s")
+    patches.add_argument("--backend", dest="format", choices=formats, help=argparse.SUPPRESS)  # its name before 0.2
     return parser
+
+
+def _export_epilog(formats: list[str], schemes: dict[str, dict]) -> str:
+    """The `export --help` text after the options: the --quantize schemes each format takes."""
+    width = max(map(len, formats))
+    lines = [f"  {fmt + ':':<{width + 1}} {', '.join(schemes.get(fmt, {})) or 'none'}" for fmt in formats]
+    return ("--quantize schemes per --format:\n" + "\n".join(lines)
+            + "\n\n`hfexport presets` lists the tiny:NAME models.")
 
 
 def _add_no_verify(parser: argparse.ArgumentParser) -> None:
@@ -207,11 +227,12 @@ def _reader_gone(stream) -> bool:
 
 def _run(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
-    from . import chat, coverage, env, export, export_many, fuzz, generate, patches
+    from . import chat, coverage, env, export, export_many, fuzz, generate, patches, presets
     from .quiet import command_output
 
     command = {"export": export.run, "generate": generate.run, "chat": chat.run, "coverage": coverage.run,
-               "fuzz": fuzz.run, "env": env.run, "patches": patches.run, "export-many": export_many.run}[args.command]
+               "fuzz": fuzz.run, "env": env.run, "patches": patches.run, "presets": presets.run,
+               "export-many": export_many.run}[args.command]
     try:
         # the summary of what was hidden comes before an error line, so that the error is the last line
         with command_output(verbose=args.verbose, debug=args.debug), _terminated_as_interrupt():

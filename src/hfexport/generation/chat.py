@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from transformers import TextStreamer
 
 from ..errors import ExportError
 from .loop import GenerationResult, GenerationRunner, _as_list, _State
@@ -61,35 +62,24 @@ def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
     return list(dict.fromkeys(ids))
 
 
-class TextStream:
-    """A streamer (`put`/`end`, as `GenerationRunner.generate(streamer=...)` calls them) that
-    hands each new piece of the answer's text to `write` as soon as its tokens decode to whole
-    characters; the prompt (the first `put`) and special tokens are left out."""
+class TextStream(TextStreamer):
+    """`transformers.TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)` that hands
+    each piece of the answer's text to `write` instead of printing it, with no newline at the end.
+
+    Its pieces join into `tokenizer.decode(answer, skip_special_tokens=True)`: a piece goes out as
+    soon as it is letters, digits or spaces (or a CJK character); punctuation and a character whose
+    bytes are still coming wait for the next space or the end, and a newline keeps the token before
+    it as context for the next line's leading space.
+    """
 
     def __init__(self, tokenizer: Any, write: Callable[[str], Any]):
-        self.tokenizer, self.write = tokenizer, write
-        self.tokens: list[int] = []
-        self.written = 0
-        self.prompt_seen = False
+        super().__init__(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        self.write = write
 
-    def put(self, value: torch.Tensor) -> None:
-        """Take the prompt (first call) or the next token."""
-        if not self.prompt_seen:
-            self.prompt_seen = True
-            return
-        self.tokens += value.reshape(-1).tolist()
-        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
-        if not text.endswith("\ufffd"):  # a character whose bytes are still coming
-            self._flush(text)
-
-    def end(self) -> None:
-        """Write what is left."""
-        self._flush(self.tokenizer.decode(self.tokens, skip_special_tokens=True))
-
-    def _flush(self, text: str) -> None:
-        if len(text) > self.written:
-            self.write(text[self.written:])
-        self.written = len(text)
+    def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+        """Hand `text` to `write` (the caller ends the answer's line, not the stream's end)."""
+        if text:
+            self.write(text)
 
 
 class ChatSession:

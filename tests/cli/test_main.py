@@ -1,0 +1,71 @@
+"""The command line's parser (`hfexport.cli.main`): every enumerated option lists its choices in `--help`,
+read from the registries, and a value outside them is refused before any work."""
+
+from __future__ import annotations
+
+import pytest
+
+from hfexport.backends.executorch.config import DELEGATES
+from hfexport.cli.main import main
+from hfexport.extensions import format_names
+from hfexport.presets import PRESETS
+from hfexport.quantization import CLI_SCHEMES
+
+
+def _help(capsys, *command: str) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([*command, "--help"])
+    assert done.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # unwrapped
+
+
+def test_export_help_lists_the_formats_schemes_and_delegates_the_registries_hold(capsys):
+    text = _help(capsys, "export")
+    assert f"--format FORMAT, -f FORMAT {', '.join(format_names())} (default: dynamo)" in text
+    assert "with --format executorch: the delegate, " + ", ".join(DELEGATES) in text
+    for fmt in format_names():  # the epilog: which schemes each format takes
+        assert f"{fmt}: {', '.join(CLI_SCHEMES[fmt])}" in text
+    for scheme in {scheme for schemes in CLI_SCHEMES.values() for scheme in schemes}:
+        assert scheme in text.split("--quantize SCHEME ", 1)[1].split("--min-cosine", 1)[0]
+
+
+def test_the_model_help_says_where_the_presets_are_instead_of_listing_them(capsys):
+    text = _help(capsys, "export")
+    assert "tiny:NAME (`hfexport presets` lists them)" in text
+    assert "tiny:qwen3" not in text
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--format", "tflite"], "--format/-f: invalid choice: 'tflite'"),
+    (["--quantize", "nope"], "--quantize: invalid choice: 'nope'"),
+    (["--format", "executorch", "--delegate", "foo"], "--delegate: invalid choice: 'foo'"),
+    (["--format", "executorch", "--backend", "foo"], "--backend: invalid choice: 'foo'"),  # the old name
+])
+def test_a_value_outside_the_choices_is_refused_before_any_work(tmp_path, capsys, monkeypatch, args, option):
+    def export_to_folder(*args, **kwargs):
+        raise AssertionError("the export started")
+
+    monkeypatch.setattr("hfexport.job.export_to_folder", export_to_folder)
+    with pytest.raises(SystemExit) as refused:
+        main(["export", "tiny:llama", *args, "-o", str(tmp_path / "out")])
+    assert refused.value.code == 2  # argparse's usage error
+    err = capsys.readouterr().err
+    assert option in err and "(choose from " in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_patches_takes_only_a_registered_format(capsys):
+    assert "only those of this export format: " + ", ".join(format_names()) in _help(capsys, "patches")
+    with pytest.raises(SystemExit) as refused:
+        main(["patches", "--format", "tflite"])
+    assert refused.value.code == 2 and "invalid choice: 'tflite'" in capsys.readouterr().err
+
+
+def test_presets_lists_every_tiny_model_with_its_kind_and_class(capsys):
+    assert main(["presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(PRESETS)
+    for line, (name, preset) in zip(lines, PRESETS.items()):
+        fields = line.split()
+        assert fields[:3] == [f"tiny:{name}", preset.kind, preset.model_class]
+        assert (fields[3:] == ["--generate"]) == preset.generative

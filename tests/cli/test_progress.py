@@ -1,0 +1,166 @@
+"""The CLI's step lines (`hfexport.cli.progress`): piped, two lines a step as before; on a terminal, one line
+a step that shows its running time, redrawn in place, with other writes kept above it."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from hfexport.cli.progress import Progress
+
+TICK = 0.05
+
+
+class FakeTerminal(io.StringIO):
+    """A stream that says it is a terminal (its width is the default 80 columns: it has no descriptor)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _screen(raw: str) -> list[str]:
+    """What a terminal shows after `raw`: `\\r` returns to the start of the row, `\\n` starts the next one."""
+    rows, column = [[]], 0
+    for char in raw:
+        if char == "\r":
+            column = 0
+        elif char == "\n":
+            rows.append([])
+            column = 0
+        else:
+            row = rows[-1]
+            row.extend(" " * (column + 1 - len(row)))
+            row[column] = char
+            column += 1
+    lines = ["".join(row).rstrip() for row in rows]
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
+def _progress_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "hfexport-progress"]
+
+
+def test_piped_each_step_is_its_start_line_and_its_end_line():
+    stream = io.StringIO()
+    progress = Progress(2, stream=stream, interval=TICK)
+    with progress.step("loading tiny:llama"):
+        time.sleep(3 * TICK)
+    assert re.fullmatch(r"\[1/2\] loading tiny:llama \.\.\.\n\[1/2\] loading tiny:llama: done in \d+\.\ds\n",
+                        stream.getvalue())
+
+
+def test_on_a_terminal_the_running_step_shows_its_time_on_one_line_that_ends_as_the_done_line():
+    terminal = FakeTerminal()
+    progress = Progress(2, stream=terminal, interval=TICK)
+    with progress.step("loading tiny:llama"):
+        time.sleep(4 * TICK)
+    with progress.step("exporting"):
+        pass
+    raw = terminal.getvalue()
+    assert "\r[1/2] loading tiny:llama ... 0s" in raw  # redrawn while it ran
+    screen = _screen(raw)
+    assert len(screen) == 2 and not _progress_threads()
+    assert re.fullmatch(r"\[1/2\] loading tiny:llama: done in \d\.\ds", screen[0])
+    assert re.fullmatch(r"\[2/2\] exporting: done in \d\.\ds", screen[1])
+
+
+def test_what_else_is_written_to_stderr_during_a_step_goes_above_its_line(monkeypatch):
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with Progress(1, interval=TICK).step("exporting"):
+        time.sleep(2 * TICK)
+        print("hfexport: WARNING: something to know", file=sys.stderr)  # print writes the text, then "\n"
+        time.sleep(2 * TICK)
+        sys.stderr.write("half a line")
+        time.sleep(2 * TICK)  # not drawn over while the line is unfinished
+        assert _screen(terminal.getvalue())[-1] == "half a line"
+    assert sys.stderr is terminal
+    screen = _screen(terminal.getvalue())
+    assert screen[:2] == ["hfexport: WARNING: something to know", "half a line"]
+    assert re.fullmatch(r"\[1/1\] exporting: done in \d\.\ds", screen[2]) and len(screen) == 3
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_a_failed_or_interrupted_step_stops_its_redraws_and_ends_with_the_failed_line(monkeypatch, error):
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with pytest.raises(error):
+        with Progress(3, interval=TICK).step("validating"):
+            time.sleep(2 * TICK)
+            raise error()
+    assert sys.stderr is terminal and not _progress_threads()
+    written = terminal.getvalue()
+    time.sleep(3 * TICK)
+    assert terminal.getvalue() == written  # nothing after the last line
+    assert written.endswith("\n")
+    assert re.fullmatch(r"\[1/3\] validating: failed after \d\.\ds", _screen(written)[-1])
+
+
+def test_a_long_label_is_cut_to_the_terminal_while_it_runs_and_written_whole_at_the_end():
+    terminal = FakeTerminal()
+    label = "writing /" + "x" * 120
+    with Progress(1, stream=terminal, interval=TICK).step(label):
+        time.sleep(2 * TICK)
+    live = [piece for piece in terminal.getvalue().split("\r") if piece.strip() and "done" not in piece]
+    assert live and all(len(piece.rstrip()) <= 77 for piece in live)
+    assert _screen(terminal.getvalue())[0].startswith(f"[1/1] {label}: done in ")
+
+
+def test_quiet_prints_nothing_and_no_heartbeat_keeps_the_piped_lines_on_a_terminal():
+    terminal = FakeTerminal()
+    with Progress(1, stream=terminal, enabled=False).step("loading"):
+        pass
+    assert terminal.getvalue() == ""
+    with Progress(1, stream=terminal, heartbeat=False).step("loading"):
+        pass
+    assert "\r" not in terminal.getvalue() and terminal.getvalue().startswith("[1/1] loading ...\n")
+
+
+def _on_a_terminal(*args: str) -> tuple[int, str, str]:
+    """`hfexport ARGS` with stderr on a pseudo-terminal, as a user at a terminal runs it: (exit code, what the
+    terminal received, stdout)."""
+    primary, secondary = os.openpty()
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "hfexport", *args], stdout=subprocess.PIPE,
+                                   stderr=secondary, text=True)
+    finally:
+        os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # EIO: every holder of the secondary side closed it
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    stdout, _ = process.communicate(timeout=600)
+    return process.returncode, b"".join(chunks).decode(errors="replace"), stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_export_on_a_terminal_shows_one_line_a_step_and_the_same_report(tmp_path):
+    code, raw, stdout = _on_a_terminal("export", "tiny:llama", "-o", str(tmp_path / "out"))
+    assert code == 0, raw
+    assert "\r[1/5] loading tiny:llama ..." in raw
+    steps = [line for line in _screen(raw) if line.startswith("[")]
+    assert len(steps) == 5 and all(re.search(r": done in \d+\.\ds$", line) for line in steps), steps
+    assert stdout.splitlines()[-1] == "result: PASSED"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_verbose_on_a_terminal_keeps_the_piped_lines(tmp_path):
+    """--verbose lets native code write to the terminal, past the wrapper that keeps a live line whole."""
+    code, raw, _ = _on_a_terminal("--verbose", "export", "tiny:llama", "-o", str(tmp_path / "out"))
+    assert code == 0, raw
+    assert "[1/5] loading tiny:llama ...\r\n" in raw and "\r[1/5]" not in raw
