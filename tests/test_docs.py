@@ -25,7 +25,7 @@ from hfexport.cli.main import _parser
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 CLI_PAGE = ROOT / "docs" / "cli.md"
-PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 LONG_OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
@@ -72,10 +72,10 @@ def test_readme_is_under_250_lines():
     assert len(lines) < 250, f"README.md has {len(lines)} lines: move detail to docs/"
 
 
-def test_cli_reference_has_a_section_per_command_naming_each_option_and_choice():
-    sections = _cli_sections()
+def _undocumented(commands: dict[str, argparse.ArgumentParser], sections: dict[str, str]) -> list[str]:
+    """Each command without its section, each option string and choice its section does not name."""
     missing = []
-    for name, parser in _commands().items():
+    for name, parser in commands.items():
         if name not in sections:
             missing.append(f"no section '## `hfexport {name}`'" if name else "no '## Global options'")
             continue
@@ -83,7 +83,21 @@ def test_cli_reference_has_a_section_per_command_naming_each_option_and_choice()
             missing += [f"{name or 'global'}: {s}" for s in action.option_strings if not _mentions(sections[name], s)]
             missing += [f"{name or 'global'}: {action.option_strings[0]} value {c}"
                         for c in action.choices or () if not _mentions(sections[name], str(c))]
+    return missing
+
+
+def test_cli_reference_has_a_section_per_command_naming_each_option_and_choice():
+    missing = _undocumented(_commands(), _cli_sections())
     assert not missing, "docs/cli.md lacks: " + "; ".join(missing)
+
+
+def test_the_reference_check_finds_an_undocumented_option_and_choice():
+    commands = _commands()
+    commands["export"].add_argument("--no-such-option", choices=["first-value"])
+    commands["chat"].add_argument("--format", choices=["stdin", "no-such-format"])
+    assert _undocumented(commands, _cli_sections()) == [
+        "export: --no-such-option", "export: --no-such-option value first-value",
+        "chat: --format", "chat: --format value no-such-format"]
 
 
 def test_cli_reference_names_only_options_the_parser_has():
