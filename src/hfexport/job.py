@@ -157,7 +157,10 @@ class JobOptions:
         quantize: a quantization scheme name (`"int8-dynamic"`, calibrated on the sample inputs)
             or an `ExportQuantizer`; `config.quantizer` is used when not given.
         prompt: the sample prompt when the model comes with a tokenizer.
-        gguf_file: the GGUF file to load in the folder `model` names.
+        gguf_file: the GGUF file to load in the folder or hub repo `model` names.
+        revision: the hub revision (branch, tag or commit) of `model` to load.
+        trust_remote_code: run the Python code `model`'s repository names in its config
+            (`auto_map`); off unless asked, never implied.
         overwrite: replace an earlier hfexport export in `out`, only the files it wrote.
         progress: an object with `step(label)` (a context manager) and a `total` attribute, told
             each step as it runs (the CLI's progress display).
@@ -177,6 +180,8 @@ class JobOptions:
     quantize: Any = None
     prompt: str = "Hello, world!"
     gguf_file: str | None = None
+    revision: str | None = None
+    trust_remote_code: bool = False
     overwrite: bool = False
     progress: Any = None
 
@@ -240,7 +245,8 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions,
     steps.total = 5 if options.validate else 4
     gguf = options.gguf_file
     with steps.step(f"loading {_describe(model)}{f' ({gguf})' if gguf else ''}"):
-        loaded = _load(model, options.prompt, gguf)
+        loaded = _load(model, options.prompt, gguf, revision=options.revision,
+                       trust_remote_code=options.trust_remote_code)
     config = _with_quantizer(config, options.quantize, loaded.inputs)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
         components, plan = _components(exporter, config, loaded, generate, generation_config, multi_token_decode,
@@ -321,18 +327,23 @@ def _describe(model: Any) -> str:
     return getattr(model, "source", type(model).__name__)
 
 
-def _load(model: Any, prompt: str, gguf_file: str | None = None) -> Any:
+def _load(model: Any, prompt: str, gguf_file: str | None = None, *, revision: str | None = None,
+          trust_remote_code: bool = False) -> Any:
     """`model` as a `LoadedModel` (a spec is loaded; a model built in Python is taken as it is)."""
     from .loading import LoadedModel, load_model
 
     if gguf_file is not None and not isinstance(model, (str, os.PathLike)):
-        raise TypeError("gguf_file names a file in the folder `model` names; pass that folder as `model`")
+        raise TypeError("gguf_file names a file in the folder or hub repo `model` names; pass that as `model`")
+    if (revision is not None or trust_remote_code) and not isinstance(model, (str, os.PathLike)):
+        raise TypeError("revision and trust_remote_code say how to load a model spec; `model` is already loaded")
     if isinstance(model, LoadedModel):
         return model
     if isinstance(model, (str, os.PathLike)):
-        return load_model(os.fspath(model), prompt=prompt, gguf_file=gguf_file)
+        return load_model(os.fspath(model), prompt=prompt, gguf_file=gguf_file, revision=revision,
+                          trust_remote_code=trust_remote_code)
     if isinstance(model, tuple) and len(model) == 2:
-        return LoadedModel(model[0], dict(model[1]), type(model[0]).__name__)
+        return LoadedModel(model[0], dict(model[1]), type(model[0]).__name__,
+                           tokenizer_missing="a model given with its inputs comes without one")
     raise TypeError(f"export_to_folder takes a model spec, a LoadedModel or (model, inputs); got {type(model).__name__}")
 
 
@@ -411,6 +422,9 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
         "weights_mapped": None if loaded.weights_mapped is None else round(loaded.weights_mapped, 4),
         # a GGUF file's quantization, the weights dequantized (`loading.gguf_weights`); None: a checkpoint
         "weights_from": loaded.weights_from,
+        # without a tokenizer the sample inputs come from the config, and the export has no text prompt nor chat
+        "tokenizer": {"loaded": True} if loaded.tokenizer is not None
+        else {"loaded": False, "why": getattr(loaded, "tokenizer_missing", None)},
         "components": {
             name: {"export_seconds": seconds[name], "record": record_of(artifact).summary(),
                    "validation": reports[name].to_dict() if name in reports else None}

@@ -2,8 +2,11 @@
 
 `tiny:<preset>` builds a random model offline; a local folder written by `save_pretrained`
 (or a hub id, when online) goes through `from_pretrained` with the class its config names; a
-GGUF file (`model.gguf`, or a folder and `gguf_file=`) goes through transformers' GGUF support,
-dequantized to float32, with the tokenizer and chat template its metadata holds (`load_gguf`).
+GGUF file (`model.gguf`, or a folder or hub repo and `gguf_file=`) goes through transformers' GGUF
+support, dequantized to float32, with the tokenizer and chat template its metadata holds (`load_gguf`).
+
+Every `from_pretrained` is given `revision` and `trust_remote_code` as the caller passed them;
+`trust_remote_code` is always a bool, never `None`, which would make transformers ask on stdin.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ class LoadedModel:
     #: where the weights came from when not a transformers checkpoint: a GGUF file's quantization
     #: (`gguf_weights`); the report and the manifest carry it
     weights_from: dict[str, Any] | None = None
+    #: why `tokenizer` is None (`"no tokenizer files in the folder"`, or the error that stopped
+    #: transformers building it); None when there is a tokenizer. The report carries it.
+    tokenizer_missing: str | None = None
 
 
 def _first_input_name(model: torch.nn.Module) -> str:
@@ -73,39 +79,75 @@ def sample_inputs_for(model: torch.nn.Module, tokenizer: Any = None, prompt: str
     )
 
 
-def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | None = None) -> LoadedModel:
-    """Load `spec` (`tiny:<preset>`, a local folder, a hub id, or a `.gguf` file; a folder with
-    `gguf_file` names a GGUF file in it) with sample inputs."""
+def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | None = None,
+               revision: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
+    """Load `spec` (`tiny:<preset>`, a local folder, a hub id, or a `.gguf` file; a folder or a hub
+    repo with `gguf_file` names a GGUF file in it) with sample inputs.
+
+    Args:
+        revision: the hub revision (branch, tag or commit) to load; passed to every `from_pretrained`.
+        trust_remote_code: run the Python code a repository's config names (`auto_map`); off unless
+            asked, and passed to every `from_pretrained`.
+    """
     if spec.startswith("tiny:"):
         model, inputs = build_preset(spec)
-        return LoadedModel(model, inputs, spec)
+        return LoadedModel(model, inputs, spec, tokenizer_missing="a tiny: preset has no tokenizer")
+    hub = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if gguf_file is not None or spec.lower().endswith(".gguf"):
-        return load_gguf(spec, gguf_file, prompt=prompt)
+        return load_gguf(spec, gguf_file, prompt=prompt, **hub)
     import transformers
 
     try:
-        config = transformers.AutoConfig.from_pretrained(spec)
+        config = transformers.AutoConfig.from_pretrained(spec, **hub)
     except (OSError, ValueError) as error:
+        if not trust_remote_code and "trust_remote_code" in str(error):
+            raise PrepareError(
+                f"{spec!r} needs its own Python code to load (its config names it in auto_map), and "
+                "--trust-remote-code was not given", remedy="read the repository's code; if you trust it, pass "
+                "--trust-remote-code (trust_remote_code=True), which runs the repository's code") from error
         hint = (f"'{spec}' is neither a folder with a config.json nor a reachable hub id; "
                 f"presets work offline: {', '.join('tiny:' + n for n in PRESETS)}")
         raise PrepareError(f"cannot load {spec!r}: {str(error).splitlines()[0]}", remedy=hint) from error
+    model_class = _model_class(spec, config, trust_remote_code)
+    model = model_class.from_pretrained(spec, **hub).eval()
+    tokenizer, missing = _tokenizer(spec, **hub)
+    mapped = mapped_share(model, spec) if os.path.isdir(spec) else None
+    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped,
+                       tokenizer_missing=missing)
+
+
+def _model_class(spec: str, config: Any, trust_remote_code: bool) -> Any:
+    """The class that loads `config`'s checkpoint: the transformers class its `architectures` name,
+    else (with `trust_remote_code`) the auto class its `auto_map` maps to the repository's code."""
+    import transformers
+
     architectures = getattr(config, "architectures", None) or []
     model_class = next((getattr(transformers, a) for a in architectures if hasattr(transformers, a)), None)
-    if model_class is None:
-        raise PrepareError(
-            f"{spec!r} names no model class transformers knows (architectures={architectures})",
-            remedy="save the model with save_pretrained so config.json records its class",
-        )
-    model = model_class.from_pretrained(spec).eval()
-    tokenizer = _tokenizer(spec)
-    mapped = mapped_share(model, spec) if os.path.isdir(spec) else None
-    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped)
+    if model_class is not None:
+        return model_class
+    auto_map = getattr(config, "auto_map", None) or {}
+    if trust_remote_code:
+        auto = next((getattr(transformers, key) for key in auto_map
+                     if key.startswith("AutoModel") and hasattr(transformers, key)), None)
+        if auto is not None:
+            return auto
+    raise PrepareError(
+        f"{spec!r} names no model class transformers knows (architectures={architectures})",
+        remedy="save the model with save_pretrained so config.json records its class"
+        + ("" if trust_remote_code or not auto_map else ", or pass --trust-remote-code to run the "
+           "repository's code its auto_map names"),
+    )
 
 
-def load_gguf(path: str | os.PathLike, gguf_file: str | None = None, *, prompt: str = "Hello, world!") -> LoadedModel:
-    """Load the GGUF file `path` (or `gguf_file` in the folder `path`) through transformers' GGUF
-    support: the weights dequantized to float32, the tokenizer and chat template built from the
-    file's metadata, and what the file held in `weights_from` (`gguf_weights`).
+def load_gguf(path: str | os.PathLike, gguf_file: str | None = None, *, prompt: str = "Hello, world!",
+              revision: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
+    """Load the GGUF file `path` (or `gguf_file` in the folder or hub repo `path`) through
+    transformers' GGUF support: the weights dequantized to float32, the tokenizer and chat template
+    built from the file's metadata, and what the file held in `weights_from` (`gguf_weights`).
+
+    A hub repo (`path` is no local folder, `gguf_file` given) is loaded as transformers loads one:
+    `from_pretrained(repo, gguf_file=..., revision=...)`; its file is fetched (or found in the hub
+    cache) with `huggingface_hub.hf_hub_download` first, to read its header.
 
     # NOTE: transformers 5.24 marks a GGUF-loaded model as quantized (`hf_quantizer`,
     # `config.quantization_config`) although its weights are plain dequantized tensors, and then
@@ -118,34 +160,55 @@ def load_gguf(path: str | os.PathLike, gguf_file: str | None = None, *, prompt: 
     """
     from ._versions import require_extra
 
-    file = Path(path) / gguf_file if gguf_file is not None else Path(path)
+    hub = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if gguf_file is not None and not Path(path).is_dir():
-        raise PrepareError(f"--gguf-file names a file in a folder, and {str(path)!r} is not a folder",
-                           remedy=f"pass the folder that holds {gguf_file}, or the .gguf file's path alone")
-    if not file.is_file():
-        raise PrepareError(f"there is no GGUF file at {str(file)!r}", remedy="check the path (a .gguf file, or a "
-                           "folder and --gguf-file NAME)")
-    require_extra("gguf", purpose="loading a GGUF file")
+        if Path(path).exists() or str(path).lower().endswith(".gguf") or str(path).startswith(("/", ".", "~")):
+            raise PrepareError(f"--gguf-file names a file in a folder or hub repo, and {str(path)!r} is not a folder "
+                               "(nor a hub repo id, ORG/NAME)",
+                               remedy=f"pass the folder or hub repo (ORG/NAME) that holds {gguf_file}, or the .gguf "
+                               "file's path alone")
+        require_extra("gguf", purpose="loading a GGUF file")
+        folder, name = str(path), gguf_file
+        source, file = f"{folder}/{name}", _hub_gguf(folder, name, revision)
+    else:
+        file = Path(path) / gguf_file if gguf_file is not None else Path(path)
+        if not file.is_file():
+            raise PrepareError(f"there is no GGUF file at {str(file)!r}", remedy="check the path (a .gguf file, or a "
+                               "folder or hub repo and --gguf-file NAME)")
+        require_extra("gguf", purpose="loading a GGUF file")
+        source, folder, name = str(file), str(file.parent), file.name
     weights = gguf_weights(file)
     import transformers
 
-    folder, name = str(file.parent), file.name
     try:
-        config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name)
+        config = transformers.AutoConfig.from_pretrained(folder, gguf_file=name, **hub)
         model_class = _class_of(config)
-        model = model_class.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+        model = model_class.from_pretrained(folder, gguf_file=name, dtype=torch.float32, **hub).eval()
     except (ValueError, KeyError, NotImplementedError) as error:
         raise PrepareError(
-            f"transformers {transformers.__version__} cannot load {file.name} (architecture "
+            f"transformers {transformers.__version__} cannot load {name} (architecture "
             f"{weights['architecture']!r}, {weights['quantization']}): {type(error).__name__}: {error}",
             remedy=f"transformers reads GGUF files of the architectures {', '.join(_gguf_architectures())}; "
             "export the model's transformers checkpoint (a folder with config.json) instead") from error
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tokenizer = _gguf_tokenizer(folder, name)
-    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), str(file), tokenizer,
-                       weights_from={**weights, "dequantized_to": "float32"})
+    tokenizer, missing = _tokenizer(folder, gguf_file=name, **hub)
+    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), source, tokenizer,
+                       weights_from={**weights, "dequantized_to": "float32"}, tokenizer_missing=missing)
+
+
+def _hub_gguf(repo: str, name: str, revision: str | None) -> Path:
+    """The local path of the GGUF file `name` of the hub repo `repo` (downloaded, or from the cache)."""
+    import huggingface_hub
+
+    try:
+        return Path(huggingface_hub.hf_hub_download(repo, name, revision=revision))
+    except (OSError, ValueError) as error:  # huggingface_hub's errors subclass these
+        raise PrepareError(f"cannot fetch {name} from the hub repo {repo!r}"
+                           f"{f' at revision {revision!r}' if revision else ''}: {str(error).splitlines()[0]}",
+                           remedy="check the repo id and file name (and --revision), and that the hub is "
+                           "reachable; or pass a local .gguf file") from error
 
 
 def gguf_weights(file: str | os.PathLike) -> dict[str, Any]:
@@ -197,22 +260,6 @@ def _gguf_architectures() -> list[str]:
     return sorted(GGUF_SUPPORTED_ARCHITECTURES)
 
 
-def _gguf_tokenizer(folder: str, name: str) -> Any:
-    """The tokenizer a GGUF file's metadata describes, or None (logged) where transformers cannot
-    build it: the export still works, only text prompts and chat need it."""
-    import logging
-
-    import transformers
-
-    try:
-        return transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    except (OSError, ValueError, KeyError, TypeError, NotImplementedError) as error:
-        logging.getLogger("hfexport").warning(
-            "transformers could not build the tokenizer of %s (%s: %s); the export will hold no tokenizer, so "
-            "`hfexport generate` takes --prompt-ids only", name, type(error).__name__, error)
-        return None
-
-
 def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | None:
     """The share of `model`'s weight bytes whose memory is mapped from the safetensors files in
     `folder` (1.0: none was copied); None where the process's mappings cannot be read (no
@@ -247,15 +294,26 @@ def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | N
     return mapped / total if total else 0.0
 
 
-def _tokenizer(spec: str) -> Any:
-    """The tokenizer saved with `spec`, or None (a folder without tokenizer files has none)."""
+def _tokenizer(spec: str, **kwargs: Any) -> tuple[Any, str | None]:
+    """`(tokenizer, None)`: the tokenizer saved with `spec` (`kwargs` go to `from_pretrained`: a GGUF
+    file's name, the revision); or `(None, why)`: a folder without tokenizer files has none, and a
+    tokenizer transformers fails to build is logged as a warning, with what its absence costs."""
+    import logging
+
     import transformers
 
-    if os.path.isdir(spec) and not any(
+    if "gguf_file" not in kwargs and os.path.isdir(spec) and not any(
         os.path.exists(os.path.join(spec, name)) for name in ("tokenizer.json", "tokenizer_config.json")
     ):
-        return None
+        return None, "no tokenizer files in the folder"
     try:
-        return transformers.AutoTokenizer.from_pretrained(spec)
-    except (OSError, ValueError, TypeError):
-        return None
+        return transformers.AutoTokenizer.from_pretrained(spec, **kwargs), None
+    except Exception as error:  # noqa: BLE001 - the `tokenizers` library raises plain Exception for a file it
+        # cannot parse; an export needs no tokenizer, so any failure is logged, reported and costs only text I/O
+        why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        name = kwargs.get("gguf_file") or spec
+        logging.getLogger("hfexport").warning(
+            "transformers could not load the tokenizer of %s (%s); the export holds no tokenizer: the sample "
+            "inputs are made from the config, not from --prompt's text, and the export takes no --chat (nor "
+            "`hfexport chat`) and no --prompt text in `hfexport generate`, only --prompt-ids", name, why)
+        return None, why

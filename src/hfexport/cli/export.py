@@ -73,7 +73,8 @@ def run(args) -> int:
         generate=args.generate, multi_token_decode=args.multi_token_decode, static_cache=args.static_cache,
         validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
         min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
-        prompt=args.prompt, gguf_file=args.gguf_file, overwrite=args.overwrite,
+        prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
+        trust_remote_code=args.trust_remote_code, overwrite=args.overwrite,
         progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
     try:
         result = export_to_folder(args.model, config, args.output, options)

@@ -43,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
                             epilog=_export_epilog(formats, CLI_SCHEMES))
     export.add_argument("model", help="a local folder, a hub id, a .gguf file (dequantized to float32; pip install "
                         "\"hfexport[gguf]\"), or a tiny random model tiny:NAME (`hfexport presets` lists them)")
-    export.add_argument("--gguf-file", metavar="NAME", help="the GGUF file to load in the folder MODEL names")
+    export.add_argument("--gguf-file", metavar="NAME", help="the GGUF file to load in the folder or hub repo MODEL "
+                        "names")
+    export.add_argument("--revision", metavar="REV", default=None,
+                        help="the hub revision of MODEL to load: a branch, tag or commit (default: main)")
+    export.add_argument("--trust-remote-code", action="store_true",
+                        help="run the Python code MODEL's repository names in its config (auto_map); off by default")
     export.add_argument("--format", "-f", default="dynamo", choices=formats, metavar="FORMAT",
                         help="%(choices)s (default: %(default)s)")
     export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
