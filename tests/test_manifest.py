@@ -77,6 +77,9 @@ def test_the_manifest_lists_every_file_with_its_hash_and_the_folder_generates_ea
     on_disk = sorted(p.name for p in folder.iterdir() if p.name != "manifest.json")
     assert sorted(manifest["files"]) == on_disk
     assert manifest["files"]["decode.onnx.data"]["bytes"] > 8_000_000
+    from hfexport.manifest import file_table
+
+    assert manifest["files"] == file_table(folder)  # every entry what the file holds now, report.json too
     result = GenerationRunner.load(folder).generate(PROMPT[0], max_new_tokens=6)
     assert result.tokens == _eager_tokens(model)
 

@@ -104,6 +104,7 @@ def _copy(folder: Path, to: Path) -> Path:
 @pytest.mark.slow
 def test_overwrite_replaces_an_earlier_export_and_only_its_files(earlier_export, tmp_path, capsys):
     out = _copy(earlier_export, tmp_path / "out")
+    out.chmod(0o750)  # the user's choice of who reads the folder, which a replacement keeps
     assert {"prefill.pt2", "decode.pt2"} <= {p.name for p in out.iterdir()}
     assert main(["export", "tiny:llama", "-o", str(out), "--quiet"]) == 2  # without --overwrite
     assert "already holds an earlier hfexport export" in capsys.readouterr().err
@@ -111,6 +112,7 @@ def test_overwrite_replaces_an_earlier_export_and_only_its_files(earlier_export,
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json", "export_config.json", "manifest.json", "model.pt2", "report.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging, no old copy, no lock file
+    assert out.stat().st_mode & 0o777 == 0o750
 
 
 @pytest.mark.slow
@@ -197,6 +199,19 @@ def test_a_dead_writers_staging_folder_is_removed_and_a_live_ones_kept(tmp_path)
         assert (tmp_path / ".out.hfexport-lock").is_file()
     assert not stale.exists() and live.is_dir()
     assert not (tmp_path / ".out.hfexport-lock").exists()  # the lock file goes with the lock
+
+
+def test_a_new_export_folder_gets_the_users_umask_not_a_private_mode(tmp_path):
+    from hfexport import DynamoConfig
+    from hfexport.job import export_to_folder
+    from hfexport.presets import build_preset
+
+    previous = os.umask(0o022)
+    try:
+        export_to_folder(build_preset("llama"), DynamoConfig(), tmp_path / "out", validate=False)
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755  # shared folders: others may read it
 
 
 @pytest.mark.slow

@@ -218,5 +218,5 @@ def save_export(
             if found := check(staging):
                 written = {**(written or {}), **found}
                 (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
-            manifest = write_manifest(staging, {k: v for k, v in manifest.items() if k != "files"})
+            manifest = write_manifest(staging, manifest, changed=frozenset({"report.json"}))
     return SavedExport(target, manifest, written)

@@ -56,19 +56,29 @@ def sha256_of(path: Path) -> str:
         return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
-def file_table(folder: Path) -> dict[str, dict[str, Any]]:
+def file_table(folder: Path, known: dict[str, dict[str, Any]] | None = None,
+               changed: frozenset[str] = frozenset()) -> dict[str, dict[str, Any]]:
     """`{relative path: {"bytes", "sha256"}}` of every file under `folder` but the manifest, in
-    sorted order (what `write_manifest` records)."""
+    sorted order (what `write_manifest` records); a file in `known` and not in `changed` keeps
+    its entry there instead of being hashed again."""
     paths = [p for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()
              and p.relative_to(folder).as_posix() != MANIFEST]
-    return {path.relative_to(folder).as_posix(): {"bytes": path.stat().st_size, "sha256": digest}
-            for path, digest in zip(paths, _each(sha256_of, paths))}
+    known = {k: v for k, v in (known or {}).items() if k not in changed}
+    fresh = [p for p in paths if p.relative_to(folder).as_posix() not in known]
+    hashed = dict(zip(fresh, _each(sha256_of, fresh)))
+    return {p.relative_to(folder).as_posix(): known.get(p.relative_to(folder).as_posix())
+            or {"bytes": p.stat().st_size, "sha256": hashed[p]} for p in paths}
 
 
-def write_manifest(folder: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def write_manifest(folder: Path, manifest: dict[str, Any], *, changed: frozenset[str] | None = None) -> dict[str, Any]:
     """Write `manifest` to `folder/manifest.json` with `files` listing every file now in `folder`;
-    return what was written."""
-    manifest = {"hfexport_manifest": MANIFEST_VERSION, **manifest, "files": file_table(folder)}
+    return what was written. With `changed`, the manifest's own `files` are kept for every file
+    but those named there (and files new since): a manifest rewritten after one file changed
+    does not hash the weights again."""
+    known = manifest.get("files") if changed is not None else None
+    body = {k: v for k, v in manifest.items() if k not in ("hfexport_manifest", "files")}
+    manifest = {"hfexport_manifest": MANIFEST_VERSION, **body,
+                "files": file_table(folder, known, frozenset(changed or ()))}
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
     return manifest
 

@@ -155,7 +155,12 @@ def _move_into_place(staging: Path, target: Path) -> None:
     owned = owned_files(target)[0] or set()
     old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-{os.getpid()}-", dir=target.parent))
     target.rename(old / "export")
-    staging.rename(target)
+    try:
+        staging.rename(target)
+    except BaseException:  # the earlier export goes back where it was
+        (old / "export").rename(target)
+        old.rmdir()
+        raise
     _remove_owned(old / "export", owned, target)
     with contextlib.suppress(OSError):
         old.rmdir()

@@ -143,13 +143,16 @@ def default_min_agreement(quantize: Any) -> float | None:
 
 def greedy_agreement(directory: str | Path, model: torch.nn.Module, prompt: dict[str, Any], *,
                      generation_config: Any = None, new_tokens: int = DEFAULT_TOKENS,
-                     min_agreement: float | None = None, min_mean_cosine: float | None = None) -> AccuracyReport:
+                     min_agreement: float | None = None, min_mean_cosine: float | None = None,
+                     verify: bool = True) -> AccuracyReport:
     """Compare the generation export in `directory` with `model` (fp32 eager) over `new_tokens`
     greedy steps after `prompt` (its first sequence), held to `min_agreement` and
-    `min_mean_cosine` when given; see the module docstring."""
+    `min_mean_cosine` when given; see the module docstring. `verify=False` skips the hash check
+    of the folder's files (`GenerationExport.load`): the export job's gate, on the folder it has
+    just written and hashed."""
     from .loop import GenerationRunner
 
-    runner = GenerationRunner.load(directory)
+    runner = GenerationRunner.load(directory, verify=verify)
     ids = prompt["input_ids"][:1]
     encoder = model.config.is_encoder_decoder
     if runner.max_cache_len and not encoder:  # a static cache, or an OpenVINO state bounded at its length
