@@ -32,6 +32,7 @@ from .manifest import MANIFEST, MANIFEST_VERSION, listed_path, write_manifest
 from .output_folder import model_folder, staged_folder
 from .record import ExportRecord, record_of
 from .storage import fingerprint
+from .timing import phase
 from .tokenizer_files import save_tokenizer_files
 
 __all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry",
@@ -186,7 +187,8 @@ def save_export(
     with staged_folder(target, overwrite=overwrite, source=model_folder(model)) as staging:
         components = {}
         for name, artifact in artifacts.items():
-            files = exporter.write(artifact, staging, name=exporter.file_stem(name, artifacts))
+            with phase("serialise", component=name):
+                files = exporter.write(artifact, staging, name=exporter.file_stem(name, artifacts))
             components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
                                 **record_entry(record_of(artifact))}
         if export_config is not None:

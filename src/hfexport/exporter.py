@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -40,26 +40,12 @@ from .errors import ConversionError, ExportError, PrepareError, QuantizationErro
 from .record import ExportRecord, attach_record, record_from_program
 from .builtins import load_workarounds
 from .storage import staged_files
+from .timing import Phases, phase, recording
 from .workarounds import applied_patches
 
 __all__ = ["HfExporter", "GenerationPlan", "FolderContext", "Packaged"]
 
 logger = logging.getLogger("hfexport")
-
-
-class _Stages:
-    """Seconds spent per export stage (`with stages("convert"): ...`), summed per name."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - start, 3)
 
 
 @dataclasses.dataclass
@@ -154,33 +140,34 @@ class HfExporter:
                 raise TypeError(f"quantizer= takes an hfexport ExportQuantizer, got {type(quantizer).__name__}")
             quantizer.check(self.format)  # before any tracing
         start = time.perf_counter()
-        stages = _Stages()
+        phases = Phases()
         from .generation.decompose import full_length_caches
         from .generation.front import traced_sample
 
-        with inference_mode(model), full_length_caches(), applied_patches(self.format) as patches:
+        with recording(phases, "model"), inference_mode(model), full_length_caches(), \
+                applied_patches(self.format) as patches:
             sample = traced_sample(model, self._capture_sample(kwargs, config), config)
             bounds = self._dim_bounds(model, sample, config)
-            with stages("capture"):
+            with phase("trace"):
                 captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order,
                                    bounds=bounds, drop_none_outputs=self.drop_none_outputs)
             sample = captured.sample  # the capture may have traced a batch of 2 (see `capture`)
             if getattr(bounds, "chosen", None):
                 logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
             if quantizer is not None and quantizer.stage_for(self.format) == "fx":
-                with stages("quantize"):
+                with phase("quantize"):
                     captured = self._quantize_program(captured, model, sample, config, bounds)
             record = self._describe(captured, model, config)
             # Conversions re-trace the program (run_decompositions); without the same size-oblivious
             # setting a decomposition can silently fold a size-1 sample dim (measured: BERT's linear
             # decomposed to view([seq, hidden]), dropping the batch).
-            with stages("convert"), size_oblivious_tracing(captured.size_oblivious):
+            with phase("convert"), size_oblivious_tracing(captured.size_oblivious):
                 artifact = self._convert_checked(captured, record, model, sample, config)
             _check_conversion_kept_shapes(record, captured, model)
             if quantizer is not None and quantizer.stage_for(self.format) == "model":
-                with stages("quantize"):
+                with phase("quantize"):
                     artifact = self._quantize_model(artifact, record, model, sample, config)
-            with stages("finish"):
+            with phase("optimise"):
                 artifact = self._finish(artifact, record, sample, config)
         self._record(record, captured, artifact, config)
         if quantizer is not None:
@@ -197,9 +184,9 @@ class HfExporter:
             record.details["dim_bounds"] = dict(bounds.chosen)
         attach_record(artifact, record)
         if config.validate:
-            with stages("validate"):
+            with recording(phases, "model"), phase("validate"):
                 self._validated(artifact, model, kwargs)
-        record.details["stage_seconds"] = stages.seconds  # where the export's time went
+        record.details["stage_seconds"] = phases.to_dict().get("model", {})  # where the export's time went
         return artifact
 
     def _validated(self, artifact: Any, model: torch.nn.Module, kwargs: dict[str, Any]) -> None:

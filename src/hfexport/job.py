@@ -36,6 +36,7 @@ from .errors import ValidationError
 from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
 from .output_folder import claimed_folder, model_folder
 from .record import record_of
+from .timing import Phases, phase, recording
 
 __all__ = ["export_to_folder", "JobOptions", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
            "default_min_agreement"]
@@ -262,6 +263,9 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions,
     # the job validates every component itself, so the exporter does not validate once more
     artifacts = exporter.export_components(components, config.replace(validate=False) if config.validate else config,
                                            on_component=exporting)
+    timing = Phases()  # the report's `timing`: each component's phases, then the folder's
+    for name, artifact in artifacts.items():
+        timing.add(name, record_of(artifact).details.get("stage_seconds", {}))
     for name, details in (plan.record_details if plan is not None else {}).items():
         if name in artifacts:  # the component's record says what the plan decided, as the report does
             record_of(artifacts[name]).details.update(details)
@@ -279,22 +283,26 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions,
             min_cache_cosine = min(criteria.min_cache_cosine, min_cosine)
         min_mean_cosine = criteria.min_mean_cosine if given is None else min(criteria.min_mean_cosine, given)
     if options.validate:
-        with steps.step(f"validating in {config.export_format}'s runtime against eager"):
+        with steps.step(f"validating in {config.export_format}'s runtime against eager"), recording(timing, "folder"):
             reports = _validated(artifacts, components, target, atol=options.atol, rtol=options.rtol,
                                  min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
     report = {**_report(loaded, config, artifacts, reports, generate, options.quantize),
               "job_seconds": dict(steps.seconds), **(plan.report if plan is not None else {})}
-    check = None
+    gate = None
     if gated:
         floor = options.min_agreement if options.min_agreement is not None else criteria.min_agreement
         gate = _accuracy_gate(loaded, generation_config, target, options.accuracy_tokens, floor, min_mean_cosine)
         steps.total = (steps.total or 0) + 1
 
-        def check(folder: Path) -> dict[str, Any]:
-            with steps.step("comparing the quantized export's greedy tokens with fp32 eager"):
-                return gate(folder)
+    def check(folder: Path) -> dict[str, Any]:
+        """The accuracy gate's result (when gated) and the timing, added to the written report."""
+        found = {}
+        if gate is not None:
+            with steps.step("comparing the quantized export's greedy tokens with fp32 eager"), phase("gate"):
+                found = gate(folder)
+        return {**found, "timing": timing.to_dict()}
 
-    with steps.step(f"writing {target}"):
+    with steps.step(f"writing {target}"), recording(timing, "folder"), phase("serialise"):
         saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, options.overwrite,
                       report, plan, check=check)
     return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
@@ -478,4 +486,4 @@ def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, c
     from .bundle import save_export
 
     return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,
-                       export_config=config, overwrite=overwrite, manifest_extra=extra, report=report)
+                       export_config=config, overwrite=overwrite, manifest_extra=extra, report=report, check=check)

@@ -49,6 +49,7 @@ from .errors import ValidationError, summarize
 from .generation.front import unwrap
 from .record import ExportRecord, record_of
 from .runner import runner_for
+from .timing import phase
 
 __all__ = ["validate", "validate_components", "ValidationReport", "CaseReport", "OutputDiff", "resize_inputs", "DEFAULT_TOLERANCE"]
 
@@ -658,4 +659,8 @@ def validate_components(artifacts: dict[str, Any], components: dict[str, tuple[t
     Returns:
         `{component name: report}`, in the artifacts' order.
     """
-    return {name: validate(artifact, *components[name], **options) for name, artifact in artifacts.items()}
+    reports = {}
+    for name, artifact in artifacts.items():
+        with phase("validate", component=name):
+            reports[name] = validate(artifact, *components[name], **options)
+    return reports

@@ -42,6 +42,7 @@ def test_export_writes_artifact_and_report(exported_llama):
     assert all(o["max_abs"] <= validation["atol"] for c in validation["cases"] for o in c["outputs"])
     assert "[3/5] exporting model (LlamaForCausalLM) to dynamo" in result.stderr  # progress on stderr
     assert "result: PASSED" in result.stdout
+    assert "time: trace" in result.stdout and "validate" in result.stdout  # the report's `timing`, summed
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ValidationError
+from ..timing import summary_line
 from .progress import Progress
 
 __all__ = ["run", "OUTPUT_REFUSED", "VALIDATION_FAILED"]
@@ -98,6 +99,8 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
               + (f"; its cache holds {cache['tokens']} tokens ({cache['from']})" if cache else "")
               if llm.get("program") else f"  LLM runner:     not this export ({llm['why']}): {llm['run']}")
     print(f"  export time:    {summary['export_seconds']:.2f} s")
+    if timing := summary.get("timing"):  # where the job's time went, each phase summed over the components
+        print(f"  {summary_line(timing)}")
     ratio = summary["artifact_bytes"] / summary["weight_bytes"] if summary.get("weight_bytes") else float("nan")
     print(f"  artifact bytes: {summary['artifact_bytes']:,} ({ratio:.2f}x the model's "
           f"{summary['weight_bytes']:,} weight bytes{', quantized ' + summary['quantize'] if summary.get('quantize') else ''})")

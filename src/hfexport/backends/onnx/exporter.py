@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
 from ...exporter import FolderContext, HfExporter, Packaged
 from ...record import ExportRecord
+from ...timing import phase
 from .artifact import HfOnnxProgram, write_onnx
 from .config import OnnxConfig
 from .cache_writes import fix_index_copy_transposes
@@ -67,7 +67,6 @@ class OnnxExporter(HfExporter):
                  config: OnnxConfig) -> HfOnnxProgram:
         from .translations import translation_table
 
-        start = time.perf_counter()
         onnx_program = torch.onnx.export(
             captured.program,
             (),
@@ -81,7 +80,14 @@ class OnnxExporter(HfExporter):
             verbose=False,
             report=False,
         )
-        converted = time.perf_counter()
+        with phase("optimise"):  # hfexport's rewrites of torch.onnx's model (`stage_seconds["optimise"]`)
+            onnx_program = self._rewritten(onnx_program, record, model, inputs, config)
+        return HfOnnxProgram.wrap(onnx_program, external_data=config.external_data)
+
+    def _rewritten(self, onnx_program: Any, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
+                   config: OnnxConfig) -> Any:
+        """`onnx_program` with its dims named as the record's, ONNX Runtime's fusions (when asked)
+        and the fixes its graph needs."""
         rename_symbolic_dims(onnx_program.model, [v.name for v in onnx_program.model.graph.inputs], record.input_shapes)
         fix_index_copy_transposes(onnx_program.model)
         if config.ort_fusions:
@@ -92,11 +98,8 @@ class OnnxExporter(HfExporter):
             if interface:  # the graph takes GroupQueryAttention's inputs; the runner translates the record's
                 record.details[GRAPH_INTERFACE] = interface
             onnx_program = torch.onnx.ONNXProgram(fused, onnx_program.exported_program)
-        # the convert stage's split (`stage_seconds["convert"]`): torch.onnx's own, then hfexport's passes
-        record.details["convert_seconds"] = {"torch.onnx.export": round(converted - start, 3),
-                                             "ort_fusions and fixes": round(time.perf_counter() - converted, 3)}
         fix_scalar_outputs(onnx_program.model)
-        return HfOnnxProgram.wrap(onnx_program, external_data=config.external_data)
+        return onnx_program
 
     def _record(self, record: ExportRecord, captured: Capture, artifact: HfOnnxProgram, config: OnnxConfig) -> None:
         graph = artifact.model.graph
