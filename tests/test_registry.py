@@ -203,3 +203,25 @@ def test_load_object_names_a_class_by_module_and_name():
     assert load_object("hfexport.registry:Registry") is Registry
     with pytest.raises(RegistryError, match="does not name an object"):
         load_object("hfexport.registry")
+
+
+def test_an_export_loads_the_shared_workarounds_and_only_its_own_backends():
+    """`load_workarounds(fmt)` skips the other backends' patch modules (importing ExecuTorch's for
+    an ONNX export cost seconds): right only while a backend's module registers for itself alone."""
+    import importlib
+
+    from hfexport.builtins import WORKAROUND_MODULES, load_workarounds, workaround_modules
+    from hfexport.workarounds import all_workarounds
+
+    modules = workaround_modules("onnx")
+    assert [m for m in modules if m.startswith("hfexport.backends.")] == ["hfexport.backends.onnx.patches"]
+    assert [m for m in WORKAROUND_MODULES if not m.startswith("hfexport.backends.")] == \
+        [m for m in modules if not m.startswith("hfexport.backends.")]
+    assert workaround_modules() == WORKAROUND_MODULES
+    load_workarounds()
+    for module in (m for m in WORKAROUND_MODULES if m.startswith("hfexport.backends.")):
+        owner = module.split(".")[2]
+        defined = importlib.import_module(module)
+        for workaround in all_workarounds():
+            if getattr(defined, workaround.name, None) is not None:
+                assert workaround.formats == (owner,), f"{workaround.name} of {module} serves {workaround.formats}"

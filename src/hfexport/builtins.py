@@ -3,8 +3,8 @@
 Importing this module (which `import hfexport` does) registers the four export formats and the
 three quantizers by name: each entry says where its classes live, and nothing is imported until
 one is used, so `import hfexport` stays free of torch and of every backend package.
-`load_workarounds()` imports the modules that register the built-in patches and FX fixes, in
-`WORKAROUND_MODULES` order; an export calls it before it applies them.
+`load_workarounds(fmt)` imports the modules that register the built-in patches and FX fixes of a
+format, in `WORKAROUND_MODULES` order; an export calls it before it applies them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import importlib
 from .config import ExportFormat
 from .extensions import FORMATS, QUANTIZERS, register_backend, register_quantizer
 
-__all__ = ["WORKAROUND_MODULES", "load_workarounds"]
+__all__ = ["WORKAROUND_MODULES", "load_workarounds", "workaround_modules"]
 
 #: Each built-in format's class-name prefix (`OnnxConfig`, `OnnxExporter`, `OnnxRunner`) and the
 #: `hfexport[extra]` that installs its packages.
@@ -65,17 +65,30 @@ def _register_quantizers() -> None:
             register_quantizer(name, where)
 
 
-_loaded = False
+#: the modules of `WORKAROUND_MODULES` imported so far
+_loaded: set[str] = set()
 
 
-def load_workarounds() -> None:
-    """Import every module of `WORKAROUND_MODULES` (each registers its workarounds), once."""
-    global _loaded
-    if _loaded:
-        return
-    for module in WORKAROUND_MODULES:
-        importlib.import_module(module)
-    _loaded = True
+def workaround_modules(fmt: str | None = None) -> tuple[str, ...]:
+    """The modules of `WORKAROUND_MODULES` that register `fmt`'s workarounds: the shared ones and
+    `fmt`'s own backend's (each backend's `patches` registers for that backend only); every one
+    when `fmt` is None."""
+    return tuple(module for module in WORKAROUND_MODULES
+                 if fmt is None or not module.startswith("hfexport.backends.") or module.split(".")[2] == fmt)
+
+
+def load_workarounds(fmt: str | None = None) -> None:
+    """Import the modules that register `fmt`'s workarounds (`workaround_modules`; every format's
+    when None, for a listing), each once.
+
+    # NOTE: why per format: a backend's patches resolve their targets in its runtime's package
+    # when registered, and importing ExecuTorch's `exir` alone took ~2 s of an ONNX export of a
+    # tiny Llama (`bench/RESULTS.md`, "Where export time goes") for patches it never applies.
+    """
+    for module in workaround_modules(fmt):
+        if module not in _loaded:
+            importlib.import_module(module)
+            _loaded.add(module)
 
 
 _register_formats()

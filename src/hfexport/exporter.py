@@ -133,7 +133,7 @@ class HfExporter:
                                remedy="load the model with transformers (AutoModel...from_pretrained)")
         check_attention(model)
         self._check_model(model, kwargs, config)
-        load_workarounds()  # the built-in patches and FX fixes register (once)
+        load_workarounds(self.format)  # the format's built-in patches and FX fixes register (once)
         quantizer = config.quantizer
         if quantizer is not None:
             if not hasattr(quantizer, "check"):
