@@ -52,6 +52,8 @@ def test_a_quantized_generation_export_reports_its_agreement_with_fp32_eager(tmp
     assert accuracy["min_mean_cosine"] == INT8_CRITERIA.min_mean_cosine
     assert accuracy["agreement"] >= 0.9 and accuracy["min_cosine"] >= 0.98  # measured 1.0 and 0.9999
     assert json.loads((tmp_path / "q" / "report.json").read_text())["accuracy"] == accuracy
+    timing = result.report["timing"]  # the gate and the quantization are phases of their own
+    assert timing["folder"]["gate"] > 0 and all(timing[name]["quantize"] > 0 for name in result.artifacts)
     # the gate's report.json, written after the manifest first listed the files, is hashed anew
     from hfexport.manifest import file_table, read_manifest
 
