@@ -4,7 +4,9 @@
 export_to_folder(model, config, out, generate=..., validate=...)
   load      a preset (`tiny:llama`), a folder written by `save_pretrained`, a hub id, a GGUF file, or a
             model you built
-  export    the whole model as one graph, or its generation components (`generate=True`)
+  task      what to export (`hfexport.tasks`): asked for, inferred (`task="auto"`: a causal LM gets its
+            runtime's LLM package), or left to `generate`/`static_cache` (`task=None`)
+  export    one graph of the model, or its generation components (`generate=True`)
   validate  each artifact in its runtime against eager, at the sample shape and shapes that differ
   save      a staged folder moved into place: artifacts, manifest, configs, report
 ```

@@ -67,6 +67,7 @@ class GenerationFlags:
 
     @property
     def given(self) -> bool:
+        """Whether any generation option is given."""
         return self.generate or self.multi_token_decode or self.static_cache is not None
 
 
@@ -82,6 +83,7 @@ class TaskChoice:
 
     @property
     def exports(self) -> str:
+        """What the task exports: `package`, `components` or `graph` (`Task.exports`)."""
         return TASKS[self.task].exports
 
     def to_dict(self) -> dict[str, Any]:
