@@ -271,7 +271,8 @@ class HfExporter:
         from .tasks import GenerationFlags, default_cache_length
 
         if static_cache is not None:
-            return GenerationFlags(True, True, static_cache), {"tokens": static_cache, "from": "--static-cache N"}
+            named = {"tokens": static_cache, "from": "static_cache=N (--static-cache N)"}
+            return GenerationFlags(True, True, static_cache), named
         if self.sizes_own_package_cache:
             return GenerationFlags(generate=True), {"tokens": None, "from": self.sizes_own_package_cache}
         length, why = default_cache_length(model)

@@ -51,7 +51,8 @@ def test_revision_and_trust_remote_code_reach_every_from_pretrained(gpt2_folder,
     for cls in (transformers.AutoConfig, transformers.GPT2LMHeadModel, transformers.AutoTokenizer):
         _spy(monkeypatch, cls, calls)
     out = tmp_path / "out"
-    assert main(["export", str(gpt2_folder), "--task", "forward", "--revision", "v1.0", "--no-validate", "-q", "-o", str(out)]) == 0
+    assert main(["export", str(gpt2_folder), "--task", "forward", "--revision", "v1.0", "--no-validate", "-q", "-o",
+                 str(out)]) == 0
     assert {name for name, _, _ in calls} == {"AutoConfig", "GPT2LMHeadModel", "AutoTokenizer"}
     # never None: transformers asks on stdin whether to run a repository's code when it is None
     assert all(k["revision"] == "v1.0" and k["trust_remote_code"] is False for _, _, k in calls), calls
@@ -82,7 +83,8 @@ def test_a_repository_s_own_code_runs_only_with_trust_remote_code(gpt2_folder, t
     assert "--trust-remote-code was not given" in err and "runs the repository's code" in err
     assert not (tmp_path / "refused").exists()
     out = tmp_path / "out"
-    assert main(["export", str(folder), "--task", "forward", "--trust-remote-code", "--no-validate", "-q", "-o", str(out)]) == 0
+    assert main(["export", str(folder), "--task", "forward", "--trust-remote-code", "--no-validate", "-q", "-o",
+                 str(out)]) == 0
     assert _report(out)["model_class"] == "TinyRemoteForCausalLM"
 
 

@@ -79,7 +79,8 @@ def run(args) -> int:
     _check_generation_args(args)
     config = _config_from_args(args)
     options = JobOptions(
-        task=args.task, generate=args.generate, multi_token_decode=args.multi_token_decode, static_cache=args.static_cache,
+        task=args.task, generate=args.generate, multi_token_decode=args.multi_token_decode,
+        static_cache=args.static_cache,
         validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
         min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
         prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
