@@ -97,12 +97,17 @@ def run(args) -> int:
     return 0
 
 
+def _cache_words(cache: dict | None) -> str:
+    """What the summary's task line says of an LLM package's cache (`HfExporter.package_request`)."""
+    if cache is None:
+        return ""
+    return f"; cache {cache['tokens']} tokens ({cache['from']})" if cache["tokens"] else f"; cache: {cache['from']}"
+
+
 def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
     if task := summary.get("task"):
-        cache = task.get("cache") or {}
-        print(f"  task:           {task['name']}: {task['reason']}"
-              + (f"; cache {cache['tokens']} tokens ({cache['from']})" if cache.get("tokens") else ""))
+        print(f"  task:           {task['name']}: {task['reason']}{_cache_words(task.get('cache'))}")
     if source := summary.get("weights_from"):
         print(f"  weights:        from {source['format'].upper()} {source['file']} ({source['quantization']}), "
               f"dequantized to {source['dequantized_to']}")
