@@ -76,6 +76,8 @@ def test_a_task_and_the_generation_options_resolve_to_what_they_ask(requested, f
     ("llama", "nope", GenerationFlags(), "unknown task 'nope'"),
     ("bert", "text-generation", GenerationFlags(), "BertModel does not generate text"),
     ("bert", "text-generation-with-past", GenerationFlags(), "BertModel does not generate text"),
+    ("mamba", "text-generation-with-past", GenerationFlags(), "recurrent state"),
+    ("t5", "text-generation-with-past", GenerationFlags(), "no runtime's LLM package"),
     ("bert", "auto", GenerationFlags(static_cache=32), "--static-cache 32 sizes an LLM package's cache"),
 ])
 def test_a_task_the_options_or_the_model_contradict_is_refused_with_a_remedy(preset, requested, flags, message):

@@ -180,9 +180,12 @@ def resolve_task(requested: str | None, model: Any, flags: GenerationFlags) -> T
                             remedy="drop --static-cache, or add --generate --multi-token-decode for the "
                             "static-cache generation components")
         return TaskChoice(task, reason, GenerationFlags(static_cache=flags.static_cache))
-    if requested in ("text-generation-with-past", "text-generation") and not _generates_text(model):
-        raise TaskError(f"--task {requested}: {type(model).__name__} does not generate text",
+    if requested == "text-generation" and not _generates_text(model):
+        raise TaskError(f"--task text-generation: {type(model).__name__} does not generate text",
                         remedy="pass --task auto, forward or feature-extraction")
+    if requested == "text-generation-with-past" and (inferred := infer_task(model))[0] != requested:
+        raise TaskError(f"--task text-generation-with-past: {inferred[1]}",
+                        remedy=f"pass --task auto (here {inferred[0]}), generation-components or forward")
     if TASKS[requested].exports == "components":
         flags = dataclasses.replace(flags, generate=True)
     return TaskChoice(requested, f"asked for (--task {requested})", flags)
