@@ -24,11 +24,13 @@ def test_a_txt_list_is_one_model_a_line_with_comments(tmp_path):
 
 def test_a_json_list_holds_models_or_objects_with_options(tmp_path):
     listing = tmp_path / "models.json"
-    listing.write_text(json.dumps(["org/model", {"model": "tiny:llama", "generate": True, "name": "llama-gen"}]))
+    listing.write_text(json.dumps(["org/model", {"model": "tiny:llama", "task": "auto", "static_cache": 64,
+                                                 "name": "llama-gen"}]))
     items = read_model_list(listing)
-    assert items == [BatchItem("org/model"), BatchItem("tiny:llama", {"generate": True}, "llama-gen")]
+    options = {"task": "auto", "static_cache": 64}  # the export job's `JobOptions.task`
+    assert items == [BatchItem("org/model"), BatchItem("tiny:llama", options, "llama-gen")]
     assert [item.slug for item in items] == ["org--model", "llama-gen"]
-    assert items[1].spec() == {"model": "tiny:llama", "generate": True}
+    assert items[1].spec() == {"model": "tiny:llama", **options}
 
 
 @pytest.mark.parametrize(("text", "message"), [

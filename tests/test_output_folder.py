@@ -108,7 +108,7 @@ def test_overwrite_replaces_an_earlier_export_and_only_its_files(earlier_export,
     assert {"prefill.pt2", "decode.pt2"} <= {p.name for p in out.iterdir()}
     assert main(["export", "tiny:llama", "-o", str(out), "--quiet"]) == 2  # without --overwrite
     assert "already holds an earlier hfexport export" in capsys.readouterr().err
-    assert main(["export", "tiny:llama", "-o", str(out), "--overwrite", "--quiet"]) == 0
+    assert main(["export", "tiny:llama", "--task", "forward", "-o", str(out), "--overwrite", "--quiet"]) == 0
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json", "export_config.json", "manifest.json", "model.pt2", "report.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging, no old copy, no lock file
@@ -175,7 +175,8 @@ def test_a_second_writer_is_refused_at_once(tmp_path, capsys):
 @pytest.mark.slow
 def test_two_exports_started_together_into_one_folder(tmp_path):
     out = tmp_path / "out"
-    runs = [subprocess.Popen([sys.executable, "-m", "hfexport", "export", "tiny:llama", "-o", str(out), "--quiet"],
+    runs = [subprocess.Popen([sys.executable, "-m", "hfexport", "export", "tiny:llama", "--task", "forward", "-o",
+                              str(out), "--quiet"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [(run.wait(timeout=600), run.stderr.read()) for run in runs]
     codes = sorted(code for code, _ in results)

@@ -52,6 +52,7 @@ _LAZY = {
     "ExportRecord": "hfexport.record",
     "ExportError": "hfexport.errors",
     "PrepareError": "hfexport.errors",
+    "TaskError": "hfexport.errors",
     "CaptureError": "hfexport.errors",
     "ConversionError": "hfexport.errors",
     "SerializationError": "hfexport.errors",

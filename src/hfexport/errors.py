@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "ExportError",
     "PrepareError",
+    "TaskError",
     "CaptureError",
     "ConversionError",
     "QuantizationError",
@@ -39,6 +40,13 @@ class PrepareError(ExportError, ValueError):
     """The model or inputs cannot be exported as given (attention implementation, bad inputs)."""
 
     step = "prepare"
+
+
+class TaskError(ExportError, ValueError):
+    """The task asked for contradicts the generation options given with it, or the model
+    (`hfexport.tasks.resolve_task`). Raised before any export (the CLI exits 2 for the options)."""
+
+    step = "task"
 
 
 class CaptureError(ExportError):

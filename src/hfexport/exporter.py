@@ -104,6 +104,9 @@ class HfExporter:
     fix_order: ClassVar[tuple[str, ...]] = ()
     #: leave `None` items out of output tuples (a runtime that cannot have a `None` output)
     drop_none_outputs: ClassVar[bool] = False
+    #: how this backend's plan sizes its LLM package's cache when the user names none
+    #: (`package_request`); `None`: it takes `tasks.default_cache_length`'s static cache
+    sizes_own_package_cache: ClassVar[str | None] = None
     #: whether this exporter writes an export folder (`for_folder`), whose defaults may differ
     in_folder: bool = False
 
@@ -239,6 +242,28 @@ class HfExporter:
                 size its own program by.
         """
         return GenerationPlan(inputs, generation_config, multi_token_decode, False, config)
+
+    def package_request(self, model: torch.nn.Module, static_cache: int | None) -> tuple[Any, dict[str, Any]]:
+        """The generation options that make this backend's LLM package (task
+        `text-generation-with-past`, `hfexport.tasks`), and the report's word on its cache.
+
+        By default a static-cache decode that also prefills (`static_cache=N`: what onnxruntime-genai's
+        folder and `hfexport generate` run), over `static_cache` tokens or, where the user named none,
+        `tasks.default_cache_length`; a backend whose plan sizes or grows the cache itself
+        (`sizes_own_package_cache`) is asked with `generate=True` alone, as its `--generate` does.
+
+        Returns:
+            `(tasks.GenerationFlags, {"tokens": N or None, "from": why})`.
+        """
+        from .tasks import GenerationFlags, default_cache_length
+
+        if static_cache is not None:
+            named = {"tokens": static_cache, "from": "static_cache=N (--static-cache N)"}
+            return GenerationFlags(True, True, static_cache), named
+        if self.sizes_own_package_cache:
+            return GenerationFlags(generate=True), {"tokens": None, "from": self.sizes_own_package_cache}
+        length, why = default_cache_length(model)
+        return GenerationFlags(True, True, length), {"tokens": length, "from": why}
 
     def generation_components(self, model: torch.nn.Module, plan: GenerationPlan) -> dict[str, Any]:
         """`{name: (module, kwargs)}` that `plan` exports: the backend's own, or what

@@ -4,7 +4,9 @@
 export_to_folder(model, config, out, generate=..., validate=...)
   load      a preset (`tiny:llama`), a folder written by `save_pretrained`, a hub id, a GGUF file, or a
             model you built
-  export    the whole model as one graph, or its generation components (`generate=True`)
+  task      what to export (`hfexport.tasks`): asked for, inferred (`task="auto"`: a causal LM gets its
+            runtime's LLM package), or left to `generate`/`static_cache` (`task=None`)
+  export    one graph of the model, or its generation components (`generate=True`)
   validate  each artifact in its runtime against eager, at the sample shape and shapes that differ
   save      a staged folder moved into place: artifacts, manifest, configs, report
 ```
@@ -37,6 +39,7 @@ from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantize
 from .output_folder import claimed_folder, model_folder
 from .record import record_of
 from .timing import Phases, phase, recording
+from .tasks import GenerationFlags, check_task_options, graph_component, resolve_task
 
 __all__ = ["export_to_folder", "JobOptions", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
            "default_min_agreement"]
@@ -124,6 +127,12 @@ class JobOptions:
     """What `export_to_folder` is asked to do besides the format's config.
 
     Args:
+        task: what to export (`hfexport.tasks.TASKS`): `"text-generation-with-past"` (the runtime's
+            LLM package, `HfExporter.package_request`), `"generation-components"`, `"text-generation"`,
+            `"feature-extraction"`, `"forward"`; `"auto"` infers it from the model
+            (`tasks.infer_task`: a causal LM gets its runtime's LLM package) unless `generate` or
+            `multi_token_decode` is given; `None` (default): the options below decide, as before
+            tasks. The report's `task` says which and why.
         generate: export the generation components (`decompose_for_generation`) instead of one
             graph; in an export folder each backend makes them its runtime's own LLM package where
             it can (`HfExporter.plan_generation`, `HfExporter.package_folder`).
@@ -167,6 +176,7 @@ class JobOptions:
             each step as it runs (the CLI's progress display).
     """
 
+    task: str | None = None
     generate: bool = False
     generation_config: Any = None
     multi_token_decode: bool = False
@@ -218,22 +228,42 @@ def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, o
         elif llm_runner:  # False asks for the components, which every other format exports anyway
             raise ValueError(f"llm_runner is not an option of {type(config).__name__} (format "
                              f"{config.export_format!r}); leave it unset")
-    generate, generation_config, multi_token_decode = options.generate, options.generation_config, options.multi_token_decode
-    if options.static_cache is not None:
-        generation_config = _static_cache(options.static_cache, generation_config)
-        generate = multi_token_decode = True
-    if not generate and (asked := config.generation_options()):
-        raise ValueError(f"{', '.join(asked)} of {type(config).__name__} shape(s) a generation export: pass "
-                         "generate=True (--generate) or static_cache=N (--static-cache N)")
+    check_task_options(options.task, _flags(options))  # before the folder is claimed or anything loaded
     target = Path(out).resolve()
     # one writer from here to the final rename; the folder's rules checked before the slow part
     with claimed_folder(target, overwrite=options.overwrite, source=model_folder(model),
                         example=_example_output(target, model, config)):
-        return _export(model, config, target, options, generate, generation_config, multi_token_decode)
+        return _export(model, config, target, options)
 
 
-def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions, generate: bool,
-            generation_config: Any, multi_token_decode: bool) -> ExportJobResult:
+def _flags(options: JobOptions) -> GenerationFlags:
+    return GenerationFlags(options.generate, options.multi_token_decode, options.static_cache)
+
+
+def _generation_request(config: ExportConfig, flags: GenerationFlags, generation_config: Any) -> tuple[bool, Any, bool]:
+    """`(generate, generation_config, multi_token_decode)` the generation options `flags` ask for
+    (`static_cache=N` implies the other two)."""
+    generate, multi_token_decode = flags.generate, flags.multi_token_decode
+    if flags.static_cache is not None:
+        generation_config = _static_cache(flags.static_cache, generation_config)
+        generate = multi_token_decode = True
+    if not generate and (asked := config.generation_options()):
+        raise ValueError(f"{', '.join(asked)} of {type(config).__name__} shape(s) a generation export: pass "
+                         "generate=True (--generate) or static_cache=N (--static-cache N)")
+    return generate, generation_config, multi_token_decode
+
+
+def _chosen_task(exporter: Any, options: JobOptions, model: Any) -> tuple[GenerationFlags, dict[str, Any], str]:
+    """The generation options the export runs with, the report's `task` entry and the task's name:
+    the task `resolve_task` chose, its package as the backend makes it (`package_request`)."""
+    choice = resolve_task(options.task, model, _flags(options))
+    flags, entry = choice.flags, choice.to_dict()
+    if choice.exports == "package":
+        flags, entry["cache"] = exporter.package_request(model, flags.static_cache)
+    return flags, entry, choice.task
+
+
+def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions) -> ExportJobResult:
     """`export_to_folder`.s steps, in the folder it claimed."""
     from .auto import AutoHfExporter
 
@@ -248,10 +278,12 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions,
     with steps.step(f"loading {_describe(model)}{f' ({gguf})' if gguf else ''}"):
         loaded = _load(model, options.prompt, gguf, revision=options.revision,
                        trust_remote_code=options.trust_remote_code)
+    flags, task, task_name = _chosen_task(exporter, options, loaded.model)
+    generate, generation_config, multi_token_decode = _generation_request(config, flags, options.generation_config)
     config = _with_quantizer(config, options.quantize, loaded.inputs)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
         components, plan = _components(exporter, config, loaded, generate, generation_config, multi_token_decode,
-                                       options.static_cache)
+                                       flags.static_cache, task_name)
     if plan is not None:  # what the backend made of the request (its own program: a static cache)
         config, generation_config = plan.config, plan.generation_config
     if len(components) > 1:
@@ -286,7 +318,7 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions,
         with steps.step(f"validating in {config.export_format}'s runtime against eager"), recording(timing, "folder"):
             reports = _validated(artifacts, components, target, atol=options.atol, rtol=options.rtol,
                                  min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
-    report = {**_report(loaded, config, artifacts, reports, generate, options.quantize),
+    report = {**_report(loaded, config, artifacts, reports, generate, options.quantize), "task": task,
               "job_seconds": dict(steps.seconds), **(plan.report if plan is not None else {})}
     gate = None
     if gated:
@@ -367,14 +399,15 @@ def _with_quantizer(config: ExportConfig, quantize: Any, inputs: dict[str, Any])
 
 
 def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,
-                multi_token_decode: bool, static_cache: int | None) -> tuple[dict[str, Any], Any]:
-    """`({name: (module, kwargs)}, plan)`: the whole model (plan `None`), or its generation
-    components as the exporter plans them for its folder (`HfExporter.plan_generation`)."""
+                multi_token_decode: bool, static_cache: int | None, task: str) -> tuple[dict[str, Any], Any]:
+    """`({name: (module, kwargs)}, plan)`: the one graph `task` names (plan `None`,
+    `tasks.graph_component`), or the generation components as the exporter plans them for its
+    folder (`HfExporter.plan_generation`)."""
     if not generate:
         if generation_config is not None or multi_token_decode:
             raise ValueError("generation_config and multi_token_decode shape the generation components: "
                              "pass generate=True (--generate)")
-        return {"model": (loaded.model, loaded.inputs)}, None
+        return {"model": graph_component(task, loaded.model, loaded.inputs)}, None
     # generate() starts an encoder-decoder's decoder itself: the prompt is the encoder's inputs
     prompt = {k: v for k, v in loaded.inputs.items() if not k.startswith("decoder_")}
     plan = exporter.plan_generation(loaded.model, prompt, config, generation_config, multi_token_decode,

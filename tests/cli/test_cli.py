@@ -1,4 +1,4 @@
-"""The CLI: the README's main job and one export in a subprocess like a user runs them; everything
+"""The CLI: one export in a subprocess like a user runs it (the README's main job: tests/test_tasks.py); everything
 else (refusals, `env`, `patches`, the other formats) in process through `main`."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ def _hfexport(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def exported_llama(tmp_path_factory):
-    """`hfexport export tiny:llama --format dynamo`, run as a user runs it."""
+    """`hfexport export tiny:llama --format dynamo --task forward` (one graph), run as a user runs it."""
     out = tmp_path_factory.mktemp("cli") / "llama"
-    result = _hfexport("export", "tiny:llama", "--format", "dynamo", "-o", str(out))
+    result = _hfexport("export", "tiny:llama", "--format", "dynamo", "--task", "forward", "-o", str(out))
     return out, result
 
 
@@ -91,7 +91,7 @@ def test_failed_validation_exits_nonzero_and_writes_nothing(tmp_path, capsys):
         return lambda x, inplace=False: original(x) + 0.25
 
     try:
-        code = main(["export", "tiny:llama", "-o", str(tmp_path / "out"), "--quiet"])
+        code = main(["export", "tiny:llama", "--task", "forward", "-o", str(tmp_path / "out"), "--quiet"])
     finally:
         PATCHES.remove("patch_torch_silu_wrong")
     captured = capsys.readouterr()
@@ -100,21 +100,12 @@ def test_failed_validation_exits_nonzero_and_writes_nothing(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []  # no artifact, no partial folder
 
 
-@pytest.mark.slow
-def test_readme_main_job_creates_missing_parent_folders(tmp_path):
-    require_backend("onnx")
-    out = tmp_path / "out" / "tiny-llama"  # the README's command, on a fresh clone without out/
-    result = _hfexport("export", "tiny:llama", "--format", "onnx", "-o", str(out), "--overwrite")
-    assert result.returncode == 0, result.stderr
-    assert (out / "model.onnx").exists() and "result: PASSED" in result.stdout
-
-
 def test_local_folder_written_by_save_pretrained(tmp_path):
     from hfexport.presets import build_preset
 
     model, _ = build_preset("gpt2")
     model.save_pretrained(tmp_path / "gpt2")
-    code = main(["export", str(tmp_path / "gpt2"), "-o", str(tmp_path / "out"), "--quiet"])
+    code = main(["export", str(tmp_path / "gpt2"), "--task", "forward", "-o", str(tmp_path / "out"), "--quiet"])
     assert code == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["model_class"] == "GPT2LMHeadModel" and report["components"]["model"]["validation"]["passed"]
@@ -251,7 +242,7 @@ def test_generate_prints_the_tokens_of_generate_from_a_static_cache_export(tmp_p
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--static-cache", "32"], "add --generate"),
+    (["--multi-token-decode"], "add --generate"),
     (["--generate", "--static-cache", "32"], "add --multi-token-decode"),
 ])
 def test_generation_options_that_do_not_fit_are_refused_before_any_work(tmp_path, capsys, args, message):
@@ -276,8 +267,8 @@ def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(tmp_path, cap
 def test_quantize_reports_what_was_quantized_and_the_error_against_fp32(tmp_path, capsys):
     require_backend("onnx")
     out = tmp_path / "q"
-    assert main(["export", "tiny:llama", "--format", "onnx", "--quantize", "int8-dynamic", "-o", str(out),
-                 "--quiet"]) == 0
+    assert main(["export", "tiny:llama", "--format", "onnx", "--task", "forward", "--quantize", "int8-dynamic", "-o",
+                 str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "quantized, int8-dynamic" in printed or "quantized int8-dynamic" in printed
     report = json.loads((out / "report.json").read_text())

@@ -51,7 +51,8 @@ def test_revision_and_trust_remote_code_reach_every_from_pretrained(gpt2_folder,
     for cls in (transformers.AutoConfig, transformers.GPT2LMHeadModel, transformers.AutoTokenizer):
         _spy(monkeypatch, cls, calls)
     out = tmp_path / "out"
-    assert main(["export", str(gpt2_folder), "--revision", "v1.0", "--no-validate", "-q", "-o", str(out)]) == 0
+    assert main(["export", str(gpt2_folder), "--task", "forward", "--revision", "v1.0", "--no-validate", "-q", "-o",
+                 str(out)]) == 0
     assert {name for name, _, _ in calls} == {"AutoConfig", "GPT2LMHeadModel", "AutoTokenizer"}
     # never None: transformers asks on stdin whether to run a repository's code when it is None
     assert all(k["revision"] == "v1.0" and k["trust_remote_code"] is False for _, _, k in calls), calls
@@ -82,7 +83,8 @@ def test_a_repository_s_own_code_runs_only_with_trust_remote_code(gpt2_folder, t
     assert "--trust-remote-code was not given" in err and "runs the repository's code" in err
     assert not (tmp_path / "refused").exists()
     out = tmp_path / "out"
-    assert main(["export", str(folder), "--trust-remote-code", "--no-validate", "-q", "-o", str(out)]) == 0
+    assert main(["export", str(folder), "--task", "forward", "--trust-remote-code", "--no-validate", "-q", "-o",
+                 str(out)]) == 0
     assert _report(out)["model_class"] == "TinyRemoteForCausalLM"
 
 
@@ -91,7 +93,7 @@ def test_a_tokenizer_that_fails_to_load_is_warned_about_and_reported(gpt2_folder
     tokenizer["model"]["type"] = "NoSuchModel"  # a file the `tokenizers` library cannot parse
     (gpt2_folder / "tokenizer.json").write_text(json.dumps(tokenizer))
     out = tmp_path / "out"
-    assert main(["export", str(gpt2_folder), "--no-validate", "-q", "-o", str(out)]) == 0
+    assert main(["export", str(gpt2_folder), "--task", "forward", "--no-validate", "-q", "-o", str(out)]) == 0
     (warning,) = [line for line in capsys.readouterr().err.splitlines() if "tokenizer" in line]  # the CLI prints it
     assert "did not match any variant" in warning and "made from the config" in warning and "--chat" in warning
     tokenizer = _report(out)["tokenizer"]
@@ -105,7 +107,7 @@ def test_a_folder_without_tokenizer_files_is_reported_without_a_warning(tmp_path
     model, _ = build_preset("gpt2")
     model.save_pretrained(tmp_path / "gpt2")
     out = tmp_path / "out"
-    assert main(["export", str(tmp_path / "gpt2"), "--no-validate", "-q", "-o", str(out)]) == 0
+    assert main(["export", str(tmp_path / "gpt2"), "--task", "forward", "--no-validate", "-q", "-o", str(out)]) == 0
     assert "tokenizer" not in capsys.readouterr().err
     assert _report(out)["tokenizer"] == {"loaded": False, "why": "no tokenizer files in the folder"}
 
@@ -131,8 +133,8 @@ def test_gguf_file_in_a_hub_repo_is_loaded_as_transformers_loads_a_hub_gguf(tmp_
                 transformers.AutoTokenizer):
         _spy(monkeypatch, cls, calls, {repo: str(file.parent)})
     out = tmp_path / "out"
-    assert main(["export", repo, "--gguf-file", file.name, "--revision", "abc123", "--no-validate", "-q",
-                 "-o", str(out)]) == 0
+    assert main(["export", repo, "--task", "forward", "--gguf-file", file.name, "--revision", "abc123",
+                 "--no-validate", "-q", "-o", str(out)]) == 0
     assert downloads == [(repo, file.name, {"revision": "abc123"})]
     hub = [(name, k) for name, given, k in calls if given == repo]
     assert {name for name, _ in hub} >= {"AutoConfig", "AutoTokenizer"} and len(hub) == 3, calls

@@ -149,7 +149,7 @@ def _on_a_terminal(*args: str) -> tuple[int, str, str]:
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
 def test_export_on_a_terminal_shows_one_line_a_step_and_the_same_report(tmp_path):
-    code, raw, stdout = _on_a_terminal("export", "tiny:llama", "-o", str(tmp_path / "out"))
+    code, raw, stdout = _on_a_terminal("export", "tiny:llama", "--task", "forward", "-o", str(tmp_path / "out"))
     assert code == 0, raw
     assert "\r[1/5] loading tiny:llama ..." in raw
     steps = [line for line in _screen(raw) if line.startswith("[")]
@@ -161,6 +161,6 @@ def test_export_on_a_terminal_shows_one_line_a_step_and_the_same_report(tmp_path
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
 def test_verbose_on_a_terminal_keeps_the_piped_lines(tmp_path):
     """--verbose lets native code write to the terminal, past the wrapper that keeps a live line whole."""
-    code, raw, _ = _on_a_terminal("--verbose", "export", "tiny:llama", "-o", str(tmp_path / "out"))
+    code, raw, _ = _on_a_terminal("--verbose", "export", "tiny:llama", "--task", "forward", "-o", str(tmp_path / "out"))
     assert code == 0, raw
     assert "[1/5] loading tiny:llama ...\r\n" in raw and "\r[1/5]" not in raw

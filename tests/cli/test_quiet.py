@@ -28,7 +28,7 @@ def _hfexport(*args: str) -> subprocess.CompletedProcess:
 def readme_job(tmp_path_factory):
     """The README's main job, dynamo being the fastest format: (quiet run, --verbose run)."""
     out = tmp_path_factory.mktemp("quiet") / "tiny-llama"
-    job = ("export", "tiny:llama", "--format", "dynamo", "-o", str(out), "--overwrite")
+    job = ("export", "tiny:llama", "--format", "dynamo", "--task", "forward", "-o", str(out), "--overwrite")
     return _hfexport(*job), _hfexport("--verbose", *job)
 
 

@@ -2,8 +2,9 @@
 arguments parsed and its report printed.
 
 Exit codes: 0 exported and validated; 1 the export failed; 2 the command line or the output folder
-was refused, before any work (argparse's usage errors, `output_folder.check_output_folder`); 3
-validation failed (nothing written).
+was refused, before any export (argparse's usage errors, a `--task` its options or the model
+contradict: `errors.TaskError`, `output_folder.check_output_folder`); 3 validation failed (nothing
+written).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ __all__ = ["run", "OUTPUT_REFUSED", "VALIDATION_FAILED"]
 
 OUTPUT_REFUSED = 2
 VALIDATION_FAILED = 3
+#: the `--task` values a generation export (`--llm-runner`) may come with
+_GENERATING_TASKS = ("auto", "text-generation-with-past", "generation-components")
 
 
 def _config_from_args(args) -> Any:
@@ -44,8 +47,9 @@ def _config_from_args(args) -> Any:
         if args.format != "executorch":
             raise ValueError(f"--llm-runner / --no-llm-runner choose ExecuTorch's LLM-runner program; they do not "
                              f"apply to --format {args.format}")
-        if not (args.generate or args.static_cache):
-            raise ValueError("--llm-runner / --no-llm-runner shape a generation export: add --generate")
+        if not (args.generate or args.static_cache) and args.task not in _GENERATING_TASKS:
+            raise ValueError("--llm-runner / --no-llm-runner shape a generation export: add --generate, or pass "
+                             "--task auto or text-generation-with-past")
         data["llm_runner"] = args.llm_runner
     for name in ("max_sequence_length", "max_batch_size"):
         if getattr(args, name, None) is not None:
@@ -57,9 +61,14 @@ def _config_from_args(args) -> Any:
 
 
 def _check_generation_args(args) -> None:
-    if (args.static_cache or args.multi_token_decode) and not args.generate:
-        raise ValueError("--static-cache and --multi-token-decode shape the generation components; add --generate")
-    if args.static_cache and not args.multi_token_decode and args.format != "executorch":
+    """Refuse generation options that contradict each other or `--task` (`tasks.check_task_options`)."""
+    from ..tasks import GenerationFlags, check_task_options
+
+    check_task_options(args.task, GenerationFlags(args.generate, args.multi_token_decode, args.static_cache))
+    generate = args.generate or args.task == "generation-components"
+    if args.multi_token_decode and not generate:
+        raise ValueError("--multi-token-decode shapes the generation components; add --generate")
+    if args.static_cache and generate and not args.multi_token_decode and args.format != "executorch":
         # ExecuTorch's static-cache program (the LLM runner's) takes any number of tokens per call by construction
         raise ValueError("--static-cache N makes one decode graph that also prefills; add --multi-token-decode")
 
@@ -71,7 +80,8 @@ def run(args) -> int:
     _check_generation_args(args)
     config = _config_from_args(args)
     options = JobOptions(
-        generate=args.generate, multi_token_decode=args.multi_token_decode, static_cache=args.static_cache,
+        task=args.task, generate=args.generate, multi_token_decode=args.multi_token_decode,
+        static_cache=args.static_cache,
         validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
         min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
         prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
@@ -88,8 +98,17 @@ def run(args) -> int:
     return 0
 
 
+def _cache_words(cache: dict | None) -> str:
+    """What the summary's task line says of an LLM package's cache (`HfExporter.package_request`)."""
+    if cache is None:
+        return ""
+    return f"; cache {cache['tokens']} tokens ({cache['from']})" if cache["tokens"] else f"; cache: {cache['from']}"
+
+
 def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
+    if task := summary.get("task"):
+        print(f"  task:           {task['name']}: {task['reason']}{_cache_words(task.get('cache'))}")
     if source := summary.get("weights_from"):
         print(f"  weights:        from {source['format'].upper()} {source['file']} ({source['quantization']}), "
               f"dequantized to {source['dequantized_to']}")

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ExportError, OutputFolderError, ValidationError
+from ..errors import ExportError, OutputFolderError, TaskError, ValidationError
 
 #: The exit code when the reader of the output closed it first (`hfexport patches | head`): 128 +
 #: SIGPIPE, what a shell reports for a command that signal ended (`seq 100000 | head -1`, seen under
@@ -28,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     from ..extensions import format_names
     from ..fuzz import add_arguments as add_fuzz_arguments
     from ..quantization import CLI_SCHEMES
+    from ..tasks import TASKS
 
     formats = format_names()
     schemes = list(dict.fromkeys(scheme for fmt in formats for scheme in CLI_SCHEMES.get(fmt, {})))
@@ -52,6 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", "-f", default="dynamo", choices=formats, metavar="FORMAT",
                         help="%(choices)s (default: %(default)s)")
     export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
+    export.add_argument("--task", default="auto", choices=["auto", *TASKS], metavar="TASK",
+                        help="what to export: %(choices)s (default: auto: a causal LM gets its runtime's LLM package "
+                        "(text-generation-with-past), other models one graph (forward); --generate keeps its meaning). "
+                        + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values()))
     export.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
     export.add_argument("--delegate", choices=DELEGATES, metavar="DELEGATE",
                         help="with --format executorch: the delegate, %(choices)s (default: xnnpack)")
@@ -70,8 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--generate", action="store_true",
                         help="export the generation components (prefill, decode, encoder, ...) with a manifest")
     export.add_argument("--static-cache", type=int, metavar="N", default=None,
-                        help="with --generate --multi-token-decode (implied with --format executorch): one decode "
-                        "graph over a static cache of N tokens")
+                        help="the LLM package's cache length (--task auto or text-generation-with-past; default: "
+                        "the model's positions up to 2048); with --generate --multi-token-decode (implied with "
+                        "--format executorch): one decode graph over a static cache of N tokens")
     export.add_argument("--llm-runner", action=argparse.BooleanOptionalAction, default=None,
                         help="with --format executorch --generate: one program for ExecuTorch's own LLM runner "
                         "(TextLLMRunner) and hfexport generate: the cache inside it (--static-cache N tokens, else "
@@ -250,7 +256,7 @@ def _run(argv: list[str] | None) -> int:
             traceback.print_exc()
         message = str(error).replace("\n", " ")
         print(f"hfexport: error: {message}", file=sys.stderr)
-        if isinstance(error, OutputFolderError):
+        if isinstance(error, (OutputFolderError, TaskError)):  # refused before any export
             return export.OUTPUT_REFUSED
         return export.VALIDATION_FAILED if isinstance(error, ValidationError) else 1
 

@@ -62,6 +62,8 @@ class ExecutorchExporter(HfExporter):
     config_class = ExecutorchConfig
     extra = "executorch"
     fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling")
+    sizes_own_package_cache = ("the LLM-runner program's plan (--max-sequence-length N, else the model's positions "
+                               "up to 2048: the report's llm_runner.cache)")
 
     def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False, *,
                         static_cache=None):

@@ -45,7 +45,9 @@ import torch
 
 from ...capture.prepare import model_name
 from ...errors import PrepareError
-from .llm import OPT_OUT, LlmProgram, _text_config
+from ...tasks import DEFAULT_CACHE_LENGTH
+from ...tasks import default_cache_length as _package_cache_length
+from .llm import OPT_OUT, LlmProgram
 
 __all__ = ["plan_llm_program", "llm_component", "default_llm_component", "try_llm_component", "refusal",
            "fallback_note", "runner_tokenizer", "runner_package", "default_cache_length", "TOKENIZER_FILE",
@@ -55,10 +57,6 @@ logger = logging.getLogger("hfexport")
 
 #: The tokenizer file ExecuTorch's runner reads (`TextLLMRunner(pte, tokenizer_path)`): Hugging Face's JSON.
 TOKENIZER_FILE = "tokenizer.json"
-
-#: The cache of a generation export that names none, where the model allows as many positions
-#: (a 2048-token cache of SmolLM2-135M is 94 MB; its prefill's attention at 2048 tokens 151 MB).
-DEFAULT_CACHE_LENGTH = 2048
 
 
 def plan_llm_program(model: torch.nn.Module, prompt: dict[str, Any], config: Any, generation_config: Any,
@@ -169,15 +167,11 @@ def try_llm_component(model: torch.nn.Module, prompt: dict[str, Any],
 def default_cache_length(model: torch.nn.Module, max_sequence_length: int | None) -> tuple[int, str]:
     """The cache of a generation export that names none, and where it comes from:
     `max_sequence_length` (`ExecutorchConfig`, `--max-sequence-length`) where given, else the
-    model's `max_position_embeddings` up to `DEFAULT_CACHE_LENGTH`."""
+    model's `max_position_embeddings` up to `DEFAULT_CACHE_LENGTH` (`tasks.default_cache_length`)."""
     if max_sequence_length is not None:
         return int(max_sequence_length), "ExecutorchConfig.max_sequence_length (--max-sequence-length)"
-    positions = getattr(_text_config(model), "max_position_embeddings", None)
-    if positions and int(positions) <= DEFAULT_CACHE_LENGTH:
-        return int(positions), "the model config's max_position_embeddings"
-    return DEFAULT_CACHE_LENGTH, (f"hfexport's default ({DEFAULT_CACHE_LENGTH}; the model allows "
-                                  f"{positions or 'any number of'} positions): --static-cache N or "
-                                  "--max-sequence-length N for another")
+    length, why = _package_cache_length(model)  # the LLM package's default on every backend
+    return length, why.replace("--static-cache N", "--static-cache N or --max-sequence-length N")
 
 
 def refusal(model: torch.nn.Module, prompt: dict[str, Any]) -> str | None:

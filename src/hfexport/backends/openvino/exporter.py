@@ -54,6 +54,7 @@ class OpenVINOExporter(HfExporter):
     extra = "openvino"
     fix_order = ("fix_cat_empty_legacy_input",)
     drop_none_outputs = True  # the PyTorch frontend fails on a None output ("Tensor name is not a number")
+    sizes_own_package_cache = "none: LLMPipeline's state grows with the conversation (--static-cache N bounds it)"
 
     def export(self, model, inputs, config=None):
         """As every exporter exports (`HfExporter.export`); the one stateful model of OpenVINO
