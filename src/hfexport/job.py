@@ -34,6 +34,7 @@ from typing import Any
 from .config import ExportConfig
 from .errors import ValidationError
 from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
+from .generation.runner_check import runner_check, skipped_entry
 from .output_folder import claimed_folder, model_folder
 from .record import record_of
 
@@ -284,19 +285,31 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions,
                                  min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
     report = {**_report(loaded, config, artifacts, reports, generate, options.quantize),
               "job_seconds": dict(steps.seconds), **(plan.report if plan is not None else {})}
-    check = None
+    floor = None
+    checks = []  # (label, check): run on the staged folder, in order
     if gated:
         floor = options.min_agreement if options.min_agreement is not None else criteria.min_agreement
-        gate = _accuracy_gate(loaded, generation_config, target, options.accuracy_tokens, floor, min_mean_cosine)
-        steps.total = (steps.total or 0) + 1
+        checks.append(("comparing the quantized export's greedy tokens with fp32 eager",
+                       _accuracy_gate(loaded, generation_config, target, options.accuracy_tokens, floor,
+                                      min_mean_cosine)))
+    if generate and exporter.has_llm_runner:
+        if options.validate:
+            checks.append((f"running the folder in {config.export_format}'s own LLM runner",
+                           _runner_check(exporter, loaded, generation_config, floor)))
+        else:
+            report.update(skipped_entry())
+    steps.total = (steps.total or 0) + len(checks)
 
-        def check(folder: Path) -> dict[str, Any]:
-            with steps.step("comparing the quantized export's greedy tokens with fp32 eager"):
-                return gate(folder)
+    def check(folder: Path) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for label, run in checks:
+            with steps.step(label):
+                found.update(run(folder))
+        return found
 
     with steps.step(f"writing {target}"):
         saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, options.overwrite,
-                      report, plan, check=check)
+                      report, plan, check=check if checks else None)
     return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
                            saved.report)
 
@@ -459,6 +472,15 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
         return {"accuracy": found.to_dict()}
 
     return gate
+
+
+def _runner_check(exporter: Any, loaded: Any, generation_config: Any, floor: float | None) -> Any:
+    """The check that the packaged folder runs in its runtime's own LLM runner with eager's greedy
+    tokens (`generation.runner_check`; a quantized export against hfexport's runner, at `floor`)."""
+    from .generation.package import merged_generation_config
+
+    return runner_check(exporter, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
+                        min_agreement=floor)
 
 
 def _floor(value: float | None, spec: str) -> str:
