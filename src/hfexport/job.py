@@ -134,7 +134,9 @@ class JobOptions:
             cache of this many tokens that also prefills (`generate`, `multi_token_decode` and
             `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`); a
             backend may size its own program by it (ExecuTorch's LLM-runner program).
-        validate: run each artifact in its runtime against eager before anything is written.
+        validate: run each artifact in its runtime against eager before anything is written, and
+            a generation folder packaged for its runtime's own LLM runner in that runner
+            (`generation.runner_check`: greedy tokens equal to eager's).
         atol, rtol: validation tolerance (default per format).
         min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
             the cache) in validation (default for a quantized export: `default_min_cosine`, 0.995
