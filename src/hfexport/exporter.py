@@ -396,6 +396,24 @@ class HfExporter:
         default."""
         return Packaged({}, {})
 
+    @property
+    def has_llm_runner(self) -> bool:
+        """Whether this format runs a folder in its runtime's own LLM runner (`run_llm_runner`)."""
+        return type(self).run_llm_runner is not HfExporter.run_llm_runner
+
+    def run_llm_runner(self, folder: Path, request: Any) -> Any:
+        """Run the runtime's own LLM runner on a packaged generation export `folder` (written by
+        `package_folder`, its manifest read back) greedily as `request` (`llm_package.RunnerRequest`)
+        asks, and return its `llm_package.RunnerTokens`: the check that the folder is the
+        runtime's package (`generation.runner_check`). `None`: this format has no such runner.
+
+        Raises:
+            llm_package.RunnerUnavailable: the runner's package is not installed, or the folder
+                is not its package (the components), with why.
+            RuntimeLoadError: the runner failed on the folder.
+        """
+        return None
+
     def load(self, files: list[str | os.PathLike]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this
         backend's runner: an `ExportedProgram`, an ONNX file, an `openvino.Model`, a `.pte` buffer."""

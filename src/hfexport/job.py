@@ -36,6 +36,7 @@ from typing import Any
 from .config import ExportConfig
 from .errors import ValidationError
 from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
+from .generation.runner_check import runner_check, skipped_entry
 from .output_folder import claimed_folder, model_folder
 from .record import record_of
 from .timing import Phases, phase, recording
@@ -143,7 +144,9 @@ class JobOptions:
             cache of this many tokens that also prefills (`generate`, `multi_token_decode` and
             `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`); a
             backend may size its own program by it (ExecuTorch's LLM-runner program).
-        validate: run each artifact in its runtime against eager before anything is written.
+        validate: run each artifact in its runtime against eager before anything is written, and
+            a generation folder packaged for its runtime's own LLM runner in that runner
+            (`generation.runner_check`: greedy tokens equal to eager's).
         atol, rtol: validation tolerance (default per format).
         min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
             the cache) in validation (default for a quantized export: `default_min_cosine`, 0.995
@@ -320,18 +323,28 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
                                  min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
     report = {**_report(loaded, config, artifacts, reports, generate, options.quantize), "task": task,
               "job_seconds": dict(steps.seconds), **(plan.report if plan is not None else {})}
-    gate = None
+    floor = None
+    checks = []  # (label, timing phase, check): run on the staged folder, in order
     if gated:
         floor = options.min_agreement if options.min_agreement is not None else criteria.min_agreement
-        gate = _accuracy_gate(loaded, generation_config, target, options.accuracy_tokens, floor, min_mean_cosine)
-        steps.total = (steps.total or 0) + 1
+        checks.append(("comparing the quantized export's greedy tokens with fp32 eager", "gate",
+                       _accuracy_gate(loaded, generation_config, target, options.accuracy_tokens, floor,
+                                      min_mean_cosine)))
+    if generate and exporter.has_llm_runner:
+        if options.validate:
+            checks.append((f"running the folder in {config.export_format}'s own LLM runner", "validate",
+                           _runner_check(exporter, loaded, generation_config, floor)))
+        else:
+            report.update(skipped_entry())
+    steps.total = (steps.total or 0) + len(checks)
 
     def check(folder: Path) -> dict[str, Any]:
-        """The accuracy gate's result (when gated) and the timing, added to the written report."""
-        found = {}
-        if gate is not None:
-            with steps.step("comparing the quantized export's greedy tokens with fp32 eager"), phase("gate"):
-                found = gate(folder)
+        """The checks' results (the accuracy gate's, the runtime runner's) and the timing, added to the
+        written report."""
+        found: dict[str, Any] = {}
+        for label, timed_as, run in checks:
+            with steps.step(label), phase(timed_as):
+                found.update(run(folder))
         return {**found, "timing": timing.to_dict()}
 
     with steps.step(f"writing {target}"), recording(timing, "folder"), phase("serialise"):
@@ -500,6 +513,15 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
         return {"accuracy": found.to_dict()}
 
     return gate
+
+
+def _runner_check(exporter: Any, loaded: Any, generation_config: Any, floor: float | None) -> Any:
+    """The check that the packaged folder runs in its runtime's own LLM runner with eager's greedy
+    tokens (`generation.runner_check`; a quantized export against hfexport's runner, at `floor`)."""
+    from .generation.package import merged_generation_config
+
+    return runner_check(exporter, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
+                        min_agreement=floor)
 
 
 def _floor(value: float | None, spec: str) -> str:

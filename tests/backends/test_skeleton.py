@@ -63,9 +63,10 @@ _LLM_RUNNERS = {"onnx": "onnxruntime-genai's og.Generator", "openvino": "OpenVIN
 
 @pytest.mark.parametrize("fmt", BUILTIN_FORMATS)
 def test_a_backend_packages_its_generation_folder_through_the_shared_hooks(fmt):
-    """`plan_generation` and `package_folder` keep the base class's signature in every backend, and a
-    backend whose runtime has its own LLM runner overrides `package_folder` (its folder is that
-    runner's package): the export job and `generation/` never ask which format they hold."""
+    """`plan_generation`, `package_folder` and `run_llm_runner` keep the base class's signature in
+    every backend, and a backend whose runtime has its own LLM runner overrides `package_folder`
+    (its folder is that runner's package) and `run_llm_runner` (the export job runs the folder in
+    it): the export job and `generation/` never ask which format they hold."""
     import inspect
 
     if fmt in _PACKAGES:
@@ -73,8 +74,9 @@ def test_a_backend_packages_its_generation_folder_through_the_shared_hooks(fmt):
     from hfexport.exporter import HfExporter
 
     exporter = FORMATS.get(fmt).exporter_class()
-    for hook in ("plan_generation", "package_folder"):
+    for hook in ("plan_generation", "package_folder", "run_llm_runner"):
         assert inspect.signature(getattr(exporter, hook)).parameters.keys() == \
             inspect.signature(getattr(HfExporter, hook)).parameters.keys(), (fmt, hook)
     overrides = exporter.package_folder is not HfExporter.package_folder
     assert overrides == (fmt in _LLM_RUNNERS), f"{fmt}: {_LLM_RUNNERS.get(fmt, 'no LLM runner')}"
+    assert exporter().has_llm_runner == (fmt in _LLM_RUNNERS), f"{fmt}: {_LLM_RUNNERS.get(fmt, 'no LLM runner')}"

@@ -249,6 +249,8 @@ def test_the_program_holds_its_cache_and_says_what_the_runner_reads(llm_export):
                                                                             "(--max-sequence-length)"}
     assert (result.directory / "tokenizer.json").is_file()
     assert result.reports["decode"].passed and len(result.reports["decode"].cases) >= 2  # validated against eager
+    runner = result.report["runner"]  # the job ran TextLLMRunner on it (drawn kv heads and head size)
+    assert runner["checked"] and runner["tokens_equal"] and runner["runner"].startswith("executorch"), runner
 
 
 @pytest.mark.slow

@@ -148,3 +148,14 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
               f"{accuracy['tokens']} steps (floor {accuracy['min_agreement']:.0%}); logits cosine "
               f"min {accuracy['min_cosine']:.4f}, mean {accuracy['mean_cosine']:.4f}"
               + (f" (floor {floor:.4g})" if (floor := accuracy.get("min_mean_cosine")) is not None else ""))
+    if runner := summary.get("runner"):
+        print(f"  runtime runner: {_runner_line(runner)}")
+
+
+def _runner_line(runner: dict) -> str:
+    """The summary's line on the runner check (`generation.runner_check`)."""
+    if not runner["checked"]:
+        return f"NOT CHECKED: {runner['why']}"
+    agreed = (f"agree with {runner['against']} on {runner['agreement']:.0%} (floor {runner['min_agreement']:.0%})"
+              if "agreement" in runner else f"equal {runner['against']}'s")
+    return f"{runner['runner']}: its {runner['tokens']} greedy tokens {agreed} ({runner['seconds']:.1f} s)"

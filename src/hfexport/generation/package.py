@@ -31,7 +31,8 @@ from ..manifest import MANIFEST, MANIFEST_VERSION, check_file, read_manifest
 from ..record import ExportRecord, record_of
 from ..tokenizer_files import load_tokenizer
 
-__all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "MANIFEST", "MANIFEST_VERSION"]
+__all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "merged_generation_config", "MANIFEST",
+           "MANIFEST_VERSION"]
 
 
 @dataclasses.dataclass
@@ -65,7 +66,7 @@ def _cache_kind(artifacts: dict[str, Any], generation_config: Any) -> dict[str, 
     return kind
 
 
-def _merged_generation_config(model: Any, generation_config: Any) -> Any:
+def merged_generation_config(model: Any, generation_config: Any) -> Any:
     """The model's generation config (eos, decoder start, ...) with the export's settings on top."""
     own = getattr(model, "generation_config", None) if model is not None else None
     if own is None or generation_config is None:
@@ -119,7 +120,7 @@ def save_generation_export(
     from ..bundle import save_export
     from ..exporter import FolderContext
 
-    merged = _merged_generation_config(model, generation_config)
+    merged = merged_generation_config(model, generation_config)
     context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan)
     saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
                         tokenizer=tokenizer, export_config=export_config, overwrite=overwrite,

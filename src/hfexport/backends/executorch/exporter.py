@@ -99,6 +99,12 @@ class ExecutorchExporter(HfExporter):
 
         return Packaged({}, runner_package(folder, artifacts, context))
 
+    def run_llm_runner(self, folder: Path, request: Any) -> Any:
+        """ExecuTorch `TextLLMRunner`'s greedy tokens on the folder's program (`text_runner.py`)."""
+        from .text_runner import run_text_llm_runner
+
+        return run_text_llm_runner(folder, request)
+
     def _check_model(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> None:
         check_delegate(config.delegate, model_name(model))
         if config.delegate == "mlx":

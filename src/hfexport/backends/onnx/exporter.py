@@ -50,6 +50,12 @@ class OnnxExporter(HfExporter):
 
         return Packaged(genai_folder_files(folder, artifacts, context), {})
 
+    def run_llm_runner(self, folder: Path, request: Any) -> Any:
+        """onnxruntime-genai's greedy tokens on the folder (`genai.run_genai`)."""
+        from .genai import run_genai
+
+        return run_genai(folder, request)
+
     def _group_query_attention(self, config: OnnxConfig) -> bool:
         asked = config.group_query_attention
         return self.in_folder if asked is None else asked  # see HfExporter.for_folder

@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENAI_CONFIG", "genai_status", "genai_config", "genai_folder_files"]
+__all__ = ["GENAI_CONFIG", "genai_status", "genai_config", "genai_folder_files", "run_genai"]
 
 GENAI_CONFIG = "genai_config.json"
 
@@ -125,3 +125,34 @@ def genai_folder_files(folder: Path, artifacts: dict[str, Any], context: Any) ->
     content = genai_config(artifacts["decode"], context.model_config, context.generation_config)
     (folder / GENAI_CONFIG).write_text(json.dumps(content, indent=4))
     return {"onnxruntime_genai": {"config": GENAI_CONFIG}}
+
+
+def run_genai(folder: Path, request: Any) -> Any:
+    """Greedy tokens of onnxruntime-genai's `Generator` on the export `folder` (its
+    `genai_config.json`), for `request` (`llm_package.RunnerRequest`): token ids in and out, no
+    tokenizer involved. It stops at the config's `eos_token_id`, as eager `generate` does.
+
+    Raises:
+        RunnerUnavailable: the folder has no `genai_config.json` (why, from its manifest), or
+            onnxruntime-genai is not installed.
+    """
+    from ...llm_package import RunnerTokens, RunnerUnavailable
+
+    if not (folder / GENAI_CONFIG).is_file():
+        entry = json.loads((folder / "manifest.json").read_text()).get("onnxruntime_genai") or {}
+        raise RunnerUnavailable(f"this model's folder is the components: {entry.get('reason', 'no genai_config.json')}")
+    try:
+        import onnxruntime_genai as og
+    except ImportError as error:
+        raise RunnerUnavailable(f"onnxruntime-genai is not installed ({error}): pip install 'hfexport[genai]'",
+                                missing=True) from error
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(request.prompt_ids) + request.max_new_tokens, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens([list(request.prompt_ids)])
+    tokens: list[int] = []
+    while not generator.is_done() and len(tokens) < request.max_new_tokens:
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return RunnerTokens(tuple(tokens), f"onnxruntime-genai {og.__version__}")

@@ -135,6 +135,12 @@ class OpenVINOExporter(HfExporter):
 
         return Packaged(genai_folder_files(artifacts, folder, context.tokenizer), {})
 
+    def run_llm_runner(self, folder: Path, request: Any) -> Any:
+        """OpenVINO GenAI `LLMPipeline`'s greedy tokens on the folder (`genai.run_llm_pipeline`)."""
+        from .genai import run_llm_pipeline
+
+        return run_llm_pipeline(folder, request)
+
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: OpenVINOConfig) -> None:
         from .precision import recorded_options
 

@@ -30,12 +30,13 @@ and `GenerationRunner.load(out)` both run it.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 __all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "plan_genai_generation", "is_genai_layout", "convert_tokenizer_for_genai",
-           "genai_folder_files"]
+           "genai_folder_files", "run_llm_pipeline"]
 
 logger = logging.getLogger("hfexport")
 
@@ -126,3 +127,35 @@ def genai_folder_files(artifacts: dict[str, Any], directory: Path, tokenizer: An
         logger.warning("the export folder is not an LLMPipeline folder: %s", why)
         return {"openvino_genai": {**entry, "llm_pipeline": False, "why": why}}
     return {"openvino_genai": {**entry, "llm_pipeline": True, "tokenizer": [f.name for f in files]}}
+
+
+def run_llm_pipeline(folder: Path, request: Any) -> Any:
+    """Greedy tokens of OpenVINO GenAI's `LLMPipeline` on the export `folder`, on CPU with the
+    precisions the manifest records, for `request` (`llm_package.RunnerRequest`): token ids in
+    (`TokenizedInputs`) and out, so the folder's converted tokenizer is not needed; it stops at
+    the request's end tokens.
+
+    Raises:
+        RunnerUnavailable: the folder is not in `LLMPipeline`'s layout (the components), or
+            openvino-genai is not installed.
+    """
+    from ...llm_package import RunnerTokens, RunnerUnavailable
+
+    entry = json.loads((folder / "manifest.json").read_text()).get("openvino_genai")
+    if entry is None:
+        raise RunnerUnavailable("this model's folder is the components: not one stateful model in LLMPipeline's "
+                                "layout (OpenVINOConfig(stateful=False), an encoder-decoder or multimodal model)")
+    try:
+        import numpy as np
+        import openvino as ov
+        import openvino_genai
+    except ImportError as error:
+        raise RunnerUnavailable(f"openvino-genai is not installed ({error}): pip install 'hfexport[openvino-genai]'",
+                                missing=True) from error
+    pipe = openvino_genai.LLMPipeline(str(folder), "CPU", **entry.get("properties", {}))
+    config = pipe.get_generation_config()
+    config.max_new_tokens, config.do_sample = request.max_new_tokens, False
+    config.stop_token_ids = set(request.eos_token_ids)
+    ids = np.array([request.prompt_ids], dtype=np.int64)
+    out = pipe.generate(openvino_genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
+    return RunnerTokens(tuple(int(t) for t in out.tokens[0]), f"openvino-genai {openvino_genai.__version__}")
