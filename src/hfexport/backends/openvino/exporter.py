@@ -132,7 +132,7 @@ class OpenVINOExporter(HfExporter):
         """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout."""
         from .genai import genai_folder_files
 
-        return Packaged(genai_folder_files(artifacts, folder, context.tokenizer), {})
+        return Packaged(genai_folder_files(artifacts, folder, context.tokenizer, context.plan), {})
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: OpenVINOConfig) -> None:
         from .precision import recorded_options

@@ -25,17 +25,28 @@ and `GenerationRunner.load(out)` both run it.
 # (`ReadValue -> ScatterUpdate -> Assign`, 12-25 ms a step on a 134 MB Llama at 256-2048 slots,
 # `bench/RESULTS.md`). `stateful=False`, encoder-decoders, multimodal models and caches that are
 # not plain key/value layers (Mamba's) keep the components they had.
+#
+# NOTE: a model with a sliding window shorter than the sequences the state may hold (Gemma-2/3,
+# Mistral, Phi-3's 2047) gets no `LLMPipeline` folder but the components `hfexport generate` runs,
+# and the manifest's `openvino_genai` says why (`window_refusal`): LLMPipeline 2026.4.1 runs its
+# PagedAttention backend by default, which attends past the window of this graph (the window is in
+# the mask the graph computes, which its SDPA-to-PagedAttention transformation does not read), so
+# the folder would give wrong tokens once a sequence outgrows the window, and nothing would say so.
+# Measured on the tiny Gemma-3 (window 4, prompts of 1 and 20 tokens): PA's greedy tokens differ
+# from eager's from the first on; `ATTENTION_BACKEND="SDPA"` gave eager's, but a folder cannot
+# choose the backend its user's pipeline runs.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "plan_genai_generation", "is_genai_layout", "convert_tokenizer_for_genai",
-           "genai_folder_files"]
+__all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "GENAI_ENTRY", "plan_genai_generation", "attention_window",
+           "window_refusal", "is_genai_layout", "convert_tokenizer_for_genai", "genai_folder_files"]
 
 logger = logging.getLogger("hfexport")
 
@@ -46,6 +57,10 @@ GENAI_MODEL = "openvino_model"
 #: processors that have bf16
 GENAI_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 _TOKENIZER, _DETOKENIZER = "openvino_tokenizer", "openvino_detokenizer"
+#: the manifest's and the report's entry on the folder as an `LLMPipeline` folder
+GENAI_ENTRY = "openvino_genai"
+#: the OpenVINO GenAI whose PagedAttention was seen to attend past a sliding window (`window_refusal`)
+_GENAI_SEEN = "2026.4.1"
 
 
 def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, generation_config: Any,
@@ -59,7 +74,13 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
     asked = GenerationPlan(inputs, generation_config, multi_token_decode, False, config)
     if not config.stateful or getattr(model.config, "is_encoder_decoder", False) or not is_text_decoder(model):
         return asked
-    if generation_config is not None and getattr(generation_config, "cache_implementation", None) == "static":
+    static = generation_config is not None and getattr(generation_config, "cache_implementation", None) == "static"
+    why = window_refusal(model.config, int(generation_config.max_cache_len) if static else config.max_cache_len)
+    if why is not None:
+        logger.warning("the export folder is not an LLMPipeline folder (its components run with `hfexport "
+                       "generate`): %s", why)
+        return dataclasses.replace(asked, report={GENAI_ENTRY: {"llm_pipeline": False, "why": why}})
+    if static:
         bound = int(generation_config.max_cache_len)
         if config.max_cache_len not in (None, bound):
             raise ValueError(f"a static cache of {bound} tokens and OpenVINOConfig.max_cache_len={config.max_cache_len} "
@@ -69,6 +90,36 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
         generation_config.max_cache_len = None
         config = config.replace(max_cache_len=bound)
     return GenerationPlan(inputs, generation_config, True, True, config.replace(genai_layout=True))
+
+
+def attention_window(config: Any) -> int | None:
+    """The sliding window some layer of the text `config` attends, or None where every layer
+    attends everything (no `sliding_window`, Qwen's `use_sliding_window=False`, `layer_types`
+    without a sliding layer)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    window = getattr(text, "sliding_window", None)
+    layer_types = getattr(text, "layer_types", None)
+    if window is None or getattr(text, "use_sliding_window", None) is False:
+        return None
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None
+    return int(window)
+
+
+def window_refusal(config: Any, bound: int | None) -> str | None:
+    """Why `LLMPipeline` must not run a model of `config` whose state holds up to `bound` tokens
+    (None: up to its `max_position_embeddings`), or None: a window shorter than that (see the
+    module note)."""
+    window = attention_window(config)
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    longest = bound or getattr(text, "max_position_embeddings", None)
+    if window is None or (longest is not None and window >= longest):
+        return None
+    return (f"a sliding window of {window} tokens: OpenVINO GenAI {_GENAI_SEEN}'s LLMPipeline attends past it "
+            "with its default PagedAttention backend (greedy tokens differ from eager's once a sequence is longer "
+            "than the window; it takes the window only from the attention patterns its SDPA-to-PagedAttention "
+            "transformation matches, openvinotoolkit/openvino.genai#3871); export with --static-cache N, N <= "
+            f"{window}, for an LLMPipeline folder, or run these components with `hfexport generate`")
 
 
 def is_genai_layout(artifacts: dict[str, Any]) -> bool:
@@ -104,25 +155,27 @@ def convert_tokenizer_for_genai(tokenizer: Any, directory: Path) -> list[Path]:
     return written
 
 
-def genai_folder_files(artifacts: dict[str, Any], directory: Path, tokenizer: Any) -> dict[str, Any]:
+def genai_folder_files(artifacts: dict[str, Any], directory: Path, tokenizer: Any, plan: Any = None) -> dict[str, Any]:
     """For a generation export in the `LLMPipeline` layout (`is_genai_layout`), write the
     converted tokenizer into `directory` (the staged folder) and return the manifest's
-    `openvino_genai` entry: whether `LLMPipeline` can open the folder, its files, and why not."""
+    `openvino_genai` entry: whether `LLMPipeline` can open the folder, its files, and why not;
+    for components the `plan` kept out of that layout (`window_refusal`), its reason."""
     from ...record import record_of
 
     if not is_genai_layout(artifacts):
-        return {}
+        refused = plan.report.get(GENAI_ENTRY) if plan is not None else None
+        return {GENAI_ENTRY: refused} if refused else {}
     # the precisions the export recorded (`OpenVINOConfig.inference_precision`, `kv_cache_precision`):
     # what `LLMPipeline(folder, "CPU", **properties)` is to be given to run as validated
     properties = record_of(artifacts["decode"]).details.get("compile_properties") or {}
     entry: dict[str, Any] = {"model": f"{GENAI_MODEL}.xml", "properties": dict(properties)}
     if tokenizer is None:
-        return {"openvino_genai": {**entry, "llm_pipeline": False,
+        return {GENAI_ENTRY: {**entry, "llm_pipeline": False,
                                    "why": "no tokenizer was given: LLMPipeline needs openvino_tokenizer.xml"}}
     try:
         files = convert_tokenizer_for_genai(tokenizer, directory)
     except Exception as error:  # noqa: BLE001 - the export stands; the manifest and a warning say why LLMPipeline cannot open it
         why = f"openvino-tokenizers could not convert the tokenizer: {type(error).__name__}: {error}"
         logger.warning("the export folder is not an LLMPipeline folder: %s", why)
-        return {"openvino_genai": {**entry, "llm_pipeline": False, "why": why}}
-    return {"openvino_genai": {**entry, "llm_pipeline": True, "tokenizer": [f.name for f in files]}}
+        return {GENAI_ENTRY: {**entry, "llm_pipeline": False, "why": why}}
+    return {GENAI_ENTRY: {**entry, "llm_pipeline": True, "tokenizer": [f.name for f in files]}}
