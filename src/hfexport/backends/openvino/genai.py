@@ -27,8 +27,9 @@ and `GenerationRunner.load(out)` both run it.
 # not plain key/value layers (Mamba's) keep the components they had.
 #
 # NOTE: a model with a sliding window shorter than the sequences the state may hold (Gemma-2/3,
-# Mistral, Phi-3's 2047) gets no `LLMPipeline` folder but the components `hfexport generate` runs,
-# and the manifest's `openvino_genai` says why (`window_refusal`): LLMPipeline 2026.4.1 runs its
+# Mistral, Phi-3's 2047) gets no `LLMPipeline` folder: the same stateful model, written as
+# `decode.xml` with no converted tokenizer, which `hfexport generate` runs and `LLMPipeline` does not
+# open; the manifest's `openvino_genai` says why (`window_refusal`). LLMPipeline 2026.4.1 runs its
 # PagedAttention backend by default, which attends past the window of this graph (the window is in
 # the mask the graph computes, which its SDPA-to-PagedAttention transformation does not read), so
 # the folder would give wrong tokens once a sequence outgrows the window, and nothing would say so.
@@ -40,13 +41,12 @@ and `GenerationRunner.load(out)` both run it.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
 
 __all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "GENAI_ENTRY", "plan_genai_generation", "attention_window",
-           "window_refusal", "is_genai_layout", "convert_tokenizer_for_genai", "genai_folder_files"]
+           "window_refusal", "llm_pipeline_refusal", "is_genai_layout", "convert_tokenizer_for_genai", "genai_folder_files"]
 
 logger = logging.getLogger("hfexport")
 
@@ -59,6 +59,8 @@ GENAI_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f3
 _TOKENIZER, _DETOKENIZER = "openvino_tokenizer", "openvino_detokenizer"
 #: the manifest's and the report's entry on the folder as an `LLMPipeline` folder
 GENAI_ENTRY = "openvino_genai"
+#: the decode record's entry saying why its folder is no `LLMPipeline` folder (`window_refusal`)
+_REFUSED = "llm_pipeline_refused"
 #: the OpenVINO GenAI whose PagedAttention was seen to attend past a sliding window (`window_refusal`)
 _GENAI_SEEN = "2026.4.1"
 
@@ -74,13 +76,7 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
     asked = GenerationPlan(inputs, generation_config, multi_token_decode, False, config)
     if not config.stateful or getattr(model.config, "is_encoder_decoder", False) or not is_text_decoder(model):
         return asked
-    static = generation_config is not None and getattr(generation_config, "cache_implementation", None) == "static"
-    why = window_refusal(model.config, int(generation_config.max_cache_len) if static else config.max_cache_len)
-    if why is not None:
-        logger.warning("the export folder is not an LLMPipeline folder (its components run with `hfexport "
-                       "generate`): %s", why)
-        return dataclasses.replace(asked, report={GENAI_ENTRY: {"llm_pipeline": False, "why": why}})
-    if static:
+    if generation_config is not None and getattr(generation_config, "cache_implementation", None) == "static":
         bound = int(generation_config.max_cache_len)
         if config.max_cache_len not in (None, bound):
             raise ValueError(f"a static cache of {bound} tokens and OpenVINOConfig.max_cache_len={config.max_cache_len} "
@@ -89,7 +85,13 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
         generation_config.cache_implementation = None
         generation_config.max_cache_len = None
         config = config.replace(max_cache_len=bound)
-    return GenerationPlan(inputs, generation_config, True, True, config.replace(genai_layout=True))
+    plan = GenerationPlan(inputs, generation_config, True, True, config.replace(genai_layout=True))
+    why = window_refusal(model.config, config.max_cache_len)
+    if why is not None:  # the decode's record carries it to the packaging (`genai_folder_files`)
+        logger.warning("the export folder will not be an LLMPipeline folder (`hfexport generate` runs it): %s", why)
+        plan.report[GENAI_ENTRY] = plan.record_details.setdefault("decode", {})[_REFUSED] = {
+            "llm_pipeline": False, "why": why}
+    return plan
 
 
 def attention_window(config: Any) -> int | None:
@@ -120,6 +122,14 @@ def window_refusal(config: Any, bound: int | None) -> str | None:
             "than the window; it takes the window only from the attention patterns its SDPA-to-PagedAttention "
             "transformation matches, openvinotoolkit/openvino.genai#3871); export with --static-cache N, N <= "
             f"{window}, for an LLMPipeline folder, or run these components with `hfexport generate`")
+
+
+def llm_pipeline_refusal(artifacts: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest's `openvino_genai` entry of a generation export in the `LLMPipeline` layout
+    that its plan kept from being an `LLMPipeline` folder (`window_refusal`), or None."""
+    from ...record import record_of
+
+    return record_of(artifacts["decode"]).details.get(_REFUSED) if is_genai_layout(artifacts) else None
 
 
 def is_genai_layout(artifacts: dict[str, Any]) -> bool:
@@ -155,16 +165,17 @@ def convert_tokenizer_for_genai(tokenizer: Any, directory: Path) -> list[Path]:
     return written
 
 
-def genai_folder_files(artifacts: dict[str, Any], directory: Path, tokenizer: Any, plan: Any = None) -> dict[str, Any]:
+def genai_folder_files(artifacts: dict[str, Any], directory: Path, tokenizer: Any) -> dict[str, Any]:
     """For a generation export in the `LLMPipeline` layout (`is_genai_layout`), write the
     converted tokenizer into `directory` (the staged folder) and return the manifest's
-    `openvino_genai` entry: whether `LLMPipeline` can open the folder, its files, and why not;
-    for components the `plan` kept out of that layout (`window_refusal`), its reason."""
+    `openvino_genai` entry: whether `LLMPipeline` can open the folder, its files, and why not
+    (a refused one, `llm_pipeline_refusal`, gets no tokenizer and keeps its `decode` name)."""
     from ...record import record_of
 
     if not is_genai_layout(artifacts):
-        refused = plan.report.get(GENAI_ENTRY) if plan is not None else None
-        return {GENAI_ENTRY: refused} if refused else {}
+        return {}
+    if (refused := llm_pipeline_refusal(artifacts)) is not None:
+        return {GENAI_ENTRY: refused}
     # the precisions the export recorded (`OpenVINOConfig.inference_precision`, `kv_cache_precision`):
     # what `LLMPipeline(folder, "CPU", **properties)` is to be given to run as validated
     properties = record_of(artifacts["decode"]).details.get("compile_properties") or {}
