@@ -2,12 +2,10 @@
 greedy tokens: Llama, Qwen3, Gemma-3 (a sliding window shorter than the prompt) and Phi-3 ×
 onnxruntime-genai's `Generator`, OpenVINO GenAI's `LLMPipeline` and ExecuTorch's `TextLLMRunner`.
 
-Each model is a tiny random preset with the offline BPE tokenizer (`harness.tiny_bpe_tokenizer`),
-saved as transformers saves one and exported by the CLI's job with the CLI's flags:
-`-f onnx --generate --multi-token-decode --static-cache 64`, `-f openvino --generate`,
-`-f executorch --generate --static-cache 64`. One export per (model, runtime), shared by the
-module's tests. Where a runtime cannot serve an architecture, the folder says so (the manifest's
-reason) and the test asserts that instead of the runner's tokens.
+Each model is a tiny random preset saved with the offline BPE tokenizer and exported by the CLI's
+job with the CLI's flags (`exports.export_llm_package`, one export per (model, runtime), shared
+through the session fixture `llm_package`). Where a runtime cannot serve an architecture, the
+folder says so (the manifest's reason) and the test asserts that instead of the runner's tokens.
 """
 
 from __future__ import annotations
@@ -17,23 +15,19 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from tests.harness import both_llm_runners, tiny_bpe_tokenizer
+from tests.harness import both_llm_runners
+
+from .exports import LLM_PROMPT, LLM_RUNTIMES
 
 pytestmark = pytest.mark.slow  # 12 exports, each run in a fresh process
 
 NEW_TOKENS = 12
-CACHE = 64
-#: 8 tokens of the tiny tokenizer: longer than Gemma-3's window (the preset's `sliding_window=4`)
-PROMPT = "once upon a time there was a model"
 MODELS = ["llama", "qwen3", "gemma3_text", "phi3"]
-#: runtime -> (the modules its export and vendor runner import, the export's CLI flags as job options)
-RUNTIMES = {
-    "onnx": (("onnxscript", "onnxruntime", "onnxruntime_genai"), {"static_cache": CACHE, "multi_token_decode": True}),
-    "openvino": (("openvino", "openvino_genai", "openvino_tokenizers"), {}),
-    "executorch": (("executorch",), {"static_cache": CACHE}),
-}
+
+#: (model, runtime) whose vendor runner cannot serve the model: what the manifest's reason says.
+#: LLMPipeline 2026.4.1's default PagedAttention attends past Gemma-3's window (`backends/openvino/genai.py`).
+REFUSED = {("gemma3_text", "openvino"): "a sliding window of 4 tokens"}
 
 #: onnxruntime-genai's `Generator` on the folder, greedy, fed token ids (`genai_config.json` names the graph).
 _GENAI = """
@@ -70,54 +64,11 @@ print("RESULT " + json.dumps([int(t) for t in pipe.generate(prompt, config).toke
 
 _VENDOR_SCRIPTS = {"onnx": _GENAI, "openvino": _LLM_PIPELINE}
 
-#: (model, runtime) whose vendor runner cannot serve the model: what the manifest's reason says.
-#: LLMPipeline 2026.4.1's default PagedAttention attends past Gemma-3's window (`openvino/genai.py`).
-REFUSED = {("gemma3_text", "openvino"): "a sliding window of 4 tokens"}
 
-
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory):
-    """`sources(name)`: the preset saved with the tiny tokenizer (vocabulary resized to it), its
-    eager model, the prompt's ids and eager `generate`'s greedy tokens; made once per model."""
-    from hfexport.presets import build_preset
-
-    made = {}
-
-    def get(name: str):
-        if name not in made:
-            tokenizer = tiny_bpe_tokenizer()
-            model, _ = build_preset(name, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
-            folder = tmp_path_factory.mktemp(f"source-{name}")
-            model.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-            ids = tokenizer(PROMPT, return_tensors="pt").input_ids
-            with torch.no_grad():
-                eager = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                                       min_new_tokens=NEW_TOKENS, do_sample=False)[0, ids.shape[1]:].tolist()
-            made[name] = folder, tokenizer, ids, eager
-        return made[name]
-
-    return get
-
-
-@pytest.fixture(scope="module")
-def package(request, sources, tmp_path_factory):
-    """One (model, runtime) package exported from the saved model by the CLI's job, with the
-    window's facts: `(runtime, folder, manifest, tokenizer, ids, eager tokens)`."""
-    from hfexport import AutoExportConfig
-    from hfexport.job import export_to_folder
-
-    name, runtime = request.param
-    modules, options = RUNTIMES[runtime]
-    for module in modules:
-        pytest.importorskip(module)
-    source, tokenizer, ids, eager = sources(name)
-    window = json.loads((source / "config.json").read_text()).get("sliding_window")
-    assert window is None or ids.shape[1] > window, "the prompt must be longer than the window"
-    folder = tmp_path_factory.mktemp(f"package-{name}-{runtime}") / "out"
-    config = AutoExportConfig.from_dict({"export_format": runtime, "dynamic": True})
-    result = export_to_folder(str(source), config, folder, generate=True, prompt=PROMPT, **options)
-    return (name, runtime), folder, result.manifest, tokenizer, ids, eager
+def _cases(refused: bool) -> list:
+    """The (model, runtime) cases the vendor runner serves, or those it refuses (`REFUSED`)."""
+    cases = [(m, r) for m in MODELS for r in LLM_RUNTIMES if ((m, r) in REFUSED) == refused]
+    return [pytest.param(*case, id=f"{case[0]}-{case[1]}") for case in cases]
 
 
 def _vendor_tokens(runtime: str, folder, ids: list[int]) -> list[int]:
@@ -129,40 +80,39 @@ def _vendor_tokens(runtime: str, folder, ids: list[int]) -> list[int]:
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
-def _packages(refused: bool) -> list:
-    """The (model, runtime) cases the vendor runner serves, or those it refuses (`REFUSED`), as
-    indirect parameters of the module-scoped `package` fixture: one export each, whichever test asks."""
-    cases = [(m, r) for m in MODELS for r in RUNTIMES if ((m, r) in REFUSED) == refused]
-    return [pytest.param(case, id=f"{case[0]}-{case[1]}") for case in cases]
-
-
-@pytest.mark.parametrize("package", _packages(refused=False), indirect=True, scope="module")
-def test_the_vendor_runner_generates_eagers_tokens(package):
+@pytest.mark.parametrize(("name", "runtime"), _cases(refused=False))
+def test_the_vendor_runner_generates_eagers_tokens(llm_package, name, runtime):
     """Greedy, past the window on every step for Gemma-3: the vendor's runner on the folder gives
     the token ids of eager `generate` (ExecuTorch's `TextLLMRunner` takes text and stops at an EOS
     id: its pieces are eager's tokens decoded one by one, up to the first EOS)."""
-    (name, runtime), folder, manifest, tokenizer, ids, eager = package
+    package = llm_package(name, runtime)
+    window = getattr(package.model.config, "sliding_window", None)
+    assert window is None or package.ids.shape[1] > window, "the prompt must be longer than the window"
+    eager, ids = package.eager(NEW_TOKENS), package.ids[0].tolist()
     if runtime == "executorch":
-        got = both_llm_runners(folder, PROMPT, ids[0].tolist(), NEW_TOKENS)
+        got = both_llm_runners(package.folder, LLM_PROMPT, ids, NEW_TOKENS)
         assert got["ours"] == eager
-        stop = next((i + 1 for i, token in enumerate(eager) if token == tokenizer.eos_token_id), NEW_TOKENS)
-        assert got["pieces"] == [tokenizer.decode([token]) for token in eager][:stop]
+        eos = package.tokenizer.eos_token_id
+        stop = next((i + 1 for i, token in enumerate(eager) if token == eos), NEW_TOKENS)
+        assert got["pieces"] == [package.tokenizer.decode([token]) for token in eager][:stop]
         return
-    entry = manifest["onnxruntime_genai" if runtime == "onnx" else "openvino_genai"]
+    entry = package.manifest["onnxruntime_genai" if runtime == "onnx" else "openvino_genai"]
     assert entry.get("config") or entry.get("llm_pipeline"), entry
-    assert _vendor_tokens(runtime, folder, ids[0].tolist()) == eager
+    assert _vendor_tokens(runtime, package.folder, ids) == eager
 
 
-@pytest.mark.parametrize("package", _packages(refused=True), indirect=True, scope="module")
-def test_a_refused_package_is_components_that_say_why(package):
+@pytest.mark.parametrize(("name", "runtime"), _cases(refused=True))
+def test_a_refused_package_is_components_that_say_why(llm_package, name, runtime):
     """Where the vendor runner would give wrong tokens, the folder is no package of it: the
     manifest and the report say why, and `hfexport generate`'s runner gives eager's tokens."""
     from hfexport import GenerationRunner
 
-    (name, runtime), folder, manifest, _, ids, eager = package
-    entry = manifest["openvino_genai"]
+    package = llm_package(name, runtime)
+    entry = package.manifest["openvino_genai"]
     assert entry["llm_pipeline"] is False and REFUSED[name, runtime] in entry["why"], entry
-    assert json.loads((folder / "report.json").read_text())["openvino_genai"] == entry
-    assert not (folder / "openvino_model.xml").exists() and not (folder / "openvino_tokenizer.xml").exists()
-    got = GenerationRunner.load(folder).generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
-    assert got.tokens == eager
+    assert json.loads((package.folder / "report.json").read_text())["openvino_genai"] == entry
+    assert not (package.folder / "openvino_model.xml").exists()
+    assert not (package.folder / "openvino_tokenizer.xml").exists()
+    got = GenerationRunner.load(package.folder).generate(package.ids, max_new_tokens=NEW_TOKENS,
+                                                          min_new_tokens=NEW_TOKENS)
+    assert got.tokens == package.eager(NEW_TOKENS)
