@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "GENAI_ENTRY", "plan_genai_generation", "attention_window",
-           "window_refusal", "llm_pipeline_refusal", "is_genai_layout", "convert_tokenizer_for_genai", "genai_folder_files"]
+           "window_refusal", "llm_pipeline_refusal", "is_genai_layout", "convert_tokenizer_for_genai",
+           "genai_folder_files"]
 
 logger = logging.getLogger("hfexport")
 
@@ -98,7 +99,7 @@ def attention_window(config: Any) -> int | None:
     """The sliding window some layer of the text `config` attends, or None where every layer
     attends everything (no `sliding_window`, Qwen's `use_sliding_window=False`, `layer_types`
     without a sliding layer)."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = _text_config(config)
     window = getattr(text, "sliding_window", None)
     layer_types = getattr(text, "layer_types", None)
     if window is None or getattr(text, "use_sliding_window", None) is False:
@@ -113,8 +114,7 @@ def window_refusal(config: Any, bound: int | None) -> str | None:
     (None: up to its `max_position_embeddings`), or None: a window shorter than that (see the
     module note)."""
     window = attention_window(config)
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    longest = bound or getattr(text, "max_position_embeddings", None)
+    longest = bound or getattr(_text_config(config), "max_position_embeddings", None)
     if window is None or (longest is not None and window >= longest):
         return None
     return (f"a sliding window of {window} tokens: OpenVINO GenAI {_GENAI_SEEN}'s LLMPipeline attends past it "
@@ -122,6 +122,11 @@ def window_refusal(config: Any, bound: int | None) -> str | None:
             "than the window; it takes the window only from the attention patterns its SDPA-to-PagedAttention "
             "transformation matches, openvinotoolkit/openvino.genai#3871); export with --static-cache N, N <= "
             f"{window}, for an LLMPipeline folder, or run these components with `hfexport generate`")
+
+
+def _text_config(config: Any) -> Any:
+    """The decoder's config of a composite model's `config`, or `config` itself."""
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
 def llm_pipeline_refusal(artifacts: dict[str, Any]) -> dict[str, Any] | None:
@@ -182,7 +187,7 @@ def genai_folder_files(artifacts: dict[str, Any], directory: Path, tokenizer: An
     entry: dict[str, Any] = {"model": f"{GENAI_MODEL}.xml", "properties": dict(properties)}
     if tokenizer is None:
         return {GENAI_ENTRY: {**entry, "llm_pipeline": False,
-                                   "why": "no tokenizer was given: LLMPipeline needs openvino_tokenizer.xml"}}
+                              "why": "no tokenizer was given: LLMPipeline needs openvino_tokenizer.xml"}}
     try:
         files = convert_tokenizer_for_genai(tokenizer, directory)
     except Exception as error:  # noqa: BLE001 - the export stands; the manifest and a warning say why LLMPipeline cannot open it
