@@ -91,3 +91,22 @@ def saved_generation(tmp_path_factory):
         return made[fmt, case]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def llm_package(tmp_path_factory):
+    """`llm_package(name, runtime)`: preset `name`'s LLM package for `runtime`
+    (`tests.generation.exports.export_llm_package`), made once per session whichever test asks
+    first; skipped where the runtime's packages do not import."""
+    from tests.generation.exports import LLM_RUNTIMES, export_llm_package
+
+    made = {}
+
+    def get(name: str, runtime: str):
+        for module in LLM_RUNTIMES[runtime][0]:
+            pytest.importorskip(module)
+        if (name, runtime) not in made:
+            made[name, runtime] = export_llm_package(name, runtime, tmp_path_factory.mktemp(f"llm-{name}-{runtime}"))
+        return made[name, runtime]
+
+    return get

@@ -71,3 +71,55 @@ def _generation_config(static: int | None) -> Any:
     from transformers import GenerationConfig
 
     return GenerationConfig(cache_implementation="static", max_cache_len=static) if static else None
+
+
+#: The LLM packages' prompt: 8 tokens of `harness.tiny_bpe_tokenizer`, longer than the windowed presets' 4.
+LLM_PROMPT = "once upon a time there was a model"
+LLM_CACHE = 64
+#: runtime -> (the modules its export and vendor runner import, the CLI's package flags as job options:
+#: `-f onnx --generate --multi-token-decode --static-cache 64`, `-f openvino --generate`,
+#: `-f executorch --generate --static-cache 64`)
+LLM_RUNTIMES = {
+    "onnx": (("onnxscript", "onnxruntime", "onnxruntime_genai"),
+             {"generate": True, "static_cache": LLM_CACHE, "multi_token_decode": True}),
+    "openvino": (("openvino", "openvino_genai", "openvino_tokenizers"), {"generate": True}),
+    "executorch": (("executorch",), {"generate": True, "static_cache": LLM_CACHE}),
+}
+
+
+@dataclasses.dataclass
+class LlmPackage:
+    """A runtime's LLM package of a tiny preset saved with the tiny tokenizer."""
+
+    folder: Path
+    manifest: dict[str, Any]
+    model: torch.nn.Module
+    tokenizer: Any
+    ids: torch.Tensor  # `LLM_PROMPT`'s ids
+
+    def eager(self, new_tokens: int, *, stop_at_eos: bool = False) -> list[int]:
+        """Eager `generate`'s greedy new tokens on the prompt: `new_tokens` of them, or up to and
+        with the first EOS where `stop_at_eos` (as the vendors' runners stop)."""
+        least = None if stop_at_eos else new_tokens
+        with torch.no_grad():
+            out = self.model.generate(self.ids, attention_mask=torch.ones_like(self.ids), max_new_tokens=new_tokens,
+                                      min_new_tokens=least, do_sample=False)
+        return out[0, self.ids.shape[1]:].tolist()
+
+
+def export_llm_package(name: str, runtime: str, directory: Path) -> LlmPackage:
+    """Save preset `name` (its vocabulary resized to the tiny tokenizer's) with that tokenizer, as
+    transformers saves a model, and export its `runtime` package from that folder by the CLI's
+    job with the CLI's package flags (`LLM_RUNTIMES`) into `directory / "out"`."""
+    from hfexport.presets import build_preset
+    from tests.harness import tiny_bpe_tokenizer
+
+    tokenizer = tiny_bpe_tokenizer()
+    model, _ = build_preset(name, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
+    model.save_pretrained(directory / "source")
+    tokenizer.save_pretrained(directory / "source")
+    config = AutoExportConfig.from_dict({"export_format": runtime, "dynamic": True})
+    result = export_to_folder(str(directory / "source"), config, directory / "out", prompt=LLM_PROMPT,
+                              **LLM_RUNTIMES[runtime][1])
+    ids = tokenizer(LLM_PROMPT, return_tensors="pt").input_ids
+    return LlmPackage(directory / "out", result.manifest, model, tokenizer, ids)

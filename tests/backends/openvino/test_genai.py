@@ -112,3 +112,26 @@ def test_a_padded_batch_gives_each_prompt_its_own_tokens(exported):
     for prompt, text in zip(prompts, texts):
         eager = _eager(model, tokenizer(prompt, return_tensors="pt")["input_ids"])
         assert text == tokenizer.decode(eager, skip_special_tokens=True), (prompt, VARIATION)
+
+
+@pytest.mark.parametrize(("preset", "overrides", "bound", "refused"), [
+    ("llama", {}, None, False),
+    ("qwen3", {"sliding_window": 4}, None, False),  # use_sliding_window=False: every layer attends everything
+    ("gemma3_text", {}, None, True),
+    ("gemma3_text", {}, 4, False),  # the state never holds more than the window
+    ("mistral", {}, 32, True),
+    ("phi3", {"sliding_window": 16}, 64, True),
+    ("phi3", {"sliding_window": 2047, "max_position_embeddings": 2048}, None, True),
+    ("phi3", {"sliding_window": 2047, "max_position_embeddings": 2048}, 2047, False),
+])
+def test_a_window_shorter_than_the_state_refuses_the_llm_pipeline_folder(preset, overrides, bound, refused):
+    """`window_refusal`: a sliding window some layer attends, shorter than the tokens the state may
+    hold (the bound, else the model's positions), refuses the folder and names the remedy."""
+    from hfexport.backends.openvino.genai import window_refusal
+    from hfexport.presets import build_preset
+
+    model, _ = build_preset(preset, **overrides)
+    why = window_refusal(model.config, bound)
+    assert (why is not None) == refused, why
+    if refused:
+        assert f"sliding window of {model.config.sliding_window} tokens" in why and "--static-cache N" in why

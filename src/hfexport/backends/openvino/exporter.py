@@ -124,10 +124,12 @@ class OpenVINOExporter(HfExporter):
 
     def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
         """A generation export in `LLMPipeline`'s layout writes its `decode` as `openvino_model`,
-        the name `LLMPipeline` opens (the manifest names the files)."""
-        from .genai import GENAI_MODEL, is_genai_layout
+        the name `LLMPipeline` opens (the manifest names the files), unless refused
+        (`genai.window_refusal`): then `decode`, which `LLMPipeline` does not open."""
+        from .genai import GENAI_MODEL, is_genai_layout, llm_pipeline_refusal
 
-        return GENAI_MODEL if name == "decode" and is_genai_layout(artifacts) else name
+        is_pipeline_model = name == "decode" and is_genai_layout(artifacts) and llm_pipeline_refusal(artifacts) is None
+        return GENAI_MODEL if is_pipeline_model else name
 
     def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
         """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout."""

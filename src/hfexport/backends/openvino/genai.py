@@ -25,6 +25,17 @@ and `GenerationRunner.load(out)` both run it.
 # (`ReadValue -> ScatterUpdate -> Assign`, 12-25 ms a step on a 134 MB Llama at 256-2048 slots,
 # `bench/RESULTS.md`). `stateful=False`, encoder-decoders, multimodal models and caches that are
 # not plain key/value layers (Mamba's) keep the components they had.
+#
+# NOTE: a model with a sliding window shorter than the sequences the state may hold (Gemma-2/3,
+# Mistral, Phi-3's 2047) gets no `LLMPipeline` folder: the same stateful model, written as
+# `decode.xml` with no converted tokenizer, which `hfexport generate` runs and `LLMPipeline` does not
+# open; the manifest's `openvino_genai` says why (`window_refusal`). LLMPipeline 2026.4.1 runs its
+# PagedAttention backend by default, which attends past the window of this graph (the window is in
+# the mask the graph computes, which its SDPA-to-PagedAttention transformation does not read), so
+# the folder would give wrong tokens once a sequence outgrows the window, and nothing would say so.
+# Measured on the tiny Gemma-3 (window 4, prompts of 1 and 20 tokens): PA's greedy tokens differ
+# from eager's from the first on; `ATTENTION_BACKEND="SDPA"` gave eager's, but a folder cannot
+# choose the backend its user's pipeline runs.
 """
 
 from __future__ import annotations
@@ -35,7 +46,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "plan_genai_generation", "is_genai_layout", "convert_tokenizer_for_genai",
+__all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "GENAI_ENTRY", "plan_genai_generation", "attention_window",
+           "window_refusal", "llm_pipeline_refusal", "is_genai_layout", "convert_tokenizer_for_genai",
            "genai_folder_files", "run_llm_pipeline"]
 
 logger = logging.getLogger("hfexport")
@@ -47,6 +59,12 @@ GENAI_MODEL = "openvino_model"
 #: processors that have bf16
 GENAI_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 _TOKENIZER, _DETOKENIZER = "openvino_tokenizer", "openvino_detokenizer"
+#: the manifest's and the report's entry on the folder as an `LLMPipeline` folder
+GENAI_ENTRY = "openvino_genai"
+#: the decode record's entry saying why its folder is no `LLMPipeline` folder (`window_refusal`)
+_REFUSED = "llm_pipeline_refused"
+#: the OpenVINO GenAI whose PagedAttention was seen to attend past a sliding window (`window_refusal`)
+_GENAI_SEEN = "2026.4.1"
 
 
 def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, generation_config: Any,
@@ -69,7 +87,55 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
         generation_config.cache_implementation = None
         generation_config.max_cache_len = None
         config = config.replace(max_cache_len=bound)
-    return GenerationPlan(inputs, generation_config, True, True, config.replace(genai_layout=True))
+    plan = GenerationPlan(inputs, generation_config, True, True, config.replace(genai_layout=True))
+    why = window_refusal(model.config, config.max_cache_len)
+    if why is not None:  # the decode's record carries it to the packaging (`genai_folder_files`)
+        logger.warning("the export folder will not be an LLMPipeline folder (`hfexport generate` runs it): %s", why)
+        plan.report[GENAI_ENTRY] = plan.record_details.setdefault("decode", {})[_REFUSED] = {
+            "llm_pipeline": False, "why": why}
+    return plan
+
+
+def attention_window(config: Any) -> int | None:
+    """The sliding window some layer of the text `config` attends, or None where every layer
+    attends everything (no `sliding_window`, Qwen's `use_sliding_window=False`, `layer_types`
+    without a sliding layer)."""
+    text = _text_config(config)
+    window = getattr(text, "sliding_window", None)
+    layer_types = getattr(text, "layer_types", None)
+    if window is None or getattr(text, "use_sliding_window", None) is False:
+        return None
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None
+    return int(window)
+
+
+def window_refusal(config: Any, bound: int | None) -> str | None:
+    """Why `LLMPipeline` must not run a model of `config` whose state holds up to `bound` tokens
+    (None: up to its `max_position_embeddings`), or None: a window shorter than that (see the
+    module note)."""
+    window = attention_window(config)
+    longest = bound or getattr(_text_config(config), "max_position_embeddings", None)
+    if window is None or (longest is not None and window >= longest):
+        return None
+    return (f"a sliding window of {window} tokens: OpenVINO GenAI {_GENAI_SEEN}'s LLMPipeline attends past it "
+            "with its default PagedAttention backend (greedy tokens differ from eager's once a sequence is longer "
+            "than the window; it takes the window only from the attention patterns its SDPA-to-PagedAttention "
+            "transformation matches, openvinotoolkit/openvino.genai#3871); export with --static-cache N, N <= "
+            f"{window}, for an LLMPipeline folder, or run these components with `hfexport generate`")
+
+
+def _text_config(config: Any) -> Any:
+    """The decoder's config of a composite model's `config`, or `config` itself."""
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def llm_pipeline_refusal(artifacts: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest's `openvino_genai` entry of a generation export in the `LLMPipeline` layout
+    that its plan kept from being an `LLMPipeline` folder (`window_refusal`), or None."""
+    from ...record import record_of
+
+    return record_of(artifacts["decode"]).details.get(_REFUSED) if is_genai_layout(artifacts) else None
 
 
 def is_genai_layout(artifacts: dict[str, Any]) -> bool:
@@ -108,25 +174,28 @@ def convert_tokenizer_for_genai(tokenizer: Any, directory: Path) -> list[Path]:
 def genai_folder_files(artifacts: dict[str, Any], directory: Path, tokenizer: Any) -> dict[str, Any]:
     """For a generation export in the `LLMPipeline` layout (`is_genai_layout`), write the
     converted tokenizer into `directory` (the staged folder) and return the manifest's
-    `openvino_genai` entry: whether `LLMPipeline` can open the folder, its files, and why not."""
+    `openvino_genai` entry: whether `LLMPipeline` can open the folder, its files, and why not
+    (a refused one, `llm_pipeline_refusal`, gets no tokenizer and keeps its `decode` name)."""
     from ...record import record_of
 
     if not is_genai_layout(artifacts):
         return {}
+    if (refused := llm_pipeline_refusal(artifacts)) is not None:
+        return {GENAI_ENTRY: refused}
     # the precisions the export recorded (`OpenVINOConfig.inference_precision`, `kv_cache_precision`):
     # what `LLMPipeline(folder, "CPU", **properties)` is to be given to run as validated
     properties = record_of(artifacts["decode"]).details.get("compile_properties") or {}
     entry: dict[str, Any] = {"model": f"{GENAI_MODEL}.xml", "properties": dict(properties)}
     if tokenizer is None:
-        return {"openvino_genai": {**entry, "llm_pipeline": False,
-                                   "why": "no tokenizer was given: LLMPipeline needs openvino_tokenizer.xml"}}
+        return {GENAI_ENTRY: {**entry, "llm_pipeline": False,
+                              "why": "no tokenizer was given: LLMPipeline needs openvino_tokenizer.xml"}}
     try:
         files = convert_tokenizer_for_genai(tokenizer, directory)
     except Exception as error:  # noqa: BLE001 - the export stands; the manifest and a warning say why LLMPipeline cannot open it
         why = f"openvino-tokenizers could not convert the tokenizer: {type(error).__name__}: {error}"
         logger.warning("the export folder is not an LLMPipeline folder: %s", why)
-        return {"openvino_genai": {**entry, "llm_pipeline": False, "why": why}}
-    return {"openvino_genai": {**entry, "llm_pipeline": True, "tokenizer": [f.name for f in files]}}
+        return {GENAI_ENTRY: {**entry, "llm_pipeline": False, "why": why}}
+    return {GENAI_ENTRY: {**entry, "llm_pipeline": True, "tokenizer": [f.name for f in files]}}
 
 
 def run_llm_pipeline(folder: Path, request: Any) -> Any:
@@ -141,10 +210,12 @@ def run_llm_pipeline(folder: Path, request: Any) -> Any:
     """
     from ...llm_package import RunnerTokens, RunnerUnavailable
 
-    entry = json.loads((folder / "manifest.json").read_text()).get("openvino_genai")
+    entry = json.loads((folder / "manifest.json").read_text()).get(GENAI_ENTRY)
     if entry is None:
         raise RunnerUnavailable("this model's folder is the components: not one stateful model in LLMPipeline's "
                                 "layout (OpenVINOConfig(stateful=False), an encoder-decoder or multimodal model)")
+    if "model" not in entry:  # `window_refusal`: the model is written as the components' decode
+        raise RunnerUnavailable(f"this model's folder is the components: {entry.get('why', 'not an LLMPipeline folder')}")
     try:
         import numpy as np
         import openvino as ov
