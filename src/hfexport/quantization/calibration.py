@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_PROMPTS", "read_prompts", "prompt_samples"]
+__all__ = ["DEFAULT_PROMPTS", "read_prompts", "prompt_samples", "chosen_prompts", "calibration_for"]
 
 #: Diverse prompts calibration runs on without `--calibration-data`: chat, code, prose, lists,
 #: numbers and other languages, so that activation ranges see more than one kind of text.
