@@ -278,13 +278,17 @@ class HfExporter:
 
     def export_components(self, components: dict[str, tuple[torch.nn.Module, dict[str, Any]]],
                           config: ExportConfig | None = None, *,
-                          on_component: Callable[[str, torch.nn.Module], Any] | None = None) -> dict[str, Any]:
+                          on_component: Callable[[str, torch.nn.Module], Any] | None = None,
+                          calibrate_on_captured: bool = True) -> dict[str, Any]:
         """Export the components `decompose_for_generation` returned, each on its captured kwargs
         under the exported interface's names (a static quantization scheme calibrated on them).
 
         Args:
             on_component: `on_component(name, module)` returns a context manager entered around
                 each component's export (progress reporting).
+            calibrate_on_captured: calibrate each component on its captured kwargs; `False` keeps
+                the quantizer's own calibration data (components that take the model's forward
+                kwargs: the whole model).
 
         Returns:
             `{component name: artifact}`.
@@ -294,7 +298,8 @@ class HfExporter:
         artifacts = {}
         for name, (module, kwargs) in components.items():
             with on_component(name, module) if on_component else contextlib.nullcontext():
-                artifacts[name] = self.export(module, interface_kwargs(kwargs), config=_for_component(config, kwargs))
+                own = _for_component(config, kwargs) if calibrate_on_captured else config
+                artifacts[name] = self.export(module, interface_kwargs(kwargs), config=own)
         note_initial_cache(components, artifacts)
         return artifacts
 

@@ -167,8 +167,12 @@ class JobOptions:
             are measured on a real LLM (`generation.accuracy.quantized_criteria`).
         accuracy_tokens: steps the accuracy gate compares (default 64, fewer when a static cache
             holds fewer after the prompt).
-        quantize: a quantization scheme name (`"int8-dynamic"`, calibrated on the sample inputs)
-            or an `ExportQuantizer`; `config.quantizer` is used when not given.
+        quantize: a quantization scheme name (`"int8-dynamic"`), a `QuantizationChoice` (the
+            scheme or optimum's weight format with group size, ratio, symmetry, embedding bits,
+            AWQ, scale estimation and calibration prompts: `docs/quantization.md`), or an
+            `ExportQuantizer`; `config.quantizer` is used when not given. A scheme or choice that
+            runs on data calibrates on `QuantizationChoice.calibration_data` or the built-in
+            prompts (`quantization.calibration`); the report's `quantization` says which.
         prompt: the sample prompt when the model comes with a tokenizer.
         gguf_file: the GGUF file to load in the folder or hub repo `model` names.
         revision: the hub revision (branch, tag or commit) of `model` to load.
@@ -272,10 +276,13 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
 
     steps = _Timed(options.progress or _Silent())
     exporter = AutoHfExporter.from_config(config).for_folder()
-    if isinstance(options.quantize, str):
-        from .quantization import quantizer_for
+    choice = _choice(options.quantize)
+    if choice is not None:  # an option the format cannot honour, or an unreadable prompt file, fails before loading
+        choice.quantizer(config.export_format)
+        if choice.calibration_data is not None:
+            from .quantization.calibration import read_prompts
 
-        quantizer_for(config.export_format, options.quantize)  # an unknown scheme fails before loading anything
+            read_prompts(choice.calibration_data)
     steps.total = 5 if options.validate else 4
     gguf = options.gguf_file
     with steps.step(f"loading {_describe(model)}{f' ({gguf})' if gguf else ''}"):
@@ -283,7 +290,7 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
                        trust_remote_code=options.trust_remote_code)
     flags, task, task_name = _chosen_task(exporter, options, loaded.model)
     generate, generation_config, multi_token_decode = _generation_request(config, flags, options.generation_config)
-    config = _with_quantizer(config, options.quantize, loaded.inputs)
+    config, quantization = _with_quantizer(config, options.quantize if choice is None else choice, loaded, generate)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
         components, plan = _components(exporter, config, loaded, generate, generation_config, multi_token_decode,
                                        flags.static_cache, task_name)
@@ -297,7 +304,7 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
 
     # the job validates every component itself, so the exporter does not validate once more
     artifacts = exporter.export_components(components, config.replace(validate=False) if config.validate else config,
-                                           on_component=exporting)
+                                           on_component=exporting, calibrate_on_captured=generate)
     timing = Phases()  # the report's `timing`: each component's phases, then the folder's
     for name, artifact in artifacts.items():
         timing.add(name, record_of(artifact).details.get("stage_seconds", {}))
@@ -322,6 +329,7 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
             reports = _validated(artifacts, components, target, atol=options.atol, rtol=options.rtol,
                                  min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
     report = {**_report(loaded, config, artifacts, reports, generate, options.quantize), "task": task,
+              **({"quantization": quantization} if quantization is not None else {}),
               "job_seconds": dict(steps.seconds), **(plan.report if plan is not None else {})}
     floor = None
     checks = []  # (label, timing phase, check): run on the staged folder, in order
@@ -400,15 +408,31 @@ def _load(model: Any, prompt: str, gguf_file: str | None = None, *, revision: st
     raise TypeError(f"export_to_folder takes a model spec, a LoadedModel or (model, inputs); got {type(model).__name__}")
 
 
-def _with_quantizer(config: ExportConfig, quantize: Any, inputs: dict[str, Any]) -> ExportConfig:
-    """`config` with the quantizer `quantize` names (a scheme is calibrated on the sample inputs)."""
-    if quantize is None:
-        return config
-    if isinstance(quantize, str):
-        from .quantization import quantizer_for
+def _choice(quantize: Any) -> Any:
+    """`quantize` as a `QuantizationChoice` (a scheme name is one), or `None` (none, or a quantizer object)."""
+    from .quantization import QuantizationChoice
 
-        quantize = quantizer_for(config.export_format, quantize, calibration=[inputs])
-    return config.replace(quantizer=quantize)
+    if isinstance(quantize, str):
+        return QuantizationChoice(scheme=quantize)
+    return quantize if isinstance(quantize, QuantizationChoice) else None
+
+
+def _with_quantizer(config: ExportConfig, quantize: Any, loaded: Any, generate: bool) -> tuple[ExportConfig, Any]:
+    """`(config, record)`: `config` with the quantizer `quantize` names, and the report's record of
+    the choice (`None` for a quantizer object). A quantizer that runs on data is calibrated on the
+    chosen prompts (`quantization.calibration.calibration_for`); any other keeps the sample inputs."""
+    if quantize is None or not hasattr(quantize, "quantizer"):
+        return (config if quantize is None else config.replace(quantizer=quantize)), None
+    from .quantization.calibration import calibration_for
+
+    fmt = config.export_format
+    quantizer, record = quantize.quantizer(fmt), quantize.to_dict(fmt)
+    if quantizer is not None and quantizer.needs_calibration:
+        calibration, record["calibration"] = calibration_for(quantize, loaded, generate)
+        quantizer = quantizer.with_calibration(calibration)
+    elif quantizer is not None:
+        quantizer = quantizer.with_calibration([loaded.inputs])
+    return config.replace(quantizer=quantizer, **quantize.config_changes(fmt)), record
 
 
 def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,

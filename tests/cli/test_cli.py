@@ -291,6 +291,8 @@ def test_generate_with_a_static_scheme_calibrates_each_component_on_its_own_inpu
     assert main(["export", "tiny:llama", "--format", "onnx", "--generate", "--quantize", "int8-static", "-o", str(out),
                  "--min-agreement", "0.5", "-q"]) == 0
     report = json.loads((out / "report.json").read_text())
+    assert report["quantization"]["calibration"] == {
+        "source": "each generation component's own captured inputs (the sample prompt)", "samples": 1}
     for name in ("prefill", "decode"):
         summary = report["components"][name]["record"]["quantization"]
         assert summary["scheme"] == "int8-static" and summary["quantized_matmuls"] > 0
@@ -300,5 +302,5 @@ def test_generate_with_a_static_scheme_calibrates_each_component_on_its_own_inpu
 def test_a_quantize_scheme_the_format_lacks_is_refused_with_the_choices(tmp_path, capsys):
     code = main(["export", "tiny:llama", "--format", "openvino", "--quantize", "int8-dynamic",
                  "-o", str(tmp_path / "q"), "--quiet"])
-    assert code == 1
+    assert code == 2  # a usage error, before the model loads
     assert "int8-static, int8-weights, int4-weights" in capsys.readouterr().err

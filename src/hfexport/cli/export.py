@@ -3,7 +3,8 @@ arguments parsed and its report printed.
 
 Exit codes: 0 exported and validated; 1 the export failed; 2 the command line or the output folder
 was refused, before any export (argparse's usage errors, a `--task` its options or the model
-contradict: `errors.TaskError`, `output_folder.check_output_folder`); 3 validation failed (nothing
+contradict: `errors.TaskError`, quantization options the format cannot honour:
+`quantize.UsageError`, `output_folder.check_output_folder`); 3 validation failed (nothing
 written).
 """
 
@@ -76,14 +77,16 @@ def _check_generation_args(args) -> None:
 def run(args) -> int:
     """Run `hfexport export` with the parsed `args`; return the exit code."""
     from ..job import JobOptions, export_to_folder
+    from .quantize import choice_from_args
 
     _check_generation_args(args)
+    choice = choice_from_args(args)
     config = _config_from_args(args)
     options = JobOptions(
         task=args.task, generate=args.generate, multi_token_decode=args.multi_token_decode,
         static_cache=args.static_cache,
         validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
-        min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
+        min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=choice,
         prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
         trust_remote_code=args.trust_remote_code, overwrite=args.overwrite,
         progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
@@ -123,6 +126,8 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     ratio = summary["artifact_bytes"] / summary["weight_bytes"] if summary.get("weight_bytes") else float("nan")
     print(f"  artifact bytes: {summary['artifact_bytes']:,} ({ratio:.2f}x the model's "
           f"{summary['weight_bytes']:,} weight bytes{', quantized ' + summary['quantize'] if summary.get('quantize') else ''})")
+    if (choice := summary.get("quantization")) is not None:
+        _print_quantization(choice)
     for name, entry in summary["components"].items():
         details = entry["record"]
         print(f"  {name}: {', '.join(entry['files'])} ({entry['bytes']:,} bytes, {entry['export_seconds']:.2f} s)")
@@ -159,3 +164,12 @@ def _runner_line(runner: dict) -> str:
     agreed = (f"agree with {runner['against']} on {runner['agreement']:.0%} (floor {runner['min_agreement']:.0%})"
               if "agreement" in runner else f"equal {runner['against']}'s")
     return f"{runner['runner']}: its {runner['tokens']} greedy tokens {agreed} ({runner['seconds']:.1f} s)"
+
+
+def _print_quantization(choice: dict) -> None:
+    """The quantization choices as the report records them (`QuantizationChoice.to_dict`)."""
+    given = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in choice.items()
+                      if k not in ("scheme", "calibration") and v not in (None, False))
+    print(f"  quantization:   {choice['scheme'] or 'none'}" + (f" ({given})" if given else ""))
+    if calibration := choice.get("calibration"):
+        print(f"  calibration:    {calibration['samples']} sample(s) from {calibration['source']}")

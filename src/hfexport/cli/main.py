@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     from ..fuzz import add_arguments as add_fuzz_arguments
     from ..quantization import CLI_SCHEMES
     from ..tasks import TASKS
+    from .quantize import add_arguments as add_quantization_arguments
 
     formats = format_names()
     schemes = list(dict.fromkeys(scheme for fmt in formats for scheme in CLI_SCHEMES.get(fmt, {})))
@@ -90,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="with --generate: decode takes any number of new tokens (query axis kept dynamic)")
     export.add_argument("--quantize", metavar="SCHEME", default=None, choices=schemes,
                         help="%(choices)s (which ones depend on --format, see below; static schemes calibrate on "
-                        "the sample prompt)")
+                        "the calibration prompts: --calibration-data, else built-in ones)")
+    add_quantization_arguments(export)
     export.add_argument("--min-cosine", type=float, default=None,
                         help="with --quantize: pass if the logits' (each output's but the cache's) cosine "
                         "similarity with fp32 eager reaches this, and with --generate their mean over the "
@@ -187,7 +189,9 @@ def _export_epilog(formats: list[str], schemes: dict[str, dict]) -> str:
     """The `export --help` text after the options: the --quantize schemes each format takes."""
     width = max(map(len, formats))
     lines = [f"  {fmt + ':':<{width + 1}} {', '.join(schemes.get(fmt, {})) or 'none'}" for fmt in formats]
-    return ("--quantize schemes per --format:\n" + "\n".join(lines)
+    from .quantize import epilog
+
+    return ("--quantize schemes per --format:\n" + "\n".join(lines) + "\n\n" + epilog(formats)
             + "\n\n`hfexport presets` lists the tiny:NAME models.")
 
 
@@ -239,6 +243,7 @@ def _reader_gone(stream) -> bool:
 def _run(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     from . import chat, coverage, env, export, export_many, fuzz, generate, patches, presets
+    from .quantize import UsageError
     from .quiet import command_output
 
     command = {"export": export.run, "generate": generate.run, "chat": chat.run, "coverage": coverage.run,
@@ -256,7 +261,7 @@ def _run(argv: list[str] | None) -> int:
             traceback.print_exc()
         message = str(error).replace("\n", " ")
         print(f"hfexport: error: {message}", file=sys.stderr)
-        if isinstance(error, (OutputFolderError, TaskError)):  # refused before any export
+        if isinstance(error, (OutputFolderError, TaskError, UsageError)):  # refused before any export
             return export.OUTPUT_REFUSED
         return export.VALIDATION_FAILED if isinstance(error, ValidationError) else 1
 

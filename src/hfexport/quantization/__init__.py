@@ -17,13 +17,14 @@ to fp32 on every call: smaller, not faster (see `OrtQuantizer` for the measureme
 """
 
 from .base import Calibration, ExportQuantizer
+from .choice import QuantizationChoice
 from .nncf import NNCFQuantizer
 from .ort import OrtQuantizer
 from .pt2e import PT2EQuantizer
 from .torchao import TorchaoQuantizer
 
 __all__ = ["ExportQuantizer", "Calibration", "PT2EQuantizer", "NNCFQuantizer", "OrtQuantizer", "TorchaoQuantizer",
-           "quantizer_for"]
+           "QuantizationChoice", "quantizer_for"]
 
 #: CLI names -> (quantizer class, scheme) per format.
 CLI_SCHEMES = {

@@ -82,7 +82,7 @@ class ExecutorchExporter(HfExporter):
             return components_plan()
         return plan_llm_program(model, inputs, config, generation_config, static_cache, components_plan)
 
-    def export_components(self, components, config=None, *, on_component=None):
+    def export_components(self, components, config=None, **options):
         """As `HfExporter.export_components`; the LLM-runner program (`llm.LlmProgram`) takes any
         number of tokens per call up to its cache, the dynamic shapes it declares."""
         from .llm import LlmProgram
@@ -90,7 +90,7 @@ class ExecutorchExporter(HfExporter):
         programs = [module for module, _ in components.values() if isinstance(module, LlmProgram)]
         if programs and config is not None and config.dynamic_shapes is None:
             config = config.replace(dynamic_shapes=programs[0].dynamic_shapes())
-        return super().export_components(components, config, on_component=on_component)
+        return super().export_components(components, config, **options)
 
     def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
         """The `tokenizer.json` ExecuTorch's `TextLLMRunner` reads, beside the LLM-runner program,
