@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "ExportError",
     "PrepareError",
+    "DtypeRefusedError",
     "CaptureError",
     "ConversionError",
     "QuantizationError",
@@ -39,6 +40,11 @@ class PrepareError(ExportError, ValueError):
     """The model or inputs cannot be exported as given (attention implementation, bad inputs)."""
 
     step = "prepare"
+
+
+class DtypeRefusedError(PrepareError):
+    """The format's runtime cannot run the dtype asked (`--dtype`); raised before the export, naming
+    the dtypes it can (the CLI exits 2)."""
 
 
 class CaptureError(ExportError):

@@ -1,8 +1,9 @@
 """`hfexport export MODEL --format F -o DIR`: the export job (`hfexport.job.export_to_folder`), its
 arguments parsed and its report printed.
 
-Exit codes: 0 exported and validated; 1 the export failed; 2 the command line or the output folder
-was refused, before any work (argparse's usage errors, `output_folder.check_output_folder`); 3
+Exit codes: 0 exported and validated; 1 the export failed; 2 the command line, the output folder or
+the dtype was refused, before any work (argparse's usage errors, `output_folder.check_output_folder`,
+`DtypeRefusedError`); 3
 validation failed (nothing written).
 """
 
@@ -74,7 +75,7 @@ def run(args) -> int:
         validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
         min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=args.quantize,
         prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
-        trust_remote_code=args.trust_remote_code, overwrite=args.overwrite,
+        trust_remote_code=args.trust_remote_code, dtype=args.dtype, overwrite=args.overwrite,
         progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
     try:
         result = export_to_folder(args.model, config, args.output, options)
@@ -89,6 +90,7 @@ def run(args) -> int:
 
 def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
+    print(f"  dtype:          {summary['dtype']}")
     if source := summary.get("weights_from"):
         print(f"  weights:        from {source['format'].upper()} {source['file']} ({source['quantization']}), "
               f"dequantized to {source['dequantized_to']}")
