@@ -57,6 +57,7 @@ _LAZY = {
     "ConversionError": "hfexport.errors",
     "SerializationError": "hfexport.errors",
     "OutputFolderError": "hfexport.errors",
+    "DtypeRefusedError": "hfexport.errors",
     "ExportFolderError": "hfexport.errors",
     "RuntimeLoadError": "hfexport.errors",
     "ValidationError": "hfexport.errors",

@@ -36,7 +36,7 @@ __all__ = ["OPTIONS", "RERUN_ON_RESUME", "BatchItem", "BatchResult", "export_cel
 #: Keys an object of a `.json` list may have besides `model`: `name` (the folder, instead of the
 #: model's slug), `dynamic` (default true) and these keyword arguments of `export_to_folder`.
 OPTIONS = ("task", "generate", "multi_token_decode", "static_cache", "quantize", "validate", "atol", "rtol",
-           "min_cosine", "min_cache_cosine", "prompt")
+           "min_cosine", "min_cache_cosine", "prompt", "dtype")
 #: Statuses `resume` runs again: a crash or a timeout may say more about the machine than the export.
 RERUN_ON_RESUME = ("crash", "timeout")
 SUMMARY = "summary.json"

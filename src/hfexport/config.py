@@ -122,6 +122,8 @@ class ExportConfig:
     """
 
     export_format: ClassVar[str] = ""
+    #: The dtypes (`--dtype`) this format's runtime cannot run, each with why; `dtype_refusal` reads it.
+    refused_dtypes: ClassVar[dict[str, str]] = {}
 
     dynamic: bool = False
     dynamic_shapes: Any = None
@@ -145,6 +147,16 @@ class ExportConfig:
 
     def _validate(self) -> None:
         """Check backend-specific fields; subclasses override."""
+
+    @classmethod
+    def dtype_refusal(cls, dtype: str) -> str | None:
+        """Why this format cannot export a model in `dtype` (`"float16"`), or `None` when it can."""
+        return cls.refused_dtypes.get(dtype)
+
+    @classmethod
+    def dtypes(cls) -> list[str]:
+        """The dtypes this format exports and validates (`float32` always)."""
+        return [dtype for dtype in ("float32", "float16", "bfloat16") if dtype not in cls.refused_dtypes]
 
     def generation_options(self) -> list[str]:
         """The options set on this config that only a generation export can honour (the export

@@ -9,6 +9,7 @@ __all__ = [
     "ExportError",
     "PrepareError",
     "TaskError",
+    "DtypeRefusedError",
     "CaptureError",
     "ConversionError",
     "QuantizationError",
@@ -47,6 +48,11 @@ class TaskError(ExportError, ValueError):
     (`hfexport.tasks.resolve_task`). Raised before any export (the CLI exits 2 for the options)."""
 
     step = "task"
+
+
+class DtypeRefusedError(PrepareError):
+    """The format's runtime cannot run the dtype asked (`--dtype`); raised before the export, naming
+    the dtypes it can (the CLI exits 2)."""
 
 
 class CaptureError(ExportError):

@@ -34,9 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from .config import ExportConfig
-from .errors import ValidationError
+from .errors import DtypeRefusedError, ValidationError
 from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
 from .generation.runner_check import runner_check, skipped_entry
+from .loading import dtype_name
 from .output_folder import claimed_folder, model_folder
 from .record import record_of
 from .timing import Phases, phase, recording
@@ -96,6 +97,9 @@ class _Silent:
     def step(self, label: str) -> Iterator[None]:
         yield
 
+    def count(self, done: int, total: int | None, what: str) -> None:
+        """How far the running step is: nothing to show."""
+
 
 class _Timed:
     """A progress reporter that passes each step on to `inner` and keeps its seconds by label
@@ -121,6 +125,11 @@ class _Timed:
                 yield
         finally:
             self.seconds[label] = round(time.perf_counter() - start, 3)
+
+    def count(self, done: int, total: int | None, what: str) -> None:
+        """Pass how far the running step is (`count(2, 3, "shape")`) on to `inner`, when it shows counts."""
+        if (count := getattr(self.inner, "count", None)) is not None:
+            count(done, total, what)
 
 
 @dataclasses.dataclass
@@ -178,9 +187,14 @@ class JobOptions:
         revision: the hub revision (branch, tag or commit) of `model` to load.
         trust_remote_code: run the Python code `model`'s repository names in its config
             (`auto_map`); off unless asked, never implied.
+        dtype: the dtype to load, export and validate the model in (`loading.DTYPES`: `"float32"`,
+            `"float16"`, `"bfloat16"`, or `"auto"`, the checkpoint's own); validation's default
+            tolerance follows it (`validation.default_tolerance`). A format whose runtime cannot run
+            it refuses it (`ExportConfig.dtype_refusal`) with the dtypes it can; the report says it.
         overwrite: replace an earlier hfexport export in `out`, only the files it wrote.
         progress: an object with `step(label)` (a context manager) and a `total` attribute, told
-            each step as it runs (the CLI's progress display).
+            each step as it runs (the CLI's progress display); and optionally `count(done, total,
+            what)`, told how far a long step is (`count(2, 3, "model: shape")` while validating).
     """
 
     task: str | None = None
@@ -200,6 +214,7 @@ class JobOptions:
     gguf_file: str | None = None
     revision: str | None = None
     trust_remote_code: bool = False
+    dtype: str = "float32"
     overwrite: bool = False
     progress: Any = None
 
@@ -285,9 +300,11 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
             read_prompts(choice.calibration_data)
     steps.total = 5 if options.validate else 4
     gguf = options.gguf_file
+    refuse_dtype(config, options.dtype)  # before loading anything, when the dtype is named
     with steps.step(f"loading {_describe(model)}{f' ({gguf})' if gguf else ''}"):
         loaded = _load(model, options.prompt, gguf, revision=options.revision,
-                       trust_remote_code=options.trust_remote_code)
+                       trust_remote_code=options.trust_remote_code, dtype=options.dtype)
+    refuse_dtype(config, dtype_name(loaded.model))  # "auto", or a model given loaded: the dtype it has
     flags, task, task_name = _chosen_task(exporter, options, loaded.model)
     generate, generation_config, multi_token_decode = _generation_request(config, flags, options.generation_config)
     config, quantization = _with_quantizer(config, options.quantize if choice is None else choice, loaded, generate)
@@ -327,7 +344,8 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
     if options.validate:
         with steps.step(f"validating in {config.export_format}'s runtime against eager"), recording(timing, "folder"):
             reports = _validated(artifacts, components, target, atol=options.atol, rtol=options.rtol,
-                                 min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory)
+                                 min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory,
+                                 on_case=lambda name, done, total: steps.count(done, total, f"{name}: shape"))
     report = {**_report(loaded, config, artifacts, reports, generate, options.quantize), "task": task,
               **({"quantization": quantization} if quantization is not None else {}),
               "job_seconds": dict(steps.seconds), **(plan.report if plan is not None else {})}
@@ -388,9 +406,18 @@ def _describe(model: Any) -> str:
     return getattr(model, "source", type(model).__name__)
 
 
+def refuse_dtype(config: ExportConfig, dtype: str) -> None:
+    """Raise `DtypeRefusedError` when `config`'s format cannot run `dtype` (`ExportConfig.dtype_refusal`);
+    `"auto"` is checked once the model is loaded."""
+    if dtype != "auto" and (why := config.dtype_refusal(dtype)):
+        raise DtypeRefusedError(f"--format {config.export_format} cannot export in {dtype}: {why}",
+                                remedy=f"pass --dtype {' or --dtype '.join(config.dtypes())} (dtype=...)")
+
+
 def _load(model: Any, prompt: str, gguf_file: str | None = None, *, revision: str | None = None,
-          trust_remote_code: bool = False) -> Any:
-    """`model` as a `LoadedModel` (a spec is loaded; a model built in Python is taken as it is)."""
+          trust_remote_code: bool = False, dtype: str = "float32") -> Any:
+    """`model` as a `LoadedModel` (a spec is loaded in `dtype`; a model built in Python is taken as it is,
+    in its own dtype)."""
     from .loading import LoadedModel, load_model
 
     if gguf_file is not None and not isinstance(model, (str, os.PathLike)):
@@ -401,7 +428,7 @@ def _load(model: Any, prompt: str, gguf_file: str | None = None, *, revision: st
         return model
     if isinstance(model, (str, os.PathLike)):
         return load_model(os.fspath(model), prompt=prompt, gguf_file=gguf_file, revision=revision,
-                          trust_remote_code=trust_remote_code)
+                          trust_remote_code=trust_remote_code, dtype=dtype)
     if isinstance(model, tuple) and len(model) == 2:
         return LoadedModel(model[0], dict(model[1]), type(model[0]).__name__,
                            tokenizer_missing="a model given with its inputs comes without one")
@@ -491,6 +518,7 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
         "model": loaded.source,
         "model_class": type(loaded.model).__name__,
         "format": config.export_format,
+        "dtype": dtype_name(loaded.model),
         "generate": bool(generate),
         "export_seconds": round(sum(seconds.values()), 3),
         "quantize": quantize if isinstance(quantize, str) else (quantizer.scheme if quantizer is not None else None),

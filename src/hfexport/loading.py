@@ -7,6 +7,9 @@ support, dequantized to float32, with the tokenizer and chat template its metada
 
 Every `from_pretrained` is given `revision` and `trust_remote_code` as the caller passed them;
 `trust_remote_code` is always a bool, never `None`, which would make transformers ask on stdin.
+
+Every model is loaded in the dtype asked (`DTYPES`: `"float32"` by default, `"auto"` the checkpoint's
+own, as transformers' `dtype="auto"`), and its floating-point sample inputs are cast to it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ import torch
 from .errors import PrepareError
 from .presets import PRESETS, build_preset
 
-__all__ = ["LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for"]
+__all__ = ["DTYPES", "LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for",
+           "dtype_name"]
+
+#: The dtypes a model can be loaded in (`load_model(dtype=...)`, `--dtype`); `"auto"` is the checkpoint's.
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclasses.dataclass
@@ -79,8 +86,34 @@ def sample_inputs_for(model: torch.nn.Module, tokenizer: Any = None, prompt: str
     )
 
 
+def dtype_name(model: torch.nn.Module) -> str:
+    """The dtype of `model`'s floating-point weights, as `DTYPES` names it (`"float16"`); `"float32"`
+    for a model without any."""
+    found = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    return str(found).removeprefix("torch.")
+
+
+def _checked_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    return dtype
+
+
+def _in_dtype(loaded: LoadedModel, dtype: str) -> LoadedModel:
+    """`loaded` with its model in `dtype` (`"auto"`: the dtype its config names, float32 when it names
+    none) and its floating-point sample inputs cast to the model's dtype."""
+    if dtype == "auto":
+        dtype = str(getattr(loaded.model.config, "dtype", None) or "float32").removeprefix("torch.")
+    if dtype != dtype_name(loaded.model):
+        loaded.model.to(getattr(torch, _checked_dtype(dtype)))
+    target = getattr(torch, dtype_name(loaded.model))
+    loaded.inputs = {name: value.to(target) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+                     for name, value in loaded.inputs.items()}
+    return loaded
+
+
 def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | None = None,
-               revision: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
+               revision: str | None = None, trust_remote_code: bool = False, dtype: str = "float32") -> LoadedModel:
     """Load `spec` (`tiny:<preset>`, a local folder, a hub id, or a `.gguf` file; a folder or a hub
     repo with `gguf_file` names a GGUF file in it) with sample inputs.
 
@@ -88,13 +121,18 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
         revision: the hub revision (branch, tag or commit) to load; passed to every `from_pretrained`.
         trust_remote_code: run the Python code a repository's config names (`auto_map`); off unless
             asked, and passed to every `from_pretrained`.
+        dtype: the dtype of the weights, one of `DTYPES` (`"auto"`: the checkpoint's `dtype`, a
+            GGUF file's float32, a preset's float32); floating-point sample inputs follow it.
     """
+    _checked_dtype(dtype)
     if spec.startswith("tiny:"):
         model, inputs = build_preset(spec)
-        return LoadedModel(model, inputs, spec, tokenizer_missing="a tiny: preset has no tokenizer")
+        return _in_dtype(LoadedModel(model, inputs, spec, tokenizer_missing="a tiny: preset has no tokenizer"), dtype)
     hub = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if gguf_file is not None or spec.lower().endswith(".gguf"):
-        return load_gguf(spec, gguf_file, prompt=prompt, **hub)
+        loaded = _in_dtype(load_gguf(spec, gguf_file, prompt=prompt, **hub), dtype)
+        loaded.weights_from["dequantized_to"] = dtype_name(loaded.model)  # then cast, where asked
+        return loaded
     import transformers
 
     try:
@@ -109,11 +147,12 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
                 f"presets work offline: {', '.join('tiny:' + n for n in PRESETS)}")
         raise PrepareError(f"cannot load {spec!r}: {str(error).splitlines()[0]}", remedy=hint) from error
     model_class = _model_class(spec, config, trust_remote_code)
-    model = model_class.from_pretrained(spec, **hub).eval()
+    # transformers' own `dtype` ("auto": the checkpoint's), so that a weight kept in its dtype stays mapped
+    model = model_class.from_pretrained(spec, dtype=dtype, **hub).eval()
     tokenizer, missing = _tokenizer(spec, **hub)
     mapped = mapped_share(model, spec) if os.path.isdir(spec) else None
-    return LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped,
-                       tokenizer_missing=missing)
+    return _in_dtype(LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped,
+                                 tokenizer_missing=missing), dtype_name(model))
 
 
 def _model_class(spec: str, config: Any, trust_remote_code: bool) -> Any:

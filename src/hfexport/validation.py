@@ -51,7 +51,8 @@ from .record import ExportRecord, record_of
 from .runner import runner_for
 from .timing import phase
 
-__all__ = ["validate", "validate_components", "ValidationReport", "CaseReport", "OutputDiff", "resize_inputs", "DEFAULT_TOLERANCE"]
+__all__ = ["validate", "validate_components", "ValidationReport", "CaseReport", "OutputDiff", "resize_inputs", "DEFAULT_TOLERANCE",
+           "default_tolerance"]
 
 #: (atol, rtol) per format for fp32 artifacts.
 DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
@@ -60,6 +61,31 @@ DEFAULT_TOLERANCE: dict[str, tuple[float, float]] = {
     "openvino": (1e-4, 1e-4),
     "executorch": (1e-4, 1e-4),
 }
+
+#: How many machine epsilons of a 16-bit dtype `default_tolerance` allows, on `atol` and on `rtol`.
+LOW_PRECISION_EPS = 16
+
+
+def default_tolerance(fmt: str, dtype: torch.dtype) -> tuple[float, float]:
+    """The default `(atol, rtol)` of an artifact of format `fmt` whose model computes in `dtype`:
+    `DEFAULT_TOLERANCE` for float32, `LOW_PRECISION_EPS` times the dtype's epsilon for a 16-bit one.
+
+    # NOTE: why eps-based. Eager PyTorch and the runtime both round every op's result to `dtype`
+    # (half an epsilon, relative), but in another order (fused kernels, other accumulation orders, a
+    # runtime that computes some ops in float32 and rounds once): through a model's few dozen ops the
+    # outputs drift apart by some epsilons of their own scale, which `rtol` (times max|eager|) allows;
+    # `atol` covers outputs near zero. float16's epsilon is 2**-10, bfloat16's 2**-7 (8x looser).
+    """
+    atol, rtol = DEFAULT_TOLERANCE.get(fmt, (1e-4, 1e-4))
+    if not dtype.is_floating_point or torch.finfo(dtype).bits > 16:
+        return atol, rtol
+    allowed = LOW_PRECISION_EPS * torch.finfo(dtype).eps
+    return max(atol, allowed), max(rtol, allowed)
+
+
+def _compute_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of `model`'s floating-point weights (float32 when it has none)."""
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
 
 @dataclasses.dataclass
@@ -574,6 +600,7 @@ def validate(
     min_cosine: float | None = None,
     min_cache_cosine: float | None = None,
     cosine_advisory: str | None = None,
+    on_case: Callable[[int, int], None] | None = None,
 ) -> ValidationReport:
     """Run `artifact` in its runtime on `inputs` and compare every output with `model(**inputs)`.
 
@@ -581,7 +608,7 @@ def validate(
         artifact: what an hfexport exporter returned (or a loaded `ExportedProgram`).
         model: the eager model it was exported from.
         inputs: the forward kwargs to compare on.
-        atol, rtol: tolerance; defaults per format (`DEFAULT_TOLERANCE`).
+        atol, rtol: tolerance; defaults per format and the model's dtype (`default_tolerance`).
         resized: also run at other batch sizes and sequence lengths; default: when the artifact
             has dynamic dimensions.
         steps: how far each symbolic size moves for each resized case (`(2, 5)`: two more cases).
@@ -601,41 +628,49 @@ def validate(
     record = record_of(artifact)
     kwargs = normalize_inputs(inputs, model=model)
     register_cache_pytree_nodes(kwargs)
-    default_atol, default_rtol = DEFAULT_TOLERANCE.get(record.format, (1e-4, 1e-4))
+    default_atol, default_rtol = default_tolerance(record.format, _compute_dtype(model))
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
     runner = runner_for(artifact, record)
     if cosine_advisory and min_cosine is None:
         raise ValueError("cosine_advisory makes the cosine floors advisory: pass min_cosine too")
     floors = (min_cosine, min_cache_cosine, bool(cosine_advisory))
-    cases = [_run_case("sample", runner, model, kwargs, record, atol, rtol, *floors)]
-    note = ""
     if resized is None:
         resized = record.is_dynamic
+    cases: list[CaseReport] = []
+    planned = 1 + (len(steps) + (smallest is not False) if resized else 0)
+
+    def add(case: CaseReport) -> None:
+        cases.append(case)
+        if on_case is not None:
+            on_case(len(cases), max(planned, len(cases)))
+
+    add(_run_case("sample", runner, model, kwargs, record, atol, rtol, *floors))
+    note = ""
     for step in steps if resized else ():
         label = "resized" if len(steps) == 1 else f"resized+{step}"
         try:
             resizer = RESIZERS.get(type(unwrap(model)).__name__)
             other = resizer(kwargs, step) if resizer else resize_inputs(kwargs, record, step)
         except ValidationError as error:
-            cases.append(CaseReport(label, _shapes(kwargs), [], str(error)))
+            add(CaseReport(label, _shapes(kwargs), [], str(error)))
             continue
         if other is None:
             note = "no symbolic input dimension: only the sample shape was checked"
             break
         if _shapes(other) == _shapes(kwargs):
-            cases.append(CaseReport(label, _shapes(other), [], "resizing left every input at the sample's shape"))
+            add(CaseReport(label, _shapes(other), [], "resizing left every input at the sample's shape"))
             continue
-        cases.append(_run_case(label, runner, model, other, record, atol, rtol, *floors))
+        add(_run_case(label, runner, model, other, record, atol, rtol, *floors))
     if resized and smallest is not False and not note:
-        note = _smallest_case(cases, runner, model, kwargs, record, atol, rtol, floors) or note
+        note = _smallest_case(add, runner, model, kwargs, record, atol, rtol, floors) or note
     return ValidationReport(record.format, record.model_class, runner.runtime, runner.precision,
                             atol, rtol, cases, note, min_cosine, None if min_cosine is None else min_cache_cosine,
                             cosine_advisory or None)
 
 
-def _smallest_case(cases: list[CaseReport], runner, model, kwargs, record, atol, rtol, floors) -> str:
-    """Append the `smallest` case (every batch and token count at 1) to `cases`; return a note
+def _smallest_case(add: Callable[[CaseReport], None], runner, model, kwargs, record, atol, rtol, floors) -> str:
+    """Add the `smallest` case (every batch and token count at 1) with `add`; return a note
     when it does not apply (the sample is that small already, or the model's sizes are tied by
     value, see `RESIZERS`)."""
     if type(unwrap(model)).__name__ in RESIZERS:
@@ -643,24 +678,29 @@ def _smallest_case(cases: list[CaseReport], runner, model, kwargs, record, atol,
     try:
         other = resize_inputs(kwargs, record, smallest=True)
     except ValidationError as error:
-        cases.append(CaseReport("smallest", _shapes(kwargs), [], str(error)))
+        add(CaseReport("smallest", _shapes(kwargs), [], str(error)))
         return ""
     if other is None or _shapes(other) == _shapes(kwargs):
         return ""  # the sample is already the smallest size: its own case checked it
-    cases.append(_run_case("smallest", runner, model, other, record, atol, rtol, *floors))
+    add(_run_case("smallest", runner, model, other, record, atol, rtol, *floors))
     return ""
 
 
 def validate_components(artifacts: dict[str, Any], components: dict[str, tuple[torch.nn.Module, Any]],
+                        on_case: Callable[[str, int, int], None] | None = None,
                         **options: Any) -> dict[str, ValidationReport]:
     """`validate` each artifact of `export_for_generation` against its eager submodule on the kwargs
-    `decompose_for_generation` captured for it (`options`: `validate`'s keywords).
+    `decompose_for_generation` captured for it (`options`: `validate`'s keywords; `on_case(name,
+    done, total)`: `validate`'s `on_case`, told which component).
 
     Returns:
         `{component name: report}`, in the artifacts' order.
     """
+    def told(name: str) -> Callable[[int, int], None] | None:
+        return None if on_case is None else lambda done, total: on_case(name, done, total)
+
     reports = {}
     for name, artifact in artifacts.items():
         with phase("validate", component=name):
-            reports[name] = validate(artifact, *components[name], **options)
+            reports[name] = validate(artifact, *components[name], on_case=told(name), **options)
     return reports

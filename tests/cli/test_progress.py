@@ -3,6 +3,7 @@ a step that shows its running time, redrawn in place, with other writes kept abo
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -113,6 +114,61 @@ def test_a_long_label_is_cut_to_the_terminal_while_it_runs_and_written_whole_at_
     assert _screen(terminal.getvalue())[0].startswith(f"[1/1] {label}: done in ")
 
 
+def test_a_count_shows_on_the_live_line_at_once_and_nowhere_when_piped_or_quiet():
+    terminal = FakeTerminal()
+    progress = Progress(1, stream=terminal, interval=60)  # no redraw by the clock: each draw is the count's
+    with progress.step("validating"):
+        for done in (1, 2, 3):
+            progress.count(done, 3, "model: shape")
+            assert terminal.getvalue().endswith(f"\r[1/1] validating (model: shape {done}/3) ... 0s")
+    assert _screen(terminal.getvalue()) == [_screen(terminal.getvalue())[0]]  # one line, ending as done
+    assert re.fullmatch(r"\[1/1\] validating: done in \d\.\ds", _screen(terminal.getvalue())[0])
+    progress.count(1, 2, "outside a step")  # between steps there is no line to show it on
+    for stream, options in ((io.StringIO(), {}), (FakeTerminal(), {"enabled": False}),
+                            (FakeTerminal(), {"heartbeat": False})):
+        quiet = Progress(1, stream=stream, **options)
+        with quiet.step("validating"):
+            quiet.count(1, 3, "model: shape")
+        assert "shape" not in stream.getvalue()
+
+
+def test_the_job_passes_counts_to_a_reporter_that_takes_them_and_not_to_one_that_does_not():
+    from hfexport.job import _Silent, _Timed
+
+    class StepsOnly:
+        total = None
+
+        @contextlib.contextmanager
+        def step(self, label):
+            yield
+
+    class Counting(StepsOnly):
+        def __init__(self):
+            self.counts = []
+
+        def count(self, done, total, what):
+            self.counts.append((done, total, what))
+
+    counting = Counting()
+    _Timed(counting).count(2, 3, "model: shape")
+    _Timed(_Silent()).count(2, 3, "model: shape")
+    _Timed(StepsOnly()).count(1, 1, "ignored")  # a reporter without `count` is told only steps
+    assert counting.counts == [(2, 3, "model: shape")]
+
+
+def test_validation_counts_each_shape_it_checks(dynamic_llama):
+    from hfexport.validation import validate
+
+    model, inputs, artifact = dynamic_llama("dynamo")
+    told = []
+    report = validate(artifact, model, inputs, on_case=lambda done, total: told.append((done, total)))
+    assert [case.label for case in report.cases] == ["sample", "resized", "smallest"]
+    assert told == [(1, 3), (2, 3), (3, 3)]
+    told.clear()
+    validate(artifact, model, inputs, resized=False, on_case=lambda done, total: told.append((done, total)))
+    assert told == [(1, 1)]
+
+
 def test_quiet_prints_nothing_and_no_heartbeat_keeps_the_piped_lines_on_a_terminal():
     terminal = FakeTerminal()
     with Progress(1, stream=terminal, enabled=False).step("loading"):
@@ -154,6 +210,7 @@ def test_export_on_a_terminal_shows_one_line_a_step_and_the_same_report(tmp_path
     assert "\r[1/5] loading tiny:llama ..." in raw
     steps = [line for line in _screen(raw) if line.startswith("[")]
     assert len(steps) == 5 and all(re.search(r": done in \d+\.\ds$", line) for line in steps), steps
+    assert "\r[4/5] validating in dynamo's runtime against eager (model: shape 3/3) ... " in raw  # drawn as counted
     assert stdout.splitlines()[-1] == "result: PASSED"
 
 

@@ -120,3 +120,128 @@ def test_native_output_is_written_out_when_the_command_fails(capfd):
         os.write(2, b"[op_add.cpp:7] Check failed: the reason\n")
         raise RuntimeError("method failed")
     assert "[op_add.cpp:7] Check failed: the reason" in capfd.readouterr().err
+
+
+# Every test below logs from its own thread, synchronously, inside the block, on loggers it sets up
+# itself (not propagating to the root logger, where pytest's own handlers sit): the counts cannot
+# depend on thread scheduling, on native stderr or on what importing a library happened to log.
+
+
+@contextlib.contextmanager
+def _logger(name: str, *handlers: logging.Handler) -> Iterator[logging.Logger]:
+    """`name`'s logger with only `handlers`, not propagating, at WARNING, put back as it was after."""
+    logger = logging.getLogger(name)
+    before = logger.handlers[:], logger.propagate, logger.level, logger.disabled, logging.root.manager.disable
+    logger.handlers[:] = handlers
+    logger.propagate, logger.disabled = False, False
+    logger.setLevel(logging.WARNING)
+    logging.disable(logging.NOTSET)
+    try:
+        yield logger
+    finally:
+        logger.handlers[:] = before[0]
+        logger.propagate, logger.disabled = before[1], before[3]
+        logger.setLevel(before[2])
+        logging.disable(before[4])
+
+
+def test_a_record_of_a_logger_without_handlers_is_counted_under_its_package(capfd):
+    last_resort = logging.lastResort
+    with _logger("rootpkg.sub") as logger, command_output() as hidden:
+        logger.warning("one")
+        logger.warning("two")
+        logger.info("below the level: never made, never counted")
+    assert hidden.counts == {"rootpkg": 2}
+    assert logging.lastResort is last_resort
+    err = capfd.readouterr().err
+    assert "one" not in err and err.splitlines() == [
+        "hfexport: 2 messages from other packages hidden (rootpkg); --verbose shows them"]
+
+
+def test_a_record_reaching_two_console_handlers_is_counted_once_and_their_filters_are_removed(capfd):
+    own, parent = logging.StreamHandler(sys.stderr), logging.StreamHandler(sys.stderr)
+    with _logger("twopkg", parent), _logger("twopkg.sub", own) as logger:
+        logger.propagate = True
+        with command_output() as hidden:
+            logger.warning("shown by neither")
+        assert hidden.counts == {"twopkg": 1}
+        assert not own.filters and not parent.filters
+        logger.warning("after the command")  # printed again, by both
+    err = capfd.readouterr().err
+    assert "shown by neither" not in err and err.count("after the command") == 2
+
+
+def test_transformers_is_quieted_by_its_own_verbosity_and_a_users_setting_is_put_back():
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_info()
+    try:
+        with command_output():
+            assert hf_logging.get_verbosity() == logging.ERROR
+        assert hf_logging.get_verbosity() == logging.INFO
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+def test_torch_is_quieted_by_set_logs_and_its_earlier_settings_are_put_back():
+    import torch._logging
+
+    torch._logging.set_logs(export=logging.INFO)
+    try:
+        with command_output():
+            assert logging.getLogger("torch").level == logging.ERROR
+            assert logging.getLogger("torch.export").getEffectiveLevel() == logging.ERROR
+        assert logging.getLogger("torch.export").level == logging.INFO
+        assert logging.getLogger("torch").level == logging.WARNING
+    finally:
+        torch._logging.set_logs()
+
+
+def test_onnxruntime_and_nncf_are_quieted_by_their_controls_and_put_back(monkeypatch):
+    import nncf
+    import onnxruntime
+
+    severities = []
+    monkeypatch.setattr(onnxruntime, "set_default_logger_severity", severities.append)
+    nncf_logger = logging.getLogger("nncf")
+    before = nncf_logger.level
+    with command_output():
+        assert nncf_logger.level == logging.ERROR and severities == [3]
+    assert nncf_logger.level == before and severities == [3, 2]
+
+
+def test_verbose_leaves_every_library_as_it_was(monkeypatch):
+    import onnxruntime
+    from transformers.utils import logging as hf_logging
+
+    severities = []
+    monkeypatch.setattr(onnxruntime, "set_default_logger_severity", severities.append)
+    before = hf_logging.get_verbosity()
+    with command_output(verbose=True):
+        assert hf_logging.get_verbosity() == before and not severities
+
+
+def test_a_library_imported_during_the_command_is_quieted_as_its_import_ends(tmp_path, monkeypatch):
+    from hfexport.cli.quiet import Control, _libraries_quiet
+
+    (tmp_path / "latepkg").mkdir()
+    (tmp_path / "latepkg" / "__init__.py").write_text("LOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "latepkg", raising=False)
+    seen = []
+
+    def quiet():
+        seen.append(("quiet", sys.modules["latepkg"].LOADED))
+        return lambda: seen.append(("restore", None))
+
+    finders = list(sys.meta_path)
+    with _libraries_quiet((Control("latepkg", quiet),)):
+        assert seen == []
+        import latepkg
+        assert seen == [("quiet", True)]
+        assert type(latepkg.__loader__).__name__ != "_ThenLoader" and latepkg.__spec__.loader is latepkg.__loader__
+    assert seen == [("quiet", True), ("restore", None)] and sys.meta_path == finders
+    with _libraries_quiet((Control("latepkg", quiet),)):  # imported already: quieted at the start
+        assert seen[-1] == ("quiet", True)
+    monkeypatch.delitem(sys.modules, "latepkg")

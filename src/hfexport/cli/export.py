@@ -1,11 +1,11 @@
 """`hfexport export MODEL --format F -o DIR`: the export job (`hfexport.job.export_to_folder`), its
 arguments parsed and its report printed.
 
-Exit codes: 0 exported and validated; 1 the export failed; 2 the command line or the output folder
-was refused, before any export (argparse's usage errors, a `--task` its options or the model
-contradict: `errors.TaskError`, quantization options the format cannot honour:
-`quantize.UsageError`, `output_folder.check_output_folder`); 3 validation failed (nothing
-written).
+Exit codes: 0 exported and validated; 1 the export failed; 2 the command line, the output folder or
+the dtype was refused, before any export (argparse's usage errors, a `--task` its options or the
+model contradict: `errors.TaskError`, quantization options the format cannot honour:
+`quantize.UsageError`, `output_folder.check_output_folder`, `errors.DtypeRefusedError`); 3
+validation failed (nothing written).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def run(args) -> int:
         validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
         min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=choice,
         prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
-        trust_remote_code=args.trust_remote_code, overwrite=args.overwrite,
+        trust_remote_code=args.trust_remote_code, dtype=args.dtype, overwrite=args.overwrite,
         progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
     try:
         result = export_to_folder(args.model, config, args.output, options)
@@ -112,6 +112,7 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
     if task := summary.get("task"):
         print(f"  task:           {task['name']}: {task['reason']}{_cache_words(task.get('cache'))}")
+    print(f"  dtype:          {summary['dtype']}")
     if source := summary.get("weights_from"):
         print(f"  weights:        from {source['format'].upper()} {source['file']} ({source['quantization']}), "
               f"dequantized to {source['dequantized_to']}")

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import ExportError, OutputFolderError, TaskError, ValidationError
+from ..errors import DtypeRefusedError, ExportError, OutputFolderError, TaskError, ValidationError
 
 #: The exit code when the reader of the output closed it first (`hfexport patches | head`): 128 +
 #: SIGPIPE, what a shell reports for a command that signal ended (`seq 100000 | head -1`, seen under
@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     from ..backends.executorch.config import DELEGATES
     from ..extensions import format_names
     from ..fuzz import add_arguments as add_fuzz_arguments
+    from ..loading import DTYPES
     from ..quantization import CLI_SCHEMES
     from ..tasks import TASKS
     from .quantize import add_arguments as add_quantization_arguments
@@ -51,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="the hub revision of MODEL to load: a branch, tag or commit (default: main)")
     export.add_argument("--trust-remote-code", action="store_true",
                         help="run the Python code MODEL's repository names in its config (auto_map); off by default")
+    export.add_argument("--dtype", default="float32", choices=DTYPES, metavar="DTYPE",
+                        help="%(choices)s: load, export and validate the model in this dtype (auto: the "
+                        "checkpoint's own); a format refuses one its runtime cannot run (default: %(default)s)")
     export.add_argument("--format", "-f", default="dynamo", choices=formats, metavar="FORMAT",
                         help="%(choices)s (default: %(default)s)")
     export.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
@@ -261,7 +265,7 @@ def _run(argv: list[str] | None) -> int:
             traceback.print_exc()
         message = str(error).replace("\n", " ")
         print(f"hfexport: error: {message}", file=sys.stderr)
-        if isinstance(error, (OutputFolderError, TaskError, UsageError)):  # refused before any export
+        if isinstance(error, (OutputFolderError, TaskError, UsageError, DtypeRefusedError)):  # refused before any export
             return export.OUTPUT_REFUSED
         return export.VALIDATION_FAILED if isinstance(error, ValidationError) else 1
 

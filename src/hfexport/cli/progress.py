@@ -2,7 +2,8 @@
 
 Piped (or with `heartbeat=False`), each step is two lines: `[i/N] label ...` as it starts and
 `[i/N] label: done in Xs` as it ends. On a terminal, each step is one line that shows how long the
-step has been running, redrawn in place every `interval` seconds, and ends as the same `done` line.
+step has been running, redrawn in place every `interval` seconds, and ends as the same `done` line;
+what the step has counted so far (`count`: `shape 3/5`) shows on it too, and nowhere else.
 """
 
 # NOTE: why `sys.stderr` is wrapped while a step's line is shown, rather than only drawing it with `\r`.
@@ -45,6 +46,14 @@ class Progress:
         self.heartbeat = heartbeat
         self.stream = stream
         self.interval = interval
+        self._line: _LiveLine | None = None  # the running step's live line, when it has one
+
+    def count(self, done: int, total: int | None, what: str) -> None:
+        """Show how far the running step is (`count(3, 5, "shape")`: `shape 3/5`) on its live line;
+        nothing when there is none (piped, `--quiet`, `--verbose`), so that piped output stays two
+        lines a step."""
+        if self._line is not None:
+            self._line.show_count(f"{what} {done}/{total}" if total else f"{what} {done}")
 
     @contextlib.contextmanager
     def step(self, label: str) -> Iterator[None]:
@@ -63,11 +72,14 @@ class Progress:
             self._say(stream, f"{where} {label}: done in {time.perf_counter() - start:.1f}s")
             return
         with _LiveLine(stream, f"{where} {label}", self.interval, wrap_stderr=stream is sys.stderr) as line:
+            self._line = line
             try:
                 yield
             except BaseException:
                 line.finish(f"{where} {label}: failed after {time.perf_counter() - start:.1f}s")
                 raise
+            finally:
+                self._line = None
             line.finish(f"{where} {label}: done in {time.perf_counter() - start:.1f}s")
 
     def _say(self, stream: TextIO, text: str) -> None:
@@ -100,6 +112,7 @@ class _LiveLine:
         self.shown = 0  # how many characters of the line are on the screen (0: none)
         self.at_line_start = True  # whether the cursor is at the start of a line (ours, or an empty one)
         self.finished = False
+        self.counted = ""  # what the step counted last (`shape 3/5`), shown after its head
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tick, name="hfexport-progress", daemon=True)
         self._wrapper: _Above | None = None
@@ -133,11 +146,18 @@ class _LiveLine:
                 self.stream.flush()
                 self.shown, self.at_line_start = 0, True
 
+    def show_count(self, counted: str) -> None:
+        """Show `counted` on the line from now on, drawn at once (from the thread that counts)."""
+        with self.lock:
+            self.counted = counted
+            self.draw()
+
     def draw(self, *, with_time: bool = True) -> None:
         """Write the line over itself (the caller holds `lock`); not while another line is half written."""
         if self.finished or not self.at_line_start:
             return
         tail = f" ... {_elapsed(time.perf_counter() - self.start)}" if with_time else " ..."
+        tail = f" ({self.counted}){tail}" if self.counted else tail
         room = _width(self.stream) - 3  # the last columns stay free: a full row wraps on some terminals
         text = (self.head[:max(0, room - len(tail))] + tail)[:room]
         self.stream.write(f"\r{text}{' ' * (self.shown - len(text))}")

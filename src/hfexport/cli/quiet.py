@@ -1,21 +1,27 @@
 """What the CLI writes on stderr besides its progress: hfexport's own log lines, and what other packages
 say during a command (log records, Python warnings, native writes), held back unless `--verbose`."""
 
-# NOTE: why hook `logging.Logger.callHandlers` rather than install a handler or a filter. torch gives
-# each of its loggers a handler of its own and turns propagation off when it is imported; no handler on
-# the root logger sees those records, and a filter would have to be added to handlers that a lazily
-# imported package has not created yet. Every record that passes its logger's level and filters goes
-# through `Logger.callHandlers`, whoever configured what.
+# NOTE: each library that says much is quieted through its own control, restored on exit: transformers
+# (`set_verbosity_error`), torch (`torch._logging.set_logs`), ONNX Runtime (`set_default_logger_severity`,
+# its C++ log) and NNCF (`nncf.set_log_level`), applied when the command starts or, for one imported later,
+# as its import ends (`_OnImport`): what they no longer emit costs nothing and is not counted. What other
+# packages still print is counted, not shown: a log record reaching a console handler that existed when
+# the command started (a filter on it) or no handler at all (`logging.lastResort`), and a Python warning
+# (`warnings.showwarning`, the hook the warnings module documents for this).
 #
-# Native code reaches the console two ways: writes to file descriptor 2 (onnxruntime's log, C++
-# loggers generally), held by pointing fd 2 at a temporary file; and writes through Python's
-# `sys.stderr` (ExecuTorch's Python bindings write its runtime log there), held by their
-# `[file.cpp:N] ...` form, the only thing that tells them from hfexport's own progress lines.
+# Native code with no verbosity control writes to the console two ways, both still held: writes to file
+# descriptor 2, held by pointing fd 2 at a temporary file (OpenVINO's plugins and frontends, which have no
+# log level in openvino 2026.4.1; torch's C++ warnings raised outside Python's warning handler); and writes
+# through Python's `sys.stderr` (ExecuTorch 1.4.1's runtime log, `ET_LOG`, which its Python bindings write
+# there), held by their `[file.cpp:N] ...` form, the only thing that tells them from hfexport's progress.
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import faulthandler
+import importlib.abc
 import io
 import logging
 import os
@@ -24,8 +30,9 @@ import sys
 import tempfile
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Hidden", "command_output"]
 
@@ -71,6 +78,7 @@ def command_output(*, verbose: bool = False, debug: bool = False) -> Iterator[Hi
         stack.enter_context(_hfexport_handler(logging.DEBUG if debug else logging.WARNING))
         if not (verbose or debug):
             stack.callback(_print_summary, hidden)
+            stack.enter_context(_libraries_quiet(CONTROLS))
             stack.enter_context(_records_held(hidden))
             stack.enter_context(_warnings_held(hidden))
             stack.enter_context(_native_held(hidden))
@@ -110,6 +118,129 @@ def _hfexport_handler(level: int) -> Iterator[None]:
         logger.propagate = before[1]
 
 
+@dataclasses.dataclass(frozen=True)
+class Control:
+    """A library's own verbosity control: `quiet()` turns its console output down to errors and returns
+    what puts it back as it was."""
+
+    package: str
+    quiet: Callable[[], Callable[[], None]]
+
+
+def _quiet_transformers() -> Callable[[], None]:
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    return lambda: hf_logging.set_verbosity(before)
+
+
+def _quiet_torch() -> Callable[[], None]:
+    # set_logs has no getter and resets what it is not given: the state it replaces is read and put
+    # back through torch._logging._internal (_get_log_state, _set_log_state, _init_logs; torch 2.13.0)
+    import torch._logging
+    from torch._logging import _internal
+
+    before = copy.deepcopy(_internal._get_log_state())
+    torch._logging.set_logs(all=logging.ERROR)
+
+    def restore() -> None:
+        _internal._set_log_state(before)
+        _internal._init_logs()
+
+    return restore
+
+
+def _quiet_onnxruntime() -> Callable[[], None]:
+    import onnxruntime
+
+    onnxruntime.set_default_logger_severity(3)  # errors only
+    # onnxruntime 1.32 has no getter for it: put back to its documented default, 2 (warnings)
+    return lambda: onnxruntime.set_default_logger_severity(2)
+
+
+def _quiet_nncf() -> Callable[[], None]:
+    import nncf
+
+    logger = logging.getLogger("nncf")  # the logger nncf.set_log_level sets, with its handlers (nncf 3.4.0)
+    before = logger.level, [(handler, handler.level) for handler in logger.handlers]
+    nncf.set_log_level(logging.ERROR)
+
+    def restore() -> None:
+        logger.setLevel(before[0])
+        for handler, level in before[1]:
+            handler.setLevel(level)
+
+    return restore
+
+
+#: The libraries quieted through their own controls, in this order (and restored in the reverse one).
+CONTROLS = (Control("torch", _quiet_torch), Control("transformers", _quiet_transformers),
+            Control("onnxruntime", _quiet_onnxruntime), Control("nncf", _quiet_nncf))
+
+
+@contextlib.contextmanager
+def _libraries_quiet(controls: tuple[Control, ...]) -> Iterator[None]:
+    """Apply each control now when its package is imported, else as soon as its import ends; undo
+    every one applied on exit, the last first."""
+    undo: list[Callable[[], None]] = []
+
+    def apply(control: Control) -> None:
+        undo.append(control.quiet())
+
+    hook = _OnImport({c.package: c for c in controls if c.package not in sys.modules}, apply)
+    try:
+        for control in controls:
+            if control.package in sys.modules:
+                apply(control)
+        sys.meta_path.insert(0, hook)
+        yield
+    finally:
+        if hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        while undo:
+            undo.pop()()
+
+
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for a package of `pending`, it wraps the loader the other finders give so
+    that `then(control)` runs once the package's own import ends."""
+
+    def __init__(self, pending: dict[str, Control], then: Callable[[Control], None]):
+        self.pending, self.then = pending, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:  # noqa: D102 - a finder's
+        if fullname not in self.pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _ThenLoader(spec.loader, lambda: self.then(self.pending.pop(fullname)))
+                return spec
+        return None
+
+
+class _ThenLoader(importlib.abc.Loader):
+    """`loader`, and `then()` after it executed the module; the module keeps `loader` as its own."""
+
+    def __init__(self, loader: Any, then: Callable[[], None]):
+        self.loader, self.then = loader, then
+
+    def create_module(self, spec: Any) -> Any:  # noqa: D102 - a loader's
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:  # noqa: D102 - a loader's
+        module.__loader__ = module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        self.then()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
 def _is_ours(name: str) -> bool:
     return name == LOGGER or name.startswith(LOGGER + ".")
 
@@ -129,42 +260,53 @@ def _prints(handler: logging.Handler, consoles: tuple) -> bool:
         return False
 
 
-def _handlers(logger: logging.Logger) -> Iterator[logging.Handler]:
-    """The handlers `Logger.callHandlers` offers a record of `logger`, in its order."""
-    current: logging.Logger | None = logger
-    while current is not None:
-        yield from current.handlers
-        current = current.parent if current.propagate else None
+class _Counted(logging.Filter):
+    """On a console handler: another package's record is counted in `hidden` (once, whichever handlers
+    it reaches) and not printed; hfexport's own pass."""
+
+    def __init__(self, hidden: Hidden):
+        super().__init__()
+        self.hidden = hidden
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: D102 - a filter's
+        if _is_ours(record.name):
+            return True
+        if not getattr(record, "_hfexport_counted", False):
+            record._hfexport_counted = True
+            self.hidden.counts[record.name.partition(".")[0]] += 1
+        return False
+
+
+class _CountedLastResort(logging.Handler):
+    """`logging.lastResort` during a command: a record of a logger without any handler is counted."""
+
+    def __init__(self, counted: _Counted, level: int):
+        super().__init__(level)
+        self.addFilter(counted)
+
+    def emit(self, record: logging.LogRecord) -> None:  # noqa: D102 - a handler's; `filter` counted it
+        pass
 
 
 @contextlib.contextmanager
 def _records_held(hidden: Hidden) -> Iterator[None]:
-    call_handlers = logging.Logger.callHandlers
+    """Count other packages' records that would print: through a filter on each console handler there is
+    now (files and torch's `TORCH_TRACE` log still get them), and as `logging.lastResort`."""
     consoles = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)  # before `_native_held` swaps stderr
-
-    def held(logger: logging.Logger, record: logging.LogRecord) -> None:
-        """`Logger.callHandlers`, except that another package's record is counted where it would print;
-        its other handlers (files, torch's `TORCH_TRACE` log) still get it."""
-        if _is_ours(record.name):
-            return call_handlers(logger, record)
-        found = printed = False
-        for handler in _handlers(logger):
-            found = True
-            if record.levelno < handler.level:
-                continue
-            if not _prints(handler, consoles):
-                handler.handle(record)
-            elif handler.filter(record):
-                printed = True
-        last_resort = logging.lastResort
-        if printed or (not found and last_resort is not None and record.levelno >= last_resort.level):
-            hidden.counts[record.name.partition(".")[0]] += 1
-
-    logging.Logger.callHandlers = held
+    counted = _Counted(hidden)
+    loggers = [logging.root, *(logger for logger in list(logging.root.manager.loggerDict.values())
+                               if isinstance(logger, logging.Logger))]
+    handlers = {id(h): h for logger in loggers for h in logger.handlers if _prints(h, consoles)}.values()
+    last_resort = logging.lastResort
+    for handler in handlers:
+        handler.addFilter(counted)
+    logging.lastResort = _CountedLastResort(counted, last_resort.level if last_resort else logging.WARNING)
     try:
         yield
     finally:
-        logging.Logger.callHandlers = call_handlers
+        logging.lastResort = last_resort
+        for handler in handlers:
+            handler.removeFilter(counted)
 
 
 def _package_of(filename: str) -> str:

@@ -36,7 +36,7 @@ class ExecutorchRunner(Runner):
 
     @property
     def precision(self) -> str:
-        return "f32 (as exported)"
+        return "the program's own dtypes (as exported)"
 
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         return self._user_outputs(self.method.execute([leaf.contiguous() for leaf in leaves]))

@@ -42,6 +42,9 @@ class OnnxConfig(ExportConfig):
     """
 
     export_format = "onnx"
+    # measured with onnxruntime 1.32.0 (CPUExecutionProvider) on tiny:llama: float16 runs
+    refused_dtypes = {"bfloat16": "ONNX Runtime's CPU provider has no bfloat16 kernel for common ops (Mul(14) "
+                                  "among them): the session cannot load the graph"}
 
     opset: int = 18
     optimize: bool = True

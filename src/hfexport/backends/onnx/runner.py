@@ -65,7 +65,7 @@ class OnnxRunner(Runner):
 
     @property
     def precision(self) -> str:
-        return "f32 (ONNX Runtime CPU runs the model's own dtypes)"
+        return "the model's own dtypes (ONNX Runtime CPU runs each op in its inputs' dtype)"
 
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.interface is not None:
