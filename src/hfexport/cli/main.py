@@ -140,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     coverage = sub.add_parser("coverage", help="export every tiny architecture to every backend, check each "
                               "against eager, write the matrix (Markdown + JSON)")
     coverage.add_argument("--backends", help="comma-separated (default: dynamo,onnx,openvino,executorch)")
-    coverage.add_argument("--modes", help="comma-separated: export,generate (default: both)")
+    coverage.add_argument("--modes", help="comma-separated: export,generate,generate-image (default: all)")
     coverage.add_argument("--only", help="comma-separated architectures (preset names; default: all)")
     coverage.add_argument("--output", "-o", default="docs/coverage.md",
                           help="the Markdown page; the JSON goes beside it (default: docs/coverage.md)")
