@@ -58,7 +58,7 @@ def image_prompt_entry(model: Any, artifacts: dict[str, Any]) -> dict[str, Any]:
         "video_token_id": getattr(config, "video_token_id", None),
         "features": features,
         "drop_first": getattr(config, "vision_feature_select_strategy", None) == "default",
-        "mrope": hasattr(_meta_base_model(config), "get_rope_index"),
+        "mrope": hasattr(getattr(model, "base_model", model), "get_rope_index"),
         "spatial_merge_size": getattr(vision, "spatial_merge_size", None),
     }}
 
