@@ -81,7 +81,7 @@ def test_cli_writes_the_page_and_its_json(tmp_path):
     assert [(r["arch"], r["backend"], r["mode"], r["verdict"]) for r in saved["results"]] == [
         ("bert", "dynamo", "export", "ok")]
     assert saved["runs"] == ["hfexport coverage --backends dynamo --modes export --only bert"]
-    assert "Not run in these results: dynamo generate, onnx export" in output.read_text()
+    assert "Not run in these results: dynamo generate, dynamo generate-image, onnx export" in output.read_text()
 
 
 def test_cli_refuses_an_unknown_backend(tmp_path, capsys):

@@ -32,6 +32,8 @@ CASES = {
     "llama-static": ("llama", MAX_CACHE_LEN),
     "mistral": ("mistral", None),  # sliding window 4 < prompt 8: the window matters
     "t5": ("t5", None),
+    "qwen2_vl": ("qwen2_vl", None),  # image-text: tests/generation/test_multimodal_generate.py
+    "llava": ("llava", None),
 }
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 

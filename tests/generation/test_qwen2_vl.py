@@ -51,7 +51,7 @@ def test_layout_matches_transformers_helpers():
 @pytest.mark.slow
 def test_every_component_matches_eager(exported):
     artifacts, components = exported
-    assert list(artifacts) == ["image_encoder", "language_model", "lm_head", "decode"]  # no projector
+    assert list(artifacts) == ["image_encoder", "language_model", "lm_head", "text_embeddings", "decode"]  # no projector
     for name, report in validate_components(artifacts, components).items():
         assert report.passed, f"{name}:\n{report.to_table()}"
 

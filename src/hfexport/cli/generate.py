@@ -1,5 +1,5 @@
 """`hfexport generate DIR --prompt-ids 1,2,3` (or `--prompt TEXT`, or `--chat MESSAGE`): generate with
-the components of a saved export."""
+the components of a saved export; `--image-inputs FILE.npz` adds an image-text export's image arrays."""
 
 from __future__ import annotations
 
@@ -22,6 +22,19 @@ def _prompt_ids(args, runner) -> list[int]:
     return tokenizer(args.prompt)["input_ids"]
 
 
+def _image_inputs(args) -> dict:
+    """The arrays of `--image-inputs FILE.npz` by name (none without the option)."""
+    if args.image_inputs is None:
+        return {}
+    import numpy as np
+
+    if args.chat is not None:
+        raise PrepareError("--image-inputs goes with --prompt-ids or --prompt, not --chat",
+                           remedy="pass the prompt holding the image tokens with --prompt-ids")
+    with np.load(args.image_inputs) as arrays:
+        return {name: arrays[name] for name in arrays.files}
+
+
 def run(args) -> int:
     """Run `hfexport generate` with the parsed `args`: generate from a saved export and print the tokens."""
     from ..generation.loop import GenerationRunner
@@ -39,7 +52,7 @@ def run(args) -> int:
         result = ChatSession(runner, system=args.system).send(args.chat, limit, **options)
     else:
         limit = 16 if args.max_new_tokens is None else args.max_new_tokens
-        result = runner.generate(_prompt_ids(args, runner), max_new_tokens=limit, **options)
+        result = runner.generate(_prompt_ids(args, runner), max_new_tokens=limit, **options, **_image_inputs(args))
     if args.json:
         print(json.dumps({"format": runner.export.format, **result.to_dict()}))
         return 0

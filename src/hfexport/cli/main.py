@@ -126,6 +126,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="one user message, templated with the chat template saved with the export; prints "
                         "the answer, stopping at the model's end-of-turn token")
     generate.add_argument("--system", help="with --chat: a system message before it")
+    generate.add_argument("--image-inputs", metavar="FILE.npz",
+                          help="with an image-text export: the processor's image arrays (pixel_values, and "
+                          "image_grid_thw for Qwen2-VL) saved with numpy.savez; the prompt holds the image tokens")
     generate.add_argument("--max-new-tokens", type=int, default=None, help="default 16, 256 with --chat")
     generate.add_argument("--min-new-tokens", type=int, default=0)
     generate.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
@@ -149,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     coverage = sub.add_parser("coverage", help="export every tiny architecture to every backend, check each "
                               "against eager, write the matrix (Markdown + JSON)")
     coverage.add_argument("--backends", help="comma-separated (default: dynamo,onnx,openvino,executorch)")
-    coverage.add_argument("--modes", help="comma-separated: export,generate (default: both)")
+    coverage.add_argument("--modes", help="comma-separated: export,generate,generate-image (default: all)")
     coverage.add_argument("--only", help="comma-separated architectures (preset names; default: all)")
     coverage.add_argument("--output", "-o", default="docs/coverage.md",
                           help="the Markdown page; the JSON goes beside it (default: docs/coverage.md)")

@@ -89,9 +89,10 @@ def run_export(arch: str, backend: str) -> dict[str, Any]:
     return {"status": "ok", "detail": None, **_main_output(result.reports["model"])}
 
 
-def run_generate(arch: str, backend: str) -> dict[str, Any]:
+def run_generate(arch: str, backend: str, image: bool = False) -> dict[str, Any]:
     """The generation components, each against its eager submodule, then greedy tokens from the
-    saved export through `GenerationRunner` against `model.generate`."""
+    saved export through `GenerationRunner` against `model.generate`: an image-text model's
+    tokens only with `image` (the `generate-image` mode), from its prompt's image."""
     from hfexport import GenerationRunner
     from hfexport.presets import PRESETS
 
@@ -100,8 +101,8 @@ def run_generate(arch: str, backend: str) -> dict[str, Any]:
         if failed is not None:
             return failed
         summary: dict[str, Any] = {"components": list(result.artifacts)}
-        if PRESETS[arch].kind == "multimodal":
-            return {**summary, "status": "ok", "tokens": "not run (the runner drives text models)"}
+        if PRESETS[arch].kind == "multimodal" and not image:
+            return {**summary, "status": "ok", "tokens": "in the generate-image mode"}
         _stage("tokens")
         prompt = {k: v for k, v in result.inputs.items() if not k.startswith("decoder_")}
         runner = GenerationRunner.load(result.directory)
@@ -128,7 +129,7 @@ def main(argv: list[str]) -> int:
     torch.manual_seed(0)
     start = time.perf_counter()
     try:
-        result = (run_export if mode == "export" else run_generate)(arch, backend)
+        result = run_export(arch, backend) if mode == "export" else run_generate(arch, backend, mode == "generate-image")
     except Exception as error:  # noqa: BLE001 - a case never raises; the traceback goes to stderr
         traceback.print_exc()
         result = {"status": "runtime failure", "detail": _first_line(error)}

@@ -2,7 +2,8 @@
 
 A key is `(architecture, backend, mode)`: an architecture of `hfexport.presets`, a backend of
 `BACKENDS`, a mode of `MODES` (`export`: the whole model as one graph, `dynamic=True`;
-`generate`: the generation components and greedy tokens). `hfexport coverage` judges its cases
+`generate`: the generation components and greedy tokens; `generate-image`: an image-text model's
+greedy tokens from its prompt's image). `hfexport coverage` judges its cases
 against it (a listed case that passes shows as XPASS), and the test suite turns the same entries
 into strict xfails (the backend parity panel reads `export`, the generation runner `generate`).
 """
@@ -15,7 +16,7 @@ __all__ = ["BACKENDS", "KNOWN_FAILURES", "MODES", "KnownFailure"]
 
 #: the built-in formats (`config.BUILTIN_FORMATS`) in the coverage page's column order
 BACKENDS = ("dynamo", "onnx", "openvino", "executorch")
-MODES = ("export", "generate")
+MODES = ("export", "generate", "generate-image")
 
 
 @dataclasses.dataclass(frozen=True)

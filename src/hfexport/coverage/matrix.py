@@ -66,9 +66,11 @@ def merge_results(previous: list[CaseResult], new: list[CaseResult]) -> list[Cas
 
 
 def applicable(arch: str, mode: str) -> bool:
-    """`generate` only for models that generate."""
+    """`generate` only for models that generate, `generate-image` only for image-text models that do."""
     from ..presets import PRESETS
 
+    if mode == "generate-image":
+        return PRESETS[arch].generative and PRESETS[arch].kind == "multimodal"
     return mode == "export" or PRESETS[arch].generative
 
 
@@ -214,7 +216,9 @@ def render_markdown(results: list[CaseResult], runs: Sequence[str] = ("hfexport 
         "with `dynamic=True`, the artifact runs in its own runtime and is compared with eager PyTorch. "
         "`export`: the whole model as one graph, at the sample shape and at a second batch size and sequence "
         "length. `generate`: every component of `export_for_generation` against its eager submodule, then "
-        "greedy tokens from the saved export (`GenerationRunner`) against `model.generate` (text models).",
+        "greedy tokens from the saved export (`GenerationRunner`) against `model.generate` (text models). "
+        "`generate-image`: the same for an image-text model, its greedy tokens generated from the prompt's "
+        "image (image encoder, merge, language model, decode) against `model.generate`.",
         "",
     ]
     missing = [f"{b} {m}" for b in BACKENDS for m in MODES if (b, m) not in present]

@@ -12,7 +12,9 @@
 # towers, a projector is looked up under the fixed names in `PROJECTOR_NAMES`, `get_decoder()` is
 # the language model and `get_output_embeddings()` the head. Their hooks see their own calls
 # wherever `generate` makes them (transformers 5.24 runs the vision tower and projector before
-# the first top-level forward, outside it). Prefill then splits into those components.
+# the first top-level forward, outside it). Prefill then splits into those components, plus the
+# token embedding table (`text_embeddings`), so a runner can merge image features into the
+# prompt's embeddings outside any graph (`multimodal.py`).
 """
 
 from __future__ import annotations
@@ -97,7 +99,9 @@ def decompose_for_generation(
     """Split `model`'s generation into components, each `(submodule, forward kwargs)`.
 
     Runs `model.generate(**inputs)` once (2 new tokens, 3 with `multi_token_decode`) with hooks that capture the kwargs of every
-    forward call. Keys: `prefill` and `decode`; encoder-decoder models add `encoder`.
+    forward call. Keys: `prefill` and `decode`; encoder-decoder models add `encoder`; multimodal
+    models have `image_encoder`/`audio_encoder`, the projector, `language_model`, `lm_head`,
+    `text_embeddings` (token ids -> embeddings, for the merge `generation/multimodal.py` does) and `decode`.
 
     Args:
         model: a generative `PreTrainedModel`.
@@ -153,6 +157,7 @@ def decompose_for_generation(
                 raise PrepareError(f"{part} of {name} was not called during generate()",
                                    model=name, remedy="report this model class; it needs support")
             components[part] = (watched[part], calls[part][0])
+        components["text_embeddings"] = _text_embeddings(model, kwargs)
     else:
         if calls.get("encoder"):
             components["encoder"] = (watched["encoder"], calls["encoder"][0])
@@ -171,6 +176,17 @@ def decompose_for_generation(
                 components[part] = _with_positions(model, *components[part], past=past)
                 components[part] = _attending_written_slots(*components[part], past=past)
     return {part: Component(*fronted(module, interface_kwargs(step))) for part, (module, step) in components.items()}
+
+
+def _text_embeddings(model: torch.nn.Module, prompt: dict[str, Any]) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The token embedding table of a multimodal model, called on the prompt's ids: a runner
+    embeds the prompt with it and writes the image features over the image tokens' rows (the
+    merge `generate` does inside the top-level forward), then feeds `language_model`."""
+    ids = prompt.get("input_ids")
+    if not isinstance(ids, torch.Tensor):
+        raise PrepareError(f"{model_name(model)}'s prompt has no input_ids to embed", model=model_name(model),
+                           remedy="pass the processor's output, with input_ids, as the sample inputs")
+    return model.get_input_embeddings(), {"input": ids}
 
 
 def _with_padding_mask(model: torch.nn.Module, module: torch.nn.Module, kwargs: dict[str, Any]) -> Component:

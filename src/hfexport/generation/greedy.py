@@ -50,7 +50,7 @@ class GreedySteps:
         input other than the token and its position, a cache passed in and out, or `steps` that
         would overflow the cache (the generic step raises at the step that does)."""
         runner = state.runner
-        if state.session is None or state.session[0] != "decode" or state.is_seq2seq:
+        if state.session is None or state.session[0] != "decode" or state.is_seq2seq or state.rope_delta:
             return None
         fed = runner.fed_inputs("decode")
         if any(name not in TOKEN_INPUTS + POSITION_INPUTS for name, _, _ in fed):

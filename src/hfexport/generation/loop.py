@@ -46,6 +46,7 @@ import torch
 
 from ..errors import ExportError
 from .greedy import GreedySteps
+from .multimodal import ImagePrefill
 from .package import GenerationExport
 
 __all__ = ["GenerationRunner", "GenerationResult"]
@@ -83,11 +84,12 @@ class GenerationRunner:
     def __init__(self, export: GenerationExport):
         self.export = export
         names = set(export.components)
-        if names & set(_MULTIMODAL):
+        if names & set(_MULTIMODAL) and not {"image_encoder", "text_embeddings"} <= names or "audio_encoder" in names:
             raise ExportError(
                 f"{export.directory} holds multimodal components ({', '.join(sorted(names))}); the runner drives "
-                "text decoders and encoder-decoders",
-                remedy="run the image/audio encoder and projector yourself and feed language_model/decode "
+                "text decoders, encoder-decoders and image-text models exported with a text_embeddings component",
+                remedy="export an image-text model again with this version of hfexport (--generate); for an audio "
+                "model, run the audio encoder and projector yourself and feed language_model/decode "
                 "(the components' inputs are listed in manifest.json)",
             )
         if "decode" not in names:
@@ -105,6 +107,7 @@ class GenerationRunner:
         self._fed: dict[str, list] = {}  # `fed_inputs`, per component
         self._attends: dict[tuple, bool] = {}  # `attends_written_slots`, per record and mask shape
         self.use_fast_path = True  # greedy decode steps through `greedy.GreedySteps` where they can run
+        self.image_prefill = ImagePrefill(self) if "image_encoder" in names else None
 
     # NOTE: read once per component, not per step: a decode step's own Python work is what
     # `hfexport generate` adds to the runtime's (`bench/genai_decode.py`, `bench/onnx_genai.py`
@@ -167,7 +170,9 @@ class GenerationRunner:
             streamer: an object with `put(ids)` and `end()`, called as `generate()` calls its
                 streamer: `put` with the prompt first, then with each new token as it is chosen
                 (`transformers.TextStreamer(tokenizer, skip_prompt=True)` prints the answer as it comes).
-            encoder_inputs: other encoder inputs by name (`input_features=` for speech models).
+            encoder_inputs: other encoder inputs by name (`input_features=` for speech models; for an
+                image-text export the processor's image inputs, `pixel_values=` and Qwen2-VL's
+                `image_grid_thw=`, with the image tokens in `input_ids`: `multimodal.py`).
         """
         start = time.perf_counter()
         prompt = _as_prompt(input_ids)
@@ -285,6 +290,7 @@ class _State:
         self.fed: list[int] = []  # the decoder tokens the cache holds, in order
         self.first = True
         self.encoder_hidden: torch.Tensor | None = None
+        self.rope_delta = 0  # M-RoPE: what the decode steps add to their text position (`multimodal.py`)
         self.prompt_mask = attention_mask if attention_mask is not None else torch.ones_like(prompt)
         self.encoder_inputs = dict(encoder_inputs)
         self.is_seq2seq = "encoder" in runner.runners
@@ -321,6 +327,8 @@ class _State:
     def step(self, ids: torch.Tensor) -> torch.Tensor:
         """Run the next component on the new tokens `ids`; return its logits (those of the last
         call when a `decode` that takes one token at a time is fed several, after a `rewind`)."""
+        if self.first and self.runner.image_prefill is not None:
+            return self._image_prefill(ids)
         name = "prefill" if self.first and "prefill" in self.runner.runners else "decode"
         if name == "decode" and not self.first and ids.shape[1] > 1 and self.runner.decode_takes_one:
             for index in range(ids.shape[1]):
@@ -341,6 +349,12 @@ class _State:
         self.fed += ids[0].tolist()
         self.first = False
         return outputs["logits"]
+
+    def _image_prefill(self, ids: torch.Tensor) -> torch.Tensor:
+        """The first call of an image-text export: `multimodal.ImagePrefill`, whose cache the decode takes on."""
+        logits, self.cache, self.rope_delta = self.runner.image_prefill.run(ids, self.encoder_inputs)
+        self.past, self.fed, self.first = ids.shape[1], ids[0].tolist(), False
+        return logits
 
     def rewind(self, length: int) -> str | None:
         """Cut the cache back to the first `length` tokens it holds, so the next `step` continues
@@ -411,7 +425,11 @@ class _State:
             return ids
         positions = torch.arange(self.past, self.past + q)
         if name in ("position_ids", "decoder_position_ids"):
+            if len(shape) == 3:  # M-RoPE's `[4, batch, q]`: the text position, then three rows shifted by the delta
+                return torch.stack([positions[None], *[positions[None] + self.rope_delta] * (shape[0] - 1)])
             return positions[None]
+        if name == "mm_token_type_ids":  # a decode step's new tokens are text
+            return torch.zeros_like(ids, dtype=getattr(torch, dtype or "int32"))
         if name == "cache_position":
             return positions
         if name == "input_pos":  # a program holding its cache (ExecuTorch's LLM runner's): where the tokens go

@@ -30,6 +30,7 @@ from ..bundle import check_files, record_from_entry
 from ..manifest import MANIFEST, MANIFEST_VERSION, check_file, read_manifest
 from ..record import ExportRecord, record_of
 from ..tokenizer_files import load_tokenizer
+from .multimodal import image_prompt_entry
 
 __all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "merged_generation_config", "MANIFEST",
            "MANIFEST_VERSION"]
@@ -124,7 +125,7 @@ def save_generation_export(
     context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan)
     saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
                         tokenizer=tokenizer, export_config=export_config, overwrite=overwrite,
-                        manifest_extra={**_cache_kind(artifacts, merged), **(extra or {})}, report=report,
+                        manifest_extra={**_cache_kind(artifacts, merged), **image_prompt_entry(model, artifacts), **(extra or {})}, report=report,
                         check=check, context=context)
     return saved if details else saved.directory
 

@@ -1,0 +1,152 @@
+"""Generation from an image: the prefill of a multimodal export, driven component by component.
+
+```python
+runner = GenerationRunner.load("out/tiny-qwen2-vl")      # hfexport export tiny:qwen2_vl --generate
+runner.generate(input_ids, max_new_tokens=8, pixel_values=..., image_grid_thw=...)  # a processor's output
+```
+
+# NOTE: the merge of image features into the prompt happens here, between graphs, rather than
+# inside one exported prefill: `decompose_for_generation` splits a multimodal model's prefill at
+# the modules `generate` calls (tower, projector, language model, head), and each is exported and
+# validated on its own. The runner then does what the top-level forward does between them
+# (transformers 5.24 `get_image_features` + `get_placeholder_mask` + `masked_scatter`):
+#   `text_embeddings(input_ids)` -> the image encoder's features (`image_prompt.features`, its CLS
+#   row dropped where the model drops it) -> the projector where separate -> written over the rows
+#   of the image tokens -> `language_model(inputs_embeds, position_ids)` -> `lm_head` on the last
+#   position. Qwen2-VL's 3-D M-RoPE positions come from transformers' own `get_rope_index`, run on a
+#   model built on the meta device from the saved config (no weights), so they are computed as
+#   transformers computes them. The decode steps are the text loop's (`loop._State`), with the
+#   rope delta added to the M-RoPE rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..errors import ExportError
+
+__all__ = ["image_prompt_entry", "ImagePrefill", "IMAGE_INPUT_ALIASES"]
+
+#: Image encoder input -> the processor's name for it (Qwen2-VL's tower takes `hidden_states`, `grid_thw`).
+IMAGE_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw"}
+
+
+def image_prompt_entry(model: Any, artifacts: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's `image_prompt` entry for a multimodal export (`{}` for any other): what a
+    runner needs to build the prefill without the model's class.
+
+    Keys: `image_token_id` (the placeholder the processor repeats once per feature row),
+    `video_token_id` (or None), `features` (the image encoder output the language model reads),
+    `drop_first` (the CLS row is dropped, LLaVA's `vision_feature_select_strategy="default"`),
+    `mrope` (positions from transformers' `get_rope_index`, Qwen2-VL), `spatial_merge_size`."""
+    from ..record import record_of
+
+    if model is None or "image_encoder" not in artifacts:
+        return {}
+    config = model.config
+    outputs = record_of(artifacts["image_encoder"]).output_names
+    features = next((name for name in outputs if name.startswith("hidden_states.")),
+                    "pooler_output" if "pooler_output" in outputs and not hasattr(config, "vision_feature_layer")
+                    else "last_hidden_state")
+    token = getattr(config, "image_token_id", None)
+    token = getattr(config, "image_token_index", None) if token is None else token
+    vision = getattr(config, "vision_config", None)
+    return {"image_prompt": {
+        "image_token_id": int(token),
+        "video_token_id": getattr(config, "video_token_id", None),
+        "features": features,
+        "drop_first": getattr(config, "vision_feature_select_strategy", None) == "default",
+        "mrope": hasattr(getattr(model, "base_model", model), "get_rope_index"),
+        "spatial_merge_size": getattr(vision, "spatial_merge_size", None),
+    }}
+
+
+def _meta_base_model(config: Any) -> torch.nn.Module:
+    """The base model of `config`'s architecture built on the meta device (no weights), for its
+    position helpers (`get_rope_index`)."""
+    from transformers import AutoModel
+
+    with torch.device("meta"):
+        return AutoModel.from_config(config)
+
+
+class ImagePrefill:
+    """The prefill of a multimodal export (see the module's note): embeds, image features merged
+    at the image tokens, the language model, the head."""
+
+    def __init__(self, runner: Any):
+        self.runner = runner
+        entry = runner.export.manifest.get("image_prompt")
+        if entry is None:
+            raise ExportError(f"{runner.export.directory}'s manifest has no image_prompt entry",
+                              remedy="export the model again with this version of hfexport (--generate)")
+        self.entry = entry
+        self.rope_index = None  # a meta model's `get_rope_index`, built at the first M-RoPE prompt
+
+    def run(self, ids: torch.Tensor, image_inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        """Prefill on the prompt `ids` and the processor's image inputs; returns the last
+        position's logits `[1, 1, vocab]`, the cache leaves, and the rope delta the decode steps
+        add to the M-RoPE rows (0 without M-RoPE)."""
+        embeds = self._run("text_embeddings", {"input": ids})["output"].clone()
+        placeholders = ids == self.entry["image_token_id"]
+        if placeholders.any():
+            features = self.image_features(image_inputs)
+            if features.shape[0] != int(placeholders.sum()):
+                raise ExportError(
+                    f"the prompt has {int(placeholders.sum())} image tokens but the image gives {features.shape[0]} "
+                    "feature rows", remedy="build the prompt with the processor that made pixel_values (one image "
+                    f"token {self.entry['image_token_id']} per feature row)")
+            embeds[placeholders] = features.to(embeds.dtype)
+        positions, delta = self.positions(ids, image_inputs)
+        outputs = self._run("language_model", {"inputs_embeds": embeds, "position_ids": positions,
+                                               "attention_mask": torch.ones_like(ids)})
+        logits = self._run("lm_head", {"input": outputs["last_hidden_state"][:, -1:]})["output"]
+        cache = {name: value for name, value in outputs.items() if name.startswith("cache.")}
+        return logits, cache, delta
+
+    def image_features(self, image_inputs: dict[str, Any]) -> torch.Tensor:
+        """The image features the language model reads, one row per image token `[rows, hidden]`."""
+        record = self.runner.records["image_encoder"]
+        feed = {}
+        for name in record.input_names:
+            given = IMAGE_INPUT_ALIASES.get(name, name)
+            if given not in image_inputs:
+                raise ExportError(f"the image encoder takes {given!r}", remedy=f"pass {given}=... (the processor's output)")
+            feed[name] = torch.as_tensor(image_inputs[given])
+        features = self._run("image_encoder", feed)[self.entry["features"]]
+        if self.entry["drop_first"]:
+            features = features[:, 1:]
+        projector = next((name for name in self.runner.runners
+                          if name not in ("image_encoder", "language_model", "lm_head", "text_embeddings", "decode")), None)
+        if projector is not None:
+            features = self._run(projector, {self.runner.records[projector].input_names[0]: features})["output"]
+        return features.reshape(-1, features.shape[-1])
+
+    def positions(self, ids: torch.Tensor, image_inputs: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        """The language model's `position_ids` for the prompt and the rope delta: `[1, n]`, or for
+        M-RoPE `[4, 1, n]` (text positions, then `get_rope_index`'s three rows) as transformers 5.24
+        `Qwen2VLForConditionalGeneration._prepare_position_ids_for_generation` stacks them."""
+        text = torch.arange(ids.shape[1])[None]
+        if not self.entry["mrope"]:
+            return text, 0
+        if self.rope_index is None:
+            self.rope_index = _meta_base_model(self.runner.export.config).get_rope_index
+        types = torch.zeros_like(ids, dtype=torch.int32)
+        types[ids == self.entry["image_token_id"]] = 1
+        if self.entry.get("video_token_id") is not None:
+            types[ids == self.entry["video_token_id"]] = 2
+        grid = image_inputs.get("image_grid_thw")
+        rows, delta = self.rope_index(ids, types, image_grid_thw=None if grid is None else torch.as_tensor(grid),
+                                      attention_mask=torch.ones_like(ids))
+        return torch.cat([text[None], rows]), int(delta.reshape(-1)[0])
+
+    def _run(self, name: str, feed: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Run component `name` on the inputs of `feed` it takes (an error naming one it lacks)."""
+        record = self.runner.records[name]
+        missing = [n for n in record.input_names if n not in feed]
+        if missing:
+            raise ExportError(f"the runner cannot fill {name}'s inputs {missing}",
+                              remedy=f"drive {name} yourself; its inputs are listed in manifest.json")
+        return self.runner.runners[name].run_named({n: feed[n] for n in record.input_names})
