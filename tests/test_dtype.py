@@ -138,7 +138,7 @@ def _check(result, fmt: str, dtype: str) -> None:
 @pytest.mark.slow
 def test_the_cli_exports_in_the_dtype_and_its_summary_says_so(tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["export", "tiny:llama", "--dtype", "bfloat16", "-o", str(out), "-q"]) == 0
+    assert main(["export", "tiny:llama", "--task", "forward", "--dtype", "bfloat16", "-o", str(out), "-q"]) == 0
     stdout = capsys.readouterr().out
     assert "  dtype:          bfloat16" in stdout.splitlines() and stdout.splitlines()[-1] == "result: PASSED"
     assert json.loads((out / "report.json").read_text())["dtype"] == "bfloat16"

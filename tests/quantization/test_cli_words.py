@@ -42,7 +42,8 @@ def llama_folder(tmp_path_factory):
 
 
 def _export(folder, out, *args: str) -> dict:
-    assert main(["export", str(folder), "-q", "-o", str(out), *args]) == 0
+    """One graph (`--task forward`): what these tests check is the quantizer's options, not the package."""
+    assert main(["export", str(folder), "-q", "--task", "forward", "-o", str(out), *args]) == 0
     return json.loads((out / "report.json").read_text())
 
 
@@ -181,7 +182,7 @@ def test_calibration_takes_the_chosen_prompts_or_refuses_a_file_it_cannot_use(tm
                         with_tokenizer, generate=False)
     with pytest.raises(ValueError, match="has no tokenizer"):
         calibration_for(choice, _Loaded(), generate=False)
-    with pytest.raises(ValueError, match="without --generate"):
+    with pytest.raises(ValueError, match="--task forward"):
         calibration_for(choice, with_tokenizer, generate=True)
     _, record = calibration_for(QuantizationChoice(scheme="int8-static"), _Loaded(), generate=False)
     assert record["samples"] == 1 and "no tokenizer" in record["source"]

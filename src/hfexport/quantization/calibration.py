@@ -105,9 +105,10 @@ def calibration_for(choice: Any, loaded: Any, generate: bool) -> tuple[Any, dict
     if generate or loaded.tokenizer is None:
         if given is not None:
             raise ValueError(f"--calibration-data {given}: "
-                             + ("a --generate export calibrates each component on its own captured inputs (several "
-                                "prompts per component are not wired yet); drop --calibration-data, or export "
-                                "without --generate" if generate else
+                             + ("an LLM package or generation components (--generate, or --task auto on a causal LM) "
+                                "calibrate each component on its own captured inputs (several prompts per "
+                                "component are not wired yet); drop --calibration-data, or export one graph "
+                                "(--task forward)" if generate else
                                 f"the model has no tokenizer to read prompts with ({loaded.tokenizer_missing}); "
                                 "export from a folder or hub id that holds one"))
         source = ("each generation component's own captured inputs (the sample prompt)" if generate
