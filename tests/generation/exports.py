@@ -82,10 +82,9 @@ LLM_CACHE = 64
 #: `-f onnx --generate --multi-token-decode --static-cache 64`, `-f openvino --generate`,
 #: `-f executorch --generate --static-cache 64`)
 LLM_RUNTIMES = {
-    "onnx": (("onnxscript", "onnxruntime", "onnxruntime_genai"),
-             {"generate": True, "static_cache": LLM_CACHE, "multi_token_decode": True}),
-    "openvino": (("openvino", "openvino_genai", "openvino_tokenizers"), {"generate": True}),
-    "executorch": (("executorch",), {"generate": True, "static_cache": LLM_CACHE}),
+    "onnx": (("onnxscript", "onnxruntime", "onnxruntime_genai"), {"task": "auto", "static_cache": LLM_CACHE}),
+    "openvino": (("openvino", "openvino_genai", "openvino_tokenizers"), {"task": "auto", "static_cache": LLM_CACHE}),
+    "executorch": (("executorch",), {"task": "auto", "static_cache": LLM_CACHE}),
 }
 
 
