@@ -348,7 +348,8 @@ class HfExporter:
 
         quantizer = config.quantizer
         keys = record.input_keys
-        samples = [[leaf for leaf in pytree.tree_leaves(s) if isinstance(leaf, torch.Tensor)]
+        samples = [self._artifact_inputs(artifact, record,
+                                         [leaf for leaf in pytree.tree_leaves(s) if isinstance(leaf, torch.Tensor)])
                    for s in self._calibration(quantizer, model, sample, keys)]
         try:
             return quantizer.quantize_model(artifact, samples)
@@ -358,6 +359,11 @@ class HfExporter:
             raise QuantizationError(f"{quantizer!r} failed on the {self.format} model: {summarize(error)}",
                                     model=model_name(model),
                                     remedy="try another scheme, or export without quantizer= and report this") from error
+
+    def _artifact_inputs(self, artifact: Any, record: ExportRecord, leaves: list[torch.Tensor]) -> list[Any]:
+        """`leaves` (in `record.input_names` order) as the converted artifact takes them, for a
+        model-stage quantizer; the same here, where conversion kept the record's interface."""
+        return leaves
 
     def save(self, artifact: Any, directory: str | os.PathLike, name: str = "model", *,
              overwrite: bool = False) -> list[Path]:

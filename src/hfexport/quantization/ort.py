@@ -344,7 +344,7 @@ def _reader(names: list[str], samples: list[list[torch.Tensor]]):
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.feeds = iter([{n: to_numpy(t) for n, t in zip(names, sample)} for sample in samples])
+            self.feeds = ({n: to_numpy(t) for n, t in zip(names, sample)} for sample in samples)  # one at a time
 
         def get_next(self):
             return next(self.feeds, None)

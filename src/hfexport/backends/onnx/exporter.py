@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ...capture.dynamic import grown_sample
@@ -18,7 +19,7 @@ from .config import OnnxConfig
 from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
-from .gqa import GRAPH_INTERFACE
+from .gqa import GRAPH_INTERFACE, GraphInterface
 from .runner import in_place_writers
 
 __all__ = ["OnnxExporter"]
@@ -120,6 +121,17 @@ class OnnxExporter(HfExporter):
                  if "output." + name[len("input."):] in outputs}
         # the cache inputs whose paired output is written in place (the runner binds one buffer to both)
         record.details["in_place_cache"] = sorted(name for name, ok in in_place_writers(graph, pairs).items() if ok)
+
+    def _artifact_inputs(self, artifact: HfOnnxProgram, record: ExportRecord, leaves: list[torch.Tensor]) -> list[Any]:
+        """`leaves` as the graph's inputs in its order: a GroupQueryAttention graph takes a 2-D mask
+        and no write counters (`gqa.GraphInterface`), which a calibration feed must match."""
+        interface = GraphInterface.of(record)
+        if interface is None:
+            return leaves
+        graph_names = dict(zip(record.input_names, record.named_inputs()))
+        fed = {graph_names[name]: value
+               for name, value in interface.feed(dict(zip(record.input_names, leaves))).items()}
+        return [torch.as_tensor(np.ascontiguousarray(fed[value.name])) for value in artifact.model.graph.inputs]
 
     def _write(self, artifact: HfOnnxProgram, stem: Path) -> list[Path]:
         return write_onnx(artifact, stem.with_suffix(".onnx"))
