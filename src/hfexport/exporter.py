@@ -279,7 +279,8 @@ class HfExporter:
     def export_components(self, components: dict[str, tuple[torch.nn.Module, dict[str, Any]]],
                           config: ExportConfig | None = None, *,
                           on_component: Callable[[str, torch.nn.Module], Any] | None = None,
-                          calibrate_on_captured: bool = True) -> dict[str, Any]:
+                          calibrate_on_captured: bool = True,
+                          calibration: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
         """Export the components `decompose_for_generation` returned, each on its captured kwargs
         under the exported interface's names (a static quantization scheme calibrated on them).
 
@@ -289,6 +290,8 @@ class HfExporter:
             calibrate_on_captured: calibrate each component on its captured kwargs; `False` keeps
                 the quantizer's own calibration data (components that take the model's forward
                 kwargs: the whole model).
+            calibration: `{component: [kwargs, ...]}` to calibrate the named components on instead
+                (their inputs captured on many prompts, `generation.calibration.captured_calibration`).
 
         Returns:
             `{component name: artifact}`.
@@ -298,7 +301,8 @@ class HfExporter:
         artifacts = {}
         for name, (module, kwargs) in components.items():
             with on_component(name, module) if on_component else contextlib.nullcontext():
-                own = _for_component(config, kwargs) if calibrate_on_captured else config
+                samples = (calibration or {}).get(name, [kwargs] if calibrate_on_captured else None)
+                own = _for_component(config, samples) if samples is not None else config
                 artifacts[name] = self.export(module, interface_kwargs(kwargs), config=own)
         note_initial_cache(components, artifacts)
         return artifacts
@@ -532,10 +536,10 @@ def _check_conversion_kept_shapes(record: ExportRecord, captured: Capture, model
         )
 
 
-def _for_component(config: ExportConfig | None, kwargs: dict[str, Any]) -> ExportConfig | None:
+def _for_component(config: ExportConfig | None, samples: list[dict[str, Any]]) -> ExportConfig | None:
     """`config` for one generation component: a static quantization scheme is calibrated on the
-    component's own captured inputs (the caller's calibration data are forward kwargs of the whole
-    model, which a decode step or an encoder does not take)."""
+    component's own captured inputs, `samples` (the caller's calibration data are forward kwargs of
+    the whole model, which a decode step or an encoder does not take)."""
     quantizer = getattr(config, "quantizer", None)
     if quantizer is None or not quantizer.needs_calibration and quantizer.calibration is None:
         return config
@@ -543,7 +547,7 @@ def _for_component(config: ExportConfig | None, kwargs: dict[str, Any]) -> Expor
 
     from .generation.decompose import interface_kwargs
 
-    return dataclasses.replace(config, quantizer=quantizer.with_calibration([interface_kwargs(kwargs)]))
+    return dataclasses.replace(config, quantizer=quantizer.with_calibration([interface_kwargs(s) for s in samples]))
 
 
 def _config_summary(config: ExportConfig) -> dict[str, Any]:

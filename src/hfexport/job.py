@@ -311,6 +311,7 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
         components, plan = _components(exporter, config, loaded, generate, generation_config, multi_token_decode,
                                        flags.static_cache, task_name)
+        calibration = _captured_calibration(exporter, loaded, plan, config, quantization)
     if plan is not None:  # what the backend made of the request (its own program: a static cache)
         config, generation_config = plan.config, plan.generation_config
     if len(components) > 1:
@@ -321,7 +322,8 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
 
     # the job validates every component itself, so the exporter does not validate once more
     artifacts = exporter.export_components(components, config.replace(validate=False) if config.validate else config,
-                                           on_component=exporting, calibrate_on_captured=generate)
+                                           on_component=exporting, calibrate_on_captured=generate,
+                                           calibration=calibration)
     timing = Phases()  # the report's `timing`: each component's phases, then the folder's
     for name, artifact in artifacts.items():
         timing.add(name, record_of(artifact).details.get("stage_seconds", {}))
@@ -472,11 +474,30 @@ def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool
             raise ValueError("generation_config and multi_token_decode shape the generation components: "
                              "pass generate=True (--generate)")
         return {"model": graph_component(task, loaded.model, loaded.inputs)}, None
-    # generate() starts an encoder-decoder's decoder itself: the prompt is the encoder's inputs
-    prompt = {k: v for k, v in loaded.inputs.items() if not k.startswith("decoder_")}
-    plan = exporter.plan_generation(loaded.model, prompt, config, generation_config, multi_token_decode,
+    plan = exporter.plan_generation(loaded.model, _prompt(loaded.inputs), config, generation_config, multi_token_decode,
                                     static_cache=static_cache)
     return exporter.generation_components(loaded.model, plan), plan
+
+
+def _prompt(inputs: dict[str, Any]) -> dict[str, Any]:
+    """`inputs` as a prompt to `generate()`, which starts an encoder-decoder's decoder itself: the encoder's inputs."""
+    return {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
+
+
+def _captured_calibration(exporter: Any, loaded: Any, plan: Any, config: ExportConfig,
+                          quantization: dict[str, Any] | None) -> dict[str, list[dict[str, Any]]] | None:
+    """`{component: [kwargs, ...]}` a generation export's quantizer calibrates each component on:
+    its inputs captured on every calibration prompt (`generation.calibration`), the report's
+    `quantization.calibration` saying how many per component; `None` where nothing calibrates on
+    prompts (one graph, a quantizer object, a model without a tokenizer: the captured sample)."""
+    if plan is None or not (quantization or {}).get("calibration") or loaded.tokenizer is None:
+        return None
+    from .generation.calibration import captured_calibration
+
+    prompts = [_prompt(sample) for sample in config.quantizer.calibration]
+    captured = captured_calibration(lambda asked: exporter.generation_components(loaded.model, asked), plan, prompts)
+    quantization["calibration"]["samples_per_component"] = {name: len(s) for name, s in captured.items()}
+    return captured
 
 
 def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Path, **options: Any) -> dict[str, Any]:

@@ -35,6 +35,10 @@ def llama_folder(tmp_path_factory):
     model, _ = build_preset("llama")
     tokenizer = tiny_bpe_tokenizer()
     model.resize_token_embeddings(len(tokenizer))
+    # the tokenizer's own special ids: the preset's (bos 1, eos 2) are its "</s>" and "!", which
+    # onnxruntime-genai takes for padding (pad = eos) and masks out of the sample prompt
+    for config in (model.config, model.generation_config):
+        config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
     folder = tmp_path_factory.mktemp("llama") / "llama"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -182,8 +186,8 @@ def test_calibration_takes_the_chosen_prompts_or_refuses_a_file_it_cannot_use(tm
                         with_tokenizer, generate=False)
     with pytest.raises(ValueError, match="has no tokenizer"):
         calibration_for(choice, _Loaded(), generate=False)
-    with pytest.raises(ValueError, match="--task forward"):
-        calibration_for(choice, with_tokenizer, generate=True)
+    # a generation export captures each component's inputs on the same prompts (the export job)
+    assert calibration_for(choice, with_tokenizer, generate=True)[1] == record
     _, record = calibration_for(QuantizationChoice(scheme="int8-static"), _Loaded(), generate=False)
     assert record["samples"] == 1 and "no tokenizer" in record["source"]
 
@@ -275,3 +279,33 @@ def test_a_static_scheme_calibrates_on_many_prompts(llama_folder, tmp_path, monk
     assert seen[1:] == [3] and report["quantization"]["calibration"] == {"source": str(prompts), "samples": 3,
                                                                           "skipped_without_tokens": 0}
     assert _validated(report) >= 0.98
+
+
+@pytest.mark.slow  # exports the tiny Llama's ONNX LLM package once
+def test_an_llm_package_calibrates_each_component_on_every_prompt(llama_folder, tmp_path, monkeypatch):
+    """`--task auto` on a causal LM: the package's prefill and decode are each calibrated on their
+    inputs captured on the file's three prompts, and the package still passes validation, the
+    accuracy gate and its runtime's own LLM runner."""
+    require_backend("onnx")
+    seen: list[int] = []
+    real = OrtQuantizer.quantize_model
+
+    def counting(self, artifact, samples):
+        seen.append(len(samples))
+        return real(self, artifact, samples)
+
+    monkeypatch.setattr(OrtQuantizer, "quantize_model", counting)
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("The river wound slowly through the valley.\nSELECT name FROM orders;\n"
+                       "Once upon a time, in a small village at the edge of a forest, there lived a clockmaker.\n")
+    out = tmp_path / "package"
+    assert main(["export", str(llama_folder), "-q", "-f", "onnx", "--quantize", "int8-static",
+                 "--calibration-data", str(prompts), "-o", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    calibration = report["quantization"]["calibration"]
+    assert calibration["source"] == str(prompts) and calibration["samples"] == 3
+    assert calibration["samples_per_component"] == {name: 3 for name in report["components"]}
+    assert "decode" in report["components"] and seen == [3] * len(report["components"])
+    assert all(component["validation"]["passed"] for component in report["components"].values())
+    assert report["accuracy"]["passed"], report["accuracy"]
+    assert report["runner"]["checked"] and report["runner"]["passed"], report["runner"]

@@ -98,21 +98,17 @@ def calibration_for(choice: Any, loaded: Any, generate: bool) -> tuple[Any, dict
     """`(calibration, record)` for a quantizer that runs on data: the chosen prompts tokenized
     with the model's tokenizer, and what the report says of them (`source`, `samples`).
 
-    A generation export calibrates each component on its own captured inputs (one sample each;
-    `HfExporter.export_components`), and a model without a tokenizer on its sample inputs; a
-    calibration file is refused in both cases rather than dropped."""
+    A generation export captures each component's inputs on each of these prompts
+    (`generation.calibration.captured_calibration`). A model without a tokenizer calibrates on its
+    sample inputs (a generation export: each component on its captured inputs), and refuses a
+    calibration file rather than drop it."""
     given = choice.calibration_data
-    if generate or loaded.tokenizer is None:
+    if loaded.tokenizer is None:
         if given is not None:
-            raise ValueError(f"--calibration-data {given}: "
-                             + ("an LLM package or generation components (--generate, or --task auto on a causal LM) "
-                                "calibrate each component on its own captured inputs (several prompts per "
-                                "component are not wired yet); drop --calibration-data, or export one graph "
-                                "(--task forward)" if generate else
-                                f"the model has no tokenizer to read prompts with ({loaded.tokenizer_missing}); "
-                                "export from a folder or hub id that holds one"))
-        source = ("each generation component's own captured inputs (the sample prompt)" if generate
-                  else f"the sample inputs (the model has no tokenizer: {loaded.tokenizer_missing})")
+            raise ValueError(f"--calibration-data {given}: the model has no tokenizer to read prompts with "
+                             f"({loaded.tokenizer_missing}); export from a folder or hub id that holds one")
+        source = ("each generation component's own captured inputs (the sample prompt)" if generate else "the sample "
+                  "inputs") + f" (the model has no tokenizer: {loaded.tokenizer_missing})"
         return [loaded.inputs], {"source": source, "samples": 1}
     source = os.fspath(given) if given is not None else "built-in prompts (hfexport.quantization.calibration)"
     samples, skipped = prompt_samples(loaded.model, loaded.tokenizer, chosen_prompts(given, choice.num_samples))

@@ -102,11 +102,24 @@ def plan_llm_program(model: torch.nn.Module, prompt: dict[str, Any], config: Any
         plan.report["llm_runner"] = fallback_note(why, static=not plain)
         plan.record_details["decode"] = {"llm_custom_ops": {"used": False, "reason": why}}
         return plan
+    _refuse_prompt_calibration(config)
     from transformers import GenerationConfig
 
     static = generation_config if not plain else GenerationConfig(cache_implementation="static", max_cache_len=cache)
     return GenerationPlan(prompt, static, True, False, config, components=program,
                           report={"llm_runner": {"cache": {"tokens": cache, "from": note}}} if plain else {})
+
+
+def _refuse_prompt_calibration(config: Any) -> None:
+    """Refuse a quantizer that calibrates on several prompts: the LLM-runner program is built from
+    the sample prompt (`llm_component`), and is not captured again on each calibration prompt as
+    the generation components are (`generation.calibration`)."""
+    quantizer = config.quantizer
+    if quantizer is not None and quantizer.needs_calibration and len(quantizer.calibration_samples()) > 1:
+        raise PrepareError("ExecuTorch's LLM-runner program is captured on the sample prompt only; calibrating "
+                           f"{quantizer!r} on several prompts is not wired for it",
+                           remedy="pass --no-llm-runner (llm_runner=False) to export the generation components, "
+                           "which calibrate on every prompt, or choose a dynamic or weight-only scheme")
 
 
 def runner_package(folder: Path, artifacts: dict[str, Any], context: Any) -> dict[str, Any]:
