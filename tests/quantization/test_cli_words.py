@@ -45,6 +45,20 @@ def llama_folder(tmp_path_factory):
     return folder
 
 
+@pytest.fixture
+def ort_calibration_counts(monkeypatch) -> list[int]:
+    """How many calibration samples each `OrtQuantizer.quantize_model` call received, in call order."""
+    seen: list[int] = []
+    real = OrtQuantizer.quantize_model
+
+    def counting(self, artifact, samples):
+        seen.append(len(samples))
+        return real(self, artifact, samples)
+
+    monkeypatch.setattr(OrtQuantizer, "quantize_model", counting)
+    return seen
+
+
 def _export(folder, out, *args: str) -> dict:
     """One graph (`--task forward`): what these tests check is the quantizer's options, not the package."""
     assert main(["export", str(folder), "-q", "--task", "forward", "-o", str(out), *args]) == 0
@@ -258,16 +272,9 @@ def test_executorch_8da4w_group_size_ratio_and_qembedding_reach_torchao(llama_fo
 
 
 @pytest.mark.slow  # exports a tiny Llama to ONNX twice
-def test_a_static_scheme_calibrates_on_many_prompts(llama_folder, tmp_path, monkeypatch):
+def test_a_static_scheme_calibrates_on_many_prompts(llama_folder, tmp_path, ort_calibration_counts):
     require_backend("onnx")
-    seen: list[int] = []
-    real = OrtQuantizer.quantize_model
-
-    def counting(self, artifact, samples):
-        seen.append(len(samples))
-        return real(self, artifact, samples)
-
-    monkeypatch.setattr(OrtQuantizer, "quantize_model", counting)
+    seen = ort_calibration_counts
     report = _export(llama_folder, tmp_path / "default", "-f", "onnx", "--quantize", "int8-static")
     calibration = report["quantization"]["calibration"]  # the tiny tokenizer has no CJK characters: 2 left out
     assert seen == [len(DEFAULT_PROMPTS) - 2] and calibration["samples"] == seen[0] > 1
@@ -282,19 +289,12 @@ def test_a_static_scheme_calibrates_on_many_prompts(llama_folder, tmp_path, monk
 
 
 @pytest.mark.slow  # exports the tiny Llama's ONNX LLM package once
-def test_an_llm_package_calibrates_each_component_on_every_prompt(llama_folder, tmp_path, monkeypatch):
+def test_an_llm_package_calibrates_each_component_on_every_prompt(llama_folder, tmp_path, ort_calibration_counts):
     """`--task auto` on a causal LM: the package's prefill and decode are each calibrated on their
     inputs captured on the file's three prompts, and the package still passes validation, the
     accuracy gate and its runtime's own LLM runner."""
     require_backend("onnx")
-    seen: list[int] = []
-    real = OrtQuantizer.quantize_model
-
-    def counting(self, artifact, samples):
-        seen.append(len(samples))
-        return real(self, artifact, samples)
-
-    monkeypatch.setattr(OrtQuantizer, "quantize_model", counting)
+    seen = ort_calibration_counts
     prompts = tmp_path / "p.txt"
     prompts.write_text("The river wound slowly through the valley.\nSELECT name FROM orders;\n"
                        "Once upon a time, in a small village at the edge of a forest, there lived a clockmaker.\n")
