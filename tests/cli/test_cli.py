@@ -291,8 +291,9 @@ def test_generate_with_a_static_scheme_calibrates_each_component_on_its_own_inpu
     assert main(["export", "tiny:llama", "--format", "onnx", "--generate", "--quantize", "int8-static", "-o", str(out),
                  "--min-agreement", "0.5", "-q"]) == 0
     report = json.loads((out / "report.json").read_text())
-    assert report["quantization"]["calibration"] == {
-        "source": "each generation component's own captured inputs (the sample prompt)", "samples": 1}
+    calibration = report["quantization"]["calibration"]  # a tiny: preset has no tokenizer to read prompts with
+    assert calibration["samples"] == 1
+    assert calibration["source"].startswith("each generation component's own captured inputs (the sample prompt)")
     for name in ("prefill", "decode"):
         summary = report["components"][name]["record"]["quantization"]
         assert summary["scheme"] == "int8-static" and summary["quantized_matmuls"] > 0
