@@ -35,6 +35,8 @@ CASES = {
     "qwen2_vl": ("qwen2_vl", None),  # image-text: tests/generation/test_multimodal_generate.py
     "llava": ("llava", None),
 }
+#: The image-text cases: they generate from an image (test_multimodal_generate.py), not from text alone.
+IMAGE_CASES = ("qwen2_vl", "llava")
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 
 
