@@ -161,7 +161,7 @@ def test_onnx_declares_the_program_shapes(saved_generation, case):
         names = _check_inputs(record, declared, named=True)
         _check_roles(record, declared)
         inputs = {_io_name(name): dims for name, dims in zip(record.input_names, declared)}
-        _check_outputs(inputs, outputs, saved.model.config.vocab_size, set(names.values()))
+        _check_outputs(inputs, outputs, saved.model.config.get_text_config().vocab_size, set(names.values()))
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -173,7 +173,7 @@ def test_openvino_declares_the_program_shapes(saved_generation, case):
         assert len(declared) == len(record.input_names)
         _check_inputs(record, declared, named=False)
         inputs = {_io_name(name): dims for name, dims in zip(record.input_names, declared)}
-        _check_outputs(inputs, outputs, saved.model.config.vocab_size, set())
+        _check_outputs(inputs, outputs, saved.model.config.get_text_config().vocab_size, set())
 
 
 def test_the_static_decode_graph_declares_its_cache_in_full(saved_generation):

@@ -79,7 +79,7 @@ def reuse(onnx_job, monkeypatch):
     from hfexport.backends.onnx.exporter import OnnxExporter
 
     monkeypatch.setattr(OnnxExporter, "export_components",
-                        lambda self, components, config=None, *, on_component=None: onnx_job.artifacts)
+                        lambda self, components, config=None, **options: onnx_job.artifacts)
     return onnx_job
 
 
