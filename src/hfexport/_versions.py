@@ -36,6 +36,7 @@ TESTED_VERSIONS: dict[str, str] = {
     "ray": "2.58.0",
     "gguf": "0.19.0",
     "accelerate": "1.15.0",
+    "pillow": "13.0.0",
 }
 
 #: Extra name -> distributions it installs (mirrors `[project.optional-dependencies]`).
@@ -52,11 +53,14 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     # reads GGUF checkpoints (`hfexport export model.gguf`): transformers' GGUF support needs both
     "gguf": ("gguf", "accelerate"),
+    # reads image files for an image-text export (`hfexport generate --image`) with its saved processor
+    "vision": ("pillow",),
 }
 
 #: Distribution name -> top-level import name, where they differ.
 _IMPORT_NAMES = {"onnxruntime": "onnxruntime", "onnxruntime-genai": "onnxruntime_genai", "openvino-genai": "openvino_genai",
-                 "openvino-tokenizers": "openvino_tokenizers"}
+                 "openvino-tokenizers": "openvino_tokenizers",
+                 "pillow": "PIL"}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ out/tiny-llama/
   model.onnx           one artifact per component, as its exporter writes it (or prefill.onnx, decode.onnx)
   config.json          the model config (+ generation_config.json for a generation export)
   tokenizer.json, ...  the tokenizer and its chat template, when the model came with one (`tokenizer_files`)
+  processor_config.json  an image-text model's processor, when it came with one (`tokenizer_files`)
   export_config.json   the ExportConfig used
   report.json          validation and timings, with each component's files and bytes
 ```
@@ -33,7 +34,7 @@ from .output_folder import model_folder, staged_folder
 from .record import ExportRecord, record_of
 from .storage import fingerprint
 from .timing import phase
-from .tokenizer_files import save_tokenizer_files
+from .tokenizer_files import save_processor_files, save_tokenizer_files
 
 __all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry",
            "check_files"]
@@ -149,6 +150,7 @@ def save_export(
     model: Any = None,
     generation_config: Any = None,
     tokenizer: Any = None,
+    processor: Any = None,
     export_config: Any = None,
     overwrite: bool = False,
     manifest_extra: dict[str, Any] | None = None,
@@ -165,6 +167,8 @@ def save_export(
         model: the eager model; its `config` is saved beside.
         generation_config: saved as `generation_config.json` (a generation export).
         tokenizer: saved too when given, so `hfexport generate` can print text.
+        processor: an image-text model's processor, saved too when given (with its tokenizer and
+            chat template), so `hfexport generate --image` can read an image file.
         export_config: saved as `export_config.json`.
         overwrite: replace an earlier hfexport export in `directory` (only the files it wrote);
             otherwise a folder holding files is an error, and a folder holding files no export
@@ -199,6 +203,8 @@ def save_export(
             generation_config.save_pretrained(staging)
         if tokenizer is not None:
             save_tokenizer_files(tokenizer, staging)
+        if processor is not None:
+            save_processor_files(processor, staging)
         packaged = Packaged({}, {})
         if kind == "generation":  # the runtime's own files, once the folder holds everything else
             packaged = exporter.package_folder(staging, artifacts, context or FolderContext(

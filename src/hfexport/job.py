@@ -609,9 +609,10 @@ def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, c
 
         return save_generation_export(exporter, artifacts, target, model=loaded.model,
                                       generation_config=generation_config, tokenizer=loaded.tokenizer,
-                                      export_config=config, overwrite=overwrite, extra=extra, report=report,
-                                      details=True, check=check, plan=plan)
+                                      processor=loaded.processor, export_config=config, overwrite=overwrite,
+                                      extra=extra, report=report, details=True, check=check, plan=plan)
     from .bundle import save_export
 
     return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,
-                       export_config=config, overwrite=overwrite, manifest_extra=extra, report=report, check=check)
+                       processor=loaded.processor, export_config=config, overwrite=overwrite, manifest_extra=extra,
+                       report=report, check=check)

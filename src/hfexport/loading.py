@@ -48,6 +48,9 @@ class LoadedModel:
     #: why `tokenizer` is None (`"no tokenizer files in the folder"`, or the error that stopped
     #: transformers building it); None when there is a tokenizer. The report carries it.
     tokenizer_missing: str | None = None
+    #: an image-text model's processor (image processor, tokenizer, chat template), saved with a
+    #: generation export so that `hfexport generate --image` reads image files; None without one
+    processor: Any = None
 
 
 def _first_input_name(model: torch.nn.Module) -> str:
@@ -152,7 +155,8 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
     tokenizer, missing = _tokenizer(spec, **hub)
     mapped = mapped_share(model, spec) if os.path.isdir(spec) else None
     return _in_dtype(LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped,
-                                 tokenizer_missing=missing), dtype_name(model))
+                                 tokenizer_missing=missing, processor=_processor(spec, config, **hub)),
+                     dtype_name(model))
 
 
 def _model_class(spec: str, config: Any, trust_remote_code: bool) -> Any:
@@ -331,6 +335,31 @@ def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | N
         total += size
         mapped += size if any(start <= pointer and pointer + size <= end for start, end in ranges) else 0
     return mapped / total if total else 0.0
+
+
+def _processor(spec: str, config: Any, **kwargs: Any) -> Any:
+    """The processor saved with an image-text model `spec` (a folder with a processor's files, or a
+    hub repo of a model with a `vision_config`), or None. One transformers cannot build (Pillow or
+    torchvision missing, files it cannot read) is logged as a warning saying what its absence
+    costs: the export is the same, only `hfexport generate --image` needs the processor."""
+    import logging
+
+    from .tokenizer_files import has_processor
+
+    if not (has_processor(spec) if os.path.isdir(spec) else hasattr(config, "vision_config")):
+        return None
+    import transformers
+
+    try:
+        processor = transformers.AutoProcessor.from_pretrained(spec, **kwargs)
+    except Exception as error:  # noqa: BLE001 - ImportError (Pillow, torchvision), OSError (no such files on the hub),
+        # ValueError (a config transformers cannot read): the export needs no processor, so it is logged and skipped
+        logging.getLogger("hfexport").warning(
+            "transformers could not load the processor of %s (%s: %s); the export holds none, so `hfexport generate "
+            "--image` cannot read image files with it (--image-inputs FILE.npz still works)", spec,
+            type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+        return None
+    return processor if hasattr(processor, "image_processor") else None
 
 
 def _tokenizer(spec: str, **kwargs: Any) -> tuple[Any, str | None]:

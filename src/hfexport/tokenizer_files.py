@@ -1,15 +1,19 @@
-"""The tokenizer an export folder carries: its files, its chat template, and reading them back.
+"""The tokenizer (and an image-text model's processor) an export folder carries: its files, its
+chat template, and reading them back.
 
 ```
 out/tiny-llama/
   tokenizer.json, tokenizer_config.json   what `tokenizer.save_pretrained` writes (+ vocab/merges files
                                           for a slow tokenizer, special_tokens_map.json where it has one)
   chat_template.jinja                     the chat template, where the tokenizer has one
+  processor_config.json                   an image-text model's processor, where it came with one (the
+                                          image processor's settings; preprocessor_config.json for some)
 ```
-`save_tokenizer_files` is the one place an export writes them (`bundle.save_export`, for every
-kind of export); a runtime's own tokenizer files (a genai config, a converted OpenVINO tokenizer)
-are written beside them by that runtime's packaging. `load_tokenizer` opens them again
-(`hfexport generate`, `hfexport chat`).
+`save_tokenizer_files` and `save_processor_files` are the one place an export writes them
+(`bundle.save_export`, for every kind of export); a runtime's own tokenizer files (a genai config,
+a converted OpenVINO tokenizer) are written beside them by that runtime's packaging.
+`load_tokenizer` opens them again (`hfexport generate`, `hfexport chat`), `load_processor` the
+processor (`hfexport generate --image`).
 """
 
 from __future__ import annotations
@@ -18,10 +22,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHAT_TEMPLATE_FILE", "save_tokenizer_files", "load_tokenizer", "has_tokenizer"]
+__all__ = ["CHAT_TEMPLATE_FILE", "PROCESSOR_FILES", "save_tokenizer_files", "load_tokenizer", "has_tokenizer",
+           "save_processor_files", "has_processor", "load_processor"]
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+#: What a processor's `save_pretrained` writes besides its tokenizer (transformers 5.24: the
+#: processor's and its image processor's settings in `processor_config.json`; older processors
+#: and a lone image processor write `preprocessor_config.json`).
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 
 def save_tokenizer_files(tokenizer: Any, folder: str | os.PathLike) -> list[str]:
@@ -56,3 +65,39 @@ def load_tokenizer(folder: str | os.PathLike) -> Any:
     if getattr(tokenizer, "chat_template", None) is None and template.is_file():
         tokenizer.chat_template = template.read_text()
     return tokenizer
+
+
+def save_processor_files(processor: Any, folder: str | os.PathLike) -> list[str]:
+    """Write `processor` (an image-text model's processor: image processor, tokenizer, chat
+    template) into `folder` with `save_pretrained`; return the names of the files written."""
+    folder = Path(folder)
+    before = set(os.listdir(folder))
+    processor.save_pretrained(folder)
+    template = getattr(processor, "chat_template", None)
+    if isinstance(template, str) and not (folder / CHAT_TEMPLATE_FILE).exists():
+        (folder / CHAT_TEMPLATE_FILE).write_text(template)
+    return sorted(set(os.listdir(folder)) - before)
+
+
+def has_processor(folder: str | os.PathLike) -> bool:
+    """Whether `folder` holds a processor's files (`PROCESSOR_FILES`)."""
+    return any((Path(folder) / name).is_file() for name in PROCESSOR_FILES)
+
+
+def load_processor(folder: str | os.PathLike) -> Any:
+    """The processor saved in `folder` (`transformers.AutoProcessor`, with its chat template), or
+    None where it holds none.
+
+    Raises:
+        ImportError: transformers needs a package to build it (Pillow for an image processor;
+            torchvision for a processor with a video processor, such as Qwen2-VL's in transformers 5.24).
+    """
+    if not has_processor(folder):
+        return None
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(folder)
+    template = Path(folder) / CHAT_TEMPLATE_FILE
+    if getattr(processor, "chat_template", None) is None and template.is_file():
+        processor.chat_template = template.read_text()
+    return processor

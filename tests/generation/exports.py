@@ -46,6 +46,7 @@ class SavedExport:
     model: torch.nn.Module
     inputs: dict[str, Any]
     generation_config: Any
+    processor: Any = None  # the processor saved with the export (`tiny_processor`), or None
 
     def eager(self, new_tokens: int):
         """Greedy `generate()` on the same prompt (no early stop): (new tokens, per-step logits)."""
@@ -59,16 +60,67 @@ class SavedExport:
 
 def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
     """Export `case` (a key of `CASES`) to `fmt` with `dynamic=True` and save it to `directory`
-    (the export job, without its validation: the tests that use a case check it themselves)."""
+    (the export job, without its validation: the tests that use a case check it themselves). A
+    case with a tiny processor (`tiny_processor`) is exported with it, as a model folder holding
+    one is: the folder carries it for `hfexport generate --image`."""
+    from hfexport.loading import LoadedModel
+
     preset, static = CASES[case]
     model, inputs = build_preset(preset)
     inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+    processor = tiny_processor(case)
+    loaded = LoadedModel(model, inputs, preset, getattr(processor, "tokenizer", None), processor=processor)
     # llm_runner=False: the static cases are the static-cache components (the cache as method inputs, the
     # seed's decode loops); ExecuTorch's LLM-runner program, its default, is tests/generation/test_executorch_llm_runner.py's
-    export_to_folder((model, inputs), config, directory, generate=True, static_cache=static, validate=False,
+    export_to_folder(loaded, config, directory, generate=True, static_cache=static, validate=False,
                      llm_runner=False)
-    return SavedExport(directory, model, inputs, _generation_config(static))
+    return SavedExport(directory, model, inputs, _generation_config(static), processor)
+
+
+#: LLaVA's chat template in the layout of llava-1.5's ("USER: <image>\n... ASSISTANT:"), short.
+LLAVA_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] | upper }}: {% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+    "<image>\n{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %} {% endfor %}"
+    "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+
+
+def tiny_processor(case: str) -> Any:
+    """The processor of an image-text case made offline, or None for the others (and for Qwen2-VL:
+    transformers 5.24's `Qwen2VLProcessor` needs a video processor, which needs torchvision, not
+    installed with hfexport's extras). LLaVA's: a CLIP image processor (Pillow backend) resizing
+    any image to the tiny tower's 16x16, a byte-level BPE tokenizer of the preset's vocabulary with
+    `<image>` at the config's image token (120), and `LLAVA_CHAT_TEMPLATE`."""
+    if case != "llava":
+        return None
+    from transformers import CLIPImageProcessorPil, LlavaProcessor
+
+    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+    return LlavaProcessor(image_processor=image_processor, tokenizer=_image_text_tokenizer(["<image>"]), patch_size=4,
+                          vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                          chat_template=LLAVA_CHAT_TEMPLATE)
+
+
+def _image_text_tokenizer(special: list[str], first_special: int = 120) -> Any:
+    """A byte-level BPE tokenizer whose `special` tokens take ids `first_special`, ... (a tiny
+    preset's image token ids, its vocabulary 128): trained to `first_special` tokens, filled up with
+    unused ones where training made fewer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    corpus = ["describe this image in a few words", "what is in the picture", "the quick brown fox"] * 20
+    alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"]
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=first_special, special_tokens=["<s>", "</s>"],
+                                                              initial_alphabet=alphabet))
+    filler = [f"<unused{i}>" for i in range(first_special - tokenizer.get_vocab_size())]
+    tokenizer.add_special_tokens(filler + special)
+    made = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+    assert made.convert_tokens_to_ids(special) == list(range(first_special, first_special + len(special)))
+    return made
 
 
 def _generation_config(static: int | None) -> Any:

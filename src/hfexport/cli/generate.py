@@ -1,11 +1,17 @@
 """`hfexport generate DIR --prompt-ids 1,2,3` (or `--prompt TEXT`, or `--chat MESSAGE`): generate with
-the components of a saved export; `--image-inputs FILE.npz` adds an image-text export's image arrays."""
+the components of a saved export; `--image-inputs FILE.npz` adds an image-text export's image arrays,
+`--image PATH --prompt TEXT` an image file read with the processor saved in the export."""
 
 from __future__ import annotations
 
 import json
 
+from .._versions import is_importable, pip_line
 from ..errors import PrepareError
+from .quantize import UsageError
+
+#: The remedy of an `--image` the export or this install cannot read.
+_ARRAYS_INSTEAD = "or pass the processor's arrays with --image-inputs FILE.npz and the prompt's ids with --prompt-ids"
 
 
 def _prompt_ids(args, runner) -> list[int]:
@@ -35,12 +41,42 @@ def _image_inputs(args) -> dict:
         return {name: arrays[name] for name in arrays.files}
 
 
+def _check_image_options(args) -> None:
+    """`--image` goes with `--prompt TEXT`, and needs Pillow (exit 2 otherwise, before any loading)."""
+    if args.image is None:
+        return
+    if args.prompt is None:
+        raise UsageError("--image goes with --prompt TEXT (the processor places the image tokens and applies "
+                         "the chat template); with --prompt-ids or --chat, pass --image-inputs FILE.npz")
+    if not is_importable("pillow"):
+        raise UsageError(f"--image needs Pillow to read the image, which is not installed: {pip_line('vision')}; "
+                         + _ARRAYS_INSTEAD)
+
+
+def _generate_from_image(args, runner, limit: int, options: dict):
+    """`runner.generate_from_image` on `--image` and `--prompt`; an export that cannot read an image
+    file (a text-only one, one without a processor, a processor this install cannot build) exits 2."""
+    if runner.image_prefill is None:
+        raise UsageError(f"--image needs an image-text export; {args.export_dir} is a text-only one: "
+                         "drop --image")
+    if not runner.export.has_processor:
+        raise UsageError(f"{args.export_dir} holds no processor to read an image with: export again from a model "
+                         f"folder that has its processor (processor_config.json), {_ARRAYS_INSTEAD}")
+    try:
+        runner.processor()
+    except ImportError as error:
+        raise UsageError(f"transformers cannot build the processor saved in {args.export_dir}: "
+                         f"{str(error).strip().splitlines()[0]} Install what it names, {_ARRAYS_INSTEAD}") from error
+    return runner.generate_from_image(args.image, args.prompt, max_new_tokens=limit, **options)
+
+
 def run(args) -> int:
     """Run `hfexport generate` with the parsed `args`: generate from a saved export and print the tokens."""
     from ..generation.loop import GenerationRunner
 
     if args.system is not None and args.chat is None:
         raise ValueError("--system is the system message of a --chat turn; add --chat MESSAGE")
+    _check_image_options(args)
     runner = GenerationRunner.load(args.export_dir, verify=not args.no_verify)
     options = {"min_new_tokens": args.min_new_tokens, "do_sample": args.do_sample, "temperature": args.temperature,
                "top_k": args.top_k, "top_p": args.top_p, "repetition_penalty": args.repetition_penalty,
@@ -50,6 +86,9 @@ def run(args) -> int:
 
         limit = 256 if args.max_new_tokens is None else args.max_new_tokens
         result = ChatSession(runner, system=args.system).send(args.chat, limit, **options)
+    elif args.image is not None:
+        limit = 16 if args.max_new_tokens is None else args.max_new_tokens
+        result = _generate_from_image(args, runner, limit, options)
     else:
         limit = 16 if args.max_new_tokens is None else args.max_new_tokens
         result = runner.generate(_prompt_ids(args, runner), max_new_tokens=limit, **options, **_image_inputs(args))

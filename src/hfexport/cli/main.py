@@ -126,9 +126,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="one user message, templated with the chat template saved with the export; prints "
                         "the answer, stopping at the model's end-of-turn token")
     generate.add_argument("--system", help="with --chat: a system message before it")
-    generate.add_argument("--image-inputs", metavar="FILE.npz",
-                          help="with an image-text export: the processor's image arrays (pixel_values, and "
-                          "image_grid_thw for Qwen2-VL) saved with numpy.savez; the prompt holds the image tokens")
+    image = generate.add_mutually_exclusive_group()
+    image.add_argument("--image", metavar="PATH",
+                       help="with an image-text export and --prompt: an image file (Pillow: pip install "
+                       "\"hfexport[vision]\"), read with the processor saved in the export; the prompt is "
+                       "formatted with its chat template where it has one")
+    image.add_argument("--image-inputs", metavar="FILE.npz",
+                       help="with an image-text export: the processor's image arrays (pixel_values, and "
+                       "image_grid_thw for Qwen2-VL) saved with numpy.savez; the prompt holds the image tokens")
     generate.add_argument("--max-new-tokens", type=int, default=None, help="default 16, 256 with --chat")
     generate.add_argument("--min-new-tokens", type=int, default=0)
     generate.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")

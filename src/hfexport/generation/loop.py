@@ -108,6 +108,7 @@ class GenerationRunner:
         self._attends: dict[tuple, bool] = {}  # `attends_written_slots`, per record and mask shape
         self.use_fast_path = True  # greedy decode steps through `greedy.GreedySteps` where they can run
         self.image_prefill = ImagePrefill(self) if "image_encoder" in names else None
+        self._processor = None  # the saved processor, loaded at the first `generate_from_image`
 
     # NOTE: read once per component, not per step: a decode step's own Python work is what
     # `hfexport generate` adds to the runtime's (`bench/genai_decode.py`, `bench/onnx_genai.py`
@@ -184,6 +185,36 @@ class GenerationRunner:
                                    streamer=streamer, start=start)
         result.prompt = prompt[0].tolist()  # an encoder-decoder's is the encoder's input, not the decoder's start
         return result
+
+    def processor(self) -> Any:
+        """The processor saved with the export (`GenerationExport.load_processor`), loaded at the
+        first call; None where the export holds none."""
+        if self._processor is None and self.export.has_processor:
+            self._processor = self.export.load_processor()
+        return self._processor
+
+    def generate_from_image(self, image: Any, prompt: str, max_new_tokens: int = 16, **options: Any) -> GenerationResult:
+        """Generate from an image and a text prompt with the processor saved in the export: `image`
+        is a path or a `PIL.Image.Image`, `prompt` the user's text, formatted with the processor's
+        chat template where it has one (`image_input.prompt_text`). `options` are `generate`'s.
+        Greedy tokens equal `model.generate(**processor(images=..., text=...), do_sample=False)`'s.
+
+        Raises:
+            ExportError: the export is not an image-text model's, or holds no processor.
+            ImportError: Pillow (or a package transformers needs for the processor) is missing.
+        """
+        from .image_input import image_prompt_inputs
+
+        if self.image_prefill is None:
+            raise ExportError(f"{self.export.directory} is not an image-text export (it has no image_encoder)",
+                              remedy="generate from it with a text prompt (input_ids), or export an image-text model")
+        processor = self.processor()
+        if processor is None:
+            raise ExportError(f"{self.export.directory} holds no processor to read an image with",
+                              remedy="pass the processor's arrays to generate() (pixel_values=...), or export again "
+                              "from a model folder that has its processor (processor_config.json)")
+        inputs = image_prompt_inputs(processor, image, prompt)
+        return self.generate(inputs.pop("input_ids"), max_new_tokens, **options, **inputs)
 
     def _generate_on(self, state: _State, new_ids: torch.Tensor, sequence: torch.Tensor, config: Any, *,
                      seed: int | None = None, output_logits: bool = False, streamer: Any = None,

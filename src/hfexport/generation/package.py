@@ -5,7 +5,7 @@ out/tiny-llama/
   manifest.json            format, components (files, inputs, outputs, shapes, dtypes), cache kind
   decode.onnx              one file (or pair) per component, as the exporter's `save` writes it
   config.json              the model config; generation_config.json; tokenizer files and chat template
-                           when given (`tokenizer_files.py`)
+                           when given, an image-text model's processor too (`tokenizer_files.py`)
   export_config.json       the ExportConfig used
 ```
 `save_generation_export` writes it through a staged folder (nothing half-written is left behind);
@@ -29,7 +29,7 @@ from typing import Any
 from ..bundle import check_files, record_from_entry
 from ..manifest import MANIFEST, MANIFEST_VERSION, check_file, read_manifest
 from ..record import ExportRecord, record_of
-from ..tokenizer_files import load_tokenizer
+from ..tokenizer_files import PROCESSOR_FILES, load_processor, load_tokenizer
 from .multimodal import image_prompt_entry
 
 __all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "merged_generation_config", "MANIFEST",
@@ -87,6 +87,7 @@ def save_generation_export(
     model: Any = None,
     generation_config: Any = None,
     tokenizer: Any = None,
+    processor: Any = None,
     export_config: Any = None,
     overwrite: bool = False,
     extra: dict[str, Any] | None = None,
@@ -104,6 +105,8 @@ def save_generation_export(
         generation_config: the one used for the export (a static cache's `max_cache_len`); the
             model's own is saved when not given.
         tokenizer: saved too when given, so `hfexport generate` can print text.
+        processor: an image-text model's processor (image processor, tokenizer, chat template),
+            saved too when given, so `hfexport generate --image` can read an image file.
         overwrite: replace an earlier hfexport export in `directory` (only the files it wrote);
             otherwise a folder holding files is an error, and a folder holding files no export
             wrote is one either way (`output_folder`).
@@ -124,7 +127,7 @@ def save_generation_export(
     merged = merged_generation_config(model, generation_config)
     context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan)
     saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
-                        tokenizer=tokenizer, export_config=export_config, overwrite=overwrite,
+                        tokenizer=tokenizer, processor=processor, export_config=export_config, overwrite=overwrite,
                         manifest_extra={**_cache_kind(artifacts, merged), **image_prompt_entry(model, artifacts), **(extra or {})}, report=report,
                         check=check, context=context)
     return saved if details else saved.directory
@@ -179,6 +182,26 @@ class GenerationExport:
                 generation_config = GenerationConfig.from_pretrained(metadata)
             tokenizer = load_tokenizer(metadata)
         return cls(directory, fmt, components, manifest, config, generation_config, tokenizer)
+
+    @property
+    def has_processor(self) -> bool:
+        """Whether the export carries a processor (an image-text model's, `tokenizer_files.PROCESSOR_FILES`)."""
+        return any(name in self.manifest.get("files", {}) for name in PROCESSOR_FILES)
+
+    def load_processor(self) -> Any:
+        """The processor saved with the export (`transformers.AutoProcessor`), read from the files
+        the manifest lists as `load` reads the tokenizer; None where it carries none. Loaded on
+        demand, not by `load`: it needs Pillow (and, for some models, torchvision), which
+        generating from token ids and image arrays does not.
+
+        Raises:
+            ImportError: transformers needs a package to build the processor (`load_processor`).
+        """
+        if not self.has_processor:
+            return None
+        # each listed file is checked against the manifest as it is copied (`_listed_metadata`)
+        with _listed_metadata(self.directory, self.manifest) as metadata:
+            return load_processor(metadata)
 
 
 @contextlib.contextmanager

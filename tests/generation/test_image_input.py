@@ -1,0 +1,165 @@
+"""Generation from an image FILE (issue 42): `hfexport generate DIR --image PNG --prompt TEXT` in a
+fresh process, and `GenerationRunner.generate_from_image`, give eager `model.generate(**processor(
+images=..., text=...), do_sample=False)`'s tokens on every backend, the processor being the one
+saved in the export; and every way it cannot run exits 2 naming the remedy.
+
+The exports are the shared ones (`saved_generation`, `tests/generation/exports.py`): LLaVA's is saved
+with its tiny processor (`tiny_processor`, with a chat template). Qwen2-VL's has none: transformers
+5.24's `Qwen2VLProcessor` cannot be built without torchvision, which no hfexport extra installs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from hfexport import GenerationRunner
+from hfexport.cli.main import main
+from hfexport.generation.image_input import image_prompt_inputs, prompt_text
+from tests.harness import require_backend
+
+FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
+NEW_TOKENS = 6
+#: (height, width) of the drawn images: two sizes the processor resizes differently, drawn once
+IMAGE_SIZES = [tuple(int(v) for v in np.random.default_rng(42).integers(8, 64, 2)) for _ in range(2)]
+PROMPTS = ["Describe this image.", "What is in the picture, in a few words?"]
+
+
+def _png(path, size: tuple[int, int], seed: int):
+    """A random RGB image of `size` written as a PNG at `path`."""
+    from PIL import Image
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def _eager_tokens(saved, image_path, prompt: str) -> list[int]:
+    """Eager `generate`'s greedy new tokens on what the test's own processor makes of the file."""
+    from PIL import Image
+
+    with Image.open(image_path) as image:
+        inputs = saved.processor(images=[image.convert("RGB")], text=[prompt_text(saved.processor, prompt)],
+                                 return_tensors="pt")
+    with torch.no_grad():
+        out = saved.model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    return out[0, inputs["input_ids"].shape[1]:].tolist()
+
+
+def _generate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hfexport", "generate", *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_hfexport_generate_from_an_image_file_in_a_fresh_process_equals_generate(saved_generation, fmt, tmp_path):
+    """The user's path: a PNG and a text prompt, the processor saved in the folder, a new process."""
+    require_backend(fmt)
+    saved = saved_generation(fmt, "llava")
+    for index, (size, prompt) in enumerate(zip(IMAGE_SIZES, PROMPTS)):
+        png = _png(tmp_path / f"image-{index}.png", size, seed=index)
+        done = _generate(str(saved.directory), "--image", str(png), "--prompt", prompt, "--max-new-tokens",
+                         str(NEW_TOKENS), "--min-new-tokens", str(NEW_TOKENS), "--json")
+        assert done.returncode == 0, done.stderr[-2000:]
+        printed = json.loads(done.stdout.strip().splitlines()[-1])
+        assert printed["tokens"] == _eager_tokens(saved, png, prompt), (size, prompt)
+        assert printed["text"] == saved.processor.tokenizer.decode(printed["tokens"], skip_special_tokens=True)
+
+
+@pytest.mark.slow
+def test_generate_from_image_takes_a_pil_image_and_a_path(saved_generation, tmp_path):
+    from PIL import Image
+
+    saved = saved_generation("dynamo", "llava")
+    runner = GenerationRunner.load(saved.directory)
+    png = _png(tmp_path / "image.png", IMAGE_SIZES[1], seed=7)
+    expected = _eager_tokens(saved, png, PROMPTS[1])
+    with Image.open(png) as image:
+        from_image = runner.generate_from_image(image, PROMPTS[1], max_new_tokens=NEW_TOKENS,
+                                                min_new_tokens=NEW_TOKENS).tokens
+    assert from_image == expected
+    assert runner.generate_from_image(png, PROMPTS[1], max_new_tokens=NEW_TOKENS,
+                                      min_new_tokens=NEW_TOKENS).tokens == expected
+    # the saved processor is the one the export was given: same ids for the same image and text
+    ours = image_prompt_inputs(runner.processor(), png, PROMPTS[1])
+    theirs = image_prompt_inputs(saved.processor, png, PROMPTS[1])
+    assert torch.equal(ours["input_ids"], theirs["input_ids"])
+    assert torch.equal(ours["pixel_values"], theirs["pixel_values"])
+
+
+@pytest.mark.slow
+def test_image_on_an_export_without_a_processor_exits_2_naming_image_inputs(saved_generation, tmp_path, capsys):
+    saved = saved_generation("dynamo", "qwen2_vl")  # no processor: see the module's docstring
+    png = _png(tmp_path / "image.png", IMAGE_SIZES[0], seed=0)
+    assert main(["generate", str(saved.directory), "--image", str(png), "--prompt", "Describe this image."]) == 2
+    err = capsys.readouterr().err
+    assert "holds no processor" in err and "--image-inputs FILE.npz" in err
+
+
+@pytest.mark.slow
+def test_image_on_a_text_only_export_exits_2(saved_generation, tmp_path, capsys):
+    saved = saved_generation("dynamo", "llama")
+    png = _png(tmp_path / "image.png", IMAGE_SIZES[0], seed=0)
+    assert main(["generate", str(saved.directory), "--image", str(png), "--prompt", "hello"]) == 2
+    assert "is a text-only one: drop --image" in capsys.readouterr().err
+
+
+# -- the fast tier: refusals before any export is opened, and the prompt's text ------------------------
+
+@pytest.mark.parametrize("options, message", [
+    (["--prompt-ids", "1,2,3"], "--image goes with --prompt TEXT"),
+    (["--chat", "hello"], "--image goes with --prompt TEXT"),
+])
+def test_image_without_a_text_prompt_exits_2(tmp_path, capsys, options, message):
+    assert main(["generate", str(tmp_path / "none"), "--image", str(tmp_path / "x.png"), *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_image_and_image_inputs_are_exclusive(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", str(tmp_path), "--prompt", "hi", "--image", "x.png", "--image-inputs", "x.npz"])
+    assert exited.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_image_without_pillow_exits_2_naming_the_extra(tmp_path, capsys, monkeypatch):
+    import hfexport.cli.generate as generate
+
+    monkeypatch.setattr(generate, "is_importable", lambda name: name != "pillow")
+    assert main(["generate", str(tmp_path / "none"), "--image", "x.png", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert 'pip install "hfexport[vision]"' in err and "--image-inputs FILE.npz" in err
+
+
+def test_open_image_without_pillow_names_the_extra(monkeypatch):
+    from hfexport.generation.image_input import open_image
+
+    monkeypatch.setitem(sys.modules, "PIL", None)
+    with pytest.raises(ImportError, match=r'pip install "hfexport\[vision\]"'):
+        open_image("x.png")
+
+
+class _Processor:
+    """What `prompt_text` reads of a processor: its image token and chat template."""
+
+    image_token = "<image>"
+
+    def __init__(self, chat_template=None):
+        self.chat_template = chat_template
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        assert add_generation_prompt and not tokenize
+        [message] = messages
+        return f"{message['role']}|{message['content'][0]['type']}|{message['content'][1]['text']}|assistant"
+
+
+def test_prompt_text_applies_the_chat_template_around_the_image_where_there_is_one():
+    assert prompt_text(_Processor("{{ x }}"), "Describe.") == "user|image|Describe.|assistant"
+    assert prompt_text(_Processor(), "Describe.") == "<image>Describe."  # no template: the image, then the text
+    assert prompt_text(_Processor("{{ x }}"), "A <image> B") == "A <image> B"  # placed by the caller: as given
