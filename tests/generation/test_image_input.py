@@ -78,6 +78,7 @@ def test_generate_from_image_takes_a_pil_image_and_a_path(saved_generation, tmp_
 
     saved = saved_generation("dynamo", "llava")
     runner = GenerationRunner.load(saved.directory)
+    assert {"processor_config.json", "chat_template.jinja", "tokenizer.json"} <= set(runner.export.manifest["files"])
     png = _png(tmp_path / "image.png", IMAGE_SIZES[1], seed=7)
     expected = _eager_tokens(saved, png, PROMPTS[1])
     with Image.open(png) as image:
@@ -110,7 +111,26 @@ def test_image_on_a_text_only_export_exits_2(saved_generation, tmp_path, capsys)
     assert "is a text-only one: drop --image" in capsys.readouterr().err
 
 
-# -- the fast tier: refusals before any export is opened, and the prompt's text ------------------------
+# -- the fast tier: loading a processor, refusals before any export is opened, the prompt's text ------
+
+
+def test_a_model_folder_with_a_processor_is_loaded_with_it(tmp_path):
+    """What `hfexport export FOLDER` loads from a `save_pretrained` folder holding a processor, so the
+    export saves it (`LoadedModel.processor`); a folder without one loads none."""
+    from hfexport.loading import load_model
+    from hfexport.presets import build_preset
+    from tests.generation.exports import tiny_processor
+
+    model, _ = build_preset("llava")
+    model.save_pretrained(tmp_path / "llava")
+    tiny_processor("llava").save_pretrained(tmp_path / "llava")
+    loaded = load_model(str(tmp_path / "llava"))
+    assert type(loaded.processor).__name__ == "LlavaProcessor" and loaded.processor.chat_template
+    assert loaded.tokenizer is not None
+    llama, _ = build_preset("llama")
+    llama.save_pretrained(tmp_path / "llama")
+    assert load_model(str(tmp_path / "llama")).processor is None
+
 
 @pytest.mark.parametrize("options, message", [
     (["--prompt-ids", "1,2,3"], "--image goes with --prompt TEXT"),
