@@ -104,6 +104,24 @@ def test_image_on_an_export_without_a_processor_exits_2_naming_image_inputs(save
 
 
 @pytest.mark.slow
+def test_a_processor_this_install_cannot_build_exits_2_naming_what_it_needs(saved_generation, tmp_path, capsys,
+                                                                            monkeypatch):
+    """As a Qwen2-VL processor does without torchvision (transformers 5.24 raises ImportError)."""
+    from hfexport.generation.package import GenerationExport
+
+    def cannot(self):
+        raise ImportError("\nQwen2VLVideoProcessor requires the Torchvision library but it was not found in your "
+                          "environment.")
+
+    monkeypatch.setattr(GenerationExport, "load_processor", cannot)
+    saved = saved_generation("dynamo", "llava")
+    png = _png(tmp_path / "image.png", IMAGE_SIZES[0], seed=0)
+    assert main(["generate", str(saved.directory), "--image", str(png), "--prompt", "Describe this image."]) == 2
+    err = capsys.readouterr().err
+    assert "requires the Torchvision library" in err and "--image-inputs FILE.npz" in err
+
+
+@pytest.mark.slow
 def test_image_on_a_text_only_export_exits_2(saved_generation, tmp_path, capsys):
     saved = saved_generation("dynamo", "llama")
     png = _png(tmp_path / "image.png", IMAGE_SIZES[0], seed=0)
