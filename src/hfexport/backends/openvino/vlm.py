@@ -85,6 +85,7 @@ class LlavaVisionEmbeddings(torch.nn.Module):
         self.drop_first = model.config.vision_feature_select_strategy == "default"
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """The projected features of `pixel_values` `[batch, 3, size, size]`."""
         hidden = self.tower(pixel_values, output_hidden_states=True).hidden_states[self.layer]
         return self.projector(hidden[:, 1:] if self.drop_first else hidden)
 
@@ -98,6 +99,7 @@ class EmbeddedLanguageModel(torch.nn.Module):
         self.language_model, self.lm_head = model.get_decoder(), model.get_output_embeddings()
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values):
+        """`{"logits", "cache"}` for the new tokens' `inputs_embeds` after `past_key_values`."""
         from .patches import fully_masked_rows_left_unzeroed
 
         # as LLMPipeline's model (`genai.py`): PagedAttention (`ATTENTION_BACKEND="PA"`) drops the
