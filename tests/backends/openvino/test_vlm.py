@@ -24,8 +24,6 @@ from hfexport.job import export_to_folder  # noqa: E402
 from hfexport.loading import LoadedModel  # noqa: E402
 from hfexport.presets import PRESETS, build_preset  # noqa: E402
 
-pytestmark = pytest.mark.slow  # exports LLaVA to OpenVINO and runs VLMPipeline
-
 NEW_TOKENS = 8
 IMAGE_SIZE = 16  # the tiny LLaVA's tower: 16x16 pixels, 4x4 patches -> 16 image features
 #: prompts of two lengths; image contents drawn reproducibly
@@ -104,6 +102,7 @@ def _prompt(tokenizer, processor, prompt: str, image: np.ndarray) -> dict[str, t
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels}
 
 
+@pytest.mark.slow  # exports LLaVA to OpenVINO and runs VLMPipeline
 @pytest.mark.parametrize("backend", ["PA", "SDPA"])
 def test_vlm_pipeline_generates_eagers_tokens(llava_folder, backend):
     """Two image contents × two prompt lengths, on both attention backends: `VLMPipeline`'s
@@ -129,6 +128,7 @@ def test_vlm_pipeline_generates_eagers_tokens(llava_folder, backend):
     assert got == eager
 
 
+@pytest.mark.slow  # reads the shared Qwen2-VL and LLaVA OpenVINO exports
 def test_an_image_text_model_vlm_pipeline_does_not_serve_says_why(saved_generation):
     """Qwen2-VL (no `VLMPipeline` models made) and a LLaVA exported without a tokenizer: the
     manifest's entry says the folder is no `VLMPipeline` folder, and why."""
@@ -136,3 +136,24 @@ def test_an_image_text_model_vlm_pipeline_does_not_serve_says_why(saved_generati
     assert qwen["vlm_pipeline"] is False and "LLaVA only" in qwen["why"], qwen
     llava = json.loads((saved_generation("openvino", "llava").directory / "manifest.json").read_text())[VLM_ENTRY]
     assert llava["vlm_pipeline"] is False and "no tokenizer" in llava["why"], llava
+
+
+def test_the_refusals_name_what_to_change():
+    """Without exporting: another architecture, a stateless or static export, a tokenizer without
+    `<image>` as the image token, and a model without an image processor config each say why."""
+    from types import SimpleNamespace
+
+    from hfexport import OpenVINOConfig
+    from hfexport.backends.openvino.vlm import _processor_config, _tokenizer_refusal, vlm_refusal
+    from tests.harness import tiny_bpe_tokenizer
+
+    llava, _ = build_preset("llava")
+    qwen, _ = build_preset("qwen2_vl")
+    dynamic = OpenVINOConfig(dynamic=True)
+    assert vlm_refusal(llava.config, dynamic) is None
+    assert "LLaVA only" in vlm_refusal(qwen.config, dynamic)
+    assert "stateful=False" in vlm_refusal(llava.config, OpenVINOConfig(dynamic=True, stateful=False))
+    assert "dynamic=True" in vlm_refusal(llava.config, OpenVINOConfig())
+    why = _tokenizer_refusal(SimpleNamespace(tokenizer=tiny_bpe_tokenizer(), model_config=llava.config))
+    assert "add '<image>' to the tokenizer" in why and "120" in why
+    assert _processor_config(None) is None and _processor_config("/nonexistent/model") is None

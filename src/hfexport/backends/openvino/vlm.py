@@ -6,7 +6,7 @@ out/tiny-llava/                                 hfexport export DIR --format ope
   openvino_text_embeddings_model.xml/.bin       input_ids -> embeddings (the `text_embeddings` component)
   openvino_language_model.xml/.bin              stateful: inputs_embeds, attention_mask, position_ids, beam_idx -> logits
   openvino_tokenizer.xml/.bin, openvino_detokenizer.xml/.bin
-  preprocessor_config.json                      the model folder's image processor config, copied
+  preprocessor_config.json                      the model's image processor config, copied
   config.json, generation_config.json, image_encoder.xml, language_model.xml, decode.xml, ... (`hfexport generate`)
 ```
 `openvino_genai.VLMPipeline(out, "CPU", INFERENCE_PRECISION_HINT="f32", KV_CACHE_PRECISION="f32")`.
@@ -141,7 +141,6 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
     (the converted tokenizer, the image processor's config) into `directory` (the staged folder)
     and return the manifest's entry: whether `VLMPipeline` can open the folder, and why not."""
     from ...record import record_of
-    from ...output_folder import model_folder
     from .genai import convert_tokenizer_for_genai
 
     if "image_encoder" not in artifacts:
@@ -152,10 +151,11 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
     entry: dict[str, Any] = {"models": {name: f"{stem}.xml" for name, stem in VLM_STEMS.items()},
                              "properties": dict(properties)}
     why = _tokenizer_refusal(context)
-    source = model_folder(getattr(context.model_config, "_name_or_path", None) or "") if why is None else None
-    if why is None and (source is None or not (source / _PROCESSOR).is_file()):
-        why = (f"no {_PROCESSOR} in the model's folder ({source}): VLMPipeline resizes, crops and normalizes "
-               "images by it; export from a folder where the processor was saved (processor.save_pretrained)")
+    processor = _processor_config(getattr(context.model_config, "_name_or_path", None)) if why is None else None
+    if why is None and processor is None:
+        why = (f"no {_PROCESSOR} beside the model ({getattr(context.model_config, '_name_or_path', None)!r}): "
+               "VLMPipeline resizes, crops and normalizes images by it; export from a folder where the processor "
+               "was saved (processor.save_pretrained), or a hub model whose processor is in the local cache")
     if why is None:
         try:
             files = convert_tokenizer_for_genai(context.tokenizer, directory)
@@ -164,9 +164,30 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
     if why is not None:
         logger.warning("the export folder is not a VLMPipeline folder: %s", why)
         return {VLM_ENTRY: {**entry, "vlm_pipeline": False, "why": why}}
-    shutil.copyfile(source / _PROCESSOR, directory / _PROCESSOR)
+    shutil.copyfile(processor, directory / _PROCESSOR)
     return {VLM_ENTRY: {**entry, "vlm_pipeline": True, "tokenizer": [f.name for f in files],
                         "image_processor": _PROCESSOR}}
+
+
+def _processor_config(name_or_path: str | None) -> Path | None:
+    """The image processor config of the model loaded from `name_or_path`: in its folder, or a hub
+    model's in the local Hugging Face cache (never downloaded here); None where there is none."""
+    from ...output_folder import model_folder
+
+    folder = model_folder(name_or_path or "")
+    if folder is not None:
+        return folder / _PROCESSOR if (folder / _PROCESSOR).is_file() else None
+    if not name_or_path:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        cached = try_to_load_from_cache(name_or_path, _PROCESSOR)
+    except ValueError:  # not a hub id either (a path that does not exist): no processor config to find
+        return None
+    return Path(cached) if isinstance(cached, str) else None
 
 
 def _tokenizer_refusal(context: Any) -> str | None:
