@@ -47,7 +47,7 @@ logger = logging.getLogger("hfexport")
 VLM_STEMS = {"vision_embeddings": "openvino_vision_embeddings_model",
              "text_embeddings": "openvino_text_embeddings_model",
              "vlm_language_model": "openvino_language_model"}
-#: the manifest's and the report's entry on the folder as a `VLMPipeline` folder
+#: the manifest's entry on the folder as a `VLMPipeline` folder
 VLM_ENTRY = "openvino_genai_vlm"
 #: the image placeholder `VLMPipeline` 2026.4.1 writes into a LLaVA prompt (`VLMConfig::im_start`)
 IMAGE_TAG = "<image>"
@@ -121,14 +121,14 @@ def vlm_components(model: Any, components: dict[str, Any]) -> dict[str, Any]:
     from transformers import DynamicCache
 
     pixel_values = components["image_encoder"][1]["pixel_values"]
-    embeddings = components["text_embeddings"][0](components["text_embeddings"][1]["input"])
     lm = EmbeddedLanguageModel(model)
-    past, new = embeddings.shape[1] - 3, 3
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     with torch.no_grad():
+        embeddings = components["text_embeddings"][0](components["text_embeddings"][1]["input"])
+        past, new = embeddings.shape[1] - 3, 3  # an image prompt holds one token per image feature: past >= 1
         lm.language_model(inputs_embeds=embeddings[:, :past], position_ids=torch.arange(past)[None],
                           past_key_values=cache, use_cache=True)
-    step = {"inputs_embeds": embeddings[:, past:].detach(),
+    step = {"inputs_embeds": embeddings[:, past:],
             "attention_mask": torch.ones(embeddings.shape[0], past + new, dtype=torch.long),
             "position_ids": torch.arange(past, past + new)[None].expand(embeddings.shape[0], -1),
             "past_key_values": cache}
