@@ -384,9 +384,11 @@ def _keep_mask_covering_cache(record: ExportRecord, new_values: dict[str, int], 
     program has a symbol of its own for the mask's length, resize it to cache + query (moving it
     by the same step as the others would give a mask the program rightly refuses)."""
     shapes = dict(zip(record.input_names, record.input_shapes))
-    mask, ids = shapes.get("attention_mask"), shapes.get("input_ids") or shapes.get("decoder_input_ids")
+    # the query's tokens: ids `[batch, query]`, or embeddings `[batch, query, hidden]` (VLMPipeline's language model)
+    ids = shapes.get("input_ids") or shapes.get("decoder_input_ids") or shapes.get("inputs_embeds")
+    mask = shapes.get("attention_mask")
     cache = next((shape for name, shape in shapes.items() if name.endswith(".keys") and len(shape) == 4), None)
-    if not (mask and len(mask) == 2 and ids and len(ids) == 2 and cache) or mask[1] not in new_values:
+    if not (mask and len(mask) == 2 and ids and len(ids) >= 2 and cache) or mask[1] not in new_values:
         return
     size = {**values, **new_values}
     query = ids[1] if isinstance(ids[1], int) else size.get(ids[1])

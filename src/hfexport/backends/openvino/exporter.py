@@ -122,20 +122,43 @@ class OpenVINOExporter(HfExporter):
             return super().plan_generation(model, inputs, config, generation_config, multi_token_decode)
         return plan_genai_generation(model, inputs, config, generation_config, multi_token_decode)
 
+    def generation_components(self, model, plan):
+        """As `HfExporter.generation_components`; in an export folder, an image-text model that
+        `VLMPipeline` serves (`vlm.vlm_refusal`) also gets the two models it needs (`vlm.py`)."""
+        from ...generation.decompose import Component
+        from .vlm import vlm_components, vlm_refusal
+
+        components = super().generation_components(model, plan)
+        if not self.in_folder or "image_encoder" not in components or vlm_refusal(model.config, plan.config):
+            return components
+        return {**components, **{name: Component(*part) for name, part in vlm_components(model, components).items()}}
+
     def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
         """A generation export in `LLMPipeline`'s layout writes its `decode` as `openvino_model`,
         the name `LLMPipeline` opens (the manifest names the files), unless refused
-        (`genai.window_refusal`): then `decode`, which `LLMPipeline` does not open."""
+        (`genai.window_refusal`): then `decode`, which `LLMPipeline` does not open. An image-text
+        export with `VLMPipeline`'s models writes them, and its `text_embeddings`, under the names
+        `VLMPipeline` opens (`vlm.VLM_STEMS`)."""
         from .genai import GENAI_MODEL, is_genai_layout, llm_pipeline_refusal
+        from .vlm import VLM_STEMS
 
+        if "vision_embeddings" in artifacts and name in VLM_STEMS:
+            return VLM_STEMS[name]
         is_pipeline_model = name == "decode" and is_genai_layout(artifacts) and llm_pipeline_refusal(artifacts) is None
         return GENAI_MODEL if is_pipeline_model else name
 
     def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
-        """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout."""
+        """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout;
+        the converted tokenizer and image processor config `VLMPipeline` needs, beside an
+        image-text export (`vlm.py`)."""
         from .genai import genai_folder_files
+        from .vlm import vlm_folder_files, vlm_refusal
 
-        return Packaged(genai_folder_files(artifacts, folder, context.tokenizer), {})
+        refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
+                   else "saved without its export plan (save_generation_export alone)")
+        entries = {**genai_folder_files(artifacts, folder, context.tokenizer),
+                   **vlm_folder_files(artifacts, folder, context, refusal)}
+        return Packaged(entries, {})
 
     def run_llm_runner(self, folder: Path, request: Any) -> Any:
         """OpenVINO GenAI `LLMPipeline`'s greedy tokens on the folder (`genai.run_llm_pipeline`)."""

@@ -1,0 +1,159 @@
+"""The OpenVINO generation export of LLaVA is an OpenVINO GenAI `VLMPipeline` folder: the pipeline,
+in a fresh process, given text and an image, generates the token ids of eager `generate` on the same
+prompt (`<image>` once per image feature, then "\\n", as `VLMPipeline` writes it) and the image
+processor's pixels; an image-text model it does not serve says why in the manifest."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("openvino")
+pytest.importorskip("openvino_genai")
+pytest.importorskip("openvino_tokenizers")
+
+from hfexport import AutoExportConfig  # noqa: E402
+from hfexport.backends.openvino.vlm import IMAGE_TAG, VLM_ENTRY  # noqa: E402
+from hfexport.job import export_to_folder  # noqa: E402
+from hfexport.loading import LoadedModel  # noqa: E402
+from hfexport.presets import PRESETS, build_preset  # noqa: E402
+
+NEW_TOKENS = 8
+IMAGE_SIZE = 16  # the tiny LLaVA's tower: 16x16 pixels, 4x4 patches -> 16 image features
+#: prompts of two lengths; image contents drawn reproducibly
+PROMPTS = ["the quick brown fox", "once upon a time there was a model, hello world, this is a tiny tokenizer"]
+DRAW = random.Random(42)
+IMAGE_SEEDS = DRAW.sample(range(1000), 2)
+
+#: `VLMPipeline` on the folder, greedy, with the precisions the manifest records: token ids per case
+_VLM_PIPELINE = """
+import json, sys
+import numpy as np
+import openvino as ov
+import openvino_genai as ov_genai
+folder, cases, new, backend = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+entry = json.load(open(folder + "/manifest.json"))["openvino_genai_vlm"]
+pipe = ov_genai.VLMPipeline(folder, "CPU", ATTENTION_BACKEND=backend, **entry["properties"])
+
+class Ids(ov_genai.StreamerBase):
+    def __init__(self):
+        super().__init__()
+        self.ids = []
+    def write(self, token):
+        self.ids += token if isinstance(token, list) else [token]
+        return ov_genai.StreamingStatus.RUNNING
+    def end(self):
+        pass
+
+out = []
+for prompt, image in cases:
+    config = ov_genai.GenerationConfig()
+    config.max_new_tokens = config.min_new_tokens = new
+    config.do_sample = False
+    config.apply_chat_template = False
+    ids = Ids()
+    pipe.generate(prompt, images=[ov.Tensor(np.array(image, np.uint8)[None])], generation_config=config, streamer=ids)
+    out.append([int(t) for t in ids.ids])
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _image(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (IMAGE_SIZE, IMAGE_SIZE, 3), dtype=np.uint8)
+
+
+@pytest.fixture(scope="module")
+def llava_folder(tmp_path_factory):
+    """Tiny LLaVA saved with the offline BPE tokenizer (`<image>` added as the image token) and a
+    CLIP image processor, exported from that folder by the export job with `--generate`."""
+    from transformers import CLIPImageProcessor, LlavaForConditionalGeneration
+
+    from tests.harness import tiny_bpe_tokenizer
+
+    tokenizer = tiny_bpe_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TAG]})
+    text = dict(PRESETS["llava"].config["text_config"].kwargs, vocab_size=len(tokenizer), bos_token_id=0,
+                eos_token_id=1)
+    model, _ = build_preset("llava", text_config=text, image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TAG))
+    source = tmp_path_factory.mktemp("llava") / "source"
+    processor = CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE},
+                                   crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    for part in (model, tokenizer, processor):
+        part.save_pretrained(source)
+    model = LlavaForConditionalGeneration.from_pretrained(source).eval()
+    inputs = _prompt(tokenizer, processor, PROMPTS[0], _image(0))
+    config = AutoExportConfig.from_dict({"export_format": "openvino", "dynamic": True})
+    result = export_to_folder(LoadedModel(model, inputs, str(source), tokenizer), config, source.parent / "out",
+                              generate=True)
+    return source.parent / "out", result.manifest, model, tokenizer, processor
+
+
+def _prompt(tokenizer, processor, prompt: str, image: np.ndarray) -> dict[str, torch.Tensor]:
+    """The processor's output for `prompt` after one image, laid out as `VLMPipeline` 2026.4.1's
+    LLaVA lays it out: `<image>` once per image feature (16), then "\\n"."""
+    ids = tokenizer(IMAGE_TAG * 16 + "\n" + prompt, return_tensors="pt").input_ids
+    pixels = processor(images=image, return_tensors="pt").pixel_values
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels}
+
+
+@pytest.mark.slow  # exports LLaVA to OpenVINO and runs VLMPipeline
+@pytest.mark.parametrize("backend", ["PA", "SDPA"])
+def test_vlm_pipeline_generates_eagers_tokens(llava_folder, backend):
+    """Two image contents × two prompt lengths, on both attention backends: `VLMPipeline`'s
+    greedy token ids are eager's."""
+    folder, manifest, model, tokenizer, processor = llava_folder
+    entry = manifest[VLM_ENTRY]
+    assert entry["vlm_pipeline"] is True, entry
+    assert all((folder / file).is_file() for file in entry["models"].values())
+    cases = [(prompt, seed) for prompt in PROMPTS for seed in IMAGE_SEEDS]
+    done = subprocess.run([sys.executable, "-c", _VLM_PIPELINE, str(folder),
+                           json.dumps([[prompt, _image(seed).tolist()] for prompt, seed in cases]), str(NEW_TOKENS), backend],
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-2000:]
+    got = json.loads(lines[-1].removeprefix("RESULT "))
+    eager = []
+    for prompt, seed in cases:
+        inputs = _prompt(tokenizer, processor, prompt, _image(seed))
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+        eager.append(out[0, inputs["input_ids"].shape[1]:].tolist())
+    assert len({tuple(tokens) for tokens in eager}) > 1, "the cases must not all give the same tokens"
+    assert got == eager
+
+
+@pytest.mark.slow  # reads the shared Qwen2-VL and LLaVA OpenVINO exports
+def test_an_image_text_model_vlm_pipeline_does_not_serve_says_why(saved_generation):
+    """Qwen2-VL (no `VLMPipeline` models made) and a LLaVA exported without a tokenizer: the
+    manifest's entry says the folder is no `VLMPipeline` folder, and why."""
+    qwen = json.loads((saved_generation("openvino", "qwen2_vl").directory / "manifest.json").read_text())[VLM_ENTRY]
+    assert qwen["vlm_pipeline"] is False and "LLaVA only" in qwen["why"], qwen
+    llava = json.loads((saved_generation("openvino", "llava").directory / "manifest.json").read_text())[VLM_ENTRY]
+    assert llava["vlm_pipeline"] is False and "no tokenizer" in llava["why"], llava
+
+
+def test_the_refusals_name_what_to_change():
+    """Without exporting: another architecture, a stateless or static export, a tokenizer without
+    `<image>` as the image token, and a model without an image processor config each say why."""
+    from types import SimpleNamespace
+
+    from hfexport import OpenVINOConfig
+    from hfexport.backends.openvino.vlm import _processor_config, _tokenizer_refusal, vlm_refusal
+    from tests.harness import tiny_bpe_tokenizer
+
+    llava, _ = build_preset("llava")
+    qwen, _ = build_preset("qwen2_vl")
+    dynamic = OpenVINOConfig(dynamic=True)
+    assert vlm_refusal(llava.config, dynamic) is None
+    assert "LLaVA only" in vlm_refusal(qwen.config, dynamic)
+    assert "stateful=False" in vlm_refusal(llava.config, OpenVINOConfig(dynamic=True, stateful=False))
+    assert "dynamic=True" in vlm_refusal(llava.config, OpenVINOConfig())
+    why = _tokenizer_refusal(SimpleNamespace(tokenizer=tiny_bpe_tokenizer(), model_config=llava.config))
+    assert "add '<image>' to the tokenizer" in why and "120" in why
+    assert _processor_config(None) is None and _processor_config("/nonexistent/model") is None
