@@ -208,7 +208,7 @@ def save_export(
         packaged = Packaged({}, {})
         if kind == "generation":  # the runtime's own files, once the folder holds everything else
             packaged = exporter.package_folder(staging, artifacts, context or FolderContext(
-                getattr(model, "config", None), generation_config, tokenizer))
+                getattr(model, "config", None), generation_config, tokenizer, processor=processor))
         manifest = {
             "kind": kind,
             "format": exporter.format,

@@ -79,6 +79,8 @@ class FolderContext:
     tokenizer: Any
     #: the plan the components were exported by (`None` from `save_generation_export` alone)
     plan: GenerationPlan | None = None
+    #: an image-text model's processor (`None` where the model came without one)
+    processor: Any = None
 
 
 class Packaged(NamedTuple):

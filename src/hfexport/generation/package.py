@@ -125,7 +125,7 @@ def save_generation_export(
     from ..exporter import FolderContext
 
     merged = merged_generation_config(model, generation_config)
-    context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan)
+    context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan, processor)
     saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
                         tokenizer=tokenizer, processor=processor, export_config=export_config, overwrite=overwrite,
                         manifest_extra={**_cache_kind(artifacts, merged), **image_prompt_entry(model, artifacts), **(extra or {})}, report=report,

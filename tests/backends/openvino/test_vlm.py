@@ -18,11 +18,8 @@ pytest.importorskip("openvino")
 pytest.importorskip("openvino_genai")
 pytest.importorskip("openvino_tokenizers")
 
-from hfexport import AutoExportConfig  # noqa: E402
 from hfexport.backends.openvino.vlm import IMAGE_TAG, VLM_ENTRY  # noqa: E402
-from hfexport.job import export_to_folder  # noqa: E402
-from hfexport.loading import LoadedModel  # noqa: E402
-from hfexport.presets import PRESETS, build_preset  # noqa: E402
+from hfexport.presets import build_preset  # noqa: E402
 
 NEW_TOKENS = 8
 IMAGE_SIZE = 16  # the tiny LLaVA's tower: 16x16 pixels, 4x4 patches -> 16 image features
@@ -69,29 +66,14 @@ def _image(seed: int) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def llava_folder(tmp_path_factory):
-    """Tiny LLaVA saved with the offline BPE tokenizer (`<image>` added as the image token) and a
-    CLIP image processor, exported from that folder by the export job with `--generate`."""
-    from transformers import CLIPImageProcessor, LlavaForConditionalGeneration
-
-    from tests.harness import tiny_bpe_tokenizer
-
-    tokenizer = tiny_bpe_tokenizer()
-    tokenizer.add_special_tokens({"additional_special_tokens": [IMAGE_TAG]})
-    text = dict(PRESETS["llava"].config["text_config"].kwargs, vocab_size=len(tokenizer), bos_token_id=0,
-                eos_token_id=1)
-    model, _ = build_preset("llava", text_config=text, image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TAG))
-    source = tmp_path_factory.mktemp("llava") / "source"
-    processor = CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE},
-                                   crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
-    for part in (model, tokenizer, processor):
-        part.save_pretrained(source)
-    model = LlavaForConditionalGeneration.from_pretrained(source).eval()
-    inputs = _prompt(tokenizer, processor, PROMPTS[0], _image(0))
-    config = AutoExportConfig.from_dict({"export_format": "openvino", "dynamic": True})
-    result = export_to_folder(LoadedModel(model, inputs, str(source), tokenizer), config, source.parent / "out",
-                              generate=True)
-    return source.parent / "out", result.manifest, model, tokenizer, processor
+def llava_folder(saved_generation):
+    """The shared tiny LLaVA OpenVINO export (`tests.generation.exports`), which the export job made
+    with its processor (a CLIP image processor at the tower's 16x16, the offline BPE tokenizer with
+    `<image>` as the image token): the processor the folder carries is what makes it a
+    `VLMPipeline` folder (no model folder to copy `preprocessor_config.json` from)."""
+    saved = saved_generation("openvino", "llava")
+    manifest = json.loads((saved.directory / "manifest.json").read_text())
+    return saved.directory, manifest, saved.model, saved.processor.tokenizer, saved.processor.image_processor
 
 
 def _prompt(tokenizer, processor, prompt: str, image: np.ndarray) -> dict[str, torch.Tensor]:
@@ -102,7 +84,7 @@ def _prompt(tokenizer, processor, prompt: str, image: np.ndarray) -> dict[str, t
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels}
 
 
-@pytest.mark.slow  # exports LLaVA to OpenVINO and runs VLMPipeline
+@pytest.mark.slow  # reads the shared LLaVA OpenVINO export and runs VLMPipeline
 @pytest.mark.parametrize("backend", ["PA", "SDPA"])
 def test_vlm_pipeline_generates_eagers_tokens(llava_folder, backend):
     """Two image contents × two prompt lengths, on both attention backends: `VLMPipeline`'s
@@ -128,14 +110,12 @@ def test_vlm_pipeline_generates_eagers_tokens(llava_folder, backend):
     assert got == eager
 
 
-@pytest.mark.slow  # reads the shared Qwen2-VL and LLaVA OpenVINO exports
+@pytest.mark.slow  # reads the shared Qwen2-VL OpenVINO export
 def test_an_image_text_model_vlm_pipeline_does_not_serve_says_why(saved_generation):
-    """Qwen2-VL (no `VLMPipeline` models made) and a LLaVA exported without a tokenizer: the
-    manifest's entry says the folder is no `VLMPipeline` folder, and why."""
+    """Qwen2-VL (no `VLMPipeline` models made): the manifest's entry says the folder is no
+    `VLMPipeline` folder, and why (a LLaVA without a tokenizer: `test_the_refusals_name_what_to_change`)."""
     qwen = json.loads((saved_generation("openvino", "qwen2_vl").directory / "manifest.json").read_text())[VLM_ENTRY]
     assert qwen["vlm_pipeline"] is False and "LLaVA only" in qwen["why"], qwen
-    llava = json.loads((saved_generation("openvino", "llava").directory / "manifest.json").read_text())[VLM_ENTRY]
-    assert llava["vlm_pipeline"] is False and "no tokenizer" in llava["why"], llava
 
 
 def test_the_refusals_name_what_to_change():
@@ -156,4 +136,5 @@ def test_the_refusals_name_what_to_change():
     assert "dynamic=True" in vlm_refusal(llava.config, OpenVINOConfig())
     why = _tokenizer_refusal(SimpleNamespace(tokenizer=tiny_bpe_tokenizer(), model_config=llava.config))
     assert "add '<image>' to the tokenizer" in why and "120" in why
+    assert "no tokenizer" in _tokenizer_refusal(SimpleNamespace(tokenizer=None, model_config=llava.config))
     assert _processor_config(None) is None and _processor_config("/nonexistent/model") is None

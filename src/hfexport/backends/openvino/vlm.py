@@ -6,7 +6,7 @@ out/tiny-llava/                                 hfexport export DIR --format ope
   openvino_text_embeddings_model.xml/.bin       input_ids -> embeddings (the `text_embeddings` component)
   openvino_language_model.xml/.bin              stateful: inputs_embeds, attention_mask, position_ids, beam_idx -> logits
   openvino_tokenizer.xml/.bin, openvino_detokenizer.xml/.bin
-  preprocessor_config.json                      the model's image processor config, copied
+  preprocessor_config.json                      the image processor's settings (the export's processor or the model folder's)
   config.json, generation_config.json, image_encoder.xml, language_model.xml, decode.xml, ... (`hfexport generate`)
 ```
 `openvino_genai.VLMPipeline(out, "CPU", INFERENCE_PRECISION_HINT="f32", KV_CACHE_PRECISION="f32")`.
@@ -151,11 +151,15 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
     entry: dict[str, Any] = {"models": {name: f"{stem}.xml" for name, stem in VLM_STEMS.items()},
                              "properties": dict(properties)}
     why = _tokenizer_refusal(context)
-    processor = _processor_config(getattr(context.model_config, "_name_or_path", None)) if why is None else None
+    # the processor the export carries (its image processor's settings), else the model folder's file
+    image_processor = getattr(getattr(context, "processor", None), "image_processor", None)
+    processor = None if why is not None else image_processor or _processor_config(
+        getattr(context.model_config, "_name_or_path", None))
     if why is None and processor is None:
-        why = (f"no {_PROCESSOR} beside the model ({getattr(context.model_config, '_name_or_path', None)!r}): "
-               "VLMPipeline resizes, crops and normalizes images by it; export from a folder where the processor "
-               "was saved (processor.save_pretrained), or a hub model whose processor is in the local cache")
+        why = (f"no {_PROCESSOR} beside the model ({getattr(context.model_config, '_name_or_path', None)!r}) and "
+               "no processor given: VLMPipeline resizes, crops and normalizes images by it; export from a folder "
+               "where the processor was saved (processor.save_pretrained), or a hub model whose processor is in "
+               "the local cache")
     if why is None:
         try:
             files = convert_tokenizer_for_genai(context.tokenizer, directory)
@@ -164,7 +168,10 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
     if why is not None:
         logger.warning("the export folder is not a VLMPipeline folder: %s", why)
         return {VLM_ENTRY: {**entry, "vlm_pipeline": False, "why": why}}
-    shutil.copyfile(processor, directory / _PROCESSOR)
+    if isinstance(processor, Path):
+        shutil.copyfile(processor, directory / _PROCESSOR)
+    elif not (directory / _PROCESSOR).is_file():  # the processor's own save may have written it
+        processor.to_json_file(directory / _PROCESSOR)
     return {VLM_ENTRY: {**entry, "vlm_pipeline": True, "tokenizer": [f.name for f in files],
                         "image_processor": _PROCESSOR}}
 
