@@ -2,7 +2,7 @@
 and a text prompt into the inputs `GenerationRunner.generate` takes.
 
 ```python
-runner = GenerationRunner.load("out/qwen2-vl-gen")     # hfexport export MODEL --generate, with its processor
+runner = GenerationRunner.load("out/llava-gen")     # hfexport export MODEL --generate, with its processor
 runner.generate_from_image("cat.png", "Describe this image.", max_new_tokens=32).text
 ```
 
