@@ -254,7 +254,9 @@ class OnnxCacheSession(CacheSession):
         binding.bind_ortvalue_output(self._outputs["logits"], ort.OrtValue.ortvalue_from_numpy(logits))
         ones = np.ones((1, max(longest, 1)), dtype=np.int64)
         mask_names = [self._inputs[name] for name in masks]
-        counters = [(name, self._arrays[name].dtype) for name in self._counters]
+        counters: dict[Any, list[str]] = {}  # by dtype: one array of the count per dtype a step
+        for name in self._counters:
+            counters.setdefault(self._arrays[name].dtype, []).append(name)
         kept, outputs = self._arrays, {"logits": logits}
 
         def call(total: int) -> dict[str, np.ndarray]:
@@ -264,8 +266,10 @@ class OnnxCacheSession(CacheSession):
             for name in mask_names:
                 binding.bind_cpu_input(name, ones[:, :total])
             session.run_with_iobinding(binding)
-            for name, kind in counters:  # what the generic call would have counted
-                kept[name] = np.asarray(total, dtype=kind)
+            for kind, names in counters.items():  # what the generic call would have counted (read, never written)
+                value = np.asarray(total, dtype=kind)
+                for name in names:
+                    kept[name] = value
             return outputs
 
         return call
