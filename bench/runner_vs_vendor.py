@@ -19,8 +19,9 @@ Each `(format, scheme)` is one subprocess; in it, with 2 threads on both sides:
     INFERENCE_NUM_THREADS=2, INFERENCE_PRECISION_HINT="f32", KV_CACHE_PRECISION="f32")` against
     `GenerationRunner` (its compile sees 2 CPUs: the process is pinned to two, `os.sched_setaffinity`).
 On the ONNX folder both also run at onnxruntime-genai's own default thread count (half the logical
-CPUs: 1 here; genai's pool spin-waits, the runner's does not, so at 2 threads on a loaded machine
-genai loses most); the ratio is the faster of ours over the faster of the vendor's. A 32-token prompt, 64 greedy new tokens (no end token), decode tokens/s from the second new
+CPUs: 1 here), and the runner also with genai's spin-waiting intra-op threads (2, `"session.
+intra_op.allow_spinning": "1"`; the runner's default does not spin: faster on a loaded machine,
+slower on a free one); the ratio is the faster of ours over the faster of the vendor's. A 32-token prompt, 64 greedy new tokens (no end token), decode tokens/s from the second new
 token on; one warm-up run each, then 3 rounds interleaved (vendor, ours), the best of the 3 each.
 The token ids of the runners must be equal (the row says so; a difference is marked). `--both`
 runs each folder twice, with the greedy fast path and with the generic loop (`use_fast_path =
@@ -91,12 +92,14 @@ def prompt_ids() -> list[int]:
 # -- the runners ---------------------------------------------------------------------------------
 
 
-def ours(folder: Path, prompt: list[int], fast: bool, ort_threads: int = THREADS):
+def ours(folder: Path, prompt: list[int], fast: bool, ort_threads: int = THREADS, spinning: bool = False):
     """`run()` generates once through `GenerationRunner`, returns `(tok/s, tokens)`; an ONNX
-    Runtime session gets `ort_threads` intra-op threads (`$HFEXPORT_ORT_SESSION_CONFIG`)."""
+    Runtime session gets `ort_threads` intra-op threads, spin-waiting where `spinning` (genai's
+    setting; the runner's default does not), through `$HFEXPORT_ORT_SESSION_CONFIG`."""
     from hfexport import GenerationRunner
 
-    os.environ["HFEXPORT_ORT_SESSION_CONFIG"] = json.dumps({"intra_op_num_threads": ort_threads})
+    config = {"intra_op_num_threads": ort_threads, **({"session.intra_op.allow_spinning": "1"} if spinning else {})}
+    os.environ["HFEXPORT_ORT_SESSION_CONFIG"] = json.dumps(config)
     runner = GenerationRunner.load(folder, verify=False)
     runner.use_fast_path = fast
 
@@ -166,6 +169,7 @@ def run_one(fmt: str, scheme: str, folder: Path, fast: bool) -> dict:
     if fmt == "onnx":  # also at genai's own thread count, half the logical CPUs (1 here), both sides
         runs["vendor_default"] = og_generator(folder, prompt, None)
         runs["ours_default"] = ours(folder, prompt, fast, max(1, (os.cpu_count() or 2) // 2))
+        runs["ours_spinning"] = ours(folder, prompt, fast, spinning=True)  # genai's session settings, 2 threads
     for run in runs.values():  # warm-up
         run()
     speeds: dict[str, list[float]] = {key: [] for key in runs}
@@ -199,7 +203,8 @@ VENDOR = {"onnx": "og.Generator", "openvino": "LLMPipeline"}
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| format | scheme | loop | vendor tok/s (2 threads; genai's default threads) | hfexport generate tok/s "
-             "(2 threads; genai's default threads) | ours / vendor, the faster of each (target 0.95) | same token ids "
+             "(2 threads; genai's default threads; 2 spinning threads) | ours / vendor, the faster of each (target 0.95) "
+             "| same token ids "
              "| rounds: vendor; ours | load |",
              "|" + "---|" * 9]
     for r in rows:
@@ -210,7 +215,7 @@ def markdown(rows: list[dict]) -> str:
         best, rounds = r["best"], r["all"]
         vendor = f"{VENDOR[r['format']]} {best['vendor']}" + (f"; {best['vendor_default']}" if "vendor_default" in best
                                                               else "")
-        mine = f"{best['ours']}" + (f"; {best['ours_default']}" if "ours_default" in best else "")
+        mine = "; ".join(str(best[key]) for key in ("ours", "ours_default", "ours_spinning") if key in best)
         miss = " **miss**" if r["ratio"] < 0.95 else ""
         same = "yes" if r["tokens_equal"] else "**no**"
         lines.append(f"| {r['format']} | {r['scheme']} | {loop} | {vendor} | {mine} | {r['ratio']:.2f}{miss} "
