@@ -90,15 +90,22 @@ class CacheSession:
         self._cache.update({name: value for name, value in outputs.items() if name.startswith("cache.")})
         return {name: value for name, value in outputs.items() if not name.startswith("cache.")}
 
-    def bind(self, feed: dict[str, torch.Tensor]) -> Callable[[], dict[str, torch.Tensor]] | None:
-        """A call that runs one step on the tensors of `feed` (no cache leaves) as they hold when
-        called, the caller writing each step's values into them; the outputs other than the cache
-        by name. None where this session cannot: this one binds only a program that keeps its
-        own cache (no leaves to pass in and out, `Runner.bind_named`); a subclass, which keeps the
-        cache its own way, binds only where it says how (its own `bind`)."""
-        if type(self) is not CacheSession or self._cache:
+    def bind(self, feed: dict[str, torch.Tensor], masks: tuple[str, ...] = (),
+             longest: int = 0) -> Callable[[int], dict[str, Any]] | None:
+        """A call that runs one decode step on the tensors of `feed` (no cache leaves) as they hold
+        when called, the caller writing each step's token and position into them; it takes
+        `total`, the tokens the cache holds after the step, and returns the outputs other than the
+        cache by name (arrays or tensors, valid until the next call).
+
+        `masks` names the inputs of `feed` that are attention masks over the cached and new tokens:
+        they change with `total` each step, and the session fills them itself (up to `longest`
+        tokens). None where this session cannot: this one binds only a program that keeps its own
+        cache (no leaves to pass in and out, `Runner.bind_named`) and takes no mask; a subclass,
+        which keeps the cache its own way, binds only where it says how (its own `bind`)."""
+        if type(self) is not CacheSession or self._cache or masks:
             return None
-        return self.runner.bind_named(feed)
+        call = self.runner.bind_named(feed)
+        return None if call is None else (lambda total: call())
 
     def cache(self) -> dict[str, torch.Tensor]:
         """The cache leaves after the last call, as tensors."""

@@ -162,15 +162,16 @@ class LlmPackage:
         return out[0, self.ids.shape[1]:].tolist()
 
 
-def export_llm_package(name: str, runtime: str, directory: Path) -> LlmPackage:
-    """Save preset `name` (its vocabulary resized to the tiny tokenizer's) with that tokenizer, as
-    transformers saves a model, and export its `runtime` package from that folder by the CLI's
-    job with the CLI's package flags (`LLM_RUNTIMES`) into `directory / "out"`."""
+def export_llm_package(name: str, runtime: str, directory: Path, **overrides: Any) -> LlmPackage:
+    """Save preset `name` (its vocabulary resized to the tiny tokenizer's, its config updated with
+    `overrides`) with that tokenizer, as transformers saves a model, and export its `runtime`
+    package from that folder by the CLI's job with the CLI's package flags (`LLM_RUNTIMES`) into
+    `directory / "out"`."""
     from hfexport.presets import build_preset
     from tests.harness import tiny_bpe_tokenizer
 
     tokenizer = tiny_bpe_tokenizer()
-    model, _ = build_preset(name, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
+    model, _ = build_preset(name, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1, **overrides)
     model.save_pretrained(directory / "source")
     tokenizer.save_pretrained(directory / "source")
     config = AutoExportConfig.from_dict({"export_format": runtime, "dynamic": True})

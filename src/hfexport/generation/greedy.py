@@ -10,10 +10,14 @@ with no Python between two runtime calls but what choosing the token needs.
 # `_State._value` (the generic path's own filling), bound to the runtime (`CacheSession.bind`),
 # and each step writes the token and its position into it in place, calls the runtime, and takes
 # the argmax of the logits' last row. It serves only what needs nothing else: greedy, no logits
-# processor, no per-step logits asked for, every input a token or a position (a program holding
-# its cache: ExecuTorch's LLM-runner program); anything else stays on the generic loop.
-# OpenVINO's stateful model and ONNX Runtime's GroupQueryAttention sessions also take a 2-D
-# attention mask that grows each step: not bound here (their sessions return no `bind`).
+# processor, no per-step logits asked for, every input a token, a position or an attention mask
+# over the cached and new tokens; anything else stays on the generic loop. A mask changes its
+# length each step, so the session fills it itself from the step's token count (`bind(feed,
+# masks)`): OpenVINO's stateful model and ONNX Runtime's GroupQueryAttention session (issue 43:
+# their generic steps ran at 0.70-0.72x of the vendors' runners on the same int4 folder) bind
+# one preallocated row of ones, its first `total` entries each step, and their logits' buffer
+# once. A session that cannot (a 4-D mask over a static cache's slots, a cache copied each step)
+# returns no call.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ class GreedySteps:
 
     def __init__(self, state: Any, call: Any, token: Any, positions: list[Any]):
         self.state = state
-        self._call = call  # runs the bound feed, returns the outputs by name
+        self._call = call  # runs the bound feed given the tokens cached after the step, returns the outputs by name
         self._token = token  # the `[1, 1]` array the next token is written into
         self._positions = positions  # arrays written with the token's position
 
@@ -53,17 +57,18 @@ class GreedySteps:
         if state.session is None or state.session[0] != "decode" or state.is_seq2seq or state.rope_delta:
             return None
         fed = runner.fed_inputs("decode")
-        if any(name not in TOKEN_INPUTS + POSITION_INPUTS for name, _, _ in fed):
+        masks = tuple(name for name, _, _ in fed if name.endswith("attention_mask"))
+        if any(name not in TOKEN_INPUTS + POSITION_INPUTS + masks for name, _, _ in fed):
             return None
         if runner.max_cache_len and state.past + steps > runner.max_cache_len:
             return None
         record = runner.records["decode"]
         ids = torch.zeros((1, 1), dtype=torch.long)
         feed = {name: state._value(record, name, shape, dtype, ids) for name, shape, dtype in fed}
-        call = state.session[1].bind(feed)
+        call = state.session[1].bind(feed, masks, state.past + steps)
         if call is None:
             return None
-        arrays = {name: as_array(value) for name, value in feed.items()}
+        arrays = {name: as_array(value) for name, value in feed.items() if name not in masks}
         tokens = [array for name, array in arrays.items() if name in TOKEN_INPUTS]
         if len(tokens) != 1 or any(not _shares(array, feed[name]) for name, array in arrays.items()):
             return None
@@ -80,7 +85,7 @@ class GreedySteps:
                 token_array[...] = tokens[-1]
                 for array in positions:
                     array[...] = past
-                logits = call()["logits"]
+                logits = call(past + 1)["logits"]
                 fed.append(tokens[-1])
                 past += 1
                 token = int(as_array(logits)[0, -1].argmax())

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from ...errors import ExportError
 from ...runner import CacheSession, Runner, to_numpy
 from ...generation.arrays import as_array
 from .artifact import HfOnnxProgram, save_scratch, scratch_session_options
@@ -31,6 +33,9 @@ from .session_options import SESSION_CONFIG, SESSION_CONFIG_ENV, apply_session_c
 __all__ = ["OnnxRunner", "OnnxCacheSession", "SESSION_CONFIG", "SESSION_CONFIG_ENV", "session_config"]
 
 logger = logging.getLogger("hfexport")
+
+#: ONNX Runtime's type strings of the logits a bound step preallocates
+_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
 class OnnxRunner(Runner):
@@ -216,6 +221,58 @@ class OnnxCacheSession(CacheSession):
                            else torch.from_numpy(self._arrays[name].copy()) for name in self._arrays}
                 self._fall_back(f"ONNX Runtime wrote {moved[0]} outside the bound buffer", updated)
         return {name: torch.from_numpy(np.array(outputs[name].numpy())) for name in self._returned}
+
+    def bind(self, feed: dict[str, torch.Tensor], masks: tuple[str, ...] = (),
+             longest: int = 0) -> Callable[[int], dict[str, np.ndarray]] | None:
+        """`CacheSession.bind`: the feed's arrays bound once, the logits bound to one buffer of
+        their one-token shape, and each step only the mask rebound: the first `total` entries of
+        one row of ones (GroupQueryAttention's 2-D mask over the cached and new tokens, `gqa.py`).
+
+        None where a step needs more: a cache copied each call (not in place, or an output not
+        written into its input), the first call not yet run (the in-place check), a mask the graph
+        takes as the record gives it (no `GraphInterface`: a 4-D mask over a static cache's slots),
+        an output other than the logits, or logits whose shape is not `[1, 1, vocabulary]`."""
+        import onnxruntime as ort
+
+        if not (self.in_place and self._checked) or self._taken or self._returned != ["logits"]:
+            return None
+        if masks and (self._interface is None or any(self._inputs.get(name) is None for name in masks)):
+            return None
+        logits_type = dict((o.name, o) for o in self.runner.session.get_outputs())[self._outputs["logits"]]
+        shape, dtype = logits_type.shape, _NUMPY_TYPES.get(logits_type.type)
+        if dtype is None or len(shape) != 3 or not isinstance(shape[-1], int):
+            return None
+        arrays = {name: as_array(value) for name, value in feed.items() if name not in masks}
+        if self._interface is not None:  # the record's inputs the graph no longer takes are left out
+            arrays = {name: array for name, array in arrays.items() if name not in self._interface.unfed}
+        if any(name not in self._inputs for name in arrays):
+            return None
+        logits = np.empty((1, 1, shape[-1]), dtype=dtype)
+        binding, session = self._binding, self.runner.session
+        for name, array in arrays.items():
+            binding.bind_cpu_input(self._inputs[name], array)  # read from the array at each run
+        binding.bind_ortvalue_output(self._outputs["logits"], ort.OrtValue.ortvalue_from_numpy(logits))
+        ones = np.ones((1, max(longest, 1)), dtype=np.int64)
+        mask_names = [self._inputs[name] for name in masks]
+        counters: dict[Any, list[str]] = {}  # by dtype: one array of the count per dtype a step
+        for name in self._counters:
+            counters.setdefault(self._arrays[name].dtype, []).append(name)
+        kept, outputs = self._arrays, {"logits": logits}
+
+        def call(total: int) -> dict[str, np.ndarray]:
+            if total > ones.shape[1]:
+                raise ExportError(f"the bound greedy steps were set up for {ones.shape[1]} tokens, not {total}",
+                                  remedy="bind again for the longer generation")
+            for name in mask_names:
+                binding.bind_cpu_input(name, ones[:, :total])
+            session.run_with_iobinding(binding)
+            for kind, names in counters.items():  # what the generic call would have counted (read, never written)
+                value = np.asarray(total, dtype=kind)
+                for name in names:
+                    kept[name] = value
+            return outputs
+
+        return call
 
     def cache(self) -> dict[str, torch.Tensor]:
         """The cache leaves after the last call, copied out of the bound buffers."""

@@ -7,11 +7,13 @@ from them and reads it back), so validation compares the same interface as for a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from ...errors import ExportError
 from ...runner import CacheSession, Runner, to_numpy
 from ...generation.arrays import as_array
 from .stateful import BEAM_IDX, state_variables
@@ -115,6 +117,46 @@ class StatefulSession(CacheSession):
         _infer(request, self.runner, feed)
         return {name: torch.from_numpy(np.array(request.get_tensor(port).data))
                 for name, port in self.runner.output_ports.items()}
+
+    def bind(self, feed: dict[str, torch.Tensor], masks: tuple[str, ...] = (),
+             longest: int = 0) -> Callable[[int], dict[str, np.ndarray]] | None:
+        """`CacheSession.bind`: each input of `feed` set once on the request (its array shared),
+        and each step only the mask set: the first `total` entries of one row of ones (the 2-D
+        mask over the cached and new tokens the stateful model takes); the logits are the
+        request's output tensor, read in place. None where an input's array is not of its port's
+        element type (OpenVINO would convert a copy, which the caller's writes would not reach),
+        or a mask is not 2-D."""
+        import openvino as ov
+
+        ports, dtypes = self.runner.input_ports, self.runner.input_dtypes
+        arrays = {name: as_array(value) for name, value in feed.items()}
+        if any(name not in ports or not arrays[name].ndim or arrays[name].dtype != dtypes[name] for name in arrays):
+            return None
+        if any(arrays[name].ndim != 2 or arrays[name].shape[0] != 1 for name in masks):
+            return None
+        request = self.request
+        beam_idx = self._beam_idx(feed)
+        if beam_idx is not self._beam_set:
+            request.set_tensor(self._beam_port, ov.Tensor(beam_idx, shared_memory=True))
+            self._beam_set = beam_idx
+        for name, array in arrays.items():
+            if name not in masks:
+                request.set_tensor(ports[name], ov.Tensor(array, shared_memory=True))
+        masked = [(ports[name], np.ones((1, max(longest, 1)), dtype=dtypes[name])) for name in masks]
+        outputs = self.runner.output_ports
+        set_tensor, start, wait, get_tensor = request.set_tensor, request.start_async, request.wait, request.get_tensor
+
+        def call(total: int) -> dict[str, np.ndarray]:
+            for port, ones in masked:
+                if total > ones.shape[1]:
+                    raise ExportError(f"the bound greedy steps were set up for {ones.shape[1]} tokens, not {total}",
+                                      remedy="bind again for the longer generation")
+                set_tensor(port, ov.Tensor(ones[:, :total], shared_memory=True))
+            start()  # `start_async` + `wait`, as `_infer` runs a request (why there)
+            wait()
+            return {name: get_tensor(port).data for name, port in outputs.items()}
+
+        return call
 
     def cache(self) -> dict[str, torch.Tensor]:
         """The state now, as tensors (copies), by cache leaf name."""

@@ -1,0 +1,264 @@
+"""Benchmark: `hfexport generate` (`GenerationRunner`) beside the vendor's runner on the SAME LLM
+package, side by side in one process (issue 43: "our runner at the vendor runner's speed").
+
+    python bench/runner_vs_vendor.py                          # onnx + openvino, fp32 + int4, exported here
+    python bench/runner_vs_vendor.py --root /tmp/rvv          # keep the exports (re-used where they exist)
+    python bench/runner_vs_vendor.py --formats onnx --schemes int4 --no-fast   # the generic loop only
+
+The model: a random Llama (vocab 8192, hidden 512, intermediate 1408, 8 layers, 8 heads, 4 kv heads:
+134 MB fp32), saved with a small BPE tokenizer trained here (a folder `LLMPipeline` opens), and
+exported with the CLI's defaults for the LLM package: `hfexport export SRC -f onnx|openvino -o OUT
+[--weight-format int4] --no-validate` (ONNX: GroupQueryAttention over one shared past/present
+buffer, `genai_config.json`; OpenVINO: one stateful model whose state grows).
+
+Each `(format, scheme)` is one subprocess; in it, with 2 threads on both sides:
+  - ONNX: onnxruntime-genai's `og.Generator` on the folder (`intra_op_num_threads` 2 set through
+    `og.Config.overlay`) against `GenerationRunner` on it (`HFEXPORT_ORT_SESSION_CONFIG=
+    {"intra_op_num_threads": 2}`);
+  - OpenVINO: OpenVINO GenAI's `LLMPipeline(folder, "CPU", ATTENTION_BACKEND="SDPA",
+    INFERENCE_NUM_THREADS=2, INFERENCE_PRECISION_HINT="f32", KV_CACHE_PRECISION="f32")` against
+    `GenerationRunner` (its compile sees 2 CPUs: the process is pinned to two, `os.sched_setaffinity`).
+On the ONNX folder both also run at onnxruntime-genai's own default thread count (half the logical
+CPUs: 1 here), and the runner also with genai's spin-waiting intra-op threads (2, `"session.
+intra_op.allow_spinning": "1"`; the runner's default does not spin: faster on a loaded machine,
+slower on a free one); the ratio is the faster of ours over the faster of the vendor's. A 32-token prompt, 64 greedy new tokens (no end token), decode tokens/s from the second new
+token on; one warm-up run each, then 3 rounds interleaved (vendor, ours), the best of the 3 each.
+The token ids of the runners must be equal (the row says so; a difference is marked). `--both`
+runs each folder twice, with the greedy fast path and with the generic loop (`use_fast_path =
+False`, what every step ran before issue 43): the before/after of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROMPT_LEN, NEW_TOKENS, THREADS, ROUNDS = 32, 64, 2, 3
+SIZES = dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
+             num_key_value_heads=4, max_position_embeddings=4096, tie_word_embeddings=False, bos_token_id=0,
+             eos_token_id=1, pad_token_id=0)
+#: f32 compute and KV cache, as the runner's plain `compile_model` runs here (`LLMPipeline`'s default
+#: KV cache is u8, whose tokens differ); the stateful model through the SDPA backend, as it is written
+F32 = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+CORPUS = ["the quick brown fox jumps over the lazy dog", "hello world, this is a tiny tokenizer",
+          "the runner and the vendor's runner decode the same folder"]
+
+
+def source_folder(root: Path) -> Path:
+    """The random Llama and its tokenizer, saved as transformers saves them (made once under `root`)."""
+    folder = root / "random-llama"
+    if (folder / "config.json").exists():
+        return folder
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(CORPUS * 10, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(**SIZES)).eval().save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>").save_pretrained(folder)
+    return folder
+
+
+def export(source: Path, fmt: str, scheme: str, out: Path) -> float:
+    """`hfexport export SOURCE -f FMT -o OUT [--weight-format int4] --no-validate`; its seconds (0 if it exists)."""
+    if (out / "manifest.json").exists():
+        return 0.0
+    command = [sys.executable, "-m", "hfexport", "export", str(source), "-f", fmt, "-o", str(out), "--no-validate",
+               "--overwrite"]
+    if scheme != "fp32":
+        command += ["--weight-format", scheme]
+    start = time.perf_counter()
+    subprocess.run(command, check=True)
+    return time.perf_counter() - start
+
+
+def prompt_ids() -> list[int]:
+    import random
+
+    draw = random.Random(1)
+    return [draw.randrange(3, SIZES["vocab_size"]) for _ in range(PROMPT_LEN)]
+
+
+# -- the runners ---------------------------------------------------------------------------------
+
+
+def ours(folder: Path, prompt: list[int], fast: bool, ort_threads: int = THREADS, spinning: bool = False):
+    """`run()` generates once through `GenerationRunner`, returns `(tok/s, tokens)`; an ONNX
+    Runtime session gets `ort_threads` intra-op threads, spin-waiting where `spinning` (genai's
+    setting; the runner's default does not), through `$HFEXPORT_ORT_SESSION_CONFIG`."""
+    from hfexport import GenerationRunner
+
+    config = {"intra_op_num_threads": ort_threads, **({"session.intra_op.allow_spinning": "1"} if spinning else {})}
+    os.environ["HFEXPORT_ORT_SESSION_CONFIG"] = json.dumps(config)
+    runner = GenerationRunner.load(folder, verify=False)
+    runner.use_fast_path = fast
+
+    def run():
+        result = runner.generate(prompt, max_new_tokens=NEW_TOKENS, eos_token_id=None)
+        assert result.fast_path == fast, f"fast_path {result.fast_path}, asked {fast}"
+        return result.tokens_per_s, result.tokens
+
+    return run
+
+
+def og_generator(folder: Path, prompt: list[int], threads: int | None = THREADS):
+    """onnxruntime-genai's `Generator` on `folder`, `threads` intra-op threads (None: its own
+    default, half the logical CPUs); tok/s from the second new token."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    config = og.Config(str(folder))
+    if threads is not None:
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
+    model = og.Model(config)
+
+    def run():
+        params = og.GeneratorParams(model)  # the folder's search options: greedy, its max_length (the cache)
+        generator = og.Generator(model, params)
+        generator.append_tokens(np.array([prompt], dtype=np.int32))  # runs the prompt
+        generator.generate_next_token()  # chooses the first token from the prompt's logits
+        tokens = [int(generator.get_next_tokens()[0])]
+        start = time.perf_counter()
+        while len(tokens) < NEW_TOKENS:
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        return (NEW_TOKENS - 1) / (time.perf_counter() - start), tokens
+
+    return run
+
+
+def llm_pipeline(folder: Path, prompt: list[int]):
+    """OpenVINO GenAI's `LLMPipeline` on `folder`, 2 threads; tok/s from the second new token on, by
+    the wall clock as the others are timed: `generate`'s time less its own time to first token
+    (`perf_metrics`), over the 63 tokens after the first."""
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as ov_genai
+
+    pipe = ov_genai.LLMPipeline(str(folder), "CPU", ATTENTION_BACKEND="SDPA", INFERENCE_NUM_THREADS=THREADS, **F32)
+    config = ov_genai.GenerationConfig()
+    config.max_new_tokens = config.min_new_tokens = NEW_TOKENS
+    config.do_sample, config.ignore_eos = False, True
+    ids = np.array([prompt], dtype=np.int64)
+    inputs = ov_genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids)))
+
+    def run():
+        start = time.perf_counter()
+        result = pipe.generate(inputs, config)
+        decode = time.perf_counter() - start - result.perf_metrics.get_ttft().mean / 1000
+        return (NEW_TOKENS - 1) / decode, list(result.tokens[0])
+
+    return run
+
+
+def run_one(fmt: str, scheme: str, folder: Path, fast: bool) -> dict:
+    """The side-by-side measurement of one folder, in this (fresh) process."""
+    prompt = prompt_ids()
+    runs = {"vendor": og_generator(folder, prompt) if fmt == "onnx" else llm_pipeline(folder, prompt),
+            "ours": ours(folder, prompt, fast)}
+    if fmt == "onnx":  # also at genai's own thread count, half the logical CPUs (1 here), both sides
+        runs["vendor_default"] = og_generator(folder, prompt, None)
+        runs["ours_default"] = ours(folder, prompt, fast, max(1, (os.cpu_count() or 2) // 2))
+        runs["ours_spinning"] = ours(folder, prompt, fast, spinning=True)  # genai's session settings, 2 threads
+    for run in runs.values():  # warm-up
+        run()
+    speeds: dict[str, list[float]] = {key: [] for key in runs}
+    tokens = {}
+    for _ in range(int(os.environ.get("RUNNER_VS_VENDOR_ROUNDS", ROUNDS))):
+        for key, run in runs.items():
+            speed, tokens[key] = run()
+            speeds[key].append(speed)
+    best = {key: max(values) for key, values in speeds.items()}
+    vendor = max(value for key, value in best.items() if key.startswith("vendor"))
+    mine = max(value for key, value in best.items() if key.startswith("ours"))
+    return {"format": fmt, "scheme": scheme, "fast": fast, "best": {k: round(v, 1) for k, v in best.items()},
+            "ratio": round(mine / vendor, 3),
+            "all": {key: [round(v, 1) for v in values] for key, values in speeds.items()},
+            "tokens_equal": all(t == tokens["ours"] for t in tokens.values()), "load": round(os.getloadavg()[0], 1)}
+
+
+def _child(fmt: str, scheme: str, folder: Path, fast: bool, rounds: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "RUNNER_VS_VENDOR_ROUNDS": str(rounds)}
+    command = [sys.executable, __file__, "--one", f"{fmt}:{scheme}:{folder}:{int(fast)}"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"format": fmt, "scheme": scheme, "fast": fast,
+                "error": ((done.stderr.strip().splitlines() or ["no output"])[-1])[:300]}
+    return json.loads(lines[-1])
+
+
+VENDOR = {"onnx": "og.Generator", "openvino": "LLMPipeline"}
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| format | scheme | loop | vendor tok/s (2 threads; genai's default threads) | hfexport generate tok/s "
+             "(2 threads; genai's default threads; 2 spinning threads) | ours / vendor, the faster of each (target 0.95) "
+             "| same token ids "
+             "| rounds: vendor; ours | load |",
+             "|" + "---|" * 9]
+    for r in rows:
+        loop = "fast" if r["fast"] else "generic"
+        if "error" in r:
+            lines.append(f"| {r['format']} | {r['scheme']} | {loop} | error: {r['error']} |" + " |" * 5)
+            continue
+        best, rounds = r["best"], r["all"]
+        vendor = f"{VENDOR[r['format']]} {best['vendor']}" + (f"; {best['vendor_default']}" if "vendor_default" in best
+                                                              else "")
+        mine = "; ".join(str(best[key]) for key in ("ours", "ours_default", "ours_spinning") if key in best)
+        miss = " **miss**" if r["ratio"] < 0.95 else ""
+        same = "yes" if r["tokens_equal"] else "**no**"
+        lines.append(f"| {r['format']} | {r['scheme']} | {loop} | {vendor} | {mine} | {r['ratio']:.2f}{miss} "
+                     f"| {same} | {rounds['vendor']}; {rounds['ours']} | {r['load']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default=None, help="where the source and the exports go (kept; default a temp dir)")
+    parser.add_argument("--formats", default="onnx,openvino")
+    parser.add_argument("--schemes", default="fp32,int4")
+    parser.add_argument("--no-fast", action="store_true", help="the generic loop (use_fast_path = False) only")
+    parser.add_argument("--both", action="store_true", help="the fast and the generic loop, each its own row")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="timed rounds after the warm-up (the best is kept)")
+    parser.add_argument("--markdown", default=None)
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        fmt, scheme, folder, fast = args.one.split(":")
+        if fmt == "openvino":  # the runner compiles for the CPUs it sees (no config): give it THREADS
+            os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:THREADS])
+        print(json.dumps(run_one(fmt, scheme, Path(folder), fast == "1")))
+        return
+    import tempfile
+
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="runner-vs-vendor-"))
+    source = source_folder(root)
+    loops = [True, False] if args.both else [not args.no_fast]
+    rows = []
+    for fmt in args.formats.split(","):
+        for scheme in args.schemes.split(","):
+            folder = root / f"{fmt}-{scheme}"
+            seconds = export(source, fmt, scheme, folder)
+            print(f"export {folder.name}: {seconds:.0f} s", flush=True)
+            for fast in loops:
+                rows.append(_child(fmt, scheme, folder, fast, args.rounds))
+                print(json.dumps(rows[-1]), flush=True)
+    table = markdown(rows)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+
+
+if __name__ == "__main__":
+    main()
