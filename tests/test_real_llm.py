@@ -1,5 +1,5 @@
 """A real instruction-tuned LLM, SmolLM2-135M-Instruct (30 layers), exported to every format at fp32
-and with each format's int8/int4 recipe, by the export job with its default validation (issue 29).
+and with each format's int8/int4 recipe (and ONNX `int8-static`), by the export job with its default validation (issue 29).
 
 Not in CI (a 538 MB checkpoint from the package index, minutes per export on two cores); run it with
 
@@ -71,7 +71,12 @@ def real():
     return loaded, generation_config, chats
 
 
-@pytest.mark.parametrize(("fmt", "scheme"), [(fmt, scheme) for fmt, schemes in RECIPES.items() for scheme in schemes])
+#: Other schemes held to the same criteria: ONNX static int8, calibrated on the built-in prompts.
+ALSO = (("onnx", "int8-static"),)
+
+
+@pytest.mark.parametrize(("fmt", "scheme"),
+                         [(fmt, scheme) for fmt, schemes in RECIPES.items() for scheme in schemes] + list(ALSO))
 def test_the_real_llm_exports_with_default_validation_and_keeps_eagers_answers(real, fmt, scheme, tmp_path):
     require_backend(fmt)
     loaded, generation_config, chats = real

@@ -56,7 +56,8 @@ HELD_OUT = _prompts(2, 2)
 
 CASES = [
     ("onnx", OrtQuantizer, "int8-dynamic", 0.40, 0.99),
-    ("onnx", OrtQuantizer, "int8-static", 0.40, 0.98),
+    # the MLP's down_proj stays fp32 (ort.py `_static_excluded_matmuls`): measured 0.48
+    ("onnx", OrtQuantizer, "int8-static", 0.55, 0.98),
     ("onnx", NNCFQuantizer, "int8-weights", 0.40, 0.99),
     ("onnx", NNCFQuantizer, "int4-weights", 0.30, 0.97),
     ("onnx", OrtQuantizer, "int8-weights", 0.40, 0.99),  # MatMulNBits, measured 0.9999
@@ -131,15 +132,17 @@ def test_quantized_artifact_is_smaller_and_close_to_fp32_eager(fmt, cls, scheme,
         mode, group, ratio = ("INT4_ASYM", 128, 0.8) if fmt == "openvino" else ("INT4_SYM", 32, 1.0)
         assert quantization["nncf_settings"] == {"mode": mode, "group_size": group, "ratio": ratio,
                                                  "backup_mode": "INT8_ASYM"}
+    # 7 projections x 2 layers (+ lm_head); ORT's int8-static keeps each layer's down_proj in fp32
+    projections = 12 if cls is OrtQuantizer and scheme == "int8-static" else 14
     if "quantized_matmuls" in quantization and fmt != "executorch":
-        assert quantization["quantized_matmuls"] >= 14  # 7 projections x 2 layers (+ lm_head)
+        assert quantization["quantized_matmuls"] >= projections
     if cls is OrtQuantizer and scheme in ("int8-dynamic", "int8-static"):  # safe on CPUs without VNNI (ort.py)
         from onnx import TensorProto, numpy_helper
 
         kind = TensorProto.UINT8 if scheme == "int8-dynamic" else TensorProto.INT8  # U8U8; s8 within 7 bits
         weights = [numpy_helper.to_array(t) for t in artifact.model_proto.graph.initializer
                    if t.data_type == kind and len(t.dims) == 2]
-        assert len(weights) >= 14
+        assert len(weights) >= projections
         if kind == TensorProto.INT8:
             assert max(int(abs(w.astype(int)).max()) for w in weights) <= 64
         else:  # the full 8 bits
