@@ -16,6 +16,7 @@ measured here (transformers 5.24, torch 2.13, 2026-11-29):
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -385,3 +386,35 @@ def test_an_ort_config_quantizer_in_a_config_file_is_refused_with_the_remedy():
     del options["quantizer"]
     with pytest.raises(QuantizationError, match=r"OrtQuantizer\(DynamicQuantConfig"):
         OrtQuantizer(**options)
+
+
+def test_ort_int8_static_keeps_the_gated_mlps_down_proj_and_attentions_matmuls_in_fp32():
+    """`int8-static` leaves in fp32 a MatMul reading the product of two activations (a gated MLP's
+    `down_proj`: on SmolLM2 quantizing it cut greedy agreement from 0.78 to 0.33, `bench/RESULTS.md`)
+    and one without a constant weight (`Q @ K^T`), and quantizes the projections; a nameless
+    excluded node gets a name, as ORT selects nodes by name."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from hfexport.quantization.ort import _static_excluded_matmuls
+
+    weights = [numpy_helper.from_array(np.ones((4, 4), np.float32), name) for name in ("w_gate", "w_up", "w_down")]
+    scale = numpy_helper.from_array(np.ones(4, np.float32), "norm_weight")
+    nodes = [
+        helper.make_node("Mul", ["x", "norm_weight"], ["normed"], name="norm"),  # times a constant: not gated
+        helper.make_node("MatMul", ["normed", "w_gate"], ["gate"], name="gate_proj"),
+        helper.make_node("MatMul", ["normed", "w_up"], ["up"], name="up_proj"),
+        helper.make_node("Sigmoid", ["gate"], ["sigmoid"]),
+        helper.make_node("Mul", ["gate", "sigmoid"], ["silu"]),
+        helper.make_node("Mul", ["silu", "up"], ["gated"]),
+        helper.make_node("MatMul", ["gated", "w_down"], ["down"]),  # nameless
+        helper.make_node("Transpose", ["down"], ["down_t"]),
+        helper.make_node("MatMul", ["down", "down_t"], ["scores"], name="q_at_k"),
+    ]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [4, 4])],
+                              [*weights, scale])
+    excluded = _static_excluded_matmuls(graph)
+    down = next(node for node in graph.node if node.output == ["down"])
+    assert down.name and excluded == [down.name, "q_at_k"]
+    onnx.checker.check_graph(graph)
