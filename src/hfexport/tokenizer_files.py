@@ -40,13 +40,7 @@ def save_tokenizer_files(tokenizer: Any, folder: str | os.PathLike) -> list[str]
     whose `save_pretrained` does not (an older class, a template set by hand) gets it written here,
     so every export of a chat model can apply its template (`hfexport generate --chat`).
     """
-    folder = Path(folder)
-    before = set(os.listdir(folder))
-    tokenizer.save_pretrained(folder)
-    template = getattr(tokenizer, "chat_template", None)
-    if isinstance(template, str) and not (folder / CHAT_TEMPLATE_FILE).exists():
-        (folder / CHAT_TEMPLATE_FILE).write_text(template)
-    return sorted(set(os.listdir(folder)) - before)
+    return _save_with_template(tokenizer, folder)
 
 
 def has_tokenizer(folder: str | os.PathLike) -> bool:
@@ -60,23 +54,13 @@ def load_tokenizer(folder: str | os.PathLike) -> Any:
         return None
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    template = Path(folder) / CHAT_TEMPLATE_FILE
-    if getattr(tokenizer, "chat_template", None) is None and template.is_file():
-        tokenizer.chat_template = template.read_text()
-    return tokenizer
+    return _load_with_template(AutoTokenizer, folder)
 
 
 def save_processor_files(processor: Any, folder: str | os.PathLike) -> list[str]:
     """Write `processor` (an image-text model's processor: image processor, tokenizer, chat
     template) into `folder` with `save_pretrained`; return the names of the files written."""
-    folder = Path(folder)
-    before = set(os.listdir(folder))
-    processor.save_pretrained(folder)
-    template = getattr(processor, "chat_template", None)
-    if isinstance(template, str) and not (folder / CHAT_TEMPLATE_FILE).exists():
-        (folder / CHAT_TEMPLATE_FILE).write_text(template)
-    return sorted(set(os.listdir(folder)) - before)
+    return _save_with_template(processor, folder)
 
 
 def has_processor(folder: str | os.PathLike) -> bool:
@@ -96,8 +80,25 @@ def load_processor(folder: str | os.PathLike) -> Any:
         return None
     from transformers import AutoProcessor
 
-    processor = AutoProcessor.from_pretrained(folder)
+    return _load_with_template(AutoProcessor, folder)
+
+
+def _save_with_template(saved: Any, folder: str | os.PathLike) -> list[str]:
+    """`saved.save_pretrained(folder)` (a tokenizer or a processor), its chat template written as
+    `CHAT_TEMPLATE_FILE` where `save_pretrained` did not; the names of the files written."""
+    folder = Path(folder)
+    before = set(os.listdir(folder))
+    saved.save_pretrained(folder)
+    template = getattr(saved, "chat_template", None)
+    if isinstance(template, str) and not (folder / CHAT_TEMPLATE_FILE).exists():
+        (folder / CHAT_TEMPLATE_FILE).write_text(template)
+    return sorted(set(os.listdir(folder)) - before)
+
+
+def _load_with_template(auto_class: Any, folder: str | os.PathLike) -> Any:
+    """`auto_class.from_pretrained(folder)`, given the folder's `CHAT_TEMPLATE_FILE` where it has no template."""
+    loaded = auto_class.from_pretrained(folder)
     template = Path(folder) / CHAT_TEMPLATE_FILE
-    if getattr(processor, "chat_template", None) is None and template.is_file():
-        processor.chat_template = template.read_text()
-    return processor
+    if getattr(loaded, "chat_template", None) is None and template.is_file():
+        loaded.chat_template = template.read_text()
+    return loaded
