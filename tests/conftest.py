@@ -16,20 +16,24 @@ torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 pytest_plugins = ["tests.strict_skips"]
 
 
-#: Test modules that start a local Ray instance: run by one worker, one after the other.
-_RAY_MODULES = ("tests/test_batch.py", "tests/test_executors.py")
+#: Test modules run by one worker, one after the other, as one group: those that start a local Ray
+#: instance, and those that read the same session-scoped LLM packages (`llm_package`: a package is
+#: exported once per worker that asks for it, with its vendor-runner check).
+_GROUPS = {"tests/test_batch.py": "ray", "tests/test_executors.py": "ray",
+           "tests/generation/test_llm_package.py": "llm-packages", "tests/generation/test_greedy.py": "llm-packages",
+           "tests/test_deploy_docs.py": "llm-packages"}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command), each test module
-    runs on one worker, so its module-scoped exports are made once, and the modules that start a
-    local Ray instance share one worker. `tryfirst`: xdist's worker reads the marks in its own
+    runs on one worker, so its module-scoped exports are made once, and the modules of one of
+    `_GROUPS` share one worker. `tryfirst`: xdist's worker reads the marks in its own
     `pytest_collection_modifyitems` (xdist 3.8 `remote.py`); a plain conftest hook ran after it,
     and no group reached the scheduler."""
     for item in items:
         path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("ray" if path in _RAY_MODULES else path))
+        item.add_marker(pytest.mark.xdist_group(_GROUPS.get(path, path)))
 
 
 @pytest.hookimpl(optionalhook=True)
