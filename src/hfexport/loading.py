@@ -339,20 +339,18 @@ def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | N
 
 def _processor(spec: str, config: Any, **kwargs: Any) -> Any:
     """The processor saved with an image-text model `spec` (a folder with a processor's files, or a
-    hub repo of a model with a `vision_config`), or None. One transformers cannot build (Pillow or
-    torchvision missing, files it cannot read) is logged as a warning saying what its absence
+    hub repo of a model with a `vision_config`), or None. One transformers cannot build (Pillow
+    missing, files it cannot read) is logged as a warning saying what its absence
     costs: the export is the same, only `hfexport generate --image` needs the processor."""
     import logging
 
-    from .tokenizer_files import has_processor
+    from .tokenizer_files import has_processor, processor_class
 
     if not (has_processor(spec) if os.path.isdir(spec) else hasattr(config, "vision_config")):
         return None
-    import transformers
-
     try:
-        processor = transformers.AutoProcessor.from_pretrained(spec, **kwargs)
-    except Exception as error:  # noqa: BLE001 - ImportError (Pillow, torchvision), OSError (no such files on the hub),
+        processor = processor_class(spec, **kwargs).from_pretrained(spec, **kwargs)
+    except Exception as error:  # noqa: BLE001 - ImportError (Pillow), OSError (no such files on the hub),
         # ValueError (a config transformers cannot read): the export needs no processor, so it is logged and skipped
         logging.getLogger("hfexport").warning(
             "transformers could not load the processor of %s (%s: %s); the export holds none, so `hfexport generate "

@@ -18,12 +18,14 @@ processor (`hfexport generate --image`).
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
 
 __all__ = ["CHAT_TEMPLATE_FILE", "PROCESSOR_FILES", "save_tokenizer_files", "load_tokenizer", "has_tokenizer",
-           "save_processor_files", "has_processor", "load_processor"]
+           "save_processor_files", "has_processor", "load_processor", "processor_class",
+           "buildable_processor_class"]
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -69,18 +71,91 @@ def has_processor(folder: str | os.PathLike) -> bool:
 
 
 def load_processor(folder: str | os.PathLike) -> Any:
-    """The processor saved in `folder` (`transformers.AutoProcessor`, with its chat template), or
-    None where it holds none.
+    """The processor saved in `folder` (`processor_class`, with its chat template), or None where it
+    holds none.
 
     Raises:
-        ImportError: transformers needs a package to build it (Pillow for an image processor;
-            torchvision for a processor with a video processor, such as Qwen2-VL's in transformers 5.24).
+        ImportError: transformers needs a package to build it (Pillow for an image processor).
     """
     if not has_processor(folder):
         return None
-    from transformers import AutoProcessor
+    return _load_with_template(processor_class(folder), folder)
 
-    return _load_with_template(AutoProcessor, folder)
+
+def processor_class(spec: str | os.PathLike, **kwargs: Any) -> Any:
+    """The class whose `from_pretrained(spec)` builds the image-text processor of `spec` (a folder or
+    a hub repo; `kwargs` go to `AutoConfig` where the folder does not name its processor's class):
+    `transformers.AutoProcessor`, or, where the processor takes a video processor and torchvision is
+    not installed, the processor's own class without its video processor (`buildable_processor_class`).
+
+    transformers 5.24 builds no video processor without torchvision, and so no processor that takes
+    one (Qwen2-VL's), though its image processor has a Pillow backend. No hfexport extra installs
+    torchvision (no wheel of it runs beside the CPU torch build), and `hfexport generate` gives a
+    processor images and text only, so it loses nothing without one.
+    """
+    import transformers
+    from transformers.utils import is_torchvision_available
+
+    if is_torchvision_available():
+        return transformers.AutoProcessor
+    named = getattr(transformers, _processor_class_name(spec, **kwargs) or "", None)
+    if not (isinstance(named, type) and "video_processor" in named.get_attributes()):
+        return transformers.AutoProcessor
+    return _images_only(named)
+
+
+def buildable_processor_class(processor: type) -> type:
+    """`processor` (a `transformers.ProcessorMixin` class), or where it takes a video processor and
+    torchvision is not installed, `processor` built, loaded and saved without one (`processor_class`)."""
+    from transformers.utils import is_torchvision_available
+
+    if is_torchvision_available() or "video_processor" not in processor.get_attributes():
+        return processor
+    return _images_only(processor)
+
+
+def _processor_class_name(spec: str | os.PathLike, **kwargs: Any) -> str | None:
+    """The processor class `spec` names: in its processor's saved settings (`PROCESSOR_FILES`, a
+    local folder), else the one transformers maps its config's model type to; None where neither."""
+    import json
+
+    for name in PROCESSOR_FILES:
+        path = Path(spec) / name
+        if path.is_file():
+            try:
+                named = json.loads(path.read_text()).get("processor_class")
+            except (OSError, ValueError):
+                named = None
+            if isinstance(named, str):
+                return named
+    import transformers
+    # transformers 5.24: model type -> processor class name, what AutoProcessor reads
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    try:
+        config = transformers.AutoConfig.from_pretrained(spec, **kwargs)
+    except (OSError, ValueError):
+        return None
+    named = PROCESSOR_MAPPING_NAMES.get(config.model_type)
+    return named if isinstance(named, str) else None
+
+
+@functools.cache
+def _images_only(processor: type) -> type:
+    """`processor` (a `transformers.ProcessorMixin` class taking a video processor) built and loaded
+    without one: images and text in, as before; videos refused by the class itself (it reads the
+    missing `video_processor` attribute)."""
+
+    class ImagesOnly(processor):  # type: ignore[misc, valid-type]
+        @classmethod
+        def get_attributes(cls) -> list[str]:
+            # transformers 5.24: `ProcessorMixin.__init__`, `from_pretrained` and `save_pretrained`
+            # build, load and save the sub-processors this lists
+            return [name for name in super().get_attributes() if name != "video_processor"]
+
+    # saved as, and read back by AutoProcessor as, the model's own processor class
+    ImagesOnly.__name__ = ImagesOnly.__qualname__ = processor.__name__
+    return ImagesOnly
 
 
 def _save_with_template(saved: Any, folder: str | os.PathLike) -> list[str]:

@@ -86,20 +86,44 @@ LLAVA_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
 
 
-def tiny_processor(case: str) -> Any:
-    """The processor of an image-text case made offline, or None for the others (and for Qwen2-VL:
-    transformers 5.24's `Qwen2VLProcessor` needs a video processor, which needs torchvision, not
-    installed with hfexport's extras). LLaVA's: a CLIP image processor (Pillow backend) resizing
-    any image to the tiny tower's 16x16, a byte-level BPE tokenizer of the preset's vocabulary with
-    `<image>` at the config's image token (120), and `LLAVA_CHAT_TEMPLATE`."""
-    if case != "llava":
-        return None
-    from transformers import CLIPImageProcessorPil, LlavaProcessor
+#: Qwen2-VL's template in the tiny tokenizer's words: each turn "role: " then its parts, the image
+#: as vision start, image pad, vision end (as Qwen2-VL's own template writes it).
+QWEN2_VL_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}\n"
+    "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
 
-    image_processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
-    return LlavaProcessor(image_processor=image_processor, tokenizer=_image_text_tokenizer(["<image>"]), patch_size=4,
-                          vision_feature_select_strategy="default", num_additional_image_tokens=1,
-                          chat_template=LLAVA_CHAT_TEMPLATE)
+
+def tiny_processor(case: str) -> Any:
+    """The processor of an image-text case made offline, or None for the others.
+
+    LLaVA's: a CLIP image processor (Pillow backend) resizing any image to the tiny tower's 16x16,
+    a byte-level BPE tokenizer of the preset's vocabulary with `<image>` at the config's image token
+    (120), and `LLAVA_CHAT_TEMPLATE`. Qwen2-VL's: its Pillow image processor with the tiny tower's
+    patches (4 pixels, 2x2 merged, 2 frames) resizing an image to between 1 and 16 image tokens, the
+    tokenizer with the config's image pad, video pad, vision start and end at 120-123, and
+    `QWEN2_VL_CHAT_TEMPLATE`; built, as `hfexport` loads it, without the video processor
+    transformers 5.24 cannot build without torchvision (`tokenizer_files.buildable_processor_class`)."""
+    if case == "llava":
+        from transformers import CLIPImageProcessorPil, LlavaProcessor
+
+        image_processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
+        return LlavaProcessor(image_processor=image_processor, tokenizer=_image_text_tokenizer(["<image>"]),
+                              patch_size=4, vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                              chat_template=LLAVA_CHAT_TEMPLATE)
+    if case == "qwen2_vl":
+        from transformers import Qwen2VLProcessor
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        from hfexport.tokenizer_files import buildable_processor_class
+
+        image_processor = Qwen2VLImageProcessorPil(patch_size=4, merge_size=2, temporal_patch_size=2,
+                                                   min_pixels=8 * 8, max_pixels=16 * 8 * 8)
+        tokenizer = _image_text_tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"])
+        return buildable_processor_class(Qwen2VLProcessor)(image_processor=image_processor, tokenizer=tokenizer,
+                                                           chat_template=QWEN2_VL_CHAT_TEMPLATE)
+    return None
 
 
 def _image_text_tokenizer(special: list[str], first_special: int = 120) -> Any:

@@ -3,9 +3,11 @@ fresh process, and `GenerationRunner.generate_from_image`, give eager `model.gen
 images=..., text=...), do_sample=False)`'s tokens on every backend, the processor being the one
 saved in the export; and every way it cannot run exits 2 naming the remedy.
 
-The exports are the shared ones (`saved_generation`, `tests/generation/exports.py`): LLaVA's is saved
-with its tiny processor (`tiny_processor`, with a chat template). Qwen2-VL's has none: transformers
-5.24's `Qwen2VLProcessor` cannot be built without torchvision, which no hfexport extra installs.
+The exports are the shared ones (`saved_generation`, `tests/generation/exports.py`), each saved with
+its tiny processor (`tiny_processor`, with a chat template): LLaVA's resizes every image to one size,
+Qwen2-VL's keeps the image's aspect, so the drawn sizes give different patch grids and prompt lengths.
+Qwen2-VL's is the processor class without its video processor, as hfexport builds and loads it where
+torchvision is not installed (`tokenizer_files.processor_class`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from hfexport.generation.image_input import image_prompt_inputs, prompt_text
 from tests.harness import require_backend
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
+IMAGE_CASES = ["llava", "qwen2_vl"]
 NEW_TOKENS = 6
-#: (height, width) of the drawn images: two sizes the processor resizes differently, drawn once
+#: (height, width) of the drawn images, drawn once: LLaVA's processor resizes both to its tower's
+#: 16x16; Qwen2-VL's to two different patch grids (so two prompt lengths besides the two texts')
 IMAGE_SIZES = [tuple(int(v) for v in np.random.default_rng(42).integers(8, 64, 2)) for _ in range(2)]
 PROMPTS = ["Describe this image.", "What is in the picture, in a few words?"]
 
@@ -57,19 +61,23 @@ def _generate(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("case", IMAGE_CASES)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_hfexport_generate_from_an_image_file_in_a_fresh_process_equals_generate(saved_generation, fmt, tmp_path):
-    """The user's path: a PNG and a text prompt, the processor saved in the folder, a new process."""
+def test_generate_from_an_image_file_equals_generate(saved_generation, fmt, case, tmp_path):
+    """The user's path: a PNG and a text prompt, the processor saved in the folder, `hfexport
+    generate` in a new process; then the other drawn image and prompt through the runner's API."""
     require_backend(fmt)
-    saved = saved_generation(fmt, "llava")
-    for index, (size, prompt) in enumerate(zip(IMAGE_SIZES, PROMPTS)):
-        png = _png(tmp_path / f"image-{index}.png", size, seed=index)
-        done = _generate(str(saved.directory), "--image", str(png), "--prompt", prompt, "--max-new-tokens",
-                         str(NEW_TOKENS), "--min-new-tokens", str(NEW_TOKENS), "--json")
-        assert done.returncode == 0, done.stderr[-2000:]
-        printed = json.loads(done.stdout.strip().splitlines()[-1])
-        assert printed["tokens"] == _eager_tokens(saved, png, prompt), (size, prompt)
-        assert printed["text"] == saved.processor.tokenizer.decode(printed["tokens"], skip_special_tokens=True)
+    saved = saved_generation(fmt, case)
+    pngs = [_png(tmp_path / f"image-{index}.png", size, seed=index) for index, size in enumerate(IMAGE_SIZES)]
+    done = _generate(str(saved.directory), "--image", str(pngs[0]), "--prompt", PROMPTS[0], "--max-new-tokens",
+                     str(NEW_TOKENS), "--min-new-tokens", str(NEW_TOKENS), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert printed["tokens"] == _eager_tokens(saved, pngs[0], PROMPTS[0])
+    assert printed["text"] == saved.processor.tokenizer.decode(printed["tokens"], skip_special_tokens=True)
+    runner = GenerationRunner.load(saved.directory)
+    assert runner.generate_from_image(pngs[1], PROMPTS[1], max_new_tokens=NEW_TOKENS,
+                                      min_new_tokens=NEW_TOKENS).tokens == _eager_tokens(saved, pngs[1], PROMPTS[1])
 
 
 @pytest.mark.slow
@@ -95,8 +103,13 @@ def test_generate_from_image_takes_a_pil_image_and_a_path(saved_generation, tmp_
 
 
 @pytest.mark.slow
-def test_image_on_an_export_without_a_processor_exits_2_naming_image_inputs(saved_generation, tmp_path, capsys):
-    saved = saved_generation("dynamo", "qwen2_vl")  # no processor: see the module's docstring
+def test_image_on_an_export_without_a_processor_exits_2_naming_image_inputs(saved_generation, tmp_path, capsys,
+                                                                             monkeypatch):
+    """As an export of a model folder that held no processor (or one transformers could not load)."""
+    from hfexport.generation.package import GenerationExport
+
+    monkeypatch.setattr(GenerationExport, "has_processor", property(lambda self: False))
+    saved = saved_generation("dynamo", "qwen2_vl")
     png = _png(tmp_path / "image.png", IMAGE_SIZES[0], seed=0)
     assert main(["generate", str(saved.directory), "--image", str(png), "--prompt", "Describe this image."]) == 2
     err = capsys.readouterr().err
@@ -106,19 +119,18 @@ def test_image_on_an_export_without_a_processor_exits_2_naming_image_inputs(save
 @pytest.mark.slow
 def test_a_processor_this_install_cannot_build_exits_2_naming_what_it_needs(saved_generation, tmp_path, capsys,
                                                                             monkeypatch):
-    """As a Qwen2-VL processor does without torchvision (transformers 5.24 raises ImportError)."""
+    """As a processor whose sub-processor needs a package this install lacks (transformers raises ImportError)."""
     from hfexport.generation.package import GenerationExport
 
     def cannot(self):
-        raise ImportError("\nQwen2VLVideoProcessor requires the Torchvision library but it was not found in your "
-                          "environment.")
+        raise ImportError("\nCLIPImageProcessor requires the PIL library but it was not found in your environment.")
 
     monkeypatch.setattr(GenerationExport, "load_processor", cannot)
     saved = saved_generation("dynamo", "llava")
     png = _png(tmp_path / "image.png", IMAGE_SIZES[0], seed=0)
     assert main(["generate", str(saved.directory), "--image", str(png), "--prompt", "Describe this image."]) == 2
     err = capsys.readouterr().err
-    assert "requires the Torchvision library" in err and "--image-inputs FILE.npz" in err
+    assert "requires the PIL library" in err and "--image-inputs FILE.npz" in err
 
 
 @pytest.mark.slow
@@ -132,19 +144,47 @@ def test_image_on_a_text_only_export_exits_2(saved_generation, tmp_path, capsys)
 # -- the fast tier: loading a processor, refusals before any export is opened, the prompt's text ------
 
 
-def test_a_model_folder_with_a_processor_is_loaded_with_it(tmp_path):
-    """What `hfexport export FOLDER` loads from a `save_pretrained` folder holding a processor, so the
-    export saves it (`LoadedModel.processor`); a folder without one loads none."""
+@pytest.mark.parametrize("case, layout", [("llava", "processor"), ("qwen2_vl", "processor"),
+                                          ("qwen2_vl", "image processor and tokenizer")])
+def test_a_model_folder_with_a_processor_is_loaded_with_it(tmp_path, case, layout):
+    """What `hfexport export FOLDER` loads from a model folder holding a processor, so the export saves
+    it (`LoadedModel.processor`): written by the processor's `save_pretrained`, or as a hub repo of
+    Qwen2-VL holds it (the image processor's `preprocessor_config.json` naming the processor class,
+    the tokenizer's files, the chat template). It gives the same inputs as the processor written; a
+    folder without one loads none. Without torchvision, Qwen2-VL's is its class without the video
+    processor (`tokenizer_files.processor_class`)."""
+    import json
+
+    from transformers.utils import is_torchvision_available
+
     from hfexport.loading import load_model
     from hfexport.presets import build_preset
     from tests.generation.exports import tiny_processor
 
-    model, _ = build_preset("llava")
-    model.save_pretrained(tmp_path / "llava")
-    tiny_processor("llava").save_pretrained(tmp_path / "llava")
-    loaded = load_model(str(tmp_path / "llava"))
-    assert type(loaded.processor).__name__ == "LlavaProcessor" and loaded.processor.chat_template
+    folder = tmp_path / case
+    model, _ = build_preset(case)
+    model.save_pretrained(folder)
+    processor = tiny_processor(case)
+    if layout == "processor":
+        processor.save_pretrained(folder)
+    else:
+        processor.image_processor.save_pretrained(folder)
+        settings = json.loads((folder / "preprocessor_config.json").read_text())
+        (folder / "preprocessor_config.json").write_text(json.dumps({**settings,
+                                                                     "processor_class": type(processor).__name__}))
+        processor.tokenizer.save_pretrained(folder)
+        (folder / "chat_template.jinja").write_text(processor.chat_template)
+    loaded = load_model(str(folder))
+    assert type(loaded.processor).__name__ == type(processor).__name__ and loaded.processor.chat_template
+    if case == "qwen2_vl":
+        assert hasattr(loaded.processor, "video_processor") == is_torchvision_available()
     assert loaded.tokenizer is not None
+    image = np.random.default_rng(3).integers(0, 256, (*IMAGE_SIZES[0], 3), dtype=np.uint8)
+    from PIL import Image
+
+    ours = image_prompt_inputs(loaded.processor, Image.fromarray(image), PROMPTS[0])
+    theirs = image_prompt_inputs(processor, Image.fromarray(image), PROMPTS[0])
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[name], theirs[name]) for name in ours)
     llama, _ = build_preset("llama")
     llama.save_pretrained(tmp_path / "llama")
     assert load_model(str(tmp_path / "llama")).processor is None

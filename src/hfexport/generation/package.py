@@ -189,9 +189,9 @@ class GenerationExport:
         return any(name in self.manifest.get("files", {}) for name in PROCESSOR_FILES)
 
     def load_processor(self) -> Any:
-        """The processor saved with the export (`transformers.AutoProcessor`), read from the files
+        """The processor saved with the export (`tokenizer_files.load_processor`), read from the files
         the manifest lists as `load` reads the tokenizer; None where it carries none. Loaded on
-        demand, not by `load`: it needs Pillow (and, for some models, torchvision), which
+        demand, not by `load`: it needs Pillow, which
         generating from token ids and image arrays does not.
 
         Raises:
