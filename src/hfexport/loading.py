@@ -130,7 +130,10 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
     _checked_dtype(dtype)
     if spec.startswith("tiny:"):
         model, inputs = build_preset(spec)
-        return _in_dtype(LoadedModel(model, inputs, spec, tokenizer_missing="a tiny: preset has no tokenizer"), dtype)
+        processor = _tiny_processor(spec)
+        tokenizer = getattr(processor, "tokenizer", None)
+        return _in_dtype(LoadedModel(model, inputs, spec, tokenizer, processor=processor,
+                                     tokenizer_missing=None if tokenizer else "a tiny: preset has no tokenizer"), dtype)
     hub = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
     if gguf_file is not None or spec.lower().endswith(".gguf"):
         loaded = _in_dtype(load_gguf(spec, gguf_file, prompt=prompt, **hub), dtype)
@@ -154,9 +157,50 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
     model = model_class.from_pretrained(spec, dtype=dtype, **hub).eval()
     tokenizer, missing = _tokenizer(spec, **hub)
     mapped = mapped_share(model, spec) if os.path.isdir(spec) else None
-    return _in_dtype(LoadedModel(model, sample_inputs_for(model, tokenizer, prompt), spec, tokenizer, mapped,
-                                 tokenizer_missing=missing, processor=_processor(spec, config, **hub)),
-                     dtype_name(model))
+    processor = _processor(spec, config, **hub)
+    inputs = image_text_inputs(model, processor, prompt) or sample_inputs_for(model, tokenizer, prompt)
+    return _in_dtype(LoadedModel(model, inputs, spec, tokenizer, mapped, tokenizer_missing=missing,
+                                 processor=processor), dtype_name(model))
+
+
+#: the side of the random image an image-text model's sample prompt shows (its processor resizes it)
+SAMPLE_IMAGE_SIZE = 64
+
+
+def image_text_inputs(model: torch.nn.Module, processor: Any, prompt: str = "Hello, world!") -> dict[str, Any] | None:
+    """Sample inputs of an image-text model (a forward taking `input_ids` and `pixel_values`): its
+    processor's output on a random image and `prompt` (with the processor's chat template), so the
+    export traces the image path (`--generate`: the image encoder among the components); None for
+    another model. Without its processor, the preset's inputs for its architecture (LLaVA, Qwen2-VL).
+
+    Raises:
+        PrepareError: an image-text model without its processor, of an architecture with no preset:
+            text-only inputs would export a model that never sees an image.
+    """
+    from . import presets
+
+    parameters = inspect.signature(model.forward).parameters
+    if not ("input_ids" in parameters and "pixel_values" in parameters and hasattr(model.config, "vision_config")):
+        return None
+    if processor is not None:
+        import numpy as np
+        from PIL import Image  # the processor was built, so its image processor's Pillow is there
+
+        from .generation.image_input import prompt_text
+
+        pixels = np.random.default_rng(1).integers(0, 256, (SAMPLE_IMAGE_SIZE, SAMPLE_IMAGE_SIZE, 3), dtype=np.uint8)
+        made = processor(images=[Image.fromarray(pixels)], text=[prompt_text(processor, prompt)], return_tensors="pt")
+        return {name: value for name, value in made.items() if name in parameters}
+    by_type = {preset.config_class: preset.inputs for preset in presets.PRESETS.values()
+               if preset.kind == "multimodal"}
+    make = by_type.get(type(model.config).__name__)
+    if make is None:
+        raise PrepareError(
+            f"{type(model).__name__} takes images, and no processor came with it to make a sample prompt with an "
+            "image from", model=type(model).__name__,
+            remedy="put the model's processor files (processor_config.json or preprocessor_config.json, the tokenizer) "
+            "in its folder, or export from Python with exporter.export(model, inputs) and the processor's inputs")
+    return make(model.config)
 
 
 def _model_class(spec: str, config: Any, trust_remote_code: bool) -> Any:
@@ -335,6 +379,22 @@ def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | N
         total += size
         mapped += size if any(start <= pointer and pointer + size <= end for start, end in ranges) else 0
     return mapped / total if total else 0.0
+
+
+def _tiny_processor(spec: str) -> Any:
+    """An image-text preset's processor (`presets.tiny_processor`: its tokenizer, image processor and
+    chat template), or None: for the other presets, and without Pillow (logged: the export is the
+    same, only `hfexport generate --image` needs it)."""
+    from .presets import tiny_processor
+
+    try:
+        return tiny_processor(spec)
+    except ImportError as error:
+        import logging
+
+        logging.getLogger("hfexport").warning("%s's processor needs Pillow (%s); the export holds none, so "
+                                              "`hfexport generate --image` cannot read image files with it", spec, error)
+        return None
 
 
 def _processor(spec: str, config: Any, **kwargs: Any) -> Any:

@@ -13,7 +13,7 @@ import torch
 
 from hfexport import AutoExportConfig
 from hfexport.job import export_to_folder
-from hfexport.presets import build_preset
+from hfexport.presets import build_preset, tiny_processor  # noqa: F401 - tests import it from here
 
 MAX_CACHE_LEN = 32
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -78,75 +78,6 @@ def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
     return SavedExport(directory, model, inputs, _generation_config(static), processor)
 
 
-#: LLaVA's chat template in the layout of llava-1.5's ("USER: <image>\n... ASSISTANT:"), short.
-LLAVA_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'] | upper }}: {% if message['content'] is string %}"
-    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
-    "<image>\n{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %} {% endfor %}"
-    "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
-
-
-#: Qwen2-VL's template in the tiny tokenizer's words: each turn "role: " then its parts, the image
-#: as vision start, image pad, vision end (as Qwen2-VL's own template writes it).
-QWEN2_VL_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ message['role'] }}: {% if message['content'] is string %}"
-    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}\n"
-    "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
-
-
-def tiny_processor(case: str) -> Any:
-    """The processor of an image-text case made offline, or None for the others.
-
-    LLaVA's: a CLIP image processor (Pillow backend) resizing any image to the tiny tower's 16x16,
-    a byte-level BPE tokenizer of the preset's vocabulary with `<image>` at the config's image token
-    (120), and `LLAVA_CHAT_TEMPLATE`. Qwen2-VL's: its Pillow image processor with the tiny tower's
-    patches (4 pixels, 2x2 merged, 2 frames) resizing an image to between 1 and 16 image tokens, the
-    tokenizer with the config's image pad, video pad, vision start and end at 120-123, and
-    `QWEN2_VL_CHAT_TEMPLATE`; built, as `hfexport` loads it, without the video processor
-    transformers 5.24 cannot build without torchvision (`tokenizer_files.buildable_processor_class`)."""
-    if case == "llava":
-        from transformers import CLIPImageProcessorPil, LlavaProcessor
-
-        image_processor = CLIPImageProcessorPil(size={"shortest_edge": 16}, crop_size={"height": 16, "width": 16})
-        return LlavaProcessor(image_processor=image_processor, tokenizer=_image_text_tokenizer(["<image>"]),
-                              patch_size=4, vision_feature_select_strategy="default", num_additional_image_tokens=1,
-                              chat_template=LLAVA_CHAT_TEMPLATE)
-    if case == "qwen2_vl":
-        from transformers import Qwen2VLProcessor
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-
-        from hfexport.tokenizer_files import buildable_processor_class
-
-        image_processor = Qwen2VLImageProcessorPil(patch_size=4, merge_size=2, temporal_patch_size=2,
-                                                   min_pixels=8 * 8, max_pixels=16 * 8 * 8)
-        tokenizer = _image_text_tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"])
-        return buildable_processor_class(Qwen2VLProcessor)(image_processor=image_processor, tokenizer=tokenizer,
-                                                           chat_template=QWEN2_VL_CHAT_TEMPLATE)
-    return None
-
-
-def _image_text_tokenizer(special: list[str], first_special: int = 120) -> Any:
-    """A byte-level BPE tokenizer whose `special` tokens take ids `first_special`, ... (a tiny
-    preset's image token ids, its vocabulary 128): trained to `first_special` tokens, filled up with
-    unused ones where training made fewer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    corpus = ["describe this image in a few words", "what is in the picture", "the quick brown fox"] * 20
-    alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"]
-    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=first_special, special_tokens=["<s>", "</s>"],
-                                                              initial_alphabet=alphabet))
-    filler = [f"<unused{i}>" for i in range(first_special - tokenizer.get_vocab_size())]
-    tokenizer.add_special_tokens(filler + special)
-    made = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
-    assert made.convert_tokens_to_ids(special) == list(range(first_special, first_special + len(special)))
-    return made
-
-
 def _generation_config(static: int | None) -> Any:
     from transformers import GenerationConfig
 
@@ -191,7 +122,7 @@ def export_llm_package(name: str, runtime: str, directory: Path, **overrides: An
     `overrides`) with that tokenizer, as transformers saves a model, and export its `runtime`
     package from that folder by the CLI's job with the CLI's package flags (`LLM_RUNTIMES`) into
     `directory / "out"`."""
-    from hfexport.presets import build_preset
+    from hfexport.presets import build_preset, tiny_processor  # noqa: F401 - tests import it from here
     from tests.harness import tiny_bpe_tokenizer
 
     tokenizer = tiny_bpe_tokenizer()

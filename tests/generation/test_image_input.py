@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -78,6 +79,27 @@ def test_generate_from_an_image_file_equals_generate(saved_generation, fmt, case
     runner = GenerationRunner.load(saved.directory)
     assert runner.generate_from_image(pngs[1], PROMPTS[1], max_new_tokens=NEW_TOKENS,
                                       min_new_tokens=NEW_TOKENS).tokens == _eager_tokens(saved, pngs[1], PROMPTS[1])
+
+
+@pytest.mark.slow
+def test_the_cli_export_of_a_tiny_image_text_preset_generates_from_an_image(tmp_path):
+    """Issue 42's path word for word: `hfexport export tiny:qwen2_vl -f dynamo --generate -o OUT`, then
+    `hfexport generate OUT --image cat.png --prompt "Describe this image."`, each in a new process:
+    the preset carries its processor (`presets.tiny_processor`), and the tokens are eager's on the
+    preset's model (the same seed). The other formats: the shared exports above."""
+    from hfexport.presets import build_preset, tiny_processor
+
+    out = tmp_path / "qwen2-vl"
+    done = subprocess.run([sys.executable, "-m", "hfexport", "export", "tiny:qwen2_vl", "-f", "dynamo", "--generate",
+                           "-o", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    png = _png(tmp_path / "cat.png", IMAGE_SIZES[1], seed=5)
+    done = _generate(str(out), "--image", str(png), "--prompt", "Describe this image.", "--max-new-tokens",
+                     str(NEW_TOKENS), "--min-new-tokens", str(NEW_TOKENS), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    model, _ = build_preset("qwen2_vl")
+    saved = types.SimpleNamespace(model=model, processor=tiny_processor("qwen2_vl"))
+    assert json.loads(done.stdout.strip().splitlines()[-1])["tokens"] == _eager_tokens(saved, png, "Describe this image.")
 
 
 @pytest.mark.slow
@@ -188,6 +210,45 @@ def test_a_model_folder_with_a_processor_is_loaded_with_it(tmp_path, case, layou
     llama, _ = build_preset("llama")
     llama.save_pretrained(tmp_path / "llama")
     assert load_model(str(tmp_path / "llama")).processor is None
+
+
+@pytest.mark.parametrize("case", IMAGE_CASES)
+def test_an_image_text_model_folders_sample_prompt_shows_an_image(tmp_path, case):
+    """`hfexport export FOLDER` of an image-text model traces the image path: its sample inputs are
+    its processor's on a random image and the prompt (with the chat template), or without a
+    processor the preset's for its architecture; text-only inputs would export a model that never
+    sees an image (`--generate`: no image encoder)."""
+    from hfexport.loading import load_model
+    from hfexport.presets import build_preset
+    from tests.generation.exports import tiny_processor
+
+    model, _ = build_preset(case)
+    model.save_pretrained(tmp_path / "bare")
+    model.save_pretrained(tmp_path / "with-processor")
+    processor = tiny_processor(case)
+    processor.save_pretrained(tmp_path / "with-processor")
+    loaded = load_model(str(tmp_path / "with-processor"), prompt=PROMPTS[1])
+    assert {"input_ids", "attention_mask", "pixel_values"} <= loaded.inputs.keys()
+    ids = loaded.inputs["input_ids"]
+    assert int((ids == model.config.image_token_id).sum()) > 0
+    assert processor.tokenizer.decode(ids[0]).count(PROMPTS[1]) == 1
+    bare = load_model(str(tmp_path / "bare"))
+    assert {"input_ids", "pixel_values"} <= bare.inputs.keys() and bare.processor is None
+
+
+def test_an_image_text_model_of_no_preset_without_a_processor_is_refused(monkeypatch):
+    """No processor and no preset of its architecture: no sample with an image can be made, so it
+    is refused, naming the processor files."""
+    from hfexport import presets
+    from hfexport.errors import PrepareError
+    from hfexport.loading import image_text_inputs
+
+    model, _ = presets.build_preset("llava")
+    monkeypatch.setattr(presets, "PRESETS", {k: v for k, v in presets.PRESETS.items() if k != "llava"})
+    with pytest.raises(PrepareError, match="processor_config.json"):
+        image_text_inputs(model, None)
+    text_only, _ = presets.build_preset("llama")
+    assert image_text_inputs(text_only, None) is None
 
 
 @pytest.mark.parametrize("options, message", [
