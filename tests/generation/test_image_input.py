@@ -103,6 +103,16 @@ def test_the_cli_export_of_a_tiny_image_text_preset_generates_from_an_image(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("case", IMAGE_CASES)
+def test_the_onnx_folder_says_why_onnxruntime_genai_does_not_run_it(saved_generation, case):
+    """onnxruntime-genai 0.18's multimodal processors serve other architectures: the manifest says
+    so, and which, instead of a text decoder's remedy."""
+    require_backend("onnx")
+    entry = json.loads((saved_generation("onnx", case).directory / "manifest.json").read_text())["onnxruntime_genai"]
+    assert entry["config"] is None and "qwen2_5_vl" in entry["reason"] and "hfexport generate --image" in entry["reason"]
+
+
+@pytest.mark.slow
 def test_generate_from_image_takes_a_pil_image_and_a_path(saved_generation, tmp_path):
     from PIL import Image
 

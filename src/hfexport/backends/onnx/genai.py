@@ -35,6 +35,9 @@ GENAI_CONFIG = "genai_config.json"
 
 #: onnxruntime-genai 0.18.0's decoder-only model types (`model.type`); any other is given as "decoder".
 _GENAI_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "olmo", "granite", "smollm3")
+#: the model types onnxruntime-genai 0.18.0's multimodal processors serve (read from its library's
+#: processor names): no LLaVA, no Qwen2-VL (Qwen2.5-VL's tower has window attention Qwen2-VL's lacks)
+_GENAI_VISION_TYPES = ("phi3v", "phi4mm", "gemma3", "qwen2_5_vl", "qwen3_vl", "mistral3", "fara", "lfm2_vl")
 
 
 def genai_status(artifacts: dict[str, Any], generation_config: Any) -> str | None:
@@ -42,6 +45,10 @@ def genai_status(artifacts: dict[str, Any], generation_config: Any) -> str | Non
     from ...record import record_of
     from .gqa import GRAPH_INTERFACE
 
+    if "image_encoder" in artifacts:
+        return ("onnxruntime-genai 0.18's multimodal pipeline (og.MultiModalProcessor) reads the vision layouts of "
+                f"{', '.join(_GENAI_VISION_TYPES)} only, not this image-text model's; `hfexport generate --image` "
+                "runs the folder")
     if set(artifacts) != {"decode"}:
         return (f"onnxruntime-genai runs one decoder graph; this export has {sorted(artifacts)} (export with "
                 "--multi-token-decode --static-cache N)")
