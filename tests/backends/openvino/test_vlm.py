@@ -194,3 +194,20 @@ def test_the_refusals_name_what_to_change():
     assert "add '<image>' to the tokenizer" in why and "120" in why
     assert "no tokenizer" in _tokenizer_refusal(SimpleNamespace(tokenizer=None, model_config=llava.config))
     assert _processor_config(None) is None and _processor_config("/nonexistent/model") is None
+
+
+def test_qwen2_vl_split_tower_on_vlm_pipelines_inputs_equals_the_tower():
+    """Qwen2-VL's two VLMPipeline vision models in eager, fed the mask and rotary angles as
+    VLMPipeline 2026.4.1 computes them from the grids: the tower's merged features, for one image
+    and for several images of different grids (each image attends only within itself)."""
+    from hfexport.backends.openvino.vlm import Qwen2VLMerger, Qwen2VLPatchEmbeddings, qwen2_vl_merger_inputs
+    from hfexport.presets import qwen2_vl_image
+
+    model, _ = build_preset("qwen2_vl")
+    for grid in ([(1, 4, 6)], [(1, 2, 4), (1, 6, 2), (1, 4, 4)]):
+        image = qwen2_vl_image(model.config, grid, seed=DRAW.randrange(1000))
+        with torch.no_grad():
+            tower = model.model.visual(image["pixel_values"], image["image_grid_thw"]).pooler_output
+            embeddings = Qwen2VLPatchEmbeddings(model)(image["pixel_values"])
+            merged = Qwen2VLMerger(model)(embeddings, **qwen2_vl_merger_inputs(model.config, image["image_grid_thw"]))
+        torch.testing.assert_close(merged, tower, rtol=1e-5, atol=1e-5)
