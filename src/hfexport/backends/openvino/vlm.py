@@ -55,7 +55,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["VLM_STEMS", "VLM_ENTRY", "vlm_components", "vlm_refusal", "vlm_folder_files"]
+__all__ = ["VLM_STEMS", "VLM_ENTRY", "QWEN2_VL_IMAGE_TAG", "vlm_components", "vlm_refusal", "vlm_folder_files",
+           "qwen2_vl_merger_inputs"]
 
 logger = logging.getLogger("hfexport")
 
