@@ -85,6 +85,8 @@ _ROLES_BY_NAME = {
     "grid_thw": ("images", "grid"),  # Qwen2-VL's vision tower: one (t, h, w) row per image
     "image_grid_thw": ("images", "grid"),
     "mm_token_type_ids": ("batch", "sequence"),  # Qwen2-VL: which tokens are image tokens
+    # Qwen2-VL's merger as OpenVINO GenAI's VLMPipeline feeds it: rows' and columns' rotary angles per patch
+    "rotary_pos_emb": ("patches", "head_dim"),
 }
 #: Rank-3 hidden states a generation component takes (`decompose_for_generation`): the head's
 #: (`nn.Linear.forward(input)`), the language model's output, one row per position; a projector's,

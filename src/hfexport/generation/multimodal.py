@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import ExportError
+from .decompose import PROJECTOR_NAMES
 
 __all__ = ["image_prompt_entry", "ImagePrefill", "IMAGE_INPUT_ALIASES"]
 
@@ -118,8 +119,9 @@ class ImagePrefill:
         features = self._run("image_encoder", feed)[self.entry["features"]]
         if self.entry["drop_first"]:
             features = features[:, 1:]
-        projector = next((name for name in self.runner.runners
-                          if name not in ("image_encoder", "language_model", "lm_head", "text_embeddings", "decode")), None)
+        # the projector is the component named as `decompose_for_generation` names it: a folder may
+        # hold other components, a runtime's own pipeline's models (e.g. its split vision tower)
+        projector = next((name for name in PROJECTOR_NAMES if name in self.runner.runners), None)
         if projector is not None:
             features = self._run(projector, {self.runner.records[projector].input_names[0]: features})["output"]
         return features.reshape(-1, features.shape[-1])

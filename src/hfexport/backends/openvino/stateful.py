@@ -26,6 +26,13 @@ once, and feeds only tokens, positions and masks each step.
 # static cache's buffers at the traced length, counters at 0). Without one, 2026.4.1's CPU
 # plugin fails to compile the KV-cache attention it fuses ("Node ... contains less parent edges
 # than 0"). Leaves with other initial values (the manifest's `initial_cache`) are set after a reset.
+
+# NOTE: a model with M-RoPE positions (`position_ids` `[3, batch, sequence]`, Qwen2-VL) reads its
+# batch size from its token input, not from the cache: `torch.export` may take the batch from a
+# cache leaf's shape, and openvino 2026.4.1's `SDPAToPagedAttention` (VLMPipeline's default
+# `ATTENTION_BACKEND="PA"`) replaces such a read with `position_ids.shape[0]`, the batch of its 1-D
+# `[tokens]` positions but 3 for M-RoPE's `[3, tokens]`: the attention's `view` then failed
+# ("the shape of input data (23.1.32) conflicts with the reshape pattern (3.1.-1.8)").
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ def make_stateful(model: Any, sizes: dict[str, list[int]] | None = None) -> dict
     pairs = cache_pairs(model)
     if not pairs:
         return None
+    _batch_from_tokens(model, [parameter for _, parameter, _ in pairs])
     beam_idx = ops.parameter(ov.PartialShape([-1]), ov.Type.i32, name=BEAM_IDX)
     beam_idx.output(0).set_names({BEAM_IDX})
     axis = ops.constant(0, ov.Type.i64)
@@ -108,6 +116,38 @@ def make_stateful(model: Any, sizes: dict[str, list[int]] | None = None) -> dict
     model.validate_nodes_and_infer_types()
     return {"variables": [leaf for leaf, _, _ in pairs], "beam_idx": BEAM_IDX, "reordered": reordered,
             "variable_types": narrowed, "grows": grows}
+
+
+def _batch_from_tokens(model: Any, caches: list[Any]) -> None:
+    """In a model with M-RoPE `position_ids` (rank 3), read the batch size (`shape[0]`) of the
+    cache parameters `caches` from the token input instead (see the module note)."""
+    import openvino.opset13 as ops
+
+    inputs = {parameter.output(0).get_any_name(): parameter for parameter in model.get_parameters()}
+    positions = inputs.get("position_ids")
+    tokens = inputs.get("inputs_embeds") or inputs.get("input_ids")
+    if positions is None or tokens is None or positions.get_partial_shape().rank.get_length() != 3:
+        return
+    for cache in caches:
+        if cache.get_partial_shape().rank.get_length() < 2:
+            continue
+        for shape_read in [t.get_node() for t in cache.output(0).get_target_inputs()]:
+            if shape_read.get_type_name() != "ShapeOf":
+                continue
+            for target in list(shape_read.output(0).get_target_inputs()):
+                gather = target.get_node()
+                if gather.get_type_name() == "Gather" and _constant_values(gather, 1) == [0] \
+                        and _constant_values(gather, 2) == [0]:
+                    batch = ops.shape_of(tokens, shape_read.get_output_element_type(0))
+                    target.replace_source_output(batch.output(0))
+
+
+def _constant_values(node: Any, port: int) -> list[int] | None:
+    """The values of `node`'s input `port` when it is a Constant, flattened; else None."""
+    source = node.input_value(port).get_node()
+    if source.get_type_name() != "Constant":
+        return None
+    return [int(v) for v in source.get_data().reshape(-1)]
 
 
 def _appends_to(parameter: Any, result: Any) -> bool:

@@ -1,4 +1,4 @@
-"""An image-text generation export as OpenVINO GenAI's `VLMPipeline` takes it (LLaVA).
+"""An image-text generation export as OpenVINO GenAI's `VLMPipeline` takes it (LLaVA, Qwen2-VL).
 
 ```
 out/tiny-llava/                                 hfexport export DIR --format openvino --generate
@@ -28,6 +28,22 @@ out/tiny-llava/                                 hfexport export DIR --format ope
 # NOTE: the vision model is the tower, the feature layer and the projector in one graph, written
 # here from transformers 5.24's `LlavaModel.get_image_features` rather than called: that method
 # returns a Python list of per-image tensors, which would fix the batch at the traced size.
+#
+# NOTE: Qwen2-VL (`qwen2vl/classes.cpp`, same line): the tower is split in two. Its C++ resizes
+# the image (`smart_resize` to multiples of patch*merge within `min_pixels`/`max_pixels`, or
+# `size.shortest_edge`/`size.longest_edge`; bicubic, in a graph it patches in front of the vision
+# model by default, `VISION_PREPROCESS=CPP` for its C++ resize), normalizes it and cuts the
+# flattened patches `[t*h*w, C*T*P*P]` as transformers' processor does; it feeds them to
+# `openvino_vision_embeddings_model.xml`'s one input (named `hidden_states`; it replaces that
+# parameter) and reads one output, the patch embeddings. `openvino_vision_embeddings_merger_model.xml`
+# takes `hidden_states` (those embeddings, all images concatenated), `attention_mask`
+# `[1, N, N]` (0 inside an image, -inf across) and `rotary_pos_emb` `[N, D]` (the rows' and
+# columns' angles, theta 10000, D read from the input's declared shape, so static), and outputs
+# the merged features, one row per `<|image_pad|>`. The language model takes M-RoPE's
+# `position_ids` `[3, batch, sequence]` (VLMPipeline computes them as `get_rope_index` does and
+# adds the rope delta on each decode step). `<|vision_start|><|vision_end|><|image_pad|><|video_pad|>`
+# are looked up in the tokenizer (`add_special_tokens=False`); a prompt without
+# `<|vision_start|><|image_pad|><|vision_end|>` gets it in front.
 """
 
 from __future__ import annotations
@@ -39,36 +55,60 @@ from typing import Any
 
 import torch
 
-__all__ = ["VLM_STEMS", "VLM_ENTRY", "vlm_components", "vlm_refusal", "vlm_folder_files"]
+__all__ = ["VLM_STEMS", "VLM_ENTRY", "QWEN2_VL_IMAGE_TAG", "vlm_components", "vlm_refusal", "vlm_folder_files",
+           "qwen2_vl_merger_inputs"]
 
 logger = logging.getLogger("hfexport")
 
 #: component -> the file stem `VLMPipeline` opens
 VLM_STEMS = {"vision_embeddings": "openvino_vision_embeddings_model",
+             "vision_embeddings_merger": "openvino_vision_embeddings_merger_model",
              "text_embeddings": "openvino_text_embeddings_model",
              "vlm_language_model": "openvino_language_model"}
 #: the manifest's entry on the folder as a `VLMPipeline` folder
 VLM_ENTRY = "openvino_genai_vlm"
 #: the image placeholder `VLMPipeline` 2026.4.1 writes into a LLaVA prompt (`VLMConfig::im_start`)
 IMAGE_TAG = "<image>"
+#: the image placeholder a Qwen2-VL prompt holds (`InputsEmbedderQwen2VL::NATIVE_TAG`), put in
+#: front of a prompt without one
+QWEN2_VL_IMAGE_TAG = "<|vision_start|><|image_pad|><|vision_end|>"
+#: the model types `VLMPipeline` folders are made for
+SERVED = ("llava", "qwen2_vl")
+#: Qwen2-VL's vision tokens, as `VLMPipeline` looks them up -> the config attribute with their id
+_QWEN2_VL_TOKENS = {"<|vision_start|>": "vision_start_token_id", "<|vision_end|>": "vision_end_token_id",
+                    "<|image_pad|>": "image_token_id", "<|video_pad|>": "video_token_id"}
 _PROCESSOR = "preprocessor_config.json"
 
 
 def vlm_refusal(model_config: Any, config: Any) -> str | None:
     """Why the folder of an image-text model's generation export (its `model_config`, the export's
-    `config`) gets no `VLMPipeline` models, or None: a LLaVA model, stateful, dynamic shapes, one
-    feature layer."""
-    if getattr(model_config, "model_type", None) != "llava":
-        return (f"VLMPipeline folders are made for LLaVA only; model_type "
-                f"{getattr(model_config, 'model_type', None)!r} keeps the components, which "
-                "`hfexport generate` runs")
+    `config`) gets no `VLMPipeline` models, or None: a LLaVA (one feature layer) or Qwen2-VL
+    (two frames per patch, vision rotary theta 10000) model, stateful, dynamic shapes."""
+    model_type = getattr(model_config, "model_type", None)
+    if model_type not in SERVED:
+        return (f"VLMPipeline folders are made for {' and '.join(SERVED)} only; model_type "
+                f"{model_type!r} keeps the components, which `hfexport generate` runs")
     if not getattr(config, "stateful", False):
         return "OpenVINOConfig(stateful=False): VLMPipeline's language model keeps its cache as state"
     if not getattr(config, "dynamic", False) and getattr(config, "dynamic_shapes", None) is None:
         return "a static export: VLMPipeline feeds prompts and images of any size; export with dynamic=True"
+    if model_type == "qwen2_vl":
+        return _qwen2_vl_refusal(model_config.vision_config)
     if not isinstance(model_config.vision_feature_layer, int):
         return ("several vision feature layers (vision_feature_layer is a list): VLMPipeline's LLaVA takes one "
                 "vision model output")
+    return None
+
+
+def _qwen2_vl_refusal(vision: Any) -> str | None:
+    """Why `VLMPipeline` 2026.4.1 would compute a Qwen2-VL tower's inputs otherwise than the model."""
+    if vision.temporal_patch_size != 2:
+        return (f"vision_config.temporal_patch_size={vision.temporal_patch_size}: VLMPipeline's Qwen2-VL "
+                "cuts patches of 2 frames only")
+    theta = (getattr(vision, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    if theta != 10000.0:
+        return (f"the vision tower's rope_theta is {theta}: VLMPipeline computes the merger's rotary_pos_emb "
+                "with theta 10000")
     return None
 
 
@@ -88,6 +128,78 @@ class LlavaVisionEmbeddings(torch.nn.Module):
         """The projected features of `pixel_values` `[batch, 3, size, size]`."""
         hidden = self.tower(pixel_values, output_hidden_states=True).hidden_states[self.layer]
         return self.projector(hidden[:, 1:] if self.drop_first else hidden)
+
+
+class Qwen2VLPatchEmbeddings(torch.nn.Module):
+    """Flattened patches `hidden_states` `[patches, C*T*P*P]` -> Qwen2-VL's patch embeddings
+    `[patches, embed_dim]`: the tower's `patch_embed` (`openvino_vision_embeddings_model`)."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.patch_embed = model.model.visual.patch_embed
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The embeddings of every patch."""
+        return self.patch_embed(hidden_states)
+
+
+class Qwen2VLMerger(torch.nn.Module):
+    """The rest of Qwen2-VL's tower, on `VLMPipeline`'s inputs (`openvino_vision_embeddings_merger_model`):
+    the blocks over the patch embeddings `hidden_states` `[N, embed_dim]`, attending within an
+    image by the additive `attention_mask` `[1, N, N]`, with rotary angles `rotary_pos_emb`
+    `[N, head_dim / 2]` (rows' then columns'), then the merger: `[N / merge**2, hidden]`.
+
+    Written from transformers 5.24's `Qwen2VisionTransformerPretrainedModel.forward` and
+    `VisionAttention.forward` with a mask for the per-image split (`models/qwen2_vl.py` does the
+    same from `cu_seqlens` for the one-graph tower)."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.tower = model.model.visual
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor,
+                rotary_pos_emb: torch.Tensor) -> torch.Tensor:
+        """The merged features of the patches (one row per `<|image_pad|>`)."""
+        import importlib
+
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        module = importlib.import_module("transformers.models.qwen2_vl.modeling_qwen2_vl")
+        angles = torch.cat([rotary_pos_emb, rotary_pos_emb], dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        mask = attention_mask[0][None, None].to(hidden_states.dtype)
+        patches = hidden_states.shape[0]
+        for block in self.tower.blocks:
+            attn = block.attn
+            query, key, value = (attn.qkv(block.norm1(hidden_states)).reshape(patches, 3, attn.num_heads, -1)
+                                 .permute(1, 0, 2, 3).unbind(0))
+            query, key = module.apply_rotary_pos_emb_vision(query, key, cos, sin)
+            query, key, value = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))
+            attention = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation,
+                                                              module.eager_attention_forward)
+            output, _ = attention(attn, query, key, value, attention_mask=mask, scaling=attn.scaling,
+                                  dropout=0.0, is_causal=False)
+            hidden_states = hidden_states + attn.proj(output.reshape(patches, -1).contiguous())
+            hidden_states = hidden_states + block.mlp(block.norm2(hidden_states))
+        return self.tower.merger(hidden_states)
+
+
+def qwen2_vl_merger_inputs(config: Any, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`attention_mask` and `rotary_pos_emb` for images of patch grids `grid_thw` `(images, 3)`,
+    as `VLMPipeline` 2026.4.1 computes them (`get_attention_mask`, `get_rotary_pos_emb`)."""
+    from ...models.qwen2_vl import vision_patch_layout
+
+    vision = config.vision_config
+    patches = int((grid_thw[:, 0] * grid_thw[:, 1] * grid_thw[:, 2]).sum())
+    position_ids, _ = vision_patch_layout(grid_thw, patches, vision.spatial_merge_size)
+    dim = vision.embed_dim // vision.num_heads // 2
+    inv_freq = 1.0 / 10000.0 ** (torch.arange(dim // 2, dtype=torch.float) / (dim // 2))
+    rotary = (position_ids[..., None].float() * inv_freq).flatten(1)  # [N, rows' dim/2 | columns' dim/2]
+    frame = torch.repeat_interleave(torch.arange(int(grid_thw[:, 0].sum())),
+                                    (grid_thw[:, 1] * grid_thw[:, 2]).repeat_interleave(grid_thw[:, 0]))
+    mask = torch.full((1, patches, patches), float("-inf"))
+    mask[0][frame[:, None] == frame[None, :]] = 0.0
+    return {"attention_mask": mask, "rotary_pos_emb": rotary}
 
 
 class EmbeddedLanguageModel(torch.nn.Module):
@@ -114,13 +226,16 @@ class EmbeddedLanguageModel(torch.nn.Module):
 
 
 def vlm_components(model: Any, components: dict[str, Any]) -> dict[str, Any]:
-    """The two models `VLMPipeline` needs besides `components` (an image-text model's, from
-    `decompose_for_generation`): `vision_embeddings` on the sample's pixels, and
-    `vlm_language_model` on 3 new tokens after the sample prompt's cache (so the query and cache
-    axes both stay symbolic)."""
+    """The models `VLMPipeline` needs besides `components` (an image-text model's, from
+    `decompose_for_generation`): `vision_embeddings` on the sample's pixels (Qwen2-VL: its patch
+    embeddings, then `vision_embeddings_merger` on them), and `vlm_language_model` on 3 new tokens
+    after the sample prompt's cache (so the query and cache axes both stay symbolic)."""
     from transformers import DynamicCache
 
-    pixel_values = components["image_encoder"][1]["pixel_values"]
+    qwen = model.config.model_type == "qwen2_vl"
+    vision = _qwen2_vl_vision(model, components["image_encoder"][1]) if qwen else {
+        "vision_embeddings": (LlavaVisionEmbeddings(model),
+                              {"pixel_values": components["image_encoder"][1]["pixel_values"]})}
     lm = EmbeddedLanguageModel(model)
     cache = DynamicCache(config=model.config.get_text_config(decoder=True))
     with torch.no_grad():
@@ -128,12 +243,23 @@ def vlm_components(model: Any, components: dict[str, Any]) -> dict[str, Any]:
         past, new = embeddings.shape[1] - 3, 3  # an image prompt holds one token per image feature: past >= 1
         lm.language_model(inputs_embeds=embeddings[:, :past], position_ids=torch.arange(past)[None],
                           past_key_values=cache, use_cache=True)
+    positions = torch.arange(past, past + new)[None].expand(embeddings.shape[0], -1)
     step = {"inputs_embeds": embeddings[:, past:],
             "attention_mask": torch.ones(embeddings.shape[0], past + new, dtype=torch.long),
-            "position_ids": torch.arange(past, past + new)[None].expand(embeddings.shape[0], -1),
+            # Qwen2-VL: M-RoPE's temporal, height and width positions (text tokens: all three alike)
+            "position_ids": positions[None].expand(3, -1, -1) if qwen else positions,
             "past_key_values": cache}
-    return {"vision_embeddings": (LlavaVisionEmbeddings(model), {"pixel_values": pixel_values}),
-            "vlm_language_model": (lm, step)}
+    return {**vision, "vlm_language_model": (lm, step)}
+
+
+def _qwen2_vl_vision(model: Any, encoder_inputs: dict[str, Any]) -> dict[str, Any]:
+    """Qwen2-VL's two vision models on the image encoder's sample (`hidden_states`, `grid_thw`)."""
+    patches = Qwen2VLPatchEmbeddings(model)
+    with torch.no_grad():
+        embeddings = patches(encoder_inputs["hidden_states"])
+    merger_inputs = {"hidden_states": embeddings, **qwen2_vl_merger_inputs(model.config, encoder_inputs["grid_thw"])}
+    return {"vision_embeddings": (patches, {"hidden_states": encoder_inputs["hidden_states"]}),
+            "vision_embeddings_merger": (Qwen2VLMerger(model), merger_inputs)}
 
 
 def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, refusal: str | None) -> dict[str, Any]:
@@ -148,7 +274,7 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
     if refusal is not None or "vision_embeddings" not in artifacts:
         return {VLM_ENTRY: {"vlm_pipeline": False, "why": refusal or "the export has no vision_embeddings model"}}
     properties = record_of(artifacts["vlm_language_model"]).details.get("compile_properties") or {}
-    entry: dict[str, Any] = {"models": {name: f"{stem}.xml" for name, stem in VLM_STEMS.items()},
+    entry: dict[str, Any] = {"models": {name: f"{stem}.xml" for name, stem in VLM_STEMS.items() if name in artifacts},
                              "properties": dict(properties)}
     why = _tokenizer_refusal(context)
     # the processor the export carries (its image processor's settings), else the model folder's file
@@ -198,10 +324,20 @@ def _processor_config(name_or_path: str | None) -> Path | None:
 
 
 def _tokenizer_refusal(context: Any) -> str | None:
-    """Why `context`'s tokenizer cannot serve `VLMPipeline`'s LLaVA prompt, or None."""
+    """Why `context`'s tokenizer cannot serve `VLMPipeline`'s prompt (LLaVA's `<image>`, Qwen2-VL's
+    vision tokens), or None."""
     tokenizer = context.tokenizer
     if tokenizer is None:
         return "no tokenizer was given: VLMPipeline needs openvino_tokenizer.xml"
+    if getattr(context.model_config, "model_type", None) == "qwen2_vl":
+        for text, attribute in _QWEN2_VL_TOKENS.items():
+            token = getattr(context.model_config, attribute, None)
+            ids = tokenizer(text, add_special_tokens=False).input_ids
+            if ids != [token]:
+                return (f"the tokenizer encodes {text!r} as {ids}, not as the token {token} ({attribute}): "
+                        f"VLMPipeline looks Qwen2-VL's vision tokens up by text; add {text!r} to the "
+                        "tokenizer as a special token with that id")
+        return None
     token = getattr(context.model_config, "image_token_index", None)
     ids = tokenizer(IMAGE_TAG, add_special_tokens=False).input_ids
     if not ids or ids[-1] != token:
