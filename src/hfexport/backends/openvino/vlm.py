@@ -25,9 +25,8 @@ out/tiny-llava/                                 hfexport export DIR --format ope
 # their names and files), rather than replacing them: the runner's prefill merges features
 # between graphs and validates each one (`generation/multimodal.py`).
 #
-# NOTE: the vision model is the tower, the feature layer and the projector in one graph, written
-# here from transformers 5.24's `LlavaModel.get_image_features` rather than called: that method
-# returns a Python list of per-image tensors, which would fix the batch at the traced size.
+# NOTE: the vision model is `models.llava.LlavaVisionEmbeddings` (the tower, the feature layer
+# and the projector in one graph), shared with ExecuTorch's multimodal program.
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ...models.llava import LlavaVisionEmbeddings
 
 __all__ = ["VLM_STEMS", "VLM_ENTRY", "vlm_components", "vlm_refusal", "vlm_folder_files"]
 
@@ -70,24 +71,6 @@ def vlm_refusal(model_config: Any, config: Any) -> str | None:
         return ("several vision feature layers (vision_feature_layer is a list): VLMPipeline's LLaVA takes one "
                 "vision model output")
     return None
-
-
-class LlavaVisionEmbeddings(torch.nn.Module):
-    """`pixel_values` -> LLaVA's projected image features `[batch, patches, hidden]`: the tower's
-    hidden states at `vision_feature_layer`, its CLS row dropped under the "default" strategy,
-    through the projector (transformers 5.24 `LlavaModel.get_image_features`, one layer)."""
-
-    def __init__(self, model: Any):
-        super().__init__()
-        base = model.model
-        self.tower, self.projector = base.vision_tower, base.multi_modal_projector
-        self.layer = model.config.vision_feature_layer
-        self.drop_first = model.config.vision_feature_select_strategy == "default"
-
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """The projected features of `pixel_values` `[batch, 3, size, size]`."""
-        hidden = self.tower(pixel_values, output_hidden_states=True).hidden_states[self.layer]
-        return self.projector(hidden[:, 1:] if self.drop_first else hidden)
 
 
 class EmbeddedLanguageModel(torch.nn.Module):
