@@ -58,6 +58,33 @@ def test_an_image_text_model_the_runner_does_not_serve_says_why(saved_generation
     assert "multimodal" not in qwen["components"]
 
 
+def test_the_programs_methods_in_eager_give_generates_tokens():
+    """Eager `MultimodalProgram` driven as `MultimodalRunner` drives it (the text before the image,
+    the image's features, the text after, each prefilled at the running position, then one token
+    at a time through `token_embedding` and `text_decoder`) gives `generate`'s greedy tokens."""
+    from hfexport.backends.executorch.multimodal import MultimodalProgram
+
+    model, inputs = build_preset("llava")
+    ids = inputs["input_ids"][:1]
+    with torch.no_grad():
+        want = model.generate(**{k: v[:1] for k, v in inputs.items()}, max_new_tokens=6, min_new_tokens=6,
+                              do_sample=False)[0, ids.shape[1]:].tolist()
+        program = MultimodalProgram(model, inputs["pixel_values"], 64)
+        methods = {name: module for name, (module, _, _) in program.methods().items()}
+        position, logits = 0, None
+        for kind, value in split_prompt(ids, model.config.image_token_index):
+            piece = (methods["vision_encoder"](program.pixel_values) if kind == "image"
+                     else methods["token_embedding"](torch.tensor([value])))
+            logits = program(piece, torch.tensor([position]))["logits"]
+            position += piece.shape[1]
+        tokens = [int(logits[0, -1].argmax())]
+        for _ in range(5):
+            step = program(methods["token_embedding"](torch.tensor([[tokens[-1]]])), torch.tensor([position]))
+            tokens.append(int(step["logits"][0, -1].argmax()))
+            position += 1
+    assert tokens == want
+
+
 def test_the_refusals_name_what_to_change():
     """Without exporting: another architecture, `llm_runner=False`, a quantized export and
     several feature layers each say why."""
@@ -83,3 +110,12 @@ def test_the_prompt_is_split_around_its_one_image_as_generate_hf_splits_it():
         split_prompt([1, 2], 9)
     with pytest.raises(ValueError, match="one sequence"):
         split_prompt(torch.ones(2, 3, dtype=torch.long), 9)
+
+
+def test_a_folder_that_is_no_multimodal_runner_folder_is_refused_with_its_why(tmp_path):
+    from hfexport.errors import RuntimeLoadError
+
+    (tmp_path / "manifest.json").write_text(json.dumps({MULTIMODAL_ENTRY: {"multimodal_runner": False,
+                                                                           "why": "LLaVA only"}}))
+    with pytest.raises(RuntimeLoadError, match="not a MultimodalRunner folder: LLaVA only"):
+        run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)

@@ -85,7 +85,8 @@ class ExecutorchExporter(HfExporter):
     def generation_components(self, model, plan):
         """As `HfExporter.generation_components`; in an export folder, an image-text model that
         `MultimodalRunner` serves (`multimodal.multimodal_refusal`) also gets its one program
-        (`multimodal.py`), over a cache of `llm_export.default_cache_length` tokens."""
+        (`multimodal.py`), over a cache of `static_cache=N` tokens, else
+        `llm_export.default_cache_length`'s."""
         from .llm_export import default_cache_length
         from .multimodal import PROGRAM, multimodal_component, multimodal_refusal
 
@@ -94,7 +95,8 @@ class ExecutorchExporter(HfExporter):
             return components
         from ...generation.decompose import Component
 
-        cache, _ = default_cache_length(model, plan.config.max_sequence_length)
+        named = getattr(plan.generation_config, "max_cache_len", None)  # static_cache=N (--static-cache N)
+        cache = named or default_cache_length(model, plan.config.max_sequence_length)[0]
         program, why = multimodal_component(model, components, cache)
         if program is None:
             logger.warning("no MultimodalRunner program: %s", why)

@@ -49,8 +49,8 @@ import torch
 
 from .llm import LlmProgram
 
-__all__ = ["MultimodalProgram", "EmbeddedLlmProgram", "MULTIMODAL_ENTRY", "PROGRAM", "multimodal_refusal",
-           "multimodal_component", "multimodal_package", "method_programs"]
+__all__ = ["MultimodalProgram", "EmbeddedLlmProgram", "MULTIMODAL_ENTRY", "PROGRAM", "DECODER_METHOD",
+           "multimodal_refusal", "multimodal_component", "multimodal_package", "method_programs"]
 
 logger = logging.getLogger("hfexport")
 
@@ -196,6 +196,7 @@ def multimodal_package(folder: Path, artifacts: dict[str, Any], context: Any, wh
              "image": {"input": "pixel_values", "shape": summary.get("image"), "dtype": "float32",
                        "given_as": "the processor's pixel_values (resized and normalized)"},
              "image_token_id": int(getattr(context.model_config, "image_token_index")),
+             "max_cache_len": summary.get("max_cache_len"),
              "tokenizer": placed["tokenizer"]}
     if placed["tokenizer"] is None:
         logger.warning("the export folder is not a MultimodalRunner folder: it was given no tokenizer")

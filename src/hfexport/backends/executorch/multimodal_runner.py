@@ -91,11 +91,13 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
     folder = Path(folder)
     entry = json.loads((folder / "manifest.json").read_text()).get(MULTIMODAL_ENTRY, {})
     if not entry.get("multimodal_runner"):
-        raise RuntimeLoadError(f"{folder} is not a MultimodalRunner folder: {entry.get('why', 'not an image-text export')}",
+        why = entry.get("why", "not an image-text export")
+        raise RuntimeLoadError(f"{folder} is not a MultimodalRunner folder: {why}",
                                remedy="export a LLaVA model with --format executorch --generate")
     pieces = split_prompt(input_ids, entry["image_token_id"])
     with tempfile.TemporaryDirectory(prefix="hfexport-runner-") as scratch:
-        tokenizer, pieces_file, pixels_file = (Path(scratch) / n for n in ("tokenizer.json", "pieces.json", "pixels.pt"))
+        tokenizer, pieces_file, pixels_file = (Path(scratch) / name
+                                               for name in ("tokenizer.json", "pieces.json", "pixels.pt"))
         tokenizer.write_text(json.dumps(_id_tokenizer(_vocab_size(folder)), ensure_ascii=False), encoding="utf-8")
         pieces_file.write_text(json.dumps(pieces))
         torch.save(pixel_values.detach().to(torch.float32).contiguous(), pixels_file)

@@ -30,7 +30,8 @@ class ExecutorchRunner(Runner):
 
         _register_kernels(record)
         if record.details.get("external_weights") is None:
-            self.method = Runtime.get().load_program(artifact.buffer).load_method(record.details.get("method", "forward"))
+            program = Runtime.get().load_program(artifact.buffer)
+            self.method = program.load_method(record.details.get("method", "forward"))
         else:
             self.method = _forward_with_data(artifact, record)
 
@@ -88,7 +89,8 @@ def _forward_with_data(artifact: Any, record) -> _ModuleForward:
     if isinstance(artifact, PteBuffer):
         data = check_data_file(artifact.path, artifact.data_path, record.details["external_weights"],
                                record.model_class)
-        return _ModuleForward(load_module(str(artifact.path), str(data)), method=record.details.get("method", "forward"))
+        return _ModuleForward(load_module(str(artifact.path), str(data)),
+                              method=record.details.get("method", "forward"))
     scratch = tempfile.TemporaryDirectory(prefix="hfexport-executorch-")
     folder = Path(scratch.name)
     program, data = write_pte(artifact, folder / "model.pte"), write_ptd(artifact, folder / "model.ptd")
