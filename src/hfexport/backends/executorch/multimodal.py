@@ -12,7 +12,7 @@ out/tiny-llava/                          hfexport export DIR --format executorch
   tokenizer.json                         what the runner decodes tokens with (and encodes text inputs)
   image_encoder.pte, text_embeddings.pte, language_model.pte, lm_head.pte, decode.pte, ... (`hfexport generate`)
 ```
-`executorch.extension.llm.runner.MultimodalRunner("multimodal.pte", "tokenizer.json")`, then
+`executorch.extension.llm.runner.MultimodalRunner("multimodal.pte", "tokenizer.json"[, "multimodal.ptd"])`, then
 `generate_hf(runner, processor(images=..., text=...), config, image_token_id=...)`:
 `multimodal_runner.run_multimodal_runner` runs it.
 
@@ -192,7 +192,8 @@ def multimodal_package(folder: Path, artifacts: dict[str, Any], context: Any, wh
         return {MULTIMODAL_ENTRY: {"multimodal_runner": False, "why": why or f"the export has no {PROGRAM} program"}}
     placed = runner_tokenizer(folder, context.tokenizer)
     summary = record_of(artifacts[PROGRAM]).details.get("multimodal_program", {})
-    entry = {"program": f"{PROGRAM}.pte", "methods": summary.get("methods"),
+    data = f"{PROGRAM}.ptd" if (folder / f"{PROGRAM}.ptd").is_file() else None  # weights outside the program
+    entry = {"program": f"{PROGRAM}.pte", "data": data, "methods": summary.get("methods"),
              "image": {"input": "pixel_values", "shape": summary.get("image"), "dtype": "float32",
                        "given_as": "the processor's pixel_values (resized and normalized)"},
              "image_token_id": int(getattr(context.model_config, "image_token_index")),

@@ -40,12 +40,12 @@ name = next(f for f in os.listdir(folder) if f.startswith("_llm_runner") and f.e
 spec = importlib.util.spec_from_file_location("executorch.extension.llm.runner._llm_runner", os.path.join(folder, name))
 llm = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(llm)
-program, tokenizer, pieces_file, pixels_file, new = sys.argv[1:6]
+program, tokenizer, pieces_file, pixels_file, new, data = sys.argv[1:7]
 pixels = torch.load(pixels_file)
 inputs = []
 for kind, value in json.load(open(pieces_file)):
     inputs.append(llm.make_image_input(pixels) if kind == "image" else llm.make_token_input(value))
-runner = llm.MultimodalRunner(program, tokenizer)
+runner = llm.MultimodalRunner(program, tokenizer, data or None)
 out = []
 config = llm.GenerationConfig(echo=False, max_new_tokens=int(new), temperature=0.0, num_bos=0, num_eos=0)
 runner.generate(inputs, config, token_callback=out.append)
@@ -102,7 +102,8 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
         pieces_file.write_text(json.dumps(pieces))
         torch.save(pixel_values.detach().to(torch.float32).contiguous(), pixels_file)
         done = subprocess.run([sys.executable, "-c", _SCRIPT, str(folder / entry["program"]), str(tokenizer),
-                               str(pieces_file), str(pixels_file), str(max_new_tokens)],
+                               str(pieces_file), str(pixels_file), str(max_new_tokens),
+                               str(folder / entry["data"]) if entry.get("data") else ""],
                               capture_output=True, text=True, encoding="utf-8", timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
