@@ -17,11 +17,15 @@ pytest_plugins = ["tests.strict_skips"]
 
 
 #: Test modules run by one worker, one after the other, as one group: those that start a local Ray
-#: instance, and those that read the same session-scoped LLM packages (`llm_package`: a package is
-#: exported once per worker that asks for it, with its vendor-runner check).
+#: instance, those that read the same session-scoped LLM packages (`llm_package`: a package is
+#: exported once per worker that asks for it, with its vendor-runner check), and MultimodalRunner's
+#: test, which reads two of the image-text exports (`saved_generation`) the multimodal generation
+#: tests make.
 _GROUPS = {"tests/test_batch.py": "ray", "tests/test_executors.py": "ray",
            "tests/generation/test_llm_package.py": "llm-packages", "tests/generation/test_greedy.py": "llm-packages",
-           "tests/test_deploy_docs.py": "llm-packages"}
+           "tests/test_deploy_docs.py": "llm-packages",
+           "tests/generation/test_multimodal_generate.py": "image-exports",
+           "tests/backends/executorch/test_multimodal.py": "image-exports"}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -78,9 +78,10 @@ def record_entry(record: ExportRecord) -> dict[str, Any]:
 #: compile properties, the ONNX cache inputs written in place (so a runner need not read the graph)
 #: and the ONNX graph's own interface, the ExecuTorch weights file and its fingerprint (so a runner
 #: refuses another export's), the kernel libraries an ExecuTorch program's ops need (a saved
-#: program loaded in a fresh process).
+#: program loaded in a fresh process), and the method an ExecuTorch program runs where it is not
+#: `forward` (`MultimodalRunner`'s `text_decoder`).
 _RUNTIME_FACTS = ("state", "compile_properties", "in_place_cache", "graph_interface", "external_weights",
-                  "kernel_libraries")
+                  "kernel_libraries", "method")
 
 
 def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:

@@ -72,9 +72,11 @@ def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
     processor = tiny_processor(case)
     loaded = LoadedModel(model, inputs, preset, getattr(processor, "tokenizer", None), processor=processor)
     # llm_runner=False: the static cases are the static-cache components (the cache as method inputs, the
-    # seed's decode loops); ExecuTorch's LLM-runner program, its default, is tests/generation/test_executorch_llm_runner.py's
+    # seed's decode loops); ExecuTorch's LLM-runner program, its default, is tests/generation/test_executorch_llm_runner.py's.
+    # LLaVA keeps the default: its ExecuTorch folder also holds MultimodalRunner's program
+    # (tests/backends/executorch/test_multimodal.py), beside the components the other tests run
     export_to_folder(loaded, config, directory, generate=True, static_cache=static, validate=False,
-                     llm_runner=False)
+                     llm_runner=None if case == "llava" else False)
     return SavedExport(directory, model, inputs, _generation_config(static), processor)
 
 

@@ -82,22 +82,59 @@ class ExecutorchExporter(HfExporter):
             return components_plan()
         return plan_llm_program(model, inputs, config, generation_config, static_cache, components_plan)
 
-    def export_components(self, components, config=None, **options):
-        """As `HfExporter.export_components`; the LLM-runner program (`llm.LlmProgram`) takes any
-        number of tokens per call up to its cache, the dynamic shapes it declares."""
-        from .llm import LlmProgram
+    def generation_components(self, model, plan):
+        """As `HfExporter.generation_components`; in an export folder, an image-text model that
+        `MultimodalRunner` serves (`multimodal.multimodal_refusal`) also gets its one program
+        (`multimodal.py`), over a cache of `static_cache=N` tokens, else
+        `llm_export.default_cache_length`'s."""
+        from .llm_export import default_cache_length
+        from .multimodal import PROGRAM, multimodal_component, multimodal_refusal
 
-        programs = [module for module, _ in components.values() if isinstance(module, LlmProgram)]
-        if programs and config is not None and config.dynamic_shapes is None:
-            config = config.replace(dynamic_shapes=programs[0].dynamic_shapes())
-        return super().export_components(components, config, **options)
+        components = super().generation_components(model, plan)
+        if not self.in_folder or "image_encoder" not in components or multimodal_refusal(model.config, plan.config):
+            return components
+        from ...generation.decompose import Component
+
+        named = getattr(plan.generation_config, "max_cache_len", None)  # static_cache=N (--static-cache N)
+        cache = named or default_cache_length(model, plan.config.max_sequence_length)[0]
+        program, why = multimodal_component(model, components, cache)
+        if program is None:
+            logger.warning("no MultimodalRunner program: %s", why)
+            plan.report["multimodal_runner"] = {"program": None, "why": why}
+            return components
+        return {**components, PROGRAM: Component(*program)}
+
+    def export_components(self, components, config=None, **options):
+        """As `HfExporter.export_components`; the LLM-runner programs (`llm.LlmProgram`,
+        `multimodal.MultimodalProgram`) take any number of tokens per call up to their cache, the
+        dynamic shapes each declares (the other components keep `config`'s)."""
+        from .llm import LlmProgram
+        from .multimodal import MultimodalProgram
+
+        own = {name: module.dynamic_shapes() for name, (module, _) in components.items()
+               if isinstance(module, (LlmProgram, MultimodalProgram))}
+        if not own or config is None or config.dynamic_shapes is not None:
+            return super().export_components(components, config, **options)
+        rest = {name: part for name, part in components.items() if name not in own}
+        artifacts = super().export_components(rest, config, **options) if rest else {}
+        for name, shapes in own.items():
+            artifacts.update(super().export_components({name: components[name]}, config.replace(dynamic_shapes=shapes),
+                                                       **options))
+        return {name: artifacts[name] for name in components}
 
     def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
         """The `tokenizer.json` ExecuTorch's `TextLLMRunner` reads, beside the LLM-runner program,
-        and the report's `llm_runner` entry (`llm_export.runner_package`)."""
+        and the report's `llm_runner` entry (`llm_export.runner_package`); for an image-text
+        export, the manifest's word on the folder as a `MultimodalRunner` folder (`multimodal.py`)."""
         from .llm_export import runner_package
+        from .multimodal import multimodal_package, multimodal_refusal
 
-        return Packaged({}, runner_package(folder, artifacts, context))
+        if context.plan is None:
+            why = "saved without its export plan (save_generation_export alone)"
+        else:
+            why = (multimodal_refusal(context.model_config, context.plan.config) if context.model_config is not None
+                   else None) or context.plan.report.get("multimodal_runner", {}).get("why")
+        return Packaged(multimodal_package(folder, artifacts, context, why), runner_package(folder, artifacts, context))
 
     def run_llm_runner(self, folder: Path, request: Any) -> Any:
         """ExecuTorch `TextLLMRunner`'s greedy tokens on the folder's program (`text_runner.py`)."""
@@ -147,7 +184,7 @@ class ExecutorchExporter(HfExporter):
 
         external = external_reason(config, captured.program, by_size=self.in_folder)  # see HfExporter.for_folder
         passes = [fold_weight_only_math(), drop_identity_copies(), *([tag_delegated_weights()] if external else [])]
-        edge = to_edge_transform_and_lower(captured.program, transform_passes=passes,
+        edge = to_edge_transform_and_lower(_methods(captured, model), transform_passes=passes,
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)),
                                            constant_methods=_constant_methods(model))
         planning = MemoryPlanningPass(
@@ -161,6 +198,7 @@ class ExecutorchExporter(HfExporter):
                                                              do_quant_fusion_and_const_prop=_quantized_embedding(config),
                                                              run_reinplace_pass=_constant_methods(model) is not None,
                                                              external_constants=weights_tag if external else False))
+        program.hfexport_method = _method_name(model)
         _check_plan_size(program, captured, model)
         if problems := check_plan(program):
             raise ConversionError(
@@ -172,6 +210,7 @@ class ExecutorchExporter(HfExporter):
             )
         program.hfexport_capped_views = bounds.capped
         program.hfexport_llm_program = _llm_program_summary(model)
+        program.hfexport_multimodal_program = model.summary() if _is_multimodal(model) else None
         program.hfexport_external_weights = external
         from .artifact import HfExecutorchProgram
 
@@ -179,8 +218,12 @@ class ExecutorchExporter(HfExporter):
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: ExecutorchConfig) -> None:
         record.details["delegation"] = delegation_summary(artifact, config.delegate)
+        if (method := getattr(artifact, "hfexport_method", "forward")) != "forward":
+            record.details["method"] = method  # the one `ExecutorchRunner` runs (validation)
         if llm_program := getattr(artifact, "hfexport_llm_program", None):
             record.details["llm_program"] = llm_program
+        elif multimodal := getattr(artifact, "hfexport_multimodal_program", None):
+            record.details["multimodal_program"] = multimodal
         elif record.details.get("input_mutations") and any(n.startswith("cache.") for n in record.input_names):
             record.details["llm_custom_ops"] = {"used": False, "reason": _LLM_OPS_NOT_USED}
         if libraries := kernel_libraries(artifact):
@@ -218,10 +261,34 @@ _LLM_OPS_NOT_USED = (
 
 
 def _constant_methods(model: torch.nn.Module) -> dict[str, Any] | None:
-    """The constant methods an `LlmProgram` carries for ExecuTorch's LLM runner (none for other models)."""
+    """The constant methods an `LlmProgram` or a `MultimodalProgram` carries for ExecuTorch's LLM
+    runners (none for other models)."""
     from .llm import LlmProgram
 
-    return model.constant_methods() if isinstance(model, LlmProgram) else None
+    return model.constant_methods() if isinstance(model, LlmProgram) or _is_multimodal(model) else None
+
+
+def _is_multimodal(model: torch.nn.Module) -> bool:
+    from .multimodal import MultimodalProgram
+
+    return isinstance(model, MultimodalProgram)
+
+
+def _method_name(model: torch.nn.Module) -> str:
+    """The method the captured program becomes: `forward`, or a `MultimodalProgram`'s `text_decoder`."""
+    from .multimodal import DECODER_METHOD
+
+    return DECODER_METHOD if _is_multimodal(model) else "forward"
+
+
+def _methods(captured: Capture, model: torch.nn.Module) -> Any:
+    """What `to_edge_transform_and_lower` lowers: the captured program, or a `MultimodalProgram`'s
+    methods by name (its other methods captured now, `multimodal.method_programs`)."""
+    if not _is_multimodal(model):
+        return captured.program
+    from .multimodal import method_programs
+
+    return {_method_name(model): captured.program, **method_programs(model)}
 
 
 def _llm_program_summary(model: torch.nn.Module) -> dict[str, Any] | None:
@@ -368,7 +435,7 @@ def _check_plan_size(program: Any, captured: Capture, model: torch.nn.Module) ->
                            "or dynamic_shapes", model_name(model), _gib(planned), bounds)
         return
     specs = [(spec.allocated_memory, node.name, list(spec.shape))
-             for node in program.exported_program().graph.nodes
+             for node in program.exported_program(program.hfexport_method).graph.nodes
              if (spec := node.meta.get("spec")) is not None and hasattr(spec, "allocated_memory")]
     size, name, shape = max(specs, default=(0, "?", []))
     raise ConversionError(
@@ -406,7 +473,7 @@ def delegation_summary(artifact: Any, delegate: str) -> dict[str, int | str]:
     """How many graph nodes the delegate took and how many stayed on portable kernels."""
     from executorch.exir.lowered_backend_module import LoweredBackendModule
 
-    program = artifact.exported_program()
+    program = artifact.exported_program(getattr(artifact, "hfexport_method", "forward"))
     delegated = portable = delegates = 0
     for node in program.graph_module.graph.nodes:
         if node.op != "call_function":

@@ -261,8 +261,8 @@ class LlmProgram(torch.nn.Module):
         ids = (torch.arange(4) * 7 + 3)[None] % vocab
         with torch.no_grad():
             want = self.model(input_ids=ids, use_cache=False).logits[0, -1].float()
-            self(ids[:, :3], torch.tensor([0]))
-            got = self(ids[:, 3:], torch.tensor([3]))["logits"][0, -1].float()
+            self.run_tokens(ids[:, :3], torch.tensor([0]))
+            got = self.run_tokens(ids[:, 3:], torch.tensor([3]))["logits"][0, -1].float()
         error = float((got - want).abs().max())
         if error > 1e-3 * float(want.abs().max()) + 1e-4:
             name = model_name(self.model)
@@ -335,12 +335,22 @@ class LlmProgram(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, input_pos: torch.Tensor) -> dict[str, torch.Tensor]:
         """`{"logits": [1, 1, vocab]}`, of the last of `input_ids` (`[1, q]`, written at
         `input_pos[0]` .. `+ q`)."""
+        return self._step(input_pos, input_ids=input_ids)
+
+    def run_tokens(self, input_ids: torch.Tensor, input_pos: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`forward` on token ids, whatever this program's method takes (`EmbeddedLlmProgram`: embeddings)."""
+        return LlmProgram.forward(self, input_ids, input_pos)
+
+    def _step(self, input_pos: torch.Tensor, **tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The model on `tokens` (`input_ids` `[1, q]` or `inputs_embeds` `[1, q, hidden]`) written
+        at `input_pos[0]` .. `+ q`: `{"logits": [1, 1, vocab]}` of the last one."""
+        length = next(iter(tokens.values())).shape[1]
         start = input_pos[0].item()
         torch._check(start >= 0)
-        torch._check(start + input_ids.shape[1] <= self.max_cache_len)
-        positions = (input_pos[:1] + torch.arange(input_ids.shape[1]))[None]
+        torch._check(start + length <= self.max_cache_len)
+        positions = (input_pos[:1] + torch.arange(length))[None]
         with self._running(start):
-            out = self.model(input_ids=input_ids, position_ids=positions,
+            out = self.model(**tokens, position_ids=positions,
                              **{_cache_argument(self.model): _program_cache(self)}, use_cache=True, logits_to_keep=1)
         return {"logits": out.logits}
 

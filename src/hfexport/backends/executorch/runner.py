@@ -30,7 +30,8 @@ class ExecutorchRunner(Runner):
 
         _register_kernels(record)
         if record.details.get("external_weights") is None:
-            self.method = Runtime.get().load_program(artifact.buffer).load_method("forward")
+            program = Runtime.get().load_program(artifact.buffer)
+            self.method = program.load_method(record.details.get("method", "forward"))
         else:
             self.method = _forward_with_data(artifact, record)
 
@@ -66,13 +67,14 @@ class _ModuleForward:
     """The `forward` method of an `ExecuTorchModule` (a program opened with its data file), called
     like `executorch.runtime.Method.execute`; `scratch` holds the files the module maps."""
 
-    def __init__(self, module: Any, scratch: tempfile.TemporaryDirectory | None = None):
+    def __init__(self, module: Any, scratch: tempfile.TemporaryDirectory | None = None, method: str = "forward"):
         self.module = module
         self._scratch = scratch
+        self.name = method
 
     def execute(self, inputs: list[Any]) -> list[Any]:
-        """Run `forward` on `inputs`; its outputs, copied out of the runtime's memory."""
-        return self.module.run_method("forward", inputs)
+        """Run the method on `inputs`; its outputs, copied out of the runtime's memory."""
+        return self.module.run_method(self.name, inputs)
 
 
 def _forward_with_data(artifact: Any, record) -> _ModuleForward:
@@ -87,11 +89,12 @@ def _forward_with_data(artifact: Any, record) -> _ModuleForward:
     if isinstance(artifact, PteBuffer):
         data = check_data_file(artifact.path, artifact.data_path, record.details["external_weights"],
                                record.model_class)
-        return _ModuleForward(load_module(str(artifact.path), str(data)))
+        return _ModuleForward(load_module(str(artifact.path), str(data)),
+                              method=record.details.get("method", "forward"))
     scratch = tempfile.TemporaryDirectory(prefix="hfexport-executorch-")
     folder = Path(scratch.name)
     program, data = write_pte(artifact, folder / "model.pte"), write_ptd(artifact, folder / "model.ptd")
-    return _ModuleForward(load_module(str(program), str(data)), scratch)
+    return _ModuleForward(load_module(str(program), str(data)), scratch, record.details.get("method", "forward"))
 
 
 #: Kernel libraries outside ExecuTorch's portable set, by the op namespace a program calls them in.

@@ -25,9 +25,8 @@ out/tiny-llava/                                 hfexport export DIR --format ope
 # their names and files), rather than replacing them: the runner's prefill merges features
 # between graphs and validates each one (`generation/multimodal.py`).
 #
-# NOTE: the vision model is the tower, the feature layer and the projector in one graph, written
-# here from transformers 5.24's `LlavaModel.get_image_features` rather than called: that method
-# returns a Python list of per-image tensors, which would fix the batch at the traced size.
+# NOTE: the vision model is `models.llava.LlavaVisionEmbeddings` (the tower, the feature layer
+# and the projector in one graph), shared with ExecuTorch's multimodal program.
 #
 # NOTE: Qwen2-VL (`qwen2vl/classes.cpp`, same line): the tower is split in two. Its C++ resizes
 # the image (`smart_resize` to multiples of patch*merge within `min_pixels`/`max_pixels`, or
@@ -54,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ...models.llava import LlavaVisionEmbeddings
 
 __all__ = ["VLM_STEMS", "VLM_ENTRY", "QWEN2_VL_IMAGE_TAG", "vlm_components", "vlm_refusal", "vlm_folder_files",
            "qwen2_vl_merger_inputs"]
@@ -110,24 +111,6 @@ def _qwen2_vl_refusal(vision: Any) -> str | None:
         return (f"the vision tower's rope_theta is {theta}: VLMPipeline computes the merger's rotary_pos_emb "
                 "with theta 10000")
     return None
-
-
-class LlavaVisionEmbeddings(torch.nn.Module):
-    """`pixel_values` -> LLaVA's projected image features `[batch, patches, hidden]`: the tower's
-    hidden states at `vision_feature_layer`, its CLS row dropped under the "default" strategy,
-    through the projector (transformers 5.24 `LlavaModel.get_image_features`, one layer)."""
-
-    def __init__(self, model: Any):
-        super().__init__()
-        base = model.model
-        self.tower, self.projector = base.vision_tower, base.multi_modal_projector
-        self.layer = model.config.vision_feature_layer
-        self.drop_first = model.config.vision_feature_select_strategy == "default"
-
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """The projected features of `pixel_values` `[batch, 3, size, size]`."""
-        hidden = self.tower(pixel_values, output_hidden_states=True).hidden_states[self.layer]
-        return self.projector(hidden[:, 1:] if self.drop_first else hidden)
 
 
 class Qwen2VLPatchEmbeddings(torch.nn.Module):
