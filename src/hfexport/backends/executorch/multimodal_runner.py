@@ -25,21 +25,12 @@ from typing import Any
 
 import torch
 
-from .text_runner import _FIRST, _id_tokenizer, _vocab_size
+from .text_runner import _FIRST, LOAD_RUNNER, _id_tokenizer, _vocab_size
 
 __all__ = ["run_multimodal_runner", "split_prompt"]
 
-#: Run in a fresh interpreter (the kernels and bindings loaded by path, as `text_runner._SCRIPT`).
-_SCRIPT = """
-import importlib.util, json, os, sys
-root = importlib.util.find_spec("executorch").submodule_search_locations[0]
-import torch
-torch.ops.load_library(os.path.join(root, "extension", "llm", "custom_ops", "libcustom_ops_aot_lib.so"))
-folder = os.path.join(root, "extension", "llm", "runner")
-name = next(f for f in os.listdir(folder) if f.startswith("_llm_runner") and f.endswith(".so"))
-spec = importlib.util.spec_from_file_location("executorch.extension.llm.runner._llm_runner", os.path.join(folder, name))
-llm = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(llm)
+#: Run in a fresh interpreter (the kernels and bindings loaded by path: `text_runner.LOAD_RUNNER`).
+_SCRIPT = LOAD_RUNNER + """
 program, tokenizer, pieces_file, pixels_file, new, data = sys.argv[1:7]
 pixels = torch.load(pixels_file)
 inputs = []

@@ -37,7 +37,8 @@ _FIRST = 0x10000
 #: importing them as `executorch.extension.llm.custom_ops.custom_ops` and
 #: `executorch.extension.llm.runner` does the same but imports torchao and transformers on the way
 #: (6.1 s of CPU against 1.7 s; tests/generation/test_runner_check.py runs this script).
-_SCRIPT = """
+#: (`LOAD_RUNNER` binds the bindings' module as `llm`; `multimodal_runner.py`'s script starts with it too.)
+LOAD_RUNNER = """
 import importlib.util, json, os, sys
 root = importlib.util.find_spec("executorch").submodule_search_locations[0]
 import torch
@@ -45,12 +46,14 @@ torch.ops.load_library(os.path.join(root, "extension", "llm", "custom_ops", "lib
 folder = os.path.join(root, "extension", "llm", "runner")
 name = next(f for f in os.listdir(folder) if f.startswith("_llm_runner") and f.endswith(".so"))
 spec = importlib.util.spec_from_file_location("executorch.extension.llm.runner._llm_runner", os.path.join(folder, name))
-runner_module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(runner_module)
+llm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(llm)
+"""
+_SCRIPT = LOAD_RUNNER + """
 program, tokenizer, prompt, new, data = sys.argv[1:6]
 pieces = []
-runner = runner_module.TextLLMRunner(program, tokenizer, data or None)
-config = runner_module.GenerationConfig(echo=False, max_new_tokens=int(new), temperature=0.0, num_bos=0, num_eos=0)
+runner = llm.TextLLMRunner(program, tokenizer, data or None)
+config = llm.GenerationConfig(echo=False, max_new_tokens=int(new), temperature=0.0, num_bos=0, num_eos=0)
 runner.generate(prompt, config, token_callback=pieces.append)
 print("RESULT " + json.dumps(pieces))
 """
