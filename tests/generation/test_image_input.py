@@ -28,6 +28,8 @@ from tests.harness import require_backend
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 IMAGE_CASES = ["llava", "qwen2_vl"]
+#: the components `GenerationRunner` runs for an image prompt
+DRIVEN = {"text_embeddings", "image_encoder", "multi_modal_projector", "language_model", "lm_head", "decode"}
 NEW_TOKENS = 6
 #: (height, width) of the drawn images, drawn once: LLaVA's processor resizes both to its tower's
 #: 16x16; Qwen2-VL's to two different patch grids (so two prompt lengths besides the two texts')
@@ -79,6 +81,9 @@ def test_generate_from_an_image_file_equals_generate(saved_generation, fmt, case
     runner = GenerationRunner.load(saved.directory)
     assert runner.generate_from_image(pngs[1], PROMPTS[1], max_new_tokens=NEW_TOKENS,
                                       min_new_tokens=NEW_TOKENS).tokens == _eager_tokens(saved, pngs[1], PROMPTS[1])
+    # only what the runner drives was opened, not a vendor runner's models beside them in the folder
+    # (MultimodalRunner's program, VLMPipeline's), which hold the language model's weights again
+    assert set(runner.runners._open) <= DRIVEN, sorted(set(runner.runners._open) - DRIVEN)
 
 
 @pytest.mark.slow

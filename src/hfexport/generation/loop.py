@@ -38,7 +38,7 @@ import copy
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -74,6 +74,31 @@ class GenerationResult:
         return out
 
 
+class _ComponentRunners(Mapping):
+    """`name -> runner` of an export's components, each opened at its first use, `decode` at once
+    (so a folder its runtime cannot open fails at `load`, as before). A folder may hold models that
+    a runtime's own pipeline runs and `hfexport generate` does not (VLMPipeline's language model,
+    MultimodalRunner's program: each holds the language model's weights again), which are then
+    never loaded."""
+
+    def __init__(self, components: dict[str, Any]):
+        self._components = components
+        self._open: dict[str, Any] = {}
+        if "decode" in components:
+            self._open["decode"] = components["decode"].runner()
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._open:
+            self._open[name] = self._components[name].runner()
+        return self._open[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._components)
+
+    def __len__(self) -> int:
+        return len(self._components)
+
+
 class GenerationRunner:
     """Drives the components of a generation export (see the module docstring).
 
@@ -94,7 +119,7 @@ class GenerationRunner:
             )
         if "decode" not in names:
             raise ExportError(f"{export.directory} has no 'decode' component", remedy="export with --generate")
-        self.runners = {name: component.runner() for name, component in export.components.items()}
+        self.runners = _ComponentRunners(export.components)
         self.records = {name: component.record for name, component in export.components.items()}
         self.static = export.manifest.get("cache") == "static"
         decode_ids = dict(zip(self.records["decode"].input_names, self.records["decode"].input_shapes)).get("input_ids")
