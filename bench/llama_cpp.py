@@ -25,7 +25,7 @@ Set up once under ``--root`` and reused on later runs:
 Rows, each one process (a worker kept alive for the run; all pinned to the same 2 CPUs, 2 threads):
   eager        transformers fp32 ``generate`` (torch 2 threads): the reference tokens and speed
   llama-f32    llama.cpp F32 through llama-cpp-python (``n_threads=2``), greedy = argmax of its logits
-  llama-q4_0   llama.cpp Q4_0, the same
+  llama-q4_0   llama.cpp Q4_0, the same (`llama-q4_0@1`, `llama-f32@1`: at 1 thread)
   onnx-ours    ``hfexport generate``'s runner (``GenerationRunner``) on the ONNX int4 folder
                (``HFEXPORT_ORT_SESSION_CONFIG={"intra_op_num_threads": 2}``)
   onnx-og      onnxruntime-genai ``og.Generator`` on the same folder (intra-op threads 2)
@@ -63,7 +63,8 @@ LABELS = {"eager": "eager fp32 `generate` (torch)", "llama-f32": "llama.cpp F32 
           "llama-q4_0": "llama.cpp Q4_0 (its own quantizer)",
           "onnx-ours": "hfexport ONNX int4, `hfexport generate`", "onnx-og": "hfexport ONNX int4, `og.Generator`",
           "ov-ours": "hfexport OpenVINO int4, `hfexport generate`",
-          "ov-genai": "hfexport OpenVINO int4, `LLMPipeline`", "et-ours": "hfexport ExecuTorch 8da4w, `hfexport generate`"}
+          "ov-genai": "hfexport OpenVINO int4, `LLMPipeline`",
+          "et-ours": "hfexport ExecuTorch 8da4w, `hfexport generate`"}
 
 
 # -- set-up (run in the project's interpreter) -----------------------------------------------------
@@ -217,8 +218,8 @@ def _runtime(row: str, spec: dict):
     n = spec["tokens"]
     if row == "eager":
         return _eager(spec["folder"], n)
-    if row.startswith("llama-"):
-        return _llama(spec["gguf"], n)
+    if row.startswith("llama-"):  # `llama-q4_0@1`: the same at 1 thread
+        return _llama(spec["gguf"], n, int(row.partition("@")[2] or THREADS))
     if row in ("onnx-ours", "ov-ours", "et-ours"):
         return _ours(spec["export"], n)
     if row == "onnx-og":
@@ -254,10 +255,11 @@ def _eager(folder: str, n: int):
     return generate
 
 
-def _llama(path: str, n: int):
+def _llama(path: str, n: int, threads: int):
     import numpy as np
 
-    llm = _import_llama_cpp().Llama(model_path=path, n_ctx=CACHE, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    llm = _import_llama_cpp().Llama(model_path=path, n_ctx=CACHE, n_threads=threads, n_threads_batch=threads,
+                                    verbose=False)
 
     vocab = llm.n_vocab()
 
@@ -332,13 +334,13 @@ def _llm_pipeline(folder: str, n: int, properties: dict):
         times: list[float] = []
         ids = np.array([prompt], dtype=np.int64)
         inputs = ov_genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids)))
-        result = pipe.generate(inputs, config, streamer=_TokenStreamer(ov_genai, times))
+        result = pipe.generate(inputs, config, streamer=_token_streamer(ov_genai, times))
         return times[-1] - times[0], [int(t) for t in result.tokens[0]]
 
     return generate
 
 
-def _TokenStreamer(ov_genai, times: list):
+def _token_streamer(ov_genai, times: list):
     """A streamer that stamps the time of each token (the text is not decoded)."""
 
     class Stamp(ov_genai.StreamerBase):
@@ -423,7 +425,7 @@ def measure(args, root: Path) -> dict:
             if key == "eager":
                 spec["folder"] = str(folder)
             elif key.startswith("llama-"):
-                spec["gguf"] = str(ggufs[key.removeprefix("llama-")])
+                spec["gguf"] = str(ggufs[key.removeprefix("llama-").partition("@")[0]])
             else:
                 spec["export"] = str(exports[key.split("-")[0] + "-"])
                 if key.startswith("ov-genai:"):
@@ -464,22 +466,24 @@ def markdown(result: dict, command: str) -> str:
              f"{result['loads']}; {result['tokens']} greedy tokens on each of the 3 chat prompts, 2 threads, decode "
              f"tok/s from the second token, best of {result['rounds']} interleaved rounds after a warm-up.", "",
              "| row | tok/s (best) | rounds | x eager | x llama.cpp Q4_0 | agreement with eager (per prompt: share "
-             f"of {result['tokens']} before the first difference) | eager's answer kept (Paris) | target: >= Q4_0's tok/s and "
-             "agreement | load s |",
+             f"of {result['tokens']} before the first difference) | eager's answer kept (Paris) "
+             "| target: >= Q4_0's tok/s and "
+             "agreement | model load s |",
              "|" + "---|" * 9]
     q4_agree = min(q4["agreement"]) if q4 else None
     for key, r in rows.items():
         x_eager = f"{r['best'] / eager['best']:.2f}x" if eager else "-"
         x_q4 = f"{r['best'] / q4['best']:.2f}x" if q4 else "-"
         kept = "".join("y" if k else "n" for k in r["answer_kept"]) + (" (Paris)" if r["paris"] else " (**no Paris**)")
-        if q4 is None or key in ("eager", "llama-f32", "llama-q4_0"):
+        if q4 is None or key == "eager" or key.startswith("llama-"):
             target = "-"
         else:
             fast, close = r["best"] >= q4["best"], min(r["agreement"]) >= q4_agree
             target = "met" if fast and close else "**miss**: " + ", ".join(
                 ([f"tok/s {r['best'] / q4['best']:.2f} of Q4_0's"] if not fast else [])
                 + ([f"agreement {min(r['agreement'])} < {q4_agree}"] if not close else []))
-        label = LABELS.get(key, f"hfexport OpenVINO int4, `LLMPipeline` {key.partition(':')[2]}")
+        label = LABELS.get(key.partition("@")[0], f"hfexport OpenVINO int4, `LLMPipeline` {key.partition(':')[2]}")
+        label += f", {key.partition('@')[2]} thread(s)" if "@" in key else ""
         lines.append(f"| {label} | {r['best']} | {r['all']} | {x_eager} | {x_q4} | "
                      f"{' / '.join(str(a) for a in r['agreement'])} | {kept} | {target} | {r['load_s']} |")
     exports = ", ".join(f"{k} {'%.0f s' % v if v is not None else 'cached'}" for k, v in result["export_s"].items())
