@@ -52,13 +52,3 @@ def test_image_batches_are_not_the_text_batch():
     mapping = dim_names(["input_ids", "pixel_values"], [("s0", "s1"), ("s2", 3, 224, 224)])
     assert mapping["s0"] == "batch" and mapping["s2"] == "pixel_values_batch"
 
-
-def test_the_generation_components_nameless_inputs_take_their_roles():
-    """`nn.Embedding.forward(input)` (the text embeddings: token ids) and `nn.Linear.forward(input)`
-    (the head: hidden states): batch and sequence, so the runtimes bound the sequence by the model's
-    positions (ExecuTorch bounded the embeddings' at twice the sample's length before)."""
-    from hfexport.capture.names import role_of
-
-    assert [role_of("input", 2, axis) for axis in range(2)] == ["batch", "sequence"]
-    assert [role_of("input", 3, axis) for axis in range(3)] == ["batch", "sequence", None]
-    assert [role_of("input", 4, axis) for axis in range(4)] == [None] * 4  # a convolution's: no role guessed

@@ -134,8 +134,6 @@ def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
         return ("patches", "patch_features")
     if leaf_name.split(".")[-1] in _HIDDEN_STATES and rank == 3:
         return _HIDDEN_STATES[leaf_name.split(".")[-1]]
-    if leaf_name == "input" and rank == 2:  # the text embeddings' (`nn.Embedding.forward(input)`): token ids
-        return ("batch", "sequence")
     roles = _ROLES_BY_NAME.get(leaf_name.split(".")[-1], ())
     return tuple(roles) + (None,) * max(0, rank - len(roles))
 

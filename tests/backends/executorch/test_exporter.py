@@ -336,3 +336,18 @@ def test_a_one_token_prompt_is_traced_at_two_tokens():
     program = ExecutorchExporter().export(model, one, config=ExecutorchConfig(dynamic=True))
     report = validate(program, model, one)
     assert report.passed and [c.label for c in report.cases] == ["sample", "resized"], report.to_table()
+
+
+def test_the_text_embeddings_token_ids_are_bounded_as_a_sequence_not_twice_the_sample():
+    """An image-text model's `text_embeddings` component (`nn.Embedding.forward(input)`): its ids'
+    sequence axis is bounded as a sequence (a prompt over twice the sample's length failed in
+    `set_inputs` before); another module's unnamed `input` keeps twice the sample."""
+    from hfexport import ExecutorchConfig
+    from hfexport.backends.executorch.exporter import FALLBACK_MAX, ConfigBounds
+
+    ids = torch.zeros(1, 12, dtype=torch.long)
+    embedding = ConfigBounds(torch.nn.Embedding(128, 8), {"input": ids}, ExecutorchConfig())
+    assert embedding("input", 1, 12) == (1, FALLBACK_MAX)
+    assert embedding("input", 0, 1) == (1, ExecutorchConfig().max_batch_size)
+    linear = ConfigBounds(torch.nn.Linear(256, 8), {"input": torch.zeros(1, 256)}, ExecutorchConfig())
+    assert linear("input", 1, 256) == (1, 512)

@@ -369,9 +369,14 @@ class ConfigBounds:
         self.cache_length = _static_cache_length(inputs)
         self.inputs = inputs
         self.chosen: dict[str, str] = {}
+        # an image-text model's `text_embeddings` component: its one input (`input`, unnamed by its
+        # role) is token ids `[batch, sequence]`, bounded as the language model's sequence is
+        self.token_ids = isinstance(model, torch.nn.Embedding)
 
     def __call__(self, name: str, axis: int, size: int) -> tuple[int, int]:
         role = role_of(name, _rank_of(self.inputs, name), axis)
+        if role is None and self.token_ids and axis < 2:
+            role = ("batch", "sequence")[axis]
         if role == "cache_length" and self.static_cache:
             # planned at exactly the static cache's size: method_meta then gives the caller's
             # buffer sizes (examples/decode_loop_executorch.cpp allocates the cache from `nbytes()`)

@@ -115,6 +115,7 @@ class MultimodalProgram(torch.nn.Module):
         return self.decoder(inputs_embeds, input_pos)
 
     def dynamic_shapes(self) -> dict[str, Any]:
+        """The `text_decoder` method's (`EmbeddedLlmProgram.dynamic_shapes`)."""
         return self.decoder.dynamic_shapes()
 
     def methods(self) -> dict[str, tuple[torch.nn.Module, dict[str, Any], dict[str, Any] | None]]:
