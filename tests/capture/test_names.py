@@ -51,4 +51,3 @@ def test_an_encoder_decoder_step_every_batch_and_the_encoders_length():
 def test_image_batches_are_not_the_text_batch():
     mapping = dim_names(["input_ids", "pixel_values"], [("s0", "s1"), ("s2", 3, 224, 224)])
     assert mapping["s0"] == "batch" and mapping["s2"] == "pixel_values_batch"
-

@@ -113,9 +113,16 @@ def test_the_prompt_is_split_around_its_one_image_as_generate_hf_splits_it():
 
 
 def test_a_folder_that_is_no_multimodal_runner_folder_is_refused_with_its_why(tmp_path):
-    from hfexport.errors import RuntimeLoadError
+    from hfexport.errors import ExportFolderError, RuntimeLoadError
+    from hfexport.manifest import write_manifest
 
-    (tmp_path / "manifest.json").write_text(json.dumps({MULTIMODAL_ENTRY: {"multimodal_runner": False,
-                                                                           "why": "LLaVA only"}}))
+    write_manifest(tmp_path, {"format": "executorch", "components": {},
+                              MULTIMODAL_ENTRY: {"multimodal_runner": False, "why": "LLaVA only"}})
     with pytest.raises(RuntimeLoadError, match="not a MultimodalRunner folder: LLaVA only"):
+        run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)
+    # a folder from elsewhere whose manifest points the runner outside it is refused before anything runs
+    write_manifest(tmp_path, {"format": "executorch", "components": {},
+                              MULTIMODAL_ENTRY: {"multimodal_runner": True, "program": "../other.pte",
+                                                 "image_token_id": 120}})
+    with pytest.raises(ExportFolderError, match="outside the folder"):
         run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)

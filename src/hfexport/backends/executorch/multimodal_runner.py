@@ -73,18 +73,25 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
     the processor's); it stops at the program's end tokens (`get_eos_ids`).
 
     Raises:
+        ExportFolderError: the folder's manifest is damaged, a listed file does not match it, or it
+            points outside the folder (`manifest.read_manifest`, `listed_path`).
         RuntimeLoadError: the folder holds no `MultimodalRunner` program (why, from its
             manifest), or the runner failed.
     """
     from ...errors import RuntimeLoadError
+    from ...manifest import listed_path, read_manifest
     from .multimodal import MULTIMODAL_ENTRY
 
     folder = Path(folder)
-    entry = json.loads((folder / "manifest.json").read_text()).get(MULTIMODAL_ENTRY, {})
+    # a folder from elsewhere: its manifest checked (every listed file's size and SHA-256), and the
+    # program and data file read only where it lists them, inside the folder
+    entry = read_manifest(folder).get(MULTIMODAL_ENTRY, {})
     if not entry.get("multimodal_runner"):
         why = entry.get("why", "not an image-text export")
         raise RuntimeLoadError(f"{folder} is not a MultimodalRunner folder: {why}",
                                remedy="export a LLaVA model with --format executorch --generate")
+    program = listed_path(folder, entry["program"])
+    data = listed_path(folder, entry["data"]) if entry.get("data") else None
     pieces = split_prompt(input_ids, entry["image_token_id"])
     with tempfile.TemporaryDirectory(prefix="hfexport-runner-") as scratch:
         tokenizer, pieces_file, pixels_file = (Path(scratch) / name
@@ -92,9 +99,8 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
         tokenizer.write_text(json.dumps(_id_tokenizer(_vocab_size(folder)), ensure_ascii=False), encoding="utf-8")
         pieces_file.write_text(json.dumps(pieces))
         torch.save(pixel_values.detach().to(torch.float32).contiguous(), pixels_file)
-        done = subprocess.run([sys.executable, "-c", _SCRIPT, str(folder / entry["program"]), str(tokenizer),
-                               str(pieces_file), str(pixels_file), str(max_new_tokens),
-                               str(folder / entry["data"]) if entry.get("data") else ""],
+        done = subprocess.run([sys.executable, "-c", _SCRIPT, str(program), str(tokenizer), str(pieces_file),
+                               str(pixels_file), str(max_new_tokens), str(data) if data else ""],
                               capture_output=True, text=True, encoding="utf-8", timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:

@@ -125,7 +125,7 @@ def _batch_from_tokens(model: Any, caches: list[Any]) -> None:
 
     inputs = {parameter.output(0).get_any_name(): parameter for parameter in model.get_parameters()}
     positions = inputs.get("position_ids")
-    tokens = inputs.get("inputs_embeds") or inputs.get("input_ids")
+    tokens = inputs["inputs_embeds"] if "inputs_embeds" in inputs else inputs.get("input_ids")
     if positions is None or tokens is None or positions.get_partial_shape().rank.get_length() != 3:
         return
     for cache in caches:
