@@ -56,6 +56,36 @@ def test_advisory_floors_report_what_is_under_them_and_fail_only_what_is_wrong(d
         validate(program, model, inputs, resized=False, cosine_advisory=why)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_compare_measures_the_finite_entries_as_a_direct_computation_does(seed):
+    """`_compare` skips its selection of finite entries when every entry is finite: drawn shapes,
+    dtypes and non-finite entries (NaN and inf at the same places on both sides, or not) give the
+    numbers a direct computation over the finite entries gives."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = [int(n) for n in torch.randint(1, 9, (int(torch.randint(1, 5, (1,), generator=generator)),),
+                                           generator=generator)]
+    dtype = (torch.float32, torch.float16, torch.bfloat16, torch.float64)[seed]
+    want = torch.randn(shape, generator=generator).to(dtype)
+    got = (want.double() + 1e-3 * torch.randn(shape, generator=generator, dtype=torch.float64)).to(dtype)
+    for blanks in ([], [float("nan")], [float("inf"), float("-inf")]):
+        w, g = want.clone().flatten(), got.clone().flatten()
+        for index, value in enumerate(blanks):
+            w[index % w.numel()], g[index % g.numel()] = value, value
+        w, g = w.view(shape), g.view(shape)
+        finite = torch.isfinite(w.double())
+        a, b = g.double()[finite], w.double()[finite]
+        diff = _compare("logits", g, w, 1e-2, 0)
+        expected = float((a - b).abs().max()) if a.numel() else 0.0
+        assert diff.max_abs == pytest.approx(expected, rel=1e-12, abs=0)
+        assert diff.passed == (expected <= 1e-2)
+        if a.numel() and float(a.norm() * b.norm()) > 0:
+            assert diff.cosine == pytest.approx(float((a * b).sum() / (a.norm() * b.norm())), rel=1e-12)
+        if blanks:  # the same non-finite value on one side only fails
+            g.view(-1)[0] = 0.0
+            one_sided = _compare("logits", g, w, 1e-2, 0)
+            assert not one_sided.passed and "non-finite" in one_sided.error
+
+
 def test_a_wrong_weight_fails_validation():
     model, inputs = build_preset("bert")
     program = DynamoExporter().export(model, inputs, config=DynamoConfig())
