@@ -19,7 +19,7 @@ import torch
 from ...workarounds import register_fx_node_fix, register_patch
 
 __all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling",
-           "patch_lowering_shares_weights"]
+           "patch_lowering_shares_weights", "patch_xnnpack_idle_passes"]
 
 _SPLITS = {torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default, torch.ops.aten.chunk.default}
 _UNBIND = torch.ops.aten.unbind.int
@@ -318,3 +318,95 @@ def patch_lowering_shares_weights(original):
     sharing and indexing the weights, the store filing them by reference, the Cord writing those
     references (`_SHARING_WEIGHTS`)."""
     return _SHARING_WEIGHTS[original.__name__](original)
+
+
+def _quantize_nodes(graph_module: torch.fx.GraphModule) -> bool:
+    """Whether the graph has a quantize or dequantize node, by XNNPACK's own test of one."""
+    from executorch.backends.xnnpack.utils.quant_utils import is_dequant, is_quant
+
+    return any(is_quant(node) or is_dequant(node) for node in graph_module.graph.nodes)
+
+
+#: XNNPACK's delegate passes that rewrite only where one of these ops is in the partition's graph
+#: (or where the test given holds), by class name. Read from executorch 1.4.1,
+#: backends/xnnpack/_passes: each `call` looks for these targets, or SubgraphMatcher-matches
+#: patterns each of which contains one, and otherwise changes nothing but still retraces the graph
+#: (`super().call(graph_module)`). `tests/backends/executorch/test_idle_passes.py` checks the
+#: pattern-matching ones against the patterns themselves.
+_IDLE_UNLESS: dict[str, tuple[str, ...] | Any] = {
+    "ConvertToUpsampleBilinear2d": ("aten.upsample_bilinear2d.vec",),
+    "ConvertToSDPAPass": ("aten._softmax.default",),
+    "FuseBatchNormPass": ("aten._native_batch_norm_legit_no_training.default", "aten.native_batch_norm.default"),
+    "DecomposeBatchNorm": ("aten._native_batch_norm_legit_no_training.default", "aten.native_batch_norm.default"),
+    "Conv1dUnsqueezePass": ("aten.convolution.default",),
+    "PReLUReshapePass": ("aten._prelu_kernel.default",),
+    "InsertPadQDQPass": ("aten.constant_pad_nd.default",),
+    "DecomposeConcatenate": ("aten.cat.default",),
+    "FuseActivationPass": ("aten.relu.default", "aten.hardtanh.default"),
+    "RemoveRedundantCopyPass": ("aten._to_copy.default",),
+    "PropagateCustomMetaPass": _quantize_nodes,  # copies a q/dq node's parent's meta["custom"]
+}
+
+
+def _op_names(graph_module: torch.fx.GraphModule) -> set[str]:
+    """The `namespace.op.overload` names of the graph's calls (edge ops and aten ops alike)."""
+    names = set()
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = getattr(node.target, "__name__", "")  # an edge op's: "aten.cat.default"; an aten op's: "cat.default"
+        namespace = getattr(node.target, "namespace", None)
+        names.add(f"{namespace}.{name}" if namespace and not name.startswith(f"{namespace}.") else name)
+    return names
+
+
+def pass_has_work(pass_name: str, graph_module: torch.fx.GraphModule) -> bool:
+    """Whether XNNPACK's pass `pass_name` (a key of `_IDLE_UNLESS`) can rewrite `graph_module`."""
+    needs = _IDLE_UNLESS[pass_name]
+    return needs(graph_module) if callable(needs) else not _op_names(graph_module).isdisjoint(needs)
+
+
+def _idle_when_absent(original):
+    """`call` of an XNNPACK pass that returns the graph unchanged (`modified=False`, so no new
+    program is built) when it has nothing to rewrite (`pass_has_work`)."""
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    pass_name = original.__qualname__.split(".")[0]
+    _IDLE_UNLESS[pass_name]  # noqa: B018 - a pass this patch does not know fails when the patch is applied
+
+    @functools.wraps(original)
+    def call(self, graph_module, *args, **kwargs):
+        if not pass_has_work(pass_name, graph_module):
+            return PassResult(graph_module, False)
+        return original(self, graph_module, *args, **kwargs)
+
+    return call
+
+
+@register_patch(
+    ("executorch",),
+    "executorch.backends.xnnpack._passes.convert_to_upsample_bilinear2d.ConvertToUpsampleBilinear2d.call",
+    "executorch.backends.xnnpack._passes.convert_to_sdpa.ConvertToSDPAPass.call",
+    "executorch.backends.xnnpack._passes.fuse_batch_norm.FuseBatchNormPass.call",
+    "executorch.backends.xnnpack._passes.decompose_batch_norm.DecomposeBatchNorm.call",
+    "executorch.backends.xnnpack._passes.conv1d_unsqueeze_pass.Conv1dUnsqueezePass.call",
+    "executorch.backends.xnnpack._passes.prelu_reshape_pass.PReLUReshapePass.call",
+    "executorch.backends.xnnpack._passes.insert_pad_qdq.InsertPadQDQPass.call",
+    "executorch.backends.xnnpack._passes.decompose_cat.DecomposeConcatenate.call",
+    "executorch.backends.xnnpack._passes.fuse_activation_pass.FuseActivationPass.call",
+    "executorch.backends.xnnpack._passes.remove_redundant_copy_pass.RemoveRedundantCopyPass.call",
+    "executorch.backends.xnnpack._passes.propagate_custom_meta_pass.PropagateCustomMetaPass.call",
+    reason="XNNPACK's delegate runs 17 passes on every partition, and each pass retraces the partition's "
+    "graph (ExportPass) and builds and verifies a new program even where it has nothing to rewrite; a "
+    "decoder's partitions have no convolution, batch norm, PReLU, padding, upsampling, relu, copy "
+    "or (unquantized) q/dq node, so most of the passes were idle retraces (an 8-layer Llama's LLM program: 26 partitions x 17 passes, the idle "
+    "ones ~15% of its lowering, bench/RESULTS.md). A pass whose ops are absent now returns the graph "
+    "unchanged; the lowered program is byte for byte the same",
+    upstream="executorch 1.4.1 backends/xnnpack/_passes/__init__.py XNNPACKPassManager.transform (every pass "
+    "on every partition) and each pass's call (super().call(graph_module) after its search)",
+    seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
+    remove_when="executorch>1.4.1",
+)
+def patch_xnnpack_idle_passes(original):
+    """An XNNPACK pass's `call` that returns at once where none of its ops is in the graph."""
+    return _idle_when_absent(original)
