@@ -26,6 +26,13 @@ token on; one warm-up run each, then 3 rounds interleaved (vendor, ours), the be
 The token ids of the runners must be equal (the row says so; a difference is marked). `--both`
 runs each folder twice, with the greedy fast path and with the generic loop (`use_fast_path =
 False`, what every step ran before issue 43): the before/after of one run.
+
+`--cold`: as a user runs it once. Each row is a fresh process that imports the runner, opens the
+folder and generates the 64 tokens once (the vendor's runner, then ours, alternating for
+`--rounds`, the fastest of each kept): the process's wall time from the parent's start to its exit
+(interpreter, imports, load, generate), with the child's own split (imports, load, generate).
+
+    python bench/runner_vs_vendor.py --root /tmp/rvv --cold --rounds 3
 """
 
 from __future__ import annotations
@@ -187,6 +194,95 @@ def run_one(fmt: str, scheme: str, folder: Path, fast: bool) -> dict:
             "tokens_equal": all(t == tokens["ours"] for t in tokens.values()), "load": round(os.getloadavg()[0], 1)}
 
 
+def cold_one(fmt: str, folder: Path, who: str) -> dict:
+    """One cold run in this fresh process: import the runner, open `folder`, generate once."""
+    start = time.perf_counter()
+    prompt = prompt_ids()
+    if who == "ours":
+        from hfexport import GenerationRunner
+
+        imported = time.perf_counter()
+        os.environ["HFEXPORT_ORT_SESSION_CONFIG"] = json.dumps({"intra_op_num_threads": THREADS})
+        runner = GenerationRunner.load(folder)  # as `hfexport generate` opens it: the manifest checked
+        loaded = time.perf_counter()
+        tokens = runner.generate(prompt, max_new_tokens=NEW_TOKENS, eos_token_id=None).tokens
+    elif fmt == "onnx":
+        import numpy as np
+        import onnxruntime_genai as og
+
+        imported = time.perf_counter()
+        config = og.Config(str(folder))
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": THREADS}}}}))
+        model = og.Model(config)
+        loaded = time.perf_counter()
+        generator = og.Generator(model, og.GeneratorParams(model))
+        generator.append_tokens(np.array([prompt], dtype=np.int32))
+        tokens = []
+        while len(tokens) < NEW_TOKENS:
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+    else:
+        import numpy as np
+        import openvino as ov
+        import openvino_genai as ov_genai
+
+        imported = time.perf_counter()
+        pipe = ov_genai.LLMPipeline(str(folder), "CPU", ATTENTION_BACKEND="SDPA", INFERENCE_NUM_THREADS=THREADS, **F32)
+        loaded = time.perf_counter()
+        config = ov_genai.GenerationConfig()
+        config.max_new_tokens = config.min_new_tokens = NEW_TOKENS
+        config.do_sample, config.ignore_eos = False, True
+        ids = np.array([prompt], dtype=np.int64)
+        tokens = list(pipe.generate(ov_genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))),
+                                    config).tokens[0])
+    done = time.perf_counter()
+    return {"imports": round(imported - start, 2), "load": round(loaded - imported, 2),
+            "generate": round(done - loaded, 2), "tokens": [int(t) for t in tokens]}
+
+
+def cold_rows(root: Path, formats: list[str], schemes: list[str], rounds: int) -> list[dict]:
+    """`--cold`: fresh processes, the vendor's runner and ours alternating on each folder."""
+    rows = []
+    for fmt in formats:
+        for scheme in schemes:
+            folder = root / f"{fmt}-{scheme}"
+            export(source_folder(root), fmt, scheme, folder)
+            runs: dict[str, list[dict]] = {"vendor": [], "ours": []}
+            for _ in range(rounds):
+                for who in runs:
+                    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS)}
+                    start = time.perf_counter()
+                    done = subprocess.run([sys.executable, __file__, "--cold-one", f"{fmt}:{folder}:{who}"],
+                                          capture_output=True, text=True, env=env, timeout=900)
+                    wall = time.perf_counter() - start
+                    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+                    if done.returncode or not lines:
+                        raise RuntimeError(f"{fmt} {scheme} {who}: {(done.stderr.strip().splitlines() or [''])[-1]}")
+                    runs[who].append({**json.loads(lines[-1]), "wall": round(wall, 2)})
+            best = {who: min(values, key=lambda r: r["wall"]) for who, values in runs.items()}
+            rows.append({"format": fmt, "scheme": scheme, **{f"{who}_{k}": best[who][k] for who in best
+                                                                for k in ("wall", "imports", "load", "generate")},
+                         "ratio": round(best["vendor"]["wall"] / best["ours"]["wall"], 2),
+                         "walls": {who: [r["wall"] for r in values] for who, values in runs.items()},
+                         "tokens_equal": best["vendor"]["tokens"] == best["ours"]["tokens"],
+                         "load_avg": round(os.getloadavg()[0], 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def cold_markdown(rows: list[dict]) -> str:
+    lines = ["| format | scheme | vendor's runner: wall s (imports, load, generate) | hfexport: wall s (imports, load, "
+             "generate) | vendor / ours (target 0.95) | same token ids | walls: vendor; ours | load |", "|" + "---|" * 8]
+    for r in rows:
+        split = {who: f"{r[who + '_wall']} ({r[who + '_imports']}, {r[who + '_load']}, {r[who + '_generate']})"
+                 for who in ("vendor", "ours")}
+        miss = " **miss**" if r["ratio"] < 0.95 else ""
+        lines.append(f"| {r['format']} | {r['scheme']} | {VENDOR[r['format']]} {split['vendor']} | {split['ours']} "
+                     f"| {r['ratio']:.2f}{miss} | {'yes' if r['tokens_equal'] else '**no**'} "
+                     f"| {r['walls']['vendor']}; {r['walls']['ours']} | {r['load_avg']} |")
+    return "\n".join(lines) + "\n"
+
+
 def _child(fmt: str, scheme: str, folder: Path, fast: bool, rounds: int) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "RUNNER_VS_VENDOR_ROUNDS": str(rounds)}
     command = [sys.executable, __file__, "--one", f"{fmt}:{scheme}:{folder}:{int(fast)}"]
@@ -232,8 +328,16 @@ def main() -> None:
     parser.add_argument("--both", action="store_true", help="the fast and the generic loop, each its own row")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="timed rounds after the warm-up (the best is kept)")
     parser.add_argument("--markdown", default=None)
+    parser.add_argument("--cold", action="store_true", help="fresh processes: imports + load + one generate, each side")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--cold-one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cold_one:
+        fmt, folder, who = args.cold_one.split(":")
+        if fmt == "openvino":
+            os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:THREADS])
+        print(json.dumps(cold_one(fmt, Path(folder), who)))
+        return
     if args.one:
         fmt, scheme, folder, fast = args.one.split(":")
         if fmt == "openvino":  # the runner compiles for the CPUs it sees (no config): give it THREADS
@@ -243,6 +347,12 @@ def main() -> None:
     import tempfile
 
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="runner-vs-vendor-"))
+    if args.cold:
+        table = cold_markdown(cold_rows(root, args.formats.split(","), args.schemes.split(","), args.rounds))
+        print(table)
+        if args.markdown:
+            Path(args.markdown).write_text(table)
+        return
     source = source_folder(root)
     loops = [True, False] if args.both else [not args.no_fast]
     rows = []

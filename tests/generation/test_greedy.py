@@ -92,3 +92,45 @@ def test_the_fast_path_leaves_the_state_the_generic_loop_continues(llm_package, 
     second = runner._generate_on(state, torch.tensor([first.tokens[-1:]]), sequence, config.__class__(
         **{**config.to_dict(), "max_new_tokens": 3}))
     assert second.tokens == eager[6:9]
+
+
+def test_token_ids_in_and_out_build_no_model_config_or_tokenizer(llm_package, tmp_path):
+    """A runner opened on an LLM package and generating from token ids never builds the model's
+    config or the tokenizer (transformers imports a model's configuration module and tokenizer
+    classes for them: seconds of a cold `generate`, bench/RESULTS.md); `.text` and `.config` build
+    them at first use from the folder's checked files, so a tokenizer file changed after `load` is
+    refused then, naming it."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    package = llm_package("llama", "onnx")
+    folder = tmp_path / "package"
+    shutil.copytree(package.folder, folder)
+    ids = package.ids[0].tolist()
+    script = f"""
+import json, sys
+from hfexport import GenerationRunner
+runner = GenerationRunner.load({str(folder)!r})
+result = runner.generate({ids}, max_new_tokens=4, eos_token_id=None)
+built = [m for m in ("transformers.models.llama.configuration_llama", "transformers.tokenization_utils_tokenizers",
+                     "transformers.tokenization_utils_base") if m in sys.modules]
+print(json.dumps({{"tokens": result.tokens, "built": built, "text": result.text,
+                  "config": type(runner.export.config).__name__}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["tokens"] == package.eager(4)
+    assert out["built"] == []
+    assert out["text"] == package.tokenizer.decode(out["tokens"], skip_special_tokens=True)
+    assert out["config"] == "LlamaConfig"
+
+    from hfexport import GenerationRunner
+    from hfexport.errors import ExportFolderError
+
+    runner = GenerationRunner.load(folder)
+    result = runner.generate(package.ids, max_new_tokens=2, eos_token_id=None)
+    (folder / "tokenizer.json").write_text((folder / "tokenizer.json").read_text().replace('"<s>"', '"<x>"', 1))
+    with pytest.raises(ExportFolderError, match="tokenizer.json"):
+        result.text

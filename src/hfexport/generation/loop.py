@@ -62,16 +62,25 @@ class GenerationResult:
     prompt: list[int]
     time_to_first_token_s: float
     tokens_per_s: float  # decode steps after the first token, per second (nan with one token)
-    text: str | None = None
     logits: list[torch.Tensor] | None = None  # per step, the last position's logits (`output_logits=True`)
     stopped_at_eos: bool = False  # the last token is an end token (else `max_new_tokens` ran out)
     fast_path: bool = False  # the decode steps after the first token ran `greedy.GreedySteps`
+    #: the text, or what decodes it at first use (`text`): loading a tokenizer imports transformers'
+    #: tokenizer classes, seconds a caller of token ids in and out does not need
+    _text: Callable[[], str | None] | str | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def text(self) -> str | None:
+        """The new tokens decoded by the export's tokenizer (special tokens skipped), None without one."""
+        if callable(self._text):
+            self._text = self._text()
+        return self._text
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-able dict (per-step logits left out)."""
-        out = dataclasses.asdict(self)
-        out.pop("logits")
-        return out
+        out = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+               if field.name not in ("logits", "_text")}
+        return {**out, "text": self.text}
 
 
 class _ComponentRunners(Mapping):
@@ -288,13 +297,16 @@ class GenerationRunner:
             streamer.end()
         end = time.perf_counter()
         decoded = len(tokens) - 1
-        tokenizer = self.export.tokenizer
+        def text(export=self.export, tokens=tuple(tokens)) -> str | None:
+            tokenizer = export.tokenizer
+            return tokenizer.decode(list(tokens), skip_special_tokens=True) if tokenizer is not None else None
+
         return GenerationResult(
             tokens=tokens,
             prompt=prompt,
             time_to_first_token_s=(first_at or end) - start,
             tokens_per_s=decoded / (end - first_at) if decoded > 0 and end > first_at else float("nan"),
-            text=tokenizer.decode(tokens, skip_special_tokens=True) if tokenizer is not None else None,
+            _text=text,
             logits=raw_logits if output_logits else None,
             stopped_at_eos=bool(tokens) and tokens[-1] in eos,
             fast_path=fast is not None,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import os
 import shutil
 import tempfile
@@ -135,15 +136,19 @@ def save_generation_export(
 
 @dataclasses.dataclass
 class GenerationExport:
-    """A generation export loaded from disk (see the module docstring)."""
+    """A generation export loaded from disk (see the module docstring).
+
+    The model's `config` and the `tokenizer` are read from the folder at first use (as `load`
+    reads the generation config: only the files its manifest lists, each checked): transformers
+    imports a model's own configuration module to build its config, seconds that generating from
+    a decoder's token ids does not need (`bench/runner_vs_vendor.py --cold`).
+    """
 
     directory: Path
     format: str
     components: dict[str, LoadedComponent]
     manifest: dict[str, Any]
-    config: Any = None
     generation_config: Any = None
-    tokenizer: Any = None
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, verify: bool = True) -> GenerationExport:
@@ -170,18 +175,29 @@ class GenerationExport:
         for name, entry in manifest["components"].items():
             files = check_files(directory, name, entry)
             components[name] = LoadedComponent(name, exporter.load(files), record_from_entry(fmt, entry), files)
+        generation_config = None
         with _listed_metadata(directory, manifest) as metadata:
-            config = generation_config = None
-            if (metadata / "config.json").is_file():
-                from transformers import AutoConfig
-
-                config = AutoConfig.from_pretrained(metadata)
             if (metadata / "generation_config.json").is_file():
                 from transformers import GenerationConfig
 
                 generation_config = GenerationConfig.from_pretrained(metadata)
-            tokenizer = load_tokenizer(metadata)
-        return cls(directory, fmt, components, manifest, config, generation_config, tokenizer)
+        return cls(directory, fmt, components, manifest, generation_config)
+
+    @functools.cached_property
+    def config(self) -> Any:
+        """The model's config (`config.json`, by `AutoConfig`), or None where the export has none."""
+        with _listed_metadata(self.directory, self.manifest) as metadata:
+            if not (metadata / "config.json").is_file():
+                return None
+            from transformers import AutoConfig
+
+            return AutoConfig.from_pretrained(metadata)
+
+    @functools.cached_property
+    def tokenizer(self) -> Any:
+        """The tokenizer saved with the export (`tokenizer_files.load_tokenizer`), or None."""
+        with _listed_metadata(self.directory, self.manifest) as metadata:
+            return load_tokenizer(metadata)
 
     @property
     def has_processor(self) -> bool:
