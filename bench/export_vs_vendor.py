@@ -181,6 +181,7 @@ def run_row(tool: str, fmt: str, scheme: str, source: Path, root: Path, extra: l
         return {**row, "error": f"install failed: {str(error).splitlines()[-1][:300]}"}
     log = root / "logs" / f"{out.name}.log"
     log.parent.mkdir(exist_ok=True)
+    log.unlink(missing_ok=True)  # this run's row only
     done = subprocess.run([sys.executable, __file__, "--measure", str(log), "--", *command],
                           capture_output=True, text=True)
     measured = json.loads(done.stdout.strip().splitlines()[-1])
@@ -212,8 +213,10 @@ def phases(folder: Path) -> dict:
 def steps(log: Path) -> dict:
     """Seconds per step from the CLI's progress lines (`[3/5] exporting ...: done in 27.5s`) of the last run."""
     found = {}
-    text = log.read_text(errors="replace").rpartition("\n$ ")[0] or log.read_text(errors="replace")
-    for line in text.rpartition("-m hfexport export")[2].splitlines():
+    text = log.read_text(errors="replace")
+    start = text.rfind("-m hfexport export")  # the last export's output, up to the next command
+    end = text.find("\n$ ", start)
+    for line in text[start:end if end >= 0 else None].splitlines()[1:]:
         match = re.match(r"\[\d+/\d+\] (.*?)(?: \.\.\.)?: (?:done in|failed after) ([\d.]+)s$", line.strip())
         if match:
             found[match.group(1)] = float(match.group(2))
