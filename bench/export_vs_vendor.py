@@ -267,7 +267,10 @@ def markdown(result: dict) -> str:
             else:
                 checks.append("time: no vendor row to compare")
             checks.append(f"RAM {'met' if rss <= RSS_TARGET else '**miss**'} (<= {RSS_TARGET:g}x)")
-            verdict = ", ".join(checks) + (f"; **refused, nothing written**: {r['error']}" if refused else "")
+            if refused:  # the refusal's reason, without its advice (the log has it whole)
+                reason = r["error"].partition("error: ")[2].partition(", their logits")[0] or r["error"]
+                checks.append(f"**refused (exit 3), nothing written**: {reason}")
+            verdict = ", ".join(checks)
         base = r.get("imports_mb")
         growth = f"{(r['peak_mb'] - base) * 2**20 / r['weight_bytes']:.2f}x" if base else "-"
         lines.append(f"| {r['format']} | {r['scheme']} | {r['tool']} | {r['wall']} | {r['peak_mb']} | {rss:.2f}x | "
@@ -321,7 +324,8 @@ def main() -> None:
     formats, schemes = args.formats.split(","), args.schemes.split(",")
     tools = args.tools.split(",")
     pairs = [p for p in PAIRS if p[0] in formats and p[1] in schemes]
-    for tool in sorted({tool for _, _, tool in pairs} & set(VENVS) & set(tools)):  # set-up first: not inside a timed row
+    # the vendor venvs' set-up first, so that no install falls inside a timed row
+    for tool in sorted({tool for _, _, tool in pairs} & set(VENVS) & set(tools)):
         try:
             vendor_cli(root, tool)
         except RuntimeError as error:
