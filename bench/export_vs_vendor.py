@@ -5,6 +5,7 @@
     python bench/export_vs_vendor.py --root R --smollm2         # + our ExecuTorch LLM program of SmolLM2-135M
     python bench/export_vs_vendor.py --root R --schemes none --smollm2            # that row alone
     python bench/export_vs_vendor.py --table run.json           # the table of an earlier run's --json
+    python bench/export_vs_vendor.py --root R --formats openvino --tools optimum-intel   # one tool's rows
 
 The model: the random Llama of `runner_vs_vendor.py` (vocab 8192, hidden 512, intermediate 1408,
 8 layers, 8 heads, 4 kv heads: 134 MB fp32) saved with its tokenizer by that script's
