@@ -540,7 +540,7 @@ def _compare(name: str, got: Any, want: Any, atol: float, rtol: float,
     # propagate through it; float32 values cannot overflow a float64 sum); the maxima are norms,
     # which allocate nothing. A decoder's validation compares a static cache of [batch, heads,
     # 2048, head_dim] per layer and case: these passes were most of its time (bench/RESULTS.md,
-    # "Export time and memory beside the vendors' tools").
+    # "Where export time goes").
     a, b = got.reshape(-1), want.reshape(-1)
     if not (math.isfinite(float(a.sum())) and math.isfinite(float(b.sum()))):
         finite = torch.isfinite(b)

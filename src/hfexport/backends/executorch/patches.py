@@ -398,9 +398,10 @@ def _idle_when_absent(original):
     "executorch.backends.xnnpack._passes.propagate_custom_meta_pass.PropagateCustomMetaPass.call",
     reason="XNNPACK's delegate runs 17 passes on every partition, and each pass retraces the partition's "
     "graph (ExportPass) and builds and verifies a new program even where it has nothing to rewrite; a "
-    "decoder's partitions have no convolution, batch norm, PReLU, padding, upsampling, relu, copy "
-    "or (unquantized) q/dq node, so most of the passes were idle retraces (an 8-layer Llama's LLM program: 26 partitions x 17 passes, the idle "
-    "ones ~15% of its lowering, bench/RESULTS.md). A pass whose ops are absent now returns the graph "
+    "decoder's partitions have no convolution, batch norm, PReLU, padding, upsampling, relu, copy or "
+    "(unquantized) q/dq node, so most of the passes were idle retraces (an 8-layer Llama's LLM program: 26 "
+    "partitions x 17 passes; skipping the idle ones cut its conversion by a quarter in a fresh process, "
+    "bench/RESULTS.md 'Where export time goes'). A pass whose ops are absent now returns the graph "
     "unchanged; the lowered program is byte for byte the same",
     upstream="executorch 1.4.1 backends/xnnpack/_passes/__init__.py XNNPACKPassManager.transform (every pass "
     "on every partition) and each pass's call (super().call(graph_module) after its search)",
