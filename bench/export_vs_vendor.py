@@ -33,8 +33,8 @@ running beside it; the 1-minute load average `os.getloadavg()` is printed before
                       --weight-format fp32|int4 OUT``
   optimum-executorch  ``optimum-cli export executorch --model SRC --task text-generation --recipe xnnpack
                       --use_custom_sdpa --use_custom_kv_cache [--qlinear 8da4w] --output_dir OUT``
-                      (optimum-executorch 1.1.0's flags; its default ``--max_seq_len``, as ours keeps
-                      the CLI's default cache)
+                      ``--max_seq_len 2048`` (optimum-executorch 1.1.0's flags; 2048 is the cache ours
+                      makes by default, its own default would be the model's 4096 positions)
   --smollm2           one more row, ours only: ``hfexport export SMOLLM2 -f executorch --static-cache 256``
                       (`real_model.smollm2_folder()`: 30 layers, 538 MB fp32; issue 43's target: under 3 minutes)
 Per row: wall seconds of the command (imports included: what a user waits for) and its peak RSS
