@@ -17,7 +17,12 @@ Each `(format, scheme)` is one subprocess; in it, with 2 threads on both sides:
     {"intra_op_num_threads": 2}`);
   - OpenVINO: OpenVINO GenAI's `LLMPipeline(folder, "CPU", ATTENTION_BACKEND="SDPA",
     INFERENCE_NUM_THREADS=2, INFERENCE_PRECISION_HINT="f32", KV_CACHE_PRECISION="f32")` against
-    `GenerationRunner` (its compile sees 2 CPUs: the process is pinned to two, `os.sched_setaffinity`).
+    `GenerationRunner` (its compile sees 2 CPUs: the process is pinned to two, `os.sched_setaffinity`);
+  - ExecuTorch (`--formats executorch --schemes fp32,8da4w`; the CLI's LLM-runner program, cache
+    2048): ExecuTorch's own `TextLLMRunner` on the folder's `decode.pte` (loaded as the export job's
+    runner check loads it, ids through its one-character-per-id tokenizer) against
+    `GenerationRunner` on it (XNNPACK's threads: the 2 CPUs). `TextLLMRunner` stops at an end
+    token, so its ids are compared as far as it went.
 On the ONNX folder both also run at onnxruntime-genai's own default thread count (half the logical
 CPUs: 1 here), and the runner also with genai's spin-waiting intra-op threads (2, `"session.
 intra_op.allow_spinning": "1"`; the runner's default does not spin: faster on a loaded machine,
@@ -168,11 +173,46 @@ def llm_pipeline(folder: Path, prompt: list[int]):
     return run
 
 
+def text_llm_runner(folder: Path, prompt: list[int]):
+    """ExecuTorch's own `TextLLMRunner` on the folder's LLM-runner program, loaded as the export
+    job's runner check loads it (`text_runner.LOAD_RUNNER`), ids in and out through that check's
+    one-character-per-id tokenizer; tok/s from the second new token on, by the wall clock between
+    the runner's token callbacks. It stops at the program's end tokens, so its tokens may be fewer."""
+    import tempfile
+
+    from hfexport.backends.executorch import text_runner
+
+    namespace: dict = {}
+    exec(text_runner.LOAD_RUNNER, namespace)  # binds the runner's bindings as `llm`
+    llm = namespace["llm"]
+    tokenizer = Path(tempfile.mkdtemp(prefix="rvv-tokenizer-")) / "tokenizer.json"
+    tokenizer.write_text(json.dumps(text_runner._id_tokenizer(text_runner._vocab_size(folder)), ensure_ascii=False),
+                         encoding="utf-8")
+    data = folder / "decode.ptd"
+    runner = llm.TextLLMRunner(str(folder / "decode.pte"), str(tokenizer), str(data) if data.is_file() else None)
+    text = "".join(chr(text_runner._FIRST + t) for t in prompt)
+
+    def run():
+        stamps, pieces = [], []
+
+        def piece(value):
+            stamps.append(time.perf_counter())
+            pieces.append(value)
+
+        runner.reset()  # from position 0, as each of the other runners' generate
+        config = llm.GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, temperature=0.0, num_bos=0, num_eos=0)
+        runner.generate(text, config, token_callback=piece)
+        tokens = [ord(c) - text_runner._FIRST for c in "".join(pieces)]
+        return (len(stamps) - 1) / (stamps[-1] - stamps[0]), tokens
+
+    return run
+
+
 def run_one(fmt: str, scheme: str, folder: Path, fast: bool) -> dict:
     """The side-by-side measurement of one folder, in this (fresh) process."""
     prompt = prompt_ids()
-    runs = {"vendor": og_generator(folder, prompt) if fmt == "onnx" else llm_pipeline(folder, prompt),
-            "ours": ours(folder, prompt, fast)}
+    vendors = {"onnx": og_generator, "openvino": llm_pipeline, "executorch": text_llm_runner}
+    runs = {"vendor": vendors[fmt](folder, prompt), "ours": ours(folder, prompt, fast)}
     if fmt == "onnx":  # also at genai's own thread count, half the logical CPUs (1 here), both sides
         runs["vendor_default"] = og_generator(folder, prompt, None)
         runs["ours_default"] = ours(folder, prompt, fast, max(1, (os.cpu_count() or 2) // 2))
@@ -191,7 +231,9 @@ def run_one(fmt: str, scheme: str, folder: Path, fast: bool) -> dict:
     return {"format": fmt, "scheme": scheme, "fast": fast, "best": {k: round(v, 1) for k, v in best.items()},
             "ratio": round(mine / vendor, 3),
             "all": {key: [round(v, 1) for v in values] for key, values in speeds.items()},
-            "tokens_equal": all(t == tokens["ours"] for t in tokens.values()), "load": round(os.getloadavg()[0], 1)}
+            # TextLLMRunner stops at an end token: its tokens are compared as far as they go
+            "tokens_equal": all(t == tokens["ours"][:len(t)] for t in tokens.values()),
+            "load": round(os.getloadavg()[0], 1)}
 
 
 def cold_one(fmt: str, folder: Path, who: str) -> dict:
@@ -221,6 +263,10 @@ def cold_one(fmt: str, folder: Path, who: str) -> dict:
         while len(tokens) < NEW_TOKENS:
             generator.generate_next_token()
             tokens.append(int(generator.get_next_tokens()[0]))
+    elif fmt == "executorch":  # importing the runner's bindings (torch too: its custom ops' library) and
+        run = text_llm_runner(folder, prompt)  # loading the program are one step here, counted as the load
+        imported, loaded = start, time.perf_counter()
+        tokens = run()[1]
     else:
         import numpy as np
         import openvino as ov
@@ -264,7 +310,7 @@ def cold_rows(root: Path, formats: list[str], schemes: list[str], rounds: int) -
                                                                 for k in ("wall", "imports", "load", "generate")},
                          "ratio": round(best["vendor"]["wall"] / best["ours"]["wall"], 2),
                          "walls": {who: [r["wall"] for r in values] for who, values in runs.items()},
-                         "tokens_equal": best["vendor"]["tokens"] == best["ours"]["tokens"],
+                         "tokens_equal": best["vendor"]["tokens"] == best["ours"]["tokens"][:len(best["vendor"]["tokens"])],
                          "load_avg": round(os.getloadavg()[0], 1)})
             print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -294,7 +340,7 @@ def _child(fmt: str, scheme: str, folder: Path, fast: bool, rounds: int) -> dict
     return json.loads(lines[-1])
 
 
-VENDOR = {"onnx": "og.Generator", "openvino": "LLMPipeline"}
+VENDOR = {"onnx": "og.Generator", "openvino": "LLMPipeline", "executorch": "TextLLMRunner"}
 
 
 def markdown(rows: list[dict]) -> str:
