@@ -35,9 +35,8 @@ Rows, each one process (a worker kept alive for the run; all pinned to the same 
   ov-genai     OpenVINO GenAI ``LLMPipeline`` on it, ``INFERENCE_NUM_THREADS=2`` and the properties
                the folder is documented with (f32 inference, f32 KV cache); each ``--ov-variants``
                JSON object is one more ``LLMPipeline`` row with those properties on top, and one
-               more ``ov-ours`` row compiled with them (the runner takes no compile properties of
-               its own: the worker wraps ``openvino.Core.compile_model`` to add them, as a
-               property recorded in the folder would be added); ``LAYOUT={...}`` puts the
+               more ``ov-ours`` row compiled with them (``HFEXPORT_OV_COMPILE_CONFIG``, the
+               runner's CPU plugin properties); ``LAYOUT={...}`` puts the
                variant on an ``--ov-layouts`` folder instead of the default one
   ov-ours/L,   the same two rows on the OpenVINO int4 folder of NNCF layout L (each of
   ov-genai/L   ``--ov-layouts``, e.g. ``sym-g32-r1.0``: ``INT4_SYM``, ``group_size=32``, ``ratio=1.0``),
@@ -325,8 +324,8 @@ def _llama(path: str, n: int, threads: int):
 
 def _ours(folder: str, n: int, properties: dict):
     os.environ["HFEXPORT_ORT_SESSION_CONFIG"] = json.dumps({"intra_op_num_threads": THREADS})
-    if properties:
-        _compile_with(properties)
+    if properties:  # OpenVINO CPU plugin properties for every compile of the runner
+        os.environ["HFEXPORT_OV_COMPILE_CONFIG"] = json.dumps(properties)
     from hfexport import GenerationRunner
 
     runner = GenerationRunner.load(folder, verify=False)
@@ -336,22 +335,6 @@ def _ours(folder: str, n: int, properties: dict):
         return (len(result.tokens) - 1) / result.tokens_per_s, list(result.tokens)
 
     return generate
-
-
-def _compile_with(properties: dict) -> None:
-    """Every `openvino.Core.compile_model` of this process gets `properties` over its config (the
-    runner compiles with none; a property recorded in the folder's rt_info would be added the same way)."""
-    import functools
-
-    import openvino as ov
-
-    original = ov.Core.compile_model
-
-    @functools.wraps(original)
-    def compile_model(self, model, device_name=None, config=None, *args, **kwargs):
-        return original(self, model, device_name, {**(config or {}), **properties}, *args, **kwargs)
-
-    ov.Core.compile_model = compile_model
 
 
 def _og(folder: str, n: int):
