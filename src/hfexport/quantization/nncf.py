@@ -24,6 +24,11 @@ _WEIGHT_MODES = {"int8-weights": "INT8_ASYM", "int4-weights": "INT4_SYM"}
 #: the torch.export graph int4 stays symmetric in groups of 32: ONNX Runtime 1.32 refused NNCF
 #: 3.4's asymmetric groups of 128 ("MatMulNBits PrePack: zero_points initializer shape {256,2}
 #: does not match attribute-derived shape"). Any of them can be passed.
+#: Against llama.cpp Q4_0 (`bench/llama_cpp.py --ov-layouts --gate`, bench/RESULTS.md "OpenVINO
+#: int4: NNCF layouts and CPU properties") the OpenVINO default stayed: symmetric all-int4 groups of 64
+#: and 128 decode faster but the accuracy gate refuses them on SmolLM2's sample prompt (mean step cosine
+#: 0.711, 0.673); Q4_0's layout (INT4_SYM, 32, 1.0) passes with less margin and was 4-34% faster per
+#: round through `GenerationRunner`, not clearly through `LLMPipeline` (0.94-1.47x, under load).
 _INT4_DEFAULTS = {
     "openvino": {"mode": "INT4_ASYM", "group_size": 128, "ratio": 0.8, "backup_mode": "INT8_ASYM"},
     "other": {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"},
