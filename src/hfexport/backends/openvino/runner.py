@@ -68,7 +68,7 @@ class OpenVINORunner(Runner):
             if not properties:
                 raise
             raise RuntimeLoadError(f"the CPU plugin refused {COMPILE_CONFIG_ENV}={json.dumps(properties)}: "
-                                   f"{str(error).strip().splitlines()[-1]}",
+                                   f"{(str(error).strip().splitlines() or [type(error).__name__])[-1]}",
                                    remedy="use the CPU plugin's property names and values (openvino.properties), "
                                    f"e.g. {_EXAMPLE}, or unset it") from error
         if properties:
