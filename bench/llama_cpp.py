@@ -23,6 +23,8 @@ Set up once under ``--root`` and reused on later runs:
   - ``exports/``: hfexport's int4 LLM packages written by the CLI's defaults,
     ``hfexport export FOLDER -f onnx|openvino -o OUT --weight-format int4 --no-validate`` and
     ``-f executorch --weight-format 8da4w`` (validation is skipped: the agreement is measured here).
+    A folder is reused as long as it exists: delete it to measure a changed default (the OpenVINO
+    rows' labels name the NNCF layout the folder's record says it has).
 
 Rows, each one process (a worker kept alive for the run; all pinned to the same 2 CPUs, 2 threads):
   eager        transformers fp32 ``generate`` (torch 2 threads): the reference tokens and speed
