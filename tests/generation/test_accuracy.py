@@ -126,3 +126,24 @@ def test_each_scheme_is_judged_by_the_criteria_measured_for_it(scheme, criteria)
     if criteria is INT8_DYNAMIC_INT4_CRITERIA:
         assert criteria.min_cosine < 0.8 and (criteria.min_agreement, criteria.min_mean_cosine) == \
             (INT4_CRITERIA.min_agreement, INT4_CRITERIA.min_mean_cosine)
+
+
+@pytest.mark.slow
+def test_openvino_default_int4_is_q4_0s_layout_and_passes_the_gate(tmp_path):
+    """OpenVINO's default int4 (`--weight-format int4`): llama.cpp Q4_0's layout (symmetric groups of
+    32, every linear int4), written through the default accuracy gate on the tiny Llama: the saved
+    folder's teacher-forced greedy tokens through `GenerationRunner` agree with eager `generate`'s
+    and their logits' cosine reach int4's floors. (Free-running tokens of a random-weight model part
+    at the first near-tie, `accuracy.py`'s note.)"""
+    require_backend("openvino")
+    model, inputs = build_preset("llama")
+    length = int(torch.randint(3, 8, ()))  # a drawn prompt length, 3-7 tokens
+    prompt = {"input_ids": inputs["input_ids"][:1, :length]}
+    result = export_to_folder((model, prompt), _config("openvino"), tmp_path / "q", generate=True,
+                              quantize="int4-weights")
+    assert result.passed and result.report["accuracy"]["passed"]
+    assert result.report["accuracy"]["agreement"] >= INT4_CRITERIA.min_agreement
+    settings = result.report["components"]["decode"]["record"]["quantization"]["nncf_settings"]
+    assert settings == {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"}
+    accuracy = result.report["accuracy"]  # the saved folder run by GenerationRunner, teacher-forced against eager
+    assert accuracy["tokens"] >= 8 and accuracy["mean_cosine"] >= INT4_CRITERIA.min_mean_cosine

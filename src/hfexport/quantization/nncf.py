@@ -12,20 +12,23 @@ from .base import ExportQuantizer
 __all__ = ["NNCFQuantizer"]
 
 _WEIGHT_MODES = {"int8-weights": "INT8_ASYM", "int4-weights": "INT4_SYM"}
-#: int4 on OpenVINO as OpenVINO's LLM tooling writes it (optimum-intel's `--weight-format int4`, the
-#: IR `LLMPipeline` users deploy): asymmetric, groups of 128, the embeddings and the head int8 per
-#: channel (NNCF's backup precision), and 80% of the other linear layers' weights int4, the 20% whose
-#: int4 error is largest int8 (`ratio=0.8`, NNCF's data-free mixed precision). Measured on
-#: SmolLM2-135M-Instruct (`bench/RESULTS.md`, "What a quantized export of a real LLM is judged by"):
-#: with every layer int4 (`ratio=1.0`) the accuracy gate refused the export (mean step cosine 0.7486
-#: on its sample prompt, teacher-forced agreement 0.62 on a chat prompt); `ratio=0.8` gives
-#: 0.75-0.85 agreement and 0.85-0.92 mean step cosine on the same prompts, more than AWQ and scale
-#: estimation on the chat prompts (0.73-0.79, 0.84-0.85) and without data. On ONNX and
-#: the torch.export graph int4 stays symmetric in groups of 32: ONNX Runtime 1.32 refused NNCF
-#: 3.4's asymmetric groups of 128 ("MatMulNBits PrePack: zero_points initializer shape {256,2}
-#: does not match attribute-derived shape"). Any of them can be passed.
+#: int4 on every target: symmetric groups of 32, every linear layer int4 (`ratio=1.0`), the embeddings
+#: and the head int8 per channel (NNCF's backup precision) -- llama.cpp Q4_0's layout. On OpenVINO it
+#: was optimum-intel's (asymmetric groups of 128, `ratio=0.8`: the 20% of the linear weights with the
+#: largest int4 error int8) until measured against llama.cpp Q4_0 on SmolLM2-135M-Instruct
+#: (`bench/llama_cpp.py --ov-layouts --gate`, bench/RESULTS.md "OpenVINO int4: NNCF layouts and CPU
+#: properties"): this layout decoded faster in 15 of 15 interleaved rounds through `GenerationRunner`
+#: (1.04-1.34x) and 12 of 15 through `LLMPipeline` (0.94-1.47x; run 5, the least loaded: 1.07-1.28x),
+#: with Q4_0's free-running agreement (first difference at the same tokens, "Paris" kept), 7.5% fewer
+#: bytes, and the export's accuracy gate passed (sample prompt: agreement 0.78, mean step cosine 0.851;
+#: chat prompts 0.66-0.77, 0.857-0.876, against the old layout's 0.72-0.80, 0.901-0.916: less margin,
+#: ONNX int4's level). Groups of 64 or 128 at `ratio=1.0` decode faster still but the gate refuses them
+#: (mean step cosine 0.711, 0.673 on the sample prompt), as it refused asymmetric groups of 128 at
+#: `ratio=1.0` (0.7486). ONNX Runtime 1.32 refused NNCF 3.4's asymmetric groups of 128 on ONNX
+#: ("MatMulNBits PrePack: zero_points initializer shape {256,2} does not match attribute-derived
+#: shape"). Any of them can be passed (`mode=INT4_ASYM, group_size=128, ratio=0.8`: the old layout).
 _INT4_DEFAULTS = {
-    "openvino": {"mode": "INT4_ASYM", "group_size": 128, "ratio": 0.8, "backup_mode": "INT8_ASYM"},
+    "openvino": {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"},
     "other": {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"},
 }
 #: the `nncf.CompressWeightsMode`s each weight scheme stands for (a `mode=` outside them is refused)
@@ -47,15 +50,15 @@ class NNCFQuantizer(ExportQuantizer):
       off: on a model without outliers it costs accuracy, measured on a random-init Llama: logits
       cosine 0.974 with it, 0.999 without);
     - `"int8-weights"`: `nncf.compress_weights`, int8 asymmetric per-channel weights;
-    - `"int4-weights"`: on OpenVINO, int4 weights as OpenVINO's LLM tooling deploys them:
-      asymmetric (`mode=INT4_ASYM`), groups of 128 (`group_size`; a layer whose input size is not
-      a multiple of it gets the largest group size that divides it), `ratio=0.8` (the linear
-      layers' weights int4 but for the 20% with the largest int4 error, int8; `ratio=1.0` makes
-      every one int4, `_INT4_DEFAULTS` says why not by default), the embeddings and the last layer int8 per channel
-      (`backup_mode=INT8_ASYM`, NNCF's backup precision); on ONNX and the torch.export graph
-      symmetric groups of 32 (`_INT4_DEFAULTS` says why). Each is an option: `mode=INT4_SYM`,
-      `group_size=32`, `ratio=1.0`; `awq=True`/`scale_estimation=True` with `calibration` (or
-      `dataset=`). The record's `quantization.nncf_settings` lists what NNCF was given.
+    - `"int4-weights"`: int4 weights in llama.cpp Q4_0's layout: symmetric (`mode=INT4_SYM`),
+      groups of 32 (`group_size`; a layer whose input size is not a multiple of it gets the largest
+      group size that divides it), every linear layer int4 (`ratio=1.0`), the embeddings and the
+      last layer int8 per channel (`backup_mode=INT8_ASYM`, NNCF's backup precision); on OpenVINO,
+      ONNX and the torch.export graph alike (`_INT4_DEFAULTS` says why). Each is an option:
+      `mode=INT4_ASYM`, `group_size=128`, `ratio=0.8` (optimum-intel's `--weight-format int4`,
+      the 20% of the linear weights with the largest int4 error int8); `awq=True`/
+      `scale_estimation=True` with `calibration` (or `dataset=`). The record's
+      `quantization.nncf_settings` lists what NNCF was given.
 
     Any other keyword is one of NNCF's own parameters, passed to the function the scheme calls
     (`nncf.compress_weights` or `nncf.quantize`) as given; the valid names are that function's

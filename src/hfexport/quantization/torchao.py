@@ -7,7 +7,7 @@ parameter goes through `quantize_` on a one-layer stand-in and the quantized ten
 place. Re-exporting then traces the subclass's ops into the graph, where XNNPACK's partitioner
 finds its dynamically quantized linear pattern (int8 activations per token, int4 weights per group).
 
-# NOTE: mixed precision by default (`ratio=0.8`), as OpenVINO's int4 (NNCF's `ratio=0.8`): with
+# NOTE: mixed precision by default (`ratio=0.8`, as optimum-intel's OpenVINO int4, NNCF's `ratio=0.8`): with
 # every linear int4, SmolLM2-135M-Instruct lost facts (teacher-forced greedy agreement with fp32
 # eager 0.54-0.75 over nine chat prompts, the colors prompt 0.54, under the 0.6 floor), and no
 # all-int4 option (groups of 16, HQQ scales, the head alone at int8: 0.62-0.79) cleared it with

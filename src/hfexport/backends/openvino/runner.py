@@ -1,5 +1,10 @@
 """`OpenVINORunner`: compiles an OpenVINO model for CPU, exactly as a user's `compile_model` does.
 
+The CPU plugin's properties are its defaults (and the precision the export recorded), unless
+`$HFEXPORT_OV_COMPILE_CONFIG` holds a JSON object of CPU plugin properties given to every compile
+(`{"ENABLE_CPU_PINNING": false, "INFERENCE_NUM_THREADS": 1}`): what `LLMPipeline(folder, "CPU",
+**properties)` is given on the vendor's side. They are recorded under `details["ov_compile"]`.
+
 A stateful model (`stateful.py`: the cache as variables) runs through one infer request whose
 state holds the cache; `run_flat` still takes and returns the cache leaves (it sets the state
 from them and reads it back), so validation compares the same interface as for a stateless model.
@@ -7,18 +12,45 @@ from them and reads it back), so validation compares the same interface as for a
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from ...errors import ExportError
+from ...errors import ExportError, RuntimeLoadError
 from ...runner import CacheSession, Runner, to_numpy
 from ...generation.arrays import as_array
 from .stateful import BEAM_IDX, state_variables
 
-__all__ = ["OpenVINORunner", "StatefulSession", "OpenVINOCacheSession"]
+__all__ = ["OpenVINORunner", "StatefulSession", "OpenVINOCacheSession", "COMPILE_CONFIG_ENV", "compile_properties"]
+
+#: an environment variable holding a JSON object of CPU plugin properties for the runner's compiles
+COMPILE_CONFIG_ENV = "HFEXPORT_OV_COMPILE_CONFIG"
+_EXAMPLE = '{"ENABLE_CPU_PINNING": false, "INFERENCE_NUM_THREADS": 1}'
+
+
+def compile_properties() -> dict[str, Any]:
+    """The CPU plugin properties of `$HFEXPORT_OV_COMPILE_CONFIG` (`{}` when unset): a JSON object
+    of property names to strings, numbers or booleans; anything else is refused with what to write."""
+    text = os.environ.get(COMPILE_CONFIG_ENV)
+    if not text:
+        return {}
+    try:
+        properties = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RuntimeLoadError(f"{COMPILE_CONFIG_ENV} is not JSON: {error}",
+                               remedy=f"set it to a JSON object of CPU plugin properties, e.g. {_EXAMPLE}") from error
+    if not isinstance(properties, dict):
+        raise RuntimeLoadError(f"{COMPILE_CONFIG_ENV} is a JSON {type(properties).__name__} ({text.strip()!r}), "
+                               "not an object", remedy=f"set it to a JSON object, e.g. {_EXAMPLE}")
+    wrong = {k: v for k, v in properties.items() if not isinstance(v, (str, int, float, bool))}
+    if wrong:
+        raise RuntimeLoadError(f"{COMPILE_CONFIG_ENV}: {sorted(wrong)} have values that are no CPU plugin property "
+                               f"value ({wrong})", remedy=f"give each a string, number or boolean, e.g. {_EXAMPLE}")
+    return properties
 
 
 class OpenVINORunner(Runner):
@@ -29,7 +61,18 @@ class OpenVINORunner(Runner):
         super().__init__(artifact, record)
         import openvino as ov
 
-        self.compiled = ov.Core().compile_model(artifact, "CPU")  # no extra config: what users get
+        properties = compile_properties()  # none unless asked: what users get
+        try:
+            self.compiled = ov.Core().compile_model(artifact, "CPU", properties or None)
+        except RuntimeError as error:
+            if not properties:
+                raise
+            raise RuntimeLoadError(f"the CPU plugin refused {COMPILE_CONFIG_ENV}={json.dumps(properties)}: "
+                                   f"{(str(error).strip().splitlines() or [type(error).__name__])[-1]}",
+                                   remedy="use the CPU plugin's property names and values (openvino.properties), "
+                                   f"e.g. {_EXAMPLE}, or unset it") from error
+        if properties:
+            record.details["ov_compile"] = dict(properties)
         self.variables = state_variables(artifact)
         # by position, not by name: the runtime's port names need not be the record's
         # (`encoder_outputs.last_hidden_state`); a stateful model lost its cache inputs and ends with `beam_idx`
