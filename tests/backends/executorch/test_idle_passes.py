@@ -17,8 +17,8 @@ pytest.importorskip("executorch")
 
 from hfexport.backends.executorch.patches import _IDLE_UNLESS, _op_names  # noqa: E402
 from hfexport.workarounds import PATCHES, applied_patches  # noqa: E402
+from tests.harness import without  # noqa: E402
 
-PATCH = next(p for p in PATCHES.values() if p.name == "patch_xnnpack_idle_passes")
 DRAW = random.Random(43)
 
 
@@ -80,17 +80,15 @@ def _quantized(module: torch.nn.Module, args: tuple) -> torch.export.ExportedPro
     return torch.export.export(convert_pt2e(prepared), args)
 
 
-def _lowered(module: torch.nn.Module, args: tuple, patched: bool, quantize: bool = False) -> bytes:
-    """The `.pte` bytes of `module` lowered to XNNPACK, with only this patch swapped in or none."""
+def _lowered(module: torch.nn.Module, args: tuple, quantize: bool = False) -> bytes:
+    """The `.pte` bytes of `module` lowered to XNNPACK under ExecuTorch's registered patches (this
+    one among them unless the caller took it out)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     program = _quantized(module, args) if quantize else torch.export.export(module.eval(), args)
-    # "-" names no format, so only `extra` is swapped in
-    with applied_patches("-", extra=(PATCH,) if patched else ()) as session:
-        buffer = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
-    assert session.reached() == (["patch_xnnpack_idle_passes"] if patched else [])
-    return buffer
+    with applied_patches("executorch"):
+        return to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()]).to_executorch().buffer
 
 
 @pytest.mark.slow
@@ -104,7 +102,9 @@ def test_the_lowered_program_is_the_unpatched_one_byte_for_byte():
     cases = [(decoder, (torch.randn(1, length, hidden),), False), (conv, (torch.randn(1, 3, size, size),), False),
              (decoder, (torch.randn(1, length, hidden),), True)]
     for module, args, quantize in cases:
-        assert _lowered(module, args, True, quantize) == _lowered(module, args, False, quantize)
+        patched = _lowered(module, args, quantize)
+        with without(PATCHES, "patch_xnnpack_idle_passes"):
+            assert _lowered(module, args, quantize) == patched
 
 
 @pytest.mark.slow
@@ -112,7 +112,8 @@ def test_each_pass_still_rewrites_where_its_ops_are():
     """The convolution model's partitions hold an op of each skippable pass but two (PReLU, q/dq):
     none of those is skipped there (the patched `call` reaches the original); on the decoder's all
     but those whose ops a decoder has (softmax, cat) are; a quantized decoder's q/dq nodes reach
-    PropagateCustomMetaPass."""
+    PropagateCustomMetaPass. Still needed: without the patch, ExecuTorch runs every one of them on
+    the decoder's partitions (each a retrace and a new program)."""
     from executorch.backends.xnnpack import _passes
 
     reached: dict[str, int] = {}
@@ -125,25 +126,28 @@ def test_each_pass_still_rewrites_where_its_ops_are():
         call.__qualname__ = f"{name}.call"  # the patch tells the pass by its method's owner
         return call
 
+    def passes_run(module, args, quantize=False) -> set[str]:
+        reached.clear()
+        _lowered(module, args, quantize)
+        return set(reached)
+
     for name in _IDLE_UNLESS:  # counted under the patch: the patch wraps what it finds
         setattr(getattr(_passes, name), "call", counting(name))
     try:
-        _lowered(Convish(4), (torch.randn(1, 3, 8, 8),), patched=True)
-        on_conv = dict(reached)
-        reached.clear()
-        _lowered(Decoderish(32, 2), (torch.randn(1, 4, 32),), patched=True)
-        on_decoder = dict(reached)
-        reached.clear()
-        _lowered(Decoderish(32, 2), (torch.randn(1, 4, 32),), patched=True, quantize=True)
-        on_quantized = dict(reached)
+        on_conv = passes_run(Convish(4), (torch.randn(1, 3, 8, 8),))
+        on_decoder = passes_run(Decoderish(32, 2), (torch.randn(1, 4, 32),))
+        on_quantized = passes_run(Decoderish(32, 2), (torch.randn(1, 4, 32),), quantize=True)
+        with without(PATCHES, "patch_xnnpack_idle_passes"):
+            unpatched = passes_run(Decoderish(32, 2), (torch.randn(1, 4, 32),))
     finally:
         for name, call in originals.items():
             setattr(getattr(_passes, name), "call", call)
     # NOTE: executorch 1.4.1's XNNPACK partitioner takes PReLU decomposed (gt, mul, where), so
     # PReLUReshapePass finds no `_prelu_kernel` in a partition here, patched or not
-    assert set(on_conv) == set(_IDLE_UNLESS) - {"PReLUReshapePass", "PropagateCustomMetaPass"}
-    assert set(on_decoder) == {"ConvertToSDPAPass", "DecomposeConcatenate"}
+    assert on_conv == set(_IDLE_UNLESS) - {"PReLUReshapePass", "PropagateCustomMetaPass"}
+    assert on_decoder == {"ConvertToSDPAPass", "DecomposeConcatenate"}
     assert "PropagateCustomMetaPass" in on_quantized
+    assert unpatched == set(_IDLE_UNLESS)
 
 
 @pytest.mark.slow
