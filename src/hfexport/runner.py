@@ -5,6 +5,8 @@ Each backend has a `runner.py` with a `Runner` subclass registered next to its e
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -14,7 +16,7 @@ import torch.utils._pytree as pytree
 from .extensions import FORMATS
 from .record import ExportRecord
 
-__all__ = ["Runner", "CacheSession", "runner_for", "to_numpy"]
+__all__ = ["Runner", "CacheSession", "runner_for", "to_numpy", "json_object_from_env"]
 
 
 def to_numpy(tensor: torch.Tensor):
@@ -115,3 +117,27 @@ class CacheSession:
 def runner_for(artifact: Any, record: ExportRecord) -> Runner:
     """The runner of `record.format` (the format's registered `Runner`), opened on `artifact`."""
     return FORMATS.get(record.format).runner_class()(artifact, record)
+
+
+def json_object_from_env(variable: str, example: str) -> dict[str, Any] | None:
+    """The JSON object in environment variable `variable` (a runtime's settings for the runner),
+    None when it is unset or empty; anything but a JSON object is refused, the remedy showing
+    `example`.
+
+    Raises:
+        RuntimeLoadError: the value is not JSON, or not an object.
+    """
+    from .errors import RuntimeLoadError
+
+    text = os.environ.get(variable)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RuntimeLoadError(f"{variable} is not JSON: {error}",
+                               remedy=f"set it to a JSON object, e.g. {example}") from error
+    if not isinstance(value, dict):
+        raise RuntimeLoadError(f"{variable} is a JSON {type(value).__name__} ({text.strip()!r}), not an object",
+                               remedy=f"set it to a JSON object, e.g. {example}")
+    return value

@@ -30,10 +30,10 @@ is accepted.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, NoReturn
 
 from ...errors import RuntimeLoadError
+from ...runner import json_object_from_env
 
 __all__ = ["SESSION_ATTRIBUTES", "SESSION_CONFIG", "SESSION_CONFIG_ENV", "apply_session_config", "session_config"]
 
@@ -62,18 +62,8 @@ def session_config() -> dict[str, Any]:
     """`SESSION_CONFIG` with `$HFEXPORT_ORT_SESSION_CONFIG` over it (a value `null` drops a key),
     each value checked and in the form the record stores (JSON: enum members by name)."""
     config = dict(SESSION_CONFIG)
-    text = os.environ.get(SESSION_CONFIG_ENV)
-    if not text:
-        return config
-    try:
-        overrides = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise RuntimeLoadError(f"{SESSION_CONFIG_ENV} is not JSON: {error}",
-                               remedy=f"set it to a JSON object, e.g. {_EXAMPLE}") from error
-    if not isinstance(overrides, dict):
-        raise RuntimeLoadError(f"{SESSION_CONFIG_ENV} is a JSON {type(overrides).__name__} ({text.strip()!r}), "
-                               "not an object", remedy=f"set it to a JSON object, e.g. {_EXAMPLE}")
-    for key, value in overrides.items():
+    overrides = json_object_from_env(SESSION_CONFIG_ENV, _EXAMPLE)
+    for key, value in (overrides or {}).items():
         if value is None:
             config.pop(key, None)
         else:

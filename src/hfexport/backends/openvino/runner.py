@@ -13,7 +13,6 @@ from them and reads it back), so validation compares the same interface as for a
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ import numpy as np
 import torch
 
 from ...errors import ExportError, RuntimeLoadError
-from ...runner import CacheSession, Runner, to_numpy
+from ...runner import CacheSession, Runner, json_object_from_env, to_numpy
 from ...generation.arrays import as_array
 from .stateful import BEAM_IDX, state_variables
 
@@ -35,17 +34,7 @@ _EXAMPLE = '{"ENABLE_CPU_PINNING": false, "INFERENCE_NUM_THREADS": 1}'
 def compile_properties() -> dict[str, Any]:
     """The CPU plugin properties of `$HFEXPORT_OV_COMPILE_CONFIG` (`{}` when unset): a JSON object
     of property names to strings, numbers or booleans; anything else is refused with what to write."""
-    text = os.environ.get(COMPILE_CONFIG_ENV)
-    if not text:
-        return {}
-    try:
-        properties = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise RuntimeLoadError(f"{COMPILE_CONFIG_ENV} is not JSON: {error}",
-                               remedy=f"set it to a JSON object of CPU plugin properties, e.g. {_EXAMPLE}") from error
-    if not isinstance(properties, dict):
-        raise RuntimeLoadError(f"{COMPILE_CONFIG_ENV} is a JSON {type(properties).__name__} ({text.strip()!r}), "
-                               "not an object", remedy=f"set it to a JSON object, e.g. {_EXAMPLE}")
+    properties = json_object_from_env(COMPILE_CONFIG_ENV, _EXAMPLE) or {}
     wrong = {k: v for k, v in properties.items() if not isinstance(v, (str, int, float, bool))}
     if wrong:
         raise RuntimeLoadError(f"{COMPILE_CONFIG_ENV}: {sorted(wrong)} have values that are no CPU plugin property "
