@@ -12,6 +12,7 @@ import functools
 import itertools
 import operator
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -333,7 +334,7 @@ def _quantize_nodes(graph_module: torch.fx.GraphModule) -> bool:
 #: patterns each of which contains one, and otherwise changes nothing but still retraces the graph
 #: (`super().call(graph_module)`). `tests/backends/executorch/test_idle_passes.py` checks the
 #: pattern-matching ones against the patterns themselves.
-_IDLE_UNLESS: dict[str, tuple[str, ...] | Any] = {
+_IDLE_UNLESS: dict[str, tuple[str, ...] | Callable[[torch.fx.GraphModule], bool]] = {
     "ConvertToUpsampleBilinear2d": ("aten.upsample_bilinear2d.vec",),
     "ConvertToSDPAPass": ("aten._softmax.default",),
     "FuseBatchNormPass": ("aten._native_batch_norm_legit_no_training.default", "aten.native_batch_norm.default"),
