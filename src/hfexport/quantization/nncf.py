@@ -27,10 +27,7 @@ _WEIGHT_MODES = {"int8-weights": "INT8_ASYM", "int4-weights": "INT4_SYM"}
 #: `ratio=1.0` (0.7486). ONNX Runtime 1.32 refused NNCF 3.4's asymmetric groups of 128 on ONNX
 #: ("MatMulNBits PrePack: zero_points initializer shape {256,2} does not match attribute-derived
 #: shape"). Any of them can be passed (`mode=INT4_ASYM, group_size=128, ratio=0.8`: the old layout).
-_INT4_DEFAULTS = {
-    "openvino": {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"},
-    "other": {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"},
-}
+_INT4_DEFAULTS = {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"}
 #: the `nncf.CompressWeightsMode`s each weight scheme stands for (a `mode=` outside them is refused)
 _SCHEME_MODES = {
     "int8-weights": ("INT8_ASYM", "INT8_SYM"),
@@ -115,7 +112,7 @@ class NNCFQuantizer(ExportQuantizer):
 
     @property
     def group_size(self) -> int | None:
-        """The int4 group size set (else the target's default, `_INT4_DEFAULTS`), `None` for the other schemes."""
+        """The int4 group size set (else the default, `_INT4_DEFAULTS`), `None` for the other schemes."""
         return self.options.get("group_size")
 
     def _check_mode(self, mode: Any) -> None:
@@ -178,14 +175,14 @@ class NNCFQuantizer(ExportQuantizer):
         """`"fx"` for the torch.export backend, `"model"` (the converted model) for ONNX and OpenVINO."""
         return "fx" if export_format == "dynamo" else "model"
 
-    def _compress(self, model: Any, dataset: Any = None, *, target: str = "other") -> Any:
+    def _compress(self, model: Any, dataset: Any = None) -> Any:
         import nncf
 
         from .nncf_options import options_from_json, options_to_json
 
         options: dict[str, Any] = {"mode": getattr(nncf.CompressWeightsMode, _WEIGHT_MODES[self.scheme])}
         if self.scheme == "int4-weights":
-            options.update({name: options_from_json(self.scheme, name, value) for name, value in _INT4_DEFAULTS[target].items()})
+            options.update({name: options_from_json(self.scheme, name, value) for name, value in _INT4_DEFAULTS.items()})
             if "advanced_parameters" not in self.options:
                 options["advanced_parameters"] = nncf.AdvancedCompressionParameters(
                     group_size_fallback_mode=nncf.GroupSizeFallbackMode.ADJUST)
@@ -213,8 +210,7 @@ class NNCFQuantizer(ExportQuantizer):
         else:
             feeds = [[to_numpy(t) for t in sample] for sample in samples]
         if self.scheme in _WEIGHT_MODES:
-            quantized = self._compress(model, nncf.Dataset(feeds) if self.needs_calibration else None,
-                                       target="other" if onnx_program else "openvino")
+            quantized = self._compress(model, nncf.Dataset(feeds) if self.needs_calibration else None)
         else:
             options: dict[str, Any] = {"model_type": nncf.ModelType.TRANSFORMER, "subset_size": len(feeds)}
             if not self.smooth_quant:
