@@ -133,7 +133,8 @@ def test_openvino_default_int4_is_q4_0s_layout_and_passes_the_gate(tmp_path):
     """OpenVINO's default int4 (`--weight-format int4`): llama.cpp Q4_0's layout (symmetric groups of
     32, every linear int4), written through the default accuracy gate on the tiny Llama: the saved
     folder's teacher-forced greedy tokens through `GenerationRunner` agree with eager `generate`'s
-    and their logits' cosine reach int4's floors. (Free-running tokens of a random-weight model part
+    and their logits' cosine reach int4's floors, and `LLMPipeline` on the same folder agrees with
+    that runner (the job's runtime-runner check). (Free-running tokens of a random-weight model part
     at the first near-tie, `accuracy.py`'s note.)"""
     require_backend("openvino")
     model, inputs = build_preset("llama")
@@ -147,3 +148,6 @@ def test_openvino_default_int4_is_q4_0s_layout_and_passes_the_gate(tmp_path):
     assert settings == {"mode": "INT4_SYM", "group_size": 32, "ratio": 1.0, "backup_mode": "INT8_ASYM"}
     accuracy = result.report["accuracy"]  # the saved folder run by GenerationRunner, teacher-forced against eager
     assert accuracy["tokens"] >= 8 and accuracy["mean_cosine"] >= INT4_CRITERIA.min_mean_cosine
+    # and the folder as OpenVINO GenAI runs it: the job ran `LLMPipeline` on the saved folder
+    runner = result.report["runner"]
+    assert runner["checked"] and runner["passed"] and runner["runner"].startswith("openvino-genai"), runner
