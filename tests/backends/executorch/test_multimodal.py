@@ -126,3 +126,10 @@ def test_a_folder_that_is_no_multimodal_runner_folder_is_refused_with_its_why(tm
                                                  "image_token_id": 120}})
     with pytest.raises(ExportFolderError, match="outside the folder"):
         run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)
+    # nor a program its manifest does not list (so did not check), put there after it was written
+    write_manifest(tmp_path, {"format": "executorch", "components": {},
+                              MULTIMODAL_ENTRY: {"multimodal_runner": True, "program": "multimodal.pte",
+                                                 "image_token_id": 120}})
+    (tmp_path / "multimodal.pte").write_bytes(b"not the export's")
+    with pytest.raises(ExportFolderError, match="does not list 'multimodal.pte'"):
+        run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)

@@ -44,6 +44,19 @@ print("RESULT " + json.dumps(out))
 """
 
 
+def _listed(folder: Path, manifest: dict[str, Any], relative: Any) -> Path:
+    """`folder / relative` for a file the (checked) manifest lists, inside the folder; a path it
+    does not list was not checked against it, so it is refused (`ExportFolderError`)."""
+    from ...errors import ExportFolderError
+    from ...manifest import listed_path
+
+    path = listed_path(folder, relative)
+    if relative not in manifest.get("files", {}):
+        raise ExportFolderError(f"{folder}'s manifest does not list {relative!r}, which the runner would read",
+                                remedy="export the model again with --format executorch --generate")
+    return path
+
+
 def split_prompt(input_ids: Any, image_token_id: int) -> list[tuple[str, Any]]:
     """`[("tokens", ids before), ("image", None), ("tokens", ids after)]`: one prompt's ids around
     its one run of `image_token_id`, as `generate_hf` splits it (empty pieces left out).
@@ -79,19 +92,21 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
             manifest), or the runner failed.
     """
     from ...errors import RuntimeLoadError
-    from ...manifest import listed_path, read_manifest
+    from ...manifest import read_manifest
     from .multimodal import MULTIMODAL_ENTRY
 
     folder = Path(folder)
     # a folder from elsewhere: its manifest checked (every listed file's size and SHA-256), and the
-    # program and data file read only where it lists them, inside the folder
-    entry = read_manifest(folder).get(MULTIMODAL_ENTRY, {})
+    # program, data file and config read only where it lists them, inside the folder
+    manifest = read_manifest(folder)
+    entry = manifest.get(MULTIMODAL_ENTRY, {})
     if not entry.get("multimodal_runner"):
         why = entry.get("why", "not an image-text export")
         raise RuntimeLoadError(f"{folder} is not a MultimodalRunner folder: {why}",
                                remedy="export a LLaVA model with --format executorch --generate")
-    program = listed_path(folder, entry["program"])
-    data = listed_path(folder, entry["data"]) if entry.get("data") else None
+    program = _listed(folder, manifest, entry["program"])
+    data = _listed(folder, manifest, entry["data"]) if entry.get("data") else None
+    _listed(folder, manifest, "config.json")  # the vocabulary is read from it (`_vocab_size`)
     pieces = split_prompt(input_ids, entry["image_token_id"])
     with tempfile.TemporaryDirectory(prefix="hfexport-runner-") as scratch:
         tokenizer, pieces_file, pixels_file = (Path(scratch) / name
