@@ -25,7 +25,7 @@ from typing import Any
 
 __all__ = ["CHAT_TEMPLATE_FILE", "PROCESSOR_FILES", "save_tokenizer_files", "load_tokenizer", "has_tokenizer",
            "save_processor_files", "has_processor", "load_processor", "processor_class",
-           "buildable_processor_class"]
+           "buildable_processor_class", "is_metadata_file"]
 
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -33,6 +33,17 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 #: processor's and its image processor's settings in `processor_config.json`; older processors
 #: and a lone image processor write `preprocessor_config.json`).
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+#: The suffixes of the files transformers reads back from an export folder: the configs, the
+#: tokenizer (JSON, a chat template, vocabulary and merges as text, a SentencePiece `.model`, a
+#: tiktoken vocabulary) and a processor's settings. What else a folder holds (a `.py` an
+#: `auto_map` names among them) is never given to transformers (`is_metadata_file`).
+_METADATA_SUFFIXES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
+
+
+def is_metadata_file(relative: str) -> bool:
+    """Whether `relative` (a path an export folder's manifest lists) is a file transformers reads
+    back as a config, tokenizer or processor file (`_METADATA_SUFFIXES`, at the folder's top)."""
+    return "/" not in relative and relative.endswith(_METADATA_SUFFIXES)
 
 
 def save_tokenizer_files(tokenizer: Any, folder: str | os.PathLike) -> list[str]:
@@ -51,7 +62,9 @@ def has_tokenizer(folder: str | os.PathLike) -> bool:
 
 
 def load_tokenizer(folder: str | os.PathLike) -> Any:
-    """The tokenizer saved in `folder` (with its chat template), or None where it holds none."""
+    """The tokenizer saved in `folder` (with its chat template), or None where it holds none. No
+    code the folder names is run: `trust_remote_code=False` (a `tokenizer_config.json` whose
+    `auto_map` names a module of its own loads transformers' class for it, or fails; never prompts)."""
     if not has_tokenizer(folder):
         return None
     from transformers import AutoTokenizer
@@ -72,14 +85,14 @@ def has_processor(folder: str | os.PathLike) -> bool:
 
 def load_processor(folder: str | os.PathLike) -> Any:
     """The processor saved in `folder` (`processor_class`, with its chat template), or None where it
-    holds none.
+    holds none; as `load_tokenizer`, no code the folder names is run.
 
     Raises:
         ImportError: transformers needs a package to build it (Pillow for an image processor).
     """
     if not has_processor(folder):
         return None
-    return _load_with_template(processor_class(folder), folder)
+    return _load_with_template(processor_class(folder, trust_remote_code=False, local_files_only=True), folder)
 
 
 def processor_class(spec: str | os.PathLike, **kwargs: Any) -> Any:
@@ -99,7 +112,8 @@ def processor_class(spec: str | os.PathLike, **kwargs: Any) -> Any:
     if is_torchvision_available():
         return transformers.AutoProcessor
     named = getattr(transformers, _processor_class_name(spec, **kwargs) or "", None)
-    if not (isinstance(named, type) and "video_processor" in named.get_attributes()):
+    if not (isinstance(named, type) and issubclass(named, transformers.ProcessorMixin)
+            and "video_processor" in named.get_attributes()):
         return transformers.AutoProcessor
     return _images_only(named)
 
@@ -171,8 +185,9 @@ def _save_with_template(saved: Any, folder: str | os.PathLike) -> list[str]:
 
 
 def _load_with_template(auto_class: Any, folder: str | os.PathLike) -> Any:
-    """`auto_class.from_pretrained(folder)`, given the folder's `CHAT_TEMPLATE_FILE` where it has no template."""
-    loaded = auto_class.from_pretrained(folder)
+    """`auto_class.from_pretrained(folder)` (local files, no remote code), given the folder's
+    `CHAT_TEMPLATE_FILE` where it has no template."""
+    loaded = auto_class.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
     template = Path(folder) / CHAT_TEMPLATE_FILE
     if getattr(loaded, "chat_template", None) is None and template.is_file():
         loaded.chat_template = template.read_text()
