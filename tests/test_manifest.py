@@ -62,7 +62,7 @@ def _edit_manifest(folder: Path, edit) -> None:
 
 
 def _one_line_error(capsys, folder: Path) -> str:
-    assert main(["generate", str(folder), "--prompt-ids", "5,17,42"]) == 1
+    assert main(["generate", str(folder), "--prompt-ids", "5,17,42"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("hfexport: error: [open] ") and "Traceback" not in err[0], err
     return err[0]
@@ -129,7 +129,10 @@ def test_a_truncated_or_incomplete_manifest_is_one_line(saved, tmp_path, capsys)
     assert "no 'inputs' list" in _one_line_error(capsys, folder)
 
 
-def test_a_newer_manifest_is_refused_and_an_older_one_opens(saved, tmp_path, capsys):
+def test_a_newer_manifest_is_refused_and_an_older_one_is_refused_until_upgraded(saved, tmp_path, capsys):
+    """A manifest from hfexport 0.3 or older records no hash: refused with the remedy (nothing in
+    it can be checked); `hfexport verify --upgrade` on a copy the user trusts records the hashes,
+    after which it opens with every check of a new one."""
     from hfexport import GenerationRunner
 
     folder = _copy(saved, tmp_path)
@@ -139,8 +142,18 @@ def test_a_newer_manifest_is_refused_and_an_older_one_opens(saved, tmp_path, cap
     assert f"newer hfexport (manifest version {MANIFEST_VERSION + 1}" in line and "upgrade hfexport" in line
     (folder / "manifest.json").write_text(text)
     _edit_manifest(folder, lambda m: (m.update(hfexport_manifest=2), m.pop("files")))  # as 0.3 wrote it
-    assert GenerationRunner.load(folder).generate(PROMPT[0], max_new_tokens=6).tokens == _eager_tokens(saved[1])
+    line = _one_line_error(capsys, folder)
+    assert "manifest version 2" in line and "nothing in it can be checked" in line
+    assert "hfexport verify --upgrade" in line
+    with pytest.raises(ExportFolderError, match="recorded no hash"):
+        GenerationRunner.load(folder, verify=False)  # no opt-out opens it with fewer checks
     assert owned_files(folder)[0] >= {"decode.onnx", "decode.onnx.data", "config.json", "manifest.json"}
+    (folder / "notes.txt").write_text("the user's")  # not the export's: not listed by the upgrade
+    assert main(["verify", str(folder), "--upgrade"]) == 0
+    assert "upgraded from version 2 to 3" in capsys.readouterr().out
+    manifest = read_manifest(folder)
+    assert manifest["hfexport_manifest"] == MANIFEST_VERSION and "notes.txt" not in manifest["files"]
+    assert GenerationRunner.load(folder).generate(PROMPT[0], max_new_tokens=6).tokens == _eager_tokens(saved[1])
 
 
 def test_files_the_manifest_does_not_list_are_not_read(saved, tmp_path):

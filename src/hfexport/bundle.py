@@ -27,17 +27,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import ExportFolderError
 from .exporter import FolderContext, Packaged
-from .manifest import MANIFEST, MANIFEST_VERSION, listed_path, write_manifest
+from .manifest import MANIFEST, MANIFEST_VERSION, write_manifest
 from .output_folder import model_folder, staged_folder
 from .record import ExportRecord, record_of
-from .storage import fingerprint
 from .timing import phase
 from .tokenizer_files import save_processor_files, save_tokenizer_files
 
-__all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry",
-           "check_files"]
+__all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry"]
 
 
 @dataclasses.dataclass
@@ -102,34 +99,6 @@ def record_from_entry(fmt: str, entry: dict[str, Any]) -> ExportRecord:
         input_keys=list(entry.get("input_keys", [])),
         input_dtypes=[i.get("dtype", "") for i in inputs],
     )
-
-
-def check_files(directory: Path, name: str, entry: dict[str, Any]) -> list[Path]:
-    """The files of component `name` (its manifest `entry`) in `directory`, each a path inside it
-    and present. A version-3 manifest's files were checked whole by `manifest.read_manifest`; an
-    older one's are checked here by their size and fingerprint, where it recorded them.
-
-    Raises:
-        ExportFolderError: a file is missing or was replaced (a weights file copied from another
-            export, a truncated copy), naming it.
-    """
-    files = [listed_path(directory, f) for f in entry["files"]]
-    missing = [f.name for f in files if not f.is_file()]
-    if missing:
-        raise ExportFolderError(f"component {name!r} of {directory} is missing {', '.join(missing)}",
-                                 remedy="copy the export folder whole (weights files included), or export again")
-    for path in files:
-        expected = entry.get("fingerprints", {}).get(path.name)
-        if expected is None:
-            continue  # version 3 (checked whole), or written before fingerprints were recorded
-        found = fingerprint(path) if path.stat().st_size == expected["bytes"] else {"bytes": path.stat().st_size}
-        if found != expected:
-            raise ExportFolderError(
-                f"{path} is not the file this export wrote ({found['bytes']:,} bytes, expected {expected['bytes']:,}"
-                f"{'' if found['bytes'] != expected['bytes'] else ', same size but other contents'}): it was "
-                "replaced, truncated or copied from another export",
-                remedy="copy the export folder whole (weights files included), or export again")
-    return files
 
 
 def _with_sizes(report: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from .capture.prepare import model_name
 from .config import ExportConfig
 from .capture.interface import split_constants
 from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
+from .manifest import FileBytes, ListedFiles
 from .record import ExportRecord, attach_record, record_from_program
 from .builtins import load_workarounds
 from .storage import staged_files
@@ -431,10 +432,19 @@ class HfExporter:
         """
         return None
 
-    def load(self, files: list[str | os.PathLike]) -> Any:
+    def load(self, files: list[str | os.PathLike | FileBytes]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this
-        backend's runner: an `ExportedProgram`, an ONNX file, an `openvino.Model`, a `.pte` buffer."""
-        return self._load([Path(f) for f in files])
+        backend's runner: an `ExportedProgram`, an ONNX model's bytes, an `openvino.Model`, a
+        `.pte` buffer. Each file is read once, whole, and the runtime is given those bytes (files
+        an export folder lists come as `manifest.FileBytes`, checked as they were read); a file the
+        model names that is not among `files` (an ONNX model's external data, an OpenVINO `.bin`)
+        is refused, naming it, never opened by its path."""
+        return self._load([f if isinstance(f, FileBytes) else FileBytes.read(f) for f in files])
+
+    def check_listed(self, manifest: dict[str, Any], listed: ListedFiles) -> None:
+        """Refuse (`ExportFolderError`) an export folder whose runtime package names a file the
+        manifest does not list (onnxruntime-genai's `genai_config.json`, an OpenVINO `.xml`'s
+        `.bin`), before any runtime opens it; `listed` reads the files, checked."""
 
     # -- steps a backend customises --------------------------------------------------------------
 
@@ -442,7 +452,7 @@ class HfExporter:
         """Write the artifact's files as `stem` + suffix (no staging: the caller stages)."""
         raise NotImplementedError
 
-    def _load(self, files: list[Path]) -> Any:
+    def _load(self, files: list[FileBytes]) -> Any:
         raise NotImplementedError
 
     def _check_environment(self, config: ExportConfig) -> None:

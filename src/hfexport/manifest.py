@@ -24,19 +24,22 @@ an earlier export in a folder wrote (`output_folder.py`: `--overwrite` replaces 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
+import errno
+import functools
 import hashlib
 import json
-import logging
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from .errors import ExportFolderError
 
-__all__ = ["MANIFEST", "MANIFEST_VERSION", "file_table", "listed_path", "owned_files", "read_manifest",
-           "sha256_of", "write_manifest"]
-
-logger = logging.getLogger("hfexport")
+__all__ = ["MANIFEST", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES", "FileBytes", "ListedFiles", "file_table",
+           "listed_path", "owned_files", "parse_json", "read_manifest", "sha256_of", "upgrade_manifest",
+           "write_manifest"]
 
 MANIFEST = "manifest.json"
 #: 1: a generation export, no `kind`; 2: `kind`; 3: `files`, every file's size and full SHA-256.
@@ -48,6 +51,10 @@ _LEGACY_OWN_FILES = frozenset({
     "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model", "genai_config.json", "openvino_tokenizer.xml",
     "openvino_tokenizer.bin", "openvino_detokenizer.xml", "openvino_detokenizer.bin"})
 _REMEDY_DAMAGED = "copy the export folder again, whole, from where it was written, or export again"
+#: The largest `manifest.json` read. An 8-layer LLM package's is 40 KB and a 30-layer image-text
+#: model's under 1 MB; the cap is checked on the open file before a byte is parsed, so that a
+#: crafted manifest costs neither the seconds nor the memory of parsing it.
+MAX_MANIFEST_BYTES = 8 << 20
 
 
 def sha256_of(path: Path) -> str:
@@ -97,31 +104,37 @@ def listed_path(folder: Path, relative: Any) -> Path:
     return path
 
 
-def read_manifest(folder: str | os.PathLike, *, verify: bool = True) -> dict[str, Any]:
-    """The manifest of the export in `folder`, checked: its version, its shape, every path it lists
-    (inside the folder), and with `verify` every listed file's size and SHA-256.
+def read_manifest(folder: str | os.PathLike, *, verify: bool = True, older: bool = False) -> dict[str, Any]:
+    """The manifest of the export in `folder`, checked: its size and nesting before it is parsed,
+    its version, its shape, every path it lists (inside the folder), and with `verify` every listed
+    file's size and SHA-256.
+
+    A manifest older than version 3 lists no file's hash, so nothing in its folder can be checked:
+    it is refused, naming the remedy, unless `older` (what `owned_files` reads to know what an
+    earlier export in an output folder wrote; never a folder to open).
 
     Raises:
         ExportFolderError: one line naming `manifest.json` (or the file) and what is wrong.
     """
     folder = Path(folder)
     path = folder / MANIFEST
-    if not path.is_file():
-        raise ExportFolderError(f"{folder} holds no {MANIFEST}: it is not an hfexport export",
+    if not path.is_file() and not path.is_symlink():
+        what = ("holds no " + MANIFEST if folder.is_dir() else "is not a folder" if folder.exists()
+                else "does not exist")
+        raise ExportFolderError(f"{folder} {what}: it is not an hfexport export",
                                  remedy="pass a folder written by `hfexport export` (or save_export / "
                                  "save_generation_export)")
-    try:
-        manifest = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        where = f" at line {error.lineno} column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
-        raise _damaged(folder, f"is not valid JSON ({getattr(error, 'msg', error)}{where}): truncated or "
-                       "damaged") from None
+    manifest = parse_json(_read_whole(path, folder, limit=MAX_MANIFEST_BYTES), path)
     _check_shape(folder, manifest)
     version = manifest["hfexport_manifest"]
     if version < MANIFEST_VERSION:
-        logger.warning("%s was written by an older hfexport (manifest version %d): its files are checked by size "
-                       "and the ends of their bytes only; export again for a full check of every file", path, version)
-        return manifest
+        if older:
+            return manifest
+        raise ExportFolderError(
+            f"{path} was written by hfexport 0.3 or older (manifest version {version}), which recorded no hash of "
+            "its files: nothing in it can be checked, so it is not opened",
+            remedy="export the model again, or, on a copy you trust, `hfexport verify --upgrade DIR` records the "
+                   "hashes of the files it holds now")
     files = manifest["files"]
     for relative, entry in files.items():
         listed_path(folder, relative)
@@ -138,17 +151,151 @@ def read_manifest(folder: str | os.PathLike, *, verify: bool = True) -> dict[str
     return manifest
 
 
+def parse_json(data: bytes, path: Path) -> Any:
+    """`data` (the bytes of `path`, a JSON file of an export folder) parsed, or `ExportFolderError`
+    naming the file: not JSON, or nested deeper than Python's parser recurses (a crafted file
+    200,000 levels deep; an export's manifest nests 6)."""
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        where = f" at line {error.lineno} column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
+        raise ExportFolderError(f"{path} is not valid JSON ({getattr(error, 'msg', error)}{where}): truncated or "
+                                 "damaged", remedy=_REMEDY_DAMAGED) from None
+    except RecursionError:
+        raise ExportFolderError(f"{path} nests its JSON deeper than Python's parser reads (an export's files nest "
+                                 "a few levels): it is not a file hfexport wrote", remedy=_REMEDY_DAMAGED) from None
+
+
 def check_file(path: Path, entry: dict[str, Any], *, folder: Path) -> None:
     """`ExportFolderError` unless `path` holds the bytes the manifest of `folder` records (`entry`)."""
-    if path.is_symlink() or not path.is_file():
+    with _open_listed(path, folder) as stream:
+        size = os.fstat(stream.fileno()).st_size
+        _check_size(path, size, entry)
+        digest = hashlib.file_digest(stream, "sha256").hexdigest()
+    _check_digest(path, digest, entry)
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class FileBytes:
+    """A file's bytes, read once and whole: what a runtime is handed, so that the bytes checked
+    against a manifest are the bytes that run (a file swapped on disk after its check is never
+    read again). `path` is where they were read from, for messages and names; `again` reads
+    them again the same way (checked again), for a holder that let them go once a runtime
+    had copied them (`OnnxModelBytes`)."""
+
+    path: Path
+    data: bytes
+    again: Callable[[], FileBytes] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> FileBytes:
+        """The bytes of a file a caller names (no manifest: read once, not checked)."""
+        path = Path(path)
+        with open(path, "rb") as stream:
+            return cls(path, stream.read(), functools.partial(cls.read, path))
+
+    def __repr__(self) -> str:
+        return f"FileBytes({str(self.path)!r}, {len(self.data):,} bytes)"
+
+
+class ListedFiles:
+    """The files `manifest` lists in `folder`, each read whole, its size and (with `verify`) SHA-256
+    checked on the bytes read: `read` hands those bytes to whoever runs them.
+
+    # NOTE: why bytes and not paths. Checking a file, then letting a runtime open it again by its
+    # path, runs whatever the path holds by then (a file swapped after the check, on a folder
+    # someone else can still write). ONNX Runtime, OpenVINO, torch and ExecuTorch all load from
+    # memory; the cost is the file's bytes held in this process while the runtime builds its own
+    # copy (docs/trust.md says where that is and what it costs).
+    """
+
+    def __init__(self, folder: Path, manifest: dict[str, Any], *, verify: bool = True):
+        self.folder = Path(folder)
+        self.entries: dict[str, dict[str, Any]] = manifest["files"]
+        self.verify = verify
+
+    def read(self, relative: str) -> FileBytes:
+        """The bytes of the listed file `relative`, checked as read (`ExportFolderError` naming it
+        when it is not listed, is a link, or differs from what the export wrote)."""
+        entry = self.entries.get(relative)
+        if entry is None:
+            raise ExportFolderError(f"{self.folder / relative} is not a file {MANIFEST} lists: an export reads "
+                                     "only its own files", remedy=_REMEDY_DAMAGED)
+        path = listed_path(self.folder, relative)
+        with _open_listed(path, self.folder) as stream:
+            _check_size(path, os.fstat(stream.fileno()).st_size, entry)
+            data = stream.read(entry["bytes"] + 1)
+        _check_size(path, len(data), entry)  # it changed while read
+        if self.verify:
+            _check_digest(path, hashlib.sha256(data).hexdigest(), entry)
+        return FileBytes(path, data, functools.partial(self.read, relative))
+
+    def check_others(self, skipped: set[str]) -> None:
+        """Check every listed file but those in `skipped` (sizes; SHA-256s with `verify`), side by
+        side, without keeping their bytes: a damaged file is refused when the folder is opened,
+        whether or not anything reads it later (what reads it then checks it again, `read`)."""
+        unread = [(relative, entry) for relative, entry in self.entries.items() if relative not in skipped]
+        if self.verify:
+            _each(lambda item: check_file(self.folder / item[0], item[1], folder=self.folder), unread)
+            return
+        for relative, entry in unread:
+            with _open_listed(self.folder / relative, self.folder) as stream:
+                _check_size(self.folder / relative, os.fstat(stream.fileno()).st_size, entry)
+
+
+def _open_listed(path: Path, folder: Path) -> Any:
+    """`path` (a listed file of `folder`) opened for reading, or `ExportFolderError` naming it when
+    it is missing, a link, or not a plain file. The file itself is opened without following a
+    link (`O_NOFOLLOW`), and every folder between it and `folder` is checked to be no link."""
+    for parent in path.relative_to(folder).parents:
+        if parent != Path(".") and (folder / parent).is_symlink():
+            raise ExportFolderError(f"{folder / parent} is a link; an export folder holds plain folders and files",
+                                     remedy=_REMEDY_DAMAGED)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
         raise ExportFolderError(f"{path} is missing from the export in {folder} ({MANIFEST} lists it)",
-                                 remedy=_REMEDY_DAMAGED)
-    size = path.stat().st_size
+                                 remedy=_REMEDY_DAMAGED) from None
+    except OSError as error:
+        if error.errno == errno.ELOOP or path.is_symlink():
+            raise ExportFolderError(f"{path} is a link, not the file the export wrote; an export folder holds "
+                                     "plain files", remedy=_REMEDY_DAMAGED) from None
+        raise ExportFolderError(f"{path} cannot be read: {error.strerror}", remedy=_REMEDY_DAMAGED) from None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise ExportFolderError(f"{path} is not a plain file (a folder, a device or a pipe); {MANIFEST} lists a "
+                                 "file there", remedy=_REMEDY_DAMAGED)
+    return os.fdopen(descriptor, "rb")
+
+
+def _read_whole(path: Path, folder: Path, *, limit: int) -> bytes:
+    """The bytes of `path`, opened as a listed file is (`_open_listed`), refused over `limit` bytes
+    before any is read."""
+    with _open_listed(path, folder) as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if size > limit:
+            raise ExportFolderError(f"{path} is {size:,} bytes; hfexport reads at most {limit:,} (an export's "
+                                     f"{path.name} is far smaller): it is not a file hfexport wrote",
+                                     remedy=_REMEDY_DAMAGED)
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise ExportFolderError(f"{path} grew past {limit:,} bytes while it was read", remedy=_REMEDY_DAMAGED)
+    return data
+
+
+def _check_size(path: Path, size: int, entry: dict[str, Any]) -> None:
     if size != entry["bytes"]:
         raise ExportFolderError(f"{path} is not the file this export wrote: {size:,} bytes, {MANIFEST} records "
                                  f"{entry['bytes']:,} (truncated, replaced or copied from another export)",
                                  remedy=_REMEDY_DAMAGED)
-    if sha256_of(path) != entry["sha256"]:
+
+
+def _check_digest(path: Path, digest: str, entry: dict[str, Any]) -> None:
+    if digest != entry["sha256"]:
         raise ExportFolderError(f"{path} is not the file this export wrote: its SHA-256 differs from the one "
                                  f"{MANIFEST} records (damaged in a copy, or changed since)", remedy=_REMEDY_DAMAGED)
 
@@ -160,13 +307,49 @@ def owned_files(folder: Path) -> tuple[set[str] | None, str | None]:
     if not (folder / MANIFEST).is_file():
         return None, f"no {MANIFEST}"
     try:
-        manifest = read_manifest(folder, verify=False)
+        manifest = read_manifest(folder, verify=False, older=True)
     except ExportFolderError as error:
         return None, str(error).split("\n")[0].removeprefix(f"[{error.step}] ")
     if manifest["hfexport_manifest"] >= 3:
         return set(manifest["files"]) | {MANIFEST}, None
     components = {f for entry in manifest["components"].values() for f in entry["files"]}
     return components | _LEGACY_OWN_FILES, None
+
+
+def upgrade_manifest(folder: str | os.PathLike) -> int | None:
+    """Rewrite the manifest of an export written by hfexport 0.3 or older (version 1-2, no hashes)
+    as version 3, listing the files it names that `folder` holds now with their hashes; return
+    the version upgraded from, or None when it is version 3 already. For a copy the caller trusts:
+    the hashes prove the files stay as they are now, not that they are what was exported.
+
+    Raises:
+        ExportFolderError: the manifest is damaged, a component's file is missing or is a link.
+    """
+    from .storage import atomic_file, fingerprint
+
+    folder = Path(folder)
+    manifest = read_manifest(folder, verify=False, older=True)
+    version = manifest["hfexport_manifest"]
+    if version >= MANIFEST_VERSION:
+        return None
+    components = {f for entry in manifest["components"].values() for f in entry["files"]}
+    for entry in manifest["components"].values():  # what 0.3 recorded of a weights file: its size and ends
+        for name, expected in (entry.get("fingerprints") or {}).items():
+            if name in components and (folder / name).is_file() and fingerprint(folder / name) != expected:
+                raise ExportFolderError(f"{folder / name} is not the file this export wrote: its size or the ends "
+                                         "of its bytes differ from what the manifest records", remedy=_REMEDY_DAMAGED)
+    present = {name for name in _LEGACY_OWN_FILES - {MANIFEST} if (folder / name).is_file()
+               and not (folder / name).is_symlink()}
+    files = {}
+    for relative in sorted(components | present):
+        path = listed_path(folder, relative)
+        with _open_listed(path, folder) as stream:
+            files[relative] = {"bytes": os.fstat(stream.fileno()).st_size,
+                               "sha256": hashlib.file_digest(stream, "sha256").hexdigest()}
+    body = {k: v for k, v in manifest.items() if k not in ("hfexport_manifest", "files")}
+    with atomic_file(folder / MANIFEST) as stream:
+        stream.write(json.dumps({"hfexport_manifest": MANIFEST_VERSION, **body, "files": files}, indent=2))
+    return version
 
 
 def _each(work: Any, items: list) -> list:

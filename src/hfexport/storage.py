@@ -84,13 +84,20 @@ def staged_files(destination: Path, *, overwrite: bool, companions: tuple[str, .
 _FINGERPRINT_BYTES = 1 << 20
 
 
-def fingerprint(path: Path) -> dict[str, Any]:
-    """`{"bytes": size, "sha256_ends": digest}` of `path`: its size and a SHA-256 of its first and
-    last MiB (what the manifest records of each file, and a runner checks a weights file by)."""
+def fingerprint(path: Path | bytes) -> dict[str, Any]:
+    """`{"bytes": size, "sha256_ends": digest}` of `path` (a file, or a file's bytes already read):
+    its size and a SHA-256 of its first and last MiB (what the manifest records of each file, and
+    a runner checks a weights file by)."""
     import hashlib
 
-    size = path.stat().st_size
     digest = hashlib.sha256()
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        data = memoryview(path)
+        digest.update(data[:_FINGERPRINT_BYTES])
+        if len(data) > _FINGERPRINT_BYTES:
+            digest.update(data[max(_FINGERPRINT_BYTES, len(data) - _FINGERPRINT_BYTES):])
+        return {"bytes": len(data), "sha256_ends": digest.hexdigest()}
+    size = path.stat().st_size
     with open(path, "rb") as stream:
         digest.update(stream.read(_FINGERPRINT_BYTES))
         if size > _FINGERPRINT_BYTES:

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import DtypeRefusedError, ExportError, OutputFolderError, TaskError, ValidationError
+from ..errors import DtypeRefusedError, ExportError, ExportFolderError, OutputFolderError, TaskError, ValidationError
 
 #: The exit code when the reader of the output closed it first (`hfexport patches | head`): 128 +
 #: SIGPIPE, what a shell reports for a command that signal ended (`seq 100000 | head -1`, seen under
@@ -154,6 +154,14 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--json", action="store_true",
                       help="print each answer as one JSON line (tokens, text, timings) instead of streaming it")
 
+    verify = sub.add_parser("verify", help="check an export folder as generate and chat open it (its manifest, "
+                            "every file's SHA-256, the files its models name), running nothing")
+    verify.add_argument("export_dir", help="the folder `hfexport export -o DIR` wrote")
+    verify.add_argument("--upgrade", action="store_true",
+                        help="for a folder written by hfexport 0.3 or older (manifest version 1-2, no hashes): "
+                        "record the SHA-256 of the files it holds now, then check it. Only on a copy you trust: "
+                        "the hashes prove the files stay as they are now, not that they are what was exported")
+
     coverage = sub.add_parser("coverage", help="export every tiny architecture to every backend, check each "
                               "against eager, write the matrix (Markdown + JSON)")
     coverage.add_argument("--backends", help="comma-separated (default: dynamo,onnx,openvino,executorch)")
@@ -254,13 +262,13 @@ def _reader_gone(stream) -> bool:
 
 def _run(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
-    from . import chat, coverage, env, export, export_many, fuzz, generate, patches, presets
+    from . import chat, coverage, env, export, export_many, fuzz, generate, patches, presets, verify
     from .quantize import UsageError
     from .quiet import command_output
 
     command = {"export": export.run, "generate": generate.run, "chat": chat.run, "coverage": coverage.run,
                "fuzz": fuzz.run, "env": env.run, "patches": patches.run, "presets": presets.run,
-               "export-many": export_many.run}[args.command]
+               "export-many": export_many.run, "verify": verify.run}[args.command]
     try:
         # the summary of what was hidden comes before an error line, so that the error is the last line
         with command_output(verbose=args.verbose, debug=args.debug), _terminated_as_interrupt():
@@ -273,7 +281,8 @@ def _run(argv: list[str] | None) -> int:
             traceback.print_exc()
         message = str(error).replace("\n", " ")
         print(f"hfexport: error: {message}", file=sys.stderr)
-        if isinstance(error, (OutputFolderError, TaskError, UsageError, DtypeRefusedError)):  # refused before any export
+        # refused before any work: an output folder, the options, a folder to open that is not one to open
+        if isinstance(error, (OutputFolderError, TaskError, UsageError, DtypeRefusedError, ExportFolderError)):
             return export.OUTPUT_REFUSED
         return export.VALIDATION_FAILED if isinstance(error, ValidationError) else 1
 

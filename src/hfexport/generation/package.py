@@ -21,16 +21,16 @@ import copy
 import dataclasses
 import functools
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..bundle import check_files, record_from_entry
-from ..manifest import MANIFEST, MANIFEST_VERSION, check_file, read_manifest
+from ..bundle import record_from_entry
+from ..errors import ExportFolderError
+from ..manifest import MANIFEST, MANIFEST_VERSION, ListedFiles, listed_path, read_manifest
 from ..record import ExportRecord, record_of
-from ..tokenizer_files import PROCESSOR_FILES, load_processor, load_tokenizer
+from ..tokenizer_files import PROCESSOR_FILES, is_metadata_file, load_processor, load_tokenizer
 from .multimodal import image_prompt_entry
 
 __all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "merged_generation_config", "MANIFEST",
@@ -149,6 +149,7 @@ class GenerationExport:
     components: dict[str, LoadedComponent]
     manifest: dict[str, Any]
     generation_config: Any = None
+    verify: bool = True
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, verify: bool = True) -> GenerationExport:
@@ -168,36 +169,46 @@ class GenerationExport:
         from ..auto import AutoHfExporter
 
         directory = Path(directory)
-        manifest = read_manifest(directory, verify=verify)
+        manifest = read_manifest(directory, verify=False)  # its shape and paths; the files as they are read
+        listed = ListedFiles(directory, manifest, verify=verify)
+        # the files no component reads first (configs, tokenizer, report): a damaged one is named
+        # before a runtime starts; each component's files are checked as they are read for it
+        listed.check_others({f for entry in manifest["components"].values() for f in entry["files"]})
         fmt = manifest["format"]
         exporter = AutoHfExporter.from_format(fmt)
+        exporter.check_listed(manifest, listed)
         components = {}
         for name, entry in manifest["components"].items():
-            files = check_files(directory, name, entry)
-            components[name] = LoadedComponent(name, exporter.load(files), record_from_entry(fmt, entry), files)
+            files = [listed.read(relative) for relative in entry["files"]]
+            components[name] = LoadedComponent(name, exporter.load(files), record_from_entry(fmt, entry),
+                                               [listed_path(directory, f) for f in entry["files"]])
         generation_config = None
-        with _listed_metadata(directory, manifest) as metadata:
+        with _listed_metadata(directory, manifest, verify) as metadata:
             if (metadata / "generation_config.json").is_file():
                 from transformers import GenerationConfig
 
-                generation_config = GenerationConfig.from_pretrained(metadata)
-        return cls(directory, fmt, components, manifest, generation_config)
+                with _read_by_transformers(directory / "generation_config.json"):
+                    generation_config = GenerationConfig.from_pretrained(metadata, local_files_only=True)
+        return cls(directory, fmt, components, manifest, generation_config, verify)
 
     @functools.cached_property
     def config(self) -> Any:
         """The model's config (`config.json`, by `AutoConfig`), or None where the export has none."""
-        with _listed_metadata(self.directory, self.manifest) as metadata:
+        with _listed_metadata(self.directory, self.manifest, self.verify) as metadata:
             if not (metadata / "config.json").is_file():
                 return None
             from transformers import AutoConfig
 
-            return AutoConfig.from_pretrained(metadata)
+            with _read_by_transformers(self.directory / "config.json"):
+                # no code a file names (an `auto_map`) is imported: transformers' own class or an error
+                return AutoConfig.from_pretrained(metadata, trust_remote_code=False, local_files_only=True)
 
     @functools.cached_property
     def tokenizer(self) -> Any:
         """The tokenizer saved with the export (`tokenizer_files.load_tokenizer`), or None."""
-        with _listed_metadata(self.directory, self.manifest) as metadata:
-            return load_tokenizer(metadata)
+        with _listed_metadata(self.directory, self.manifest, self.verify) as metadata:
+            with _read_by_transformers(self.directory / "tokenizer_config.json"):
+                return load_tokenizer(metadata)
 
     @property
     def has_processor(self) -> bool:
@@ -215,27 +226,37 @@ class GenerationExport:
         """
         if not self.has_processor:
             return None
-        # each listed file is checked against the manifest as it is copied (`_listed_metadata`)
-        with _listed_metadata(self.directory, self.manifest) as metadata:
-            return load_processor(metadata)
+        with _listed_metadata(self.directory, self.manifest, self.verify) as metadata:
+            with _read_by_transformers(self.directory / PROCESSOR_FILES[0]):
+                return load_processor(metadata)
 
 
 @contextlib.contextmanager
-def _listed_metadata(directory: Path, manifest: dict[str, Any]) -> Iterator[Path]:
-    """A scratch folder holding copies of the listed files that are not a component's (the
-    configs, the tokenizer), each checked against the manifest as copied: transformers' loaders
-    read whatever a folder holds, so they are given only what the export wrote. A manifest from
-    before version 3 lists no such files: its folder is read as it is."""
-    if manifest["hfexport_manifest"] < 3:
-        yield directory
-        return
+def _listed_metadata(directory: Path, manifest: dict[str, Any], verify: bool = True) -> Iterator[Path]:
+    """A scratch folder holding the listed files transformers reads (the configs, the tokenizer and
+    processor files: `tokenizer_files.is_metadata_file`), written from the bytes checked against
+    the manifest (`ListedFiles.read`): transformers' loaders read whatever a folder holds, by names
+    of their own, so they are given only what the export wrote, and no file of code (`.py`)."""
+    listed = ListedFiles(directory, manifest, verify=verify)
     components = {f for entry in manifest["components"].values() for f in entry["files"]}
     with tempfile.TemporaryDirectory(prefix="hfexport-metadata-") as scratch:
-        for relative, entry in manifest["files"].items():
-            if relative in components or "/" in relative:
-                continue
-            if not (directory / relative).is_file():
-                check_file(directory / relative, entry, folder=directory)  # says which file is missing
-            shutil.copyfile(directory / relative, Path(scratch) / relative)
-            check_file(Path(scratch) / relative, entry, folder=directory)
+        for relative in manifest["files"]:
+            if relative not in components and is_metadata_file(relative):
+                (Path(scratch) / relative).write_bytes(listed.read(relative).data)
         yield Path(scratch)
+
+
+@contextlib.contextmanager
+def _read_by_transformers(named: Path) -> Iterator[None]:
+    """A file transformers refuses while reading an export's metadata (the copies `_listed_metadata`
+    wrote) as one line naming it (`named`, the file in the export folder it reads first)."""
+    try:
+        yield
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if "trust_remote_code" in str(error):  # transformers 5.24's refusal of an `auto_map` without its own class
+            first = ("it names a class transformers does not have, to be built by code of its own (an auto_map), "
+                     "and hfexport never runs code from an export folder")
+        raise ExportFolderError(f"transformers cannot read {named} (or a file it names beside it): {first}",
+                                 remedy="copy the export folder again, whole, from where it was written, or export "
+                                 "again") from None

@@ -9,6 +9,7 @@ import torch
 
 from ...capture.trace import Capture
 from ...exporter import HfExporter
+from ...manifest import FileBytes
 from ...record import ExportRecord
 from .artifact import read_program, write_program
 from .config import DynamoConfig
@@ -36,5 +37,5 @@ class DynamoExporter(HfExporter):
     def _write(self, artifact: torch.export.ExportedProgram, stem: Path) -> list[Path]:
         return [write_program(artifact, stem.with_suffix(".pt2"))]
 
-    def _load(self, files: list[Path]) -> torch.export.ExportedProgram:
-        return read_program(files[0])
+    def _load(self, files: list[FileBytes]) -> torch.export.ExportedProgram:
+        return read_program(files[0].path)  # TODO(h-pt2): the bytes read

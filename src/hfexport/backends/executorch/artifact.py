@@ -9,6 +9,7 @@ from typing import Any
 
 from executorch.exir import ExecutorchProgramManager
 
+from ...manifest import FileBytes
 from ...record import record_of
 from ...storage import checked_destination, fingerprint, staged_files
 from .compat import data_payloads
@@ -70,24 +71,29 @@ def write_executorch(program: Any, stem: Path) -> list[Path]:
 
 
 class PteBuffer:
-    """A saved `.pte` program, as the runner loads it (`buffer`, like `ExecutorchProgramManager`).
+    """A saved `.pte` program, as the runner loads it (`buffer`, like `ExecutorchProgramManager`),
+    with its `.ptd`'s bytes when its weights live outside it: both read once and handed to the
+    runtime as bytes (from an export folder, the bytes checked against its manifest).
 
     Args:
         buffer: the program's bytes.
         path: the `.pte` it was read from.
-        data_path: the `.ptd` holding its weights, when they live outside the program.
+        data: the bytes of the `.ptd` holding its weights, when they live outside the program.
+        data_path: the `.ptd` they were read from.
     """
 
-    def __init__(self, buffer: bytes, path: Path | None = None, data_path: Path | None = None):
+    def __init__(self, buffer: bytes, path: Path | None = None, data: bytes | None = None,
+                 data_path: Path | None = None):
         self.buffer = buffer
         self.path = path
+        self.data = data
         self.data_path = data_path
 
     @classmethod
-    def read(cls, path: Path, data_path: Path | None = None) -> PteBuffer:
-        """The program saved at `path` (its weights in `data_path` when given; that file is mapped
-        when the runner loads the program, not read here)."""
-        return cls(Path(path).read_bytes(), Path(path), Path(data_path) if data_path is not None else None)
+    def of(cls, files: list[FileBytes]) -> PteBuffer:
+        """The program in `files` (the `.pte` first, its `.ptd` among the others when it has one)."""
+        data = next((f for f in files[1:] if f.path.suffix == ".ptd"), None)
+        return cls(files[0].data, files[0].path, data.data if data else None, data.path if data else None)
 
 
 def write_pte(program: Any, path: Path) -> Path:

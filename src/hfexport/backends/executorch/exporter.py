@@ -24,6 +24,7 @@ from ...capture.prepare import model_name
 from ...capture.pytree import _is_cache, is_static_cache
 from ...errors import ConversionError, PrepareError
 from ...exporter import FolderContext, HfExporter, Packaged
+from ...manifest import FileBytes
 from ...record import ExportRecord
 from .config import ExecutorchConfig
 from .compat import data_payloads
@@ -244,11 +245,10 @@ class ExecutorchExporter(HfExporter):
 
         return write_executorch(artifact, stem)
 
-    def _load(self, files: list[Path]) -> Any:
+    def _load(self, files: list[FileBytes]) -> Any:
         from .artifact import PteBuffer
 
-        data = next((f for f in files[1:] if f.suffix == ".ptd"), None)
-        return PteBuffer.read(files[0], data_path=data)
+        return PteBuffer.of(files)
 
 
 #: Why a static-cache component does not use ExecuTorch's LLM ops (`executorch.extension.llm.custom_ops`).

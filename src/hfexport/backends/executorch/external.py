@@ -4,7 +4,7 @@
 _convert: tag_delegated_weights (edge transform pass)  -> XNNPACK puts its weights under WEIGHTS_TAG
           ExecutorchBackendConfig(external_constants=)   -> so does the emitter, for the other constants
 _write:   write_to_file(.pte stream) + write_tensor_data_to_file (ExecuTorch's writer) -> <stem>.ptd
-load:     check_data_file (present, same fingerprint)  -> the runner maps both files
+load:     check_data_file (present, same fingerprint)  -> the runner opens both files' bytes
 ```
 """
 
@@ -20,10 +20,11 @@ load:     check_data_file (present, same fingerprint)  -> the runner maps both f
 # pass, before partitioning, which copies the placeholders' meta into each delegate's subgraph
 # (`fuse_as_graphmodule`): no second trace.
 #
-# The fingerprint is the `.ptd`'s size and a sha256 of its first and last MiB: reading a multi-GB
-# file whole at every load is what keeping it apart avoids. The first MiB holds the file's
-# flatbuffer, which lists XNNPACK's keys, each the sha256 of a weight's bytes: a `.ptd` of other
-# weights differs there, even in a model of the same shapes.
+# The fingerprint is the `.ptd`'s size and a sha256 of its first and last MiB, which the record
+# carries so that a program loaded without its folder's manifest (`ExecutorchExporter().load([pte,
+# ptd])`) still refuses another export's weights. The first MiB holds the file's flatbuffer, which
+# lists XNNPACK's keys, each the sha256 of a weight's bytes: a `.ptd` of other weights differs
+# there, even in a model of the same shapes. An export folder's manifest checks the whole file.
 
 from __future__ import annotations
 
@@ -132,27 +133,24 @@ def write_ptd(program: Any, path: Path) -> Path:
     return path
 
 
-def check_data_file(program_path: Path | None, data_path: Path | None, recorded: dict[str, Any],
-                    model: str) -> Path:
-    """The weights file of the program at `program_path`, checked against what its export recorded
-    (`recorded`: the record's `external_weights`, with the file's name and fingerprint); a missing
-    file or one from another export is a `RuntimeLoadError` naming both files."""
+def check_data_file(program: Any, recorded: dict[str, Any], model: str) -> None:
+    """Refuse (`RuntimeLoadError`, naming both files) the weights of `program` (a `PteBuffer`)
+    unless they are the `.ptd` its export recorded (`recorded`: the record's `external_weights`,
+    with the file's name and fingerprint): missing, or from another export."""
     name = recorded.get("file", "its .ptd")
-    program_name = program_path.name if program_path is not None else "the program"
-    if data_path is None or not data_path.is_file():
-        missing = "no data file was given" if data_path is None else f"{data_path} does not exist"
+    program_name = program.path.name if program.path is not None else "the program"
+    if program.data is None:
         raise RuntimeLoadError(
-            f"the ExecuTorch program {program_name} keeps its weights in {name}; {missing}",
+            f"the ExecuTorch program {program_name} keeps its weights in {name}; no data file was given",
             model=model,
             remedy=f"keep {name} beside {program_name} (every file manifest.json lists belongs to the export) and "
             "load both, or export again")
     if "sha256_ends" in recorded:
-        found = fingerprint(data_path)
+        found = fingerprint(program.data)
         if found != {"bytes": recorded["bytes"], "sha256_ends": recorded["sha256_ends"]}:
             raise RuntimeLoadError(
-                f"{data_path} is not the weights file {program_name} was exported with: it has {found['bytes']:,} "
-                f"bytes (sha256 of its ends {found['sha256_ends'][:12]}...), the export wrote {recorded['bytes']:,} "
-                f"({recorded['sha256_ends'][:12]}...)",
+                f"{program.data_path} is not the weights file {program_name} was exported with: it has "
+                f"{found['bytes']:,} bytes (sha256 of its ends {found['sha256_ends'][:12]}...), the export wrote "
+                f"{recorded['bytes']:,} ({recorded['sha256_ends'][:12]}...)",
                 model=model,
                 remedy=f"use the {name} written with {program_name} by the same export, or export again")
-    return data_path

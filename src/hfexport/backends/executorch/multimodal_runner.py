@@ -44,19 +44,6 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _listed(folder: Path, manifest: dict[str, Any], relative: Any) -> Path:
-    """`folder / relative` for a file the (checked) manifest lists, inside the folder; a path it
-    does not list was not checked against it, so it is refused (`ExportFolderError`)."""
-    from ...errors import ExportFolderError
-    from ...manifest import listed_path
-
-    path = listed_path(folder, relative)
-    if relative not in manifest.get("files", {}):
-        raise ExportFolderError(f"{folder}'s manifest does not list {relative!r}, which the runner would read",
-                                remedy="export the model again with --format executorch --generate")
-    return path
-
-
 def split_prompt(input_ids: Any, image_token_id: int) -> list[tuple[str, Any]]:
     """`[("tokens", ids before), ("image", None), ("tokens", ids after)]`: one prompt's ids around
     its one run of `image_token_id`, as `generate_hf` splits it (empty pieces left out).
@@ -86,36 +73,43 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
     the processor's); it stops at the program's end tokens (`get_eos_ids`).
 
     Raises:
-        ExportFolderError: the folder's manifest is damaged, a listed file does not match it, or it
-            points outside the folder (`manifest.read_manifest`, `listed_path`).
+        ExportFolderError: the folder's manifest is damaged, a listed file does not match it, it
+            points outside the folder, or names a file it does not list (`manifest.ListedFiles`).
         RuntimeLoadError: the folder holds no `MultimodalRunner` program (why, from its
             manifest), or the runner failed.
     """
     from ...errors import RuntimeLoadError
-    from ...manifest import read_manifest
+    from ...manifest import ListedFiles, parse_json, read_manifest
     from .multimodal import MULTIMODAL_ENTRY
 
     folder = Path(folder)
-    # a folder from elsewhere: its manifest checked (every listed file's size and SHA-256), and the
-    # program, data file and config read only where it lists them, inside the folder
-    manifest = read_manifest(folder)
+    # a folder from elsewhere: its manifest checked, and the program, data file and config read
+    # once, where it lists them, each checked as read; the runner (a C++ one, which opens files by
+    # path) is given private copies of those bytes, so a file swapped in the folder after its
+    # check is not what it reads
+    manifest = read_manifest(folder, verify=False)
     entry = manifest.get(MULTIMODAL_ENTRY, {})
     if not entry.get("multimodal_runner"):
         why = entry.get("why", "not an image-text export")
         raise RuntimeLoadError(f"{folder} is not a MultimodalRunner folder: {why}",
                                remedy="export a LLaVA model with --format executorch --generate")
-    program = _listed(folder, manifest, entry["program"])
-    data = _listed(folder, manifest, entry["data"]) if entry.get("data") else None
-    _listed(folder, manifest, "config.json")  # the vocabulary is read from it (`_vocab_size`)
+    listed = ListedFiles(folder, manifest)
+    listed.check_others({entry["program"], entry.get("data"), "config.json"})
+    config = listed.read("config.json")
     pieces = split_prompt(input_ids, entry["image_token_id"])
     with tempfile.TemporaryDirectory(prefix="hfexport-runner-") as scratch:
+        program, data = (Path(scratch) / name for name in ("model.pte", "model.ptd"))
+        program.write_bytes(listed.read(entry["program"]).data)
+        if entry.get("data"):
+            data.write_bytes(listed.read(entry["data"]).data)
         tokenizer, pieces_file, pixels_file = (Path(scratch) / name
                                                for name in ("tokenizer.json", "pieces.json", "pixels.pt"))
-        tokenizer.write_text(json.dumps(_id_tokenizer(_vocab_size(folder)), ensure_ascii=False), encoding="utf-8")
+        tokenizer.write_text(json.dumps(_id_tokenizer(_vocab_size(parse_json(config.data, config.path))),
+                                        ensure_ascii=False), encoding="utf-8")
         pieces_file.write_text(json.dumps(pieces))
         torch.save(pixel_values.detach().to(torch.float32).contiguous(), pixels_file)
         done = subprocess.run([sys.executable, "-c", _SCRIPT, str(program), str(tokenizer), str(pieces_file),
-                               str(pixels_file), str(max_new_tokens), str(data) if data else ""],
+                               str(pixels_file), str(max_new_tokens), str(data) if entry.get("data") else ""],
                               capture_output=True, text=True, encoding="utf-8", timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:

@@ -100,9 +100,11 @@ def run_text_llm_runner(folder: Path, request: Any) -> Any:
     return RunnerTokens(tokens, f"executorch TextLLMRunner {installed_version('executorch')}")
 
 
-def _vocab_size(folder: Path) -> int:
-    """The vocabulary of the model the folder holds (its `config.json`, the text config's)."""
-    config = json.loads((folder / "config.json").read_text())
+def _vocab_size(config: Path | dict[str, Any]) -> int:
+    """The vocabulary of a model config (`config.json`'s content, or the folder holding it; the
+    text config's)."""
+    if not isinstance(config, dict):
+        config = json.loads((config / "config.json").read_text())
     return int(config.get("vocab_size") or config.get("text_config", {})["vocab_size"])
 
 

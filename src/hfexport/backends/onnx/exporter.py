@@ -12,6 +12,7 @@ import torch
 from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
 from ...exporter import FolderContext, HfExporter, Packaged
+from ...manifest import FileBytes, ListedFiles, parse_json
 from ...record import ExportRecord
 from ...timing import phase
 from .artifact import HfOnnxProgram, write_onnx
@@ -20,6 +21,7 @@ from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
 from .gqa import GRAPH_INTERFACE, GraphInterface
+from .loaded import OnnxModelBytes
 from .runner import in_place_writers
 
 __all__ = ["OnnxExporter"]
@@ -136,8 +138,17 @@ class OnnxExporter(HfExporter):
     def _write(self, artifact: HfOnnxProgram, stem: Path) -> list[Path]:
         return write_onnx(artifact, stem.with_suffix(".onnx"))
 
-    def _load(self, files: list[Path]) -> Path:
-        return files[0]  # ONNX Runtime opens the file itself (external weights beside it)
+    def check_listed(self, manifest: dict[str, Any], listed: ListedFiles) -> None:
+        """An onnxruntime-genai folder's `genai_config.json` holds only what hfexport writes and
+        names only listed files (`genai.check_genai_config`)."""
+        from .genai import GENAI_CONFIG, check_genai_config
+
+        if GENAI_CONFIG in manifest["files"]:
+            config = listed.read(GENAI_CONFIG)
+            check_genai_config(parse_json(config.data, config.path), set(manifest["files"]), config.path)
+
+    def _load(self, files: list[FileBytes]) -> OnnxModelBytes:
+        return OnnxModelBytes(files[0], files[1:])  # each external-data location one of `files`
 
 
 def _rotary_positions(model: torch.nn.Module, inputs: dict[str, Any]) -> int | None:

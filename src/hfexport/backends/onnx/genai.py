@@ -29,7 +29,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENAI_CONFIG", "genai_status", "genai_config", "genai_folder_files", "run_genai"]
+__all__ = ["GENAI_CONFIG", "genai_status", "genai_config", "genai_folder_files", "run_genai", "check_genai_config"]
 
 GENAI_CONFIG = "genai_config.json"
 
@@ -104,6 +104,60 @@ def genai_config(artifact: Any, config: Any, generation_config: Any) -> dict[str
         "temperature": 1.0, "top_k": 1, "top_p": 1.0,
     }
     return {"model": model, "search": search}
+
+
+#: The keys `genai_config` writes, level by level (`None`: a value of plain numbers, strings and
+#: lists of them). A folder's `genai_config.json` with any other key is refused before anything
+#: reads it: onnxruntime-genai's configs can also name a custom-op library to load into the
+#: process (`session_options.custom_ops_library`), execution providers, and more model files.
+_GENAI_KEYS: dict[str, Any] = {
+    "model": {
+        "bos_token_id": None, "context_length": None, "eos_token_id": None, "pad_token_id": None, "type": None,
+        "vocab_size": None,
+        "decoder": {
+            "session_options": {"log_id": None, "provider_options": None}, "filename": None, "head_size": None,
+            "hidden_size": None, "num_attention_heads": None, "num_hidden_layers": None,
+            "num_key_value_heads": None,
+            "inputs": {"input_ids": None, "attention_mask": None, "position_ids": None, "past_key_names": None,
+                       "past_value_names": None},
+            "outputs": {"logits": None, "present_key_names": None, "present_value_names": None},
+        },
+    },
+    "search": {key: None for key in (
+        "diversity_penalty", "do_sample", "early_stopping", "length_penalty", "max_length", "min_length",
+        "no_repeat_ngram_size", "num_beams", "num_return_sequences", "past_present_share_buffer",
+        "repetition_penalty", "temperature", "top_k", "top_p")},
+}
+
+
+def check_genai_config(content: Any, listed: set[str], path: Path) -> None:
+    """Refuse (`ExportFolderError`, naming `path`) a `genai_config.json` holding anything
+    `genai_config` does not write (`_GENAI_KEYS`), execution providers, or a decoder file that is
+    not one of the folder's listed files (`listed`)."""
+    from ...errors import ExportFolderError
+
+    def refuse(what: str) -> None:
+        raise ExportFolderError(f"{path} {what}; hfexport writes no such genai_config.json",
+                                 remedy="copy the export folder again, whole, from where it was written, or export "
+                                        "again")
+
+    def walk(found: Any, keys: dict[str, Any], where: str) -> None:
+        if not isinstance(found, dict):
+            refuse(f"holds a {type(found).__name__} at {where or 'its top'}, not an object")
+        for key, value in found.items():
+            if key not in keys:
+                refuse(f"has the key {where + key!r}")
+            if keys[key] is not None:
+                walk(value, keys[key], f"{where}{key}.")
+            elif isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value)):
+                refuse(f"has an object at {where + key!r}")
+
+    walk(content, _GENAI_KEYS, "")
+    decoder = content.get("model", {}).get("decoder", {})
+    if decoder.get("session_options", {}).get("provider_options", []) != []:
+        refuse("names execution providers (model.decoder.session_options.provider_options)")
+    if decoder.get("filename") not in listed:
+        refuse(f"names the decoder {decoder.get('filename')!r}, which manifest.json does not list")
 
 
 def _token(generation_config: Any, config: Any, name: str) -> Any:

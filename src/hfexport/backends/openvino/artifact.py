@@ -7,9 +7,11 @@ from pathlib import Path
 
 import openvino as ov
 
+from ...errors import ExportFolderError
+from ...manifest import FileBytes
 from ...storage import checked_destination, staged_files
 
-__all__ = ["HfOpenVINOModel", "write_openvino"]
+__all__ = ["HfOpenVINOModel", "read_openvino", "write_openvino"]
 
 
 class HfOpenVINOModel(ov.Model):
@@ -49,3 +51,29 @@ def write_openvino(model: ov.Model, xml: Path) -> list[Path]:
     """Write `model` as `xml` and its `.bin` in a folder the caller stages; return both files."""
     ov.save_model(model, str(xml), compress_to_fp16=getattr(model, "compress_to_fp16", False))
     return [xml, xml.with_suffix(".bin")]
+
+
+def read_openvino(files: list[FileBytes]) -> ov.Model:
+    """The `openvino.Model` of an `.xml` and its `.bin` among `files` (what `write_openvino`
+    wrote), read from their bytes: OpenVINO is never given a path.
+
+    # NOTE: why. `Core.read_model(path)` opens the `.bin` beside the `.xml` by its name, whether or
+    # not anything checked it; given the IR's text and its weights as a tensor (openvino 2026.4), it
+    # opens no file. The tensor is OpenVINO's own copy of the weights' bytes, which the model's
+    # constants keep alive (a tensor sharing a numpy array's memory does not keep the array: the
+    # constants read freed memory once it was collected): twice the weights while the model is
+    # read, once after.
+    """
+    import numpy as np
+
+    xml = next((f for f in files if f.path.suffix == ".xml"), files[0])
+    weights = next((f for f in files if f.name == xml.path.with_suffix(".bin").name), None)
+    if weights is None:
+        raise ExportFolderError(
+            f"{xml.path} reads its weights from {xml.path.with_suffix('.bin').name}, which is not one of its files "
+            f"({', '.join(f.name for f in files)} were given: an export folder's manifest.json lists a component's "
+            "files); it is not read",
+            remedy="copy the export folder again, whole, from where it was written, or export again; loading files "
+                   "of your own, pass the .xml and its .bin")
+    tensor = ov.Tensor(np.frombuffer(weights.data, np.uint8), shared_memory=False)
+    return ov.Core().read_model(xml.data.decode("utf-8"), tensor)

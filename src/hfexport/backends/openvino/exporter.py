@@ -21,6 +21,8 @@ import torch
 
 from ...capture.trace import Capture
 from ...exporter import FolderContext, HfExporter, Packaged
+from ...errors import ExportFolderError
+from ...manifest import FileBytes, ListedFiles
 from ...record import ExportRecord
 from .config import OpenVINOConfig
 
@@ -182,11 +184,21 @@ class OpenVINOExporter(HfExporter):
 
         return write_openvino(artifact, stem.with_suffix(".xml"))
 
-    def _load(self, files: list[Path]):
-        import openvino as ov
+    def check_listed(self, manifest: dict[str, Any], listed: ListedFiles) -> None:
+        """Every listed `.xml` has its `.bin` listed: OpenVINO GenAI's pipelines open the `.bin`
+        beside each model they read (their tokenizer's too), by its name."""
+        files = manifest["files"]
+        for name in files:
+            weights = name.removesuffix(".xml") + ".bin"
+            if name.endswith(".xml") and weights not in files:
+                raise ExportFolderError(
+                    f"{listed.folder / name} reads its weights from {weights}, which manifest.json does not list; an "
+                    "OpenVINO model's .bin is written with it", remedy="copy the export folder again, whole, from "
+                    "where it was written, or export again")
 
+    def _load(self, files: list[FileBytes]):
+        from .artifact import read_openvino
         from .precision import install_precision_hook
 
         install_precision_hook()  # the saved rt_info precision applies to compile_model again
-        xml = next((f for f in files if f.suffix == ".xml"), files[0])
-        return ov.Core().read_model(str(xml))
+        return read_openvino(files)

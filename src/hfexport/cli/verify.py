@@ -1,0 +1,33 @@
+"""`hfexport verify DIR [--upgrade]`: check an export folder as `generate` and `chat` open it,
+running nothing; `--upgrade` first records the hashes an older manifest lacks."""
+
+from __future__ import annotations
+
+__all__ = ["run"]
+
+
+def run(args) -> int:
+    """Open `args.export_dir` as `generate` does (`GenerationExport.load`: every check, every
+    component loaded into its runtime; the config, tokenizer and processor read; nothing run) and
+    print what was checked; exit 0, or 2 with the refusal."""
+    from pathlib import Path
+
+    from ..generation.package import GenerationExport
+    from ..manifest import read_manifest, upgrade_manifest
+
+    folder = Path(args.export_dir)
+    if args.upgrade:
+        upgraded = upgrade_manifest(folder)
+        print(f"{folder}: manifest.json upgraded from version {upgraded} to 3, the hashes of the files it holds now "
+              "recorded" if upgraded else f"{folder}: manifest.json is already version 3; nothing upgraded")
+    loaded = GenerationExport.load(folder)
+    read = [what for what, value in (("config", loaded.config), ("tokenizer", loaded.tokenizer)) if value is not None]
+    if loaded.has_processor:
+        loaded.load_processor()
+        read.append("processor")
+    files = read_manifest(folder, verify=False)["files"]
+    size = sum(entry["bytes"] for entry in files.values())
+    print(f"{folder}: an hfexport {loaded.format} export; {len(files)} files ({size / 1e6:,.1f} MB), each the bytes "
+          f"its manifest records; components {', '.join(loaded.components)} opened in their runtime"
+          + (f"; {', '.join(read)} read by transformers, no code of the folder's run" if read else ""))
+    return 0
