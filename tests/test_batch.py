@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 
@@ -131,3 +132,37 @@ def test_a_batch_on_ray_gives_the_same_summary_and_retries_a_killed_export(local
     assert [(r.model, r.format, r.output, r.status, r.detail) for r in results] == [
         (r.model, r.format, r.output, r.status, r.detail) for r in local]
     assert all((tmp_path / "out" / r.output / "report.json").is_file() for r in results)
+
+
+@pytest.fixture
+def exports_run(monkeypatch):
+    """Each export of a batch as an instant `ok` (no subprocess): the exports run, in order."""
+    import hfexport.batch
+
+    run = []
+
+    def export(spec, fmt, directory, output, timeout, threads):
+        run.append(output)
+        return {"model": spec["model"], "format": fmt, "output": output, "status": "ok", "seconds": 0.1,
+                "artifact_bytes": 1}
+
+    monkeypatch.setattr(hfexport.batch, "export_cell", export)
+    return run
+
+
+def _export_many(listing, out, *more: str) -> int:
+    from hfexport.cli.main import main
+
+    return main(["export-many", str(listing), "--format", "dynamo", "-o", str(out), *more])
+
+
+def test_the_summaries_get_the_users_umask_not_a_private_mode(tmp_path, exports_run):
+    (tmp_path / "models.txt").write_text("tiny:llama\n")
+    previous = os.umask(0o022)
+    try:
+        assert _export_many(tmp_path / "models.txt", tmp_path / "out") == 0
+    finally:
+        os.umask(previous)
+    assert exports_run == ["tiny-llama/dynamo"]
+    for name in ("summary.json", "summary.md"):
+        assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o644, name  # others may read them

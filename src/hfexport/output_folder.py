@@ -40,6 +40,7 @@ from pathlib import Path
 
 from .errors import OutputFolderError
 from .manifest import owned_files
+from .storage import current_umask
 
 __all__ = ["check_output_folder", "claimed_folder", "staged_folder", "model_folder"]
 
@@ -146,7 +147,7 @@ def staged_folder(target: Path, *, overwrite: bool, source: Path | None = None) 
 
 
 def _move_into_place(staging: Path, target: Path) -> None:
-    os.chmod(staging, target.stat().st_mode & 0o7777 if target.is_dir() else 0o777 & ~_umask())
+    os.chmod(staging, target.stat().st_mode & 0o7777 if target.is_dir() else 0o777 & ~current_umask())
     if not target.exists():
         staging.rename(target)
         return
@@ -299,9 +300,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
