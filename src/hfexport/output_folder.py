@@ -12,7 +12,9 @@ The rules (`check_output_folder`), checked before any work and again under the l
 - a folder holding files takes it only with `overwrite`, and only when it holds an hfexport export
   (its `manifest.json`) and nothing that export did not write (`manifest.owned_files`);
 - never, whatever it holds: the working folder, the home folder, a filesystem root, an ancestor of
-  any of them, and the model's own folder (and its ancestors).
+  any of them, and the model's own folder (and its ancestors);
+- never a path nothing can be written at (`check_writable`, which every output path of hfexport
+  goes through): under a file, a link to nothing, a folder you cannot write in, a file in its place.
 
 # NOTE: why a lock file beside the target rather than in a temporary folder: two machines writing
 # one shared folder see the same lock where the filesystem supports locks, and two exports to
@@ -42,7 +44,7 @@ from .errors import OutputFolderError
 from .manifest import owned_files
 from .storage import current_umask
 
-__all__ = ["check_output_folder", "claimed_folder", "staged_folder", "model_folder"]
+__all__ = ["WRITES", "check_output_folder", "check_writable", "claimed_folder", "model_folder", "staged_folder"]
 
 logger = logging.getLogger("hfexport")
 
@@ -66,13 +68,12 @@ def model_folder(model: object) -> Path | None:
 def check_output_folder(target: Path, *, overwrite: bool, source: Path | None = None,
                         example: str | None = None) -> None:
     """Refuse, with `OutputFolderError`, an output folder the export may not write (the module's rules)."""
-    target = Path(target).resolve()
+    given, target = target, Path(target).resolve()
     new_folder = f"name a new folder for the export (e.g. -o {example or target / 'export'})"
     if why := _never_replaced(target, source):
         raise OutputFolderError(f"{target} is {why}: an export is written into a folder of its own and never "
                                 "replaces this one", remedy=new_folder)
-    if target.exists() and not target.is_dir():
-        raise OutputFolderError(f"{target} exists and is not a folder", remedy=new_folder)
+    check_writable(given, "the export", writes="folder", new_name=Path(example).name if example else "export")
     if not target.exists() or not any(target.iterdir()):
         return
     owned, why_not = owned_files(target)
@@ -90,6 +91,57 @@ def check_output_folder(target: Path, *, overwrite: bool, source: Path | None = 
                                 remedy=f"pass --overwrite (overwrite=True) to replace it, or {new_folder}")
 
 
+#: What `check_writable` checks a path for: a file or a folder put in its place by a rename (the
+#: folder it is in must be writable), or a folder that files are written into (itself must be).
+WRITES = ("file", "folder", "into folder")
+
+
+def check_writable(path: str | os.PathLike, what: str, *, writes: str, new_name: str, option: str = "-o") -> None:
+    """Refuse, with `OutputFolderError`, a `path` where `what` cannot be written, before any work: a
+    path under a file, a link to nothing (there or above), a folder you cannot write it in, a file
+    where a folder is wanted or a folder where a file is.
+
+    Args:
+        writes: one of `WRITES`: what is written at `path`.
+        new_name: the name to suggest in a remedy instead of the refused one (`llama-dynamo`, `coverage.md`).
+        option: the command-line option that named `path`.
+    """
+    if writes not in WRITES:
+        raise ValueError(f"writes is one of {WRITES}; got {writes!r}")
+    path = Path(os.path.abspath(path))  # not resolved: a link at the path is what is checked
+    problem, remedy = _path_problem(path, writes, new_name, option)
+    if problem:
+        raise OutputFolderError(f"cannot write {what} at {path}: {problem}", remedy=remedy)
+
+
+def _path_problem(path: Path, writes: str, new_name: str, option: str) -> tuple[str | None, str | None]:
+    """`(what is wrong with `path` for `check_writable`, the remedy)`, or `(None, None)`."""
+    elsewhere = f"name another path ({option})"
+    for place in (path, *path.parents):  # nearest first: the first link to nothing, or what exists
+        if os.path.islink(place) and not os.path.exists(place):
+            return (f"{place} is a link to {os.readlink(place)}, which does not exist",
+                    f"create what the link points to, remove the link, or {elsewhere}")
+        if os.path.exists(place):  # False, not an error, where a folder above cannot be searched
+            break
+    if place != path and not place.is_dir():
+        return f"{place} is a file, not a folder", f"name a path outside that file ({option} {place.parent / path.name})"
+    if place == path and writes == "file" and path.is_dir():
+        return "it is a folder", f"name a file in it ({option} {path / new_name})"
+    if place == path and writes != "file" and not path.is_dir():
+        return "it is a file, not a folder", f"name a new folder ({option} {path.parent / new_name})"
+    if place != path:  # to be created in `place`
+        needed = [place]
+    elif writes == "into folder":
+        needed = [path]
+    else:  # put in place by a rename in its folder; an existing file or folder is itself written
+        needed = [path.parent, path]
+    for folder in needed:
+        if not os.access(folder, os.W_OK | (os.R_OK | os.X_OK if folder.is_dir() else 0)):
+            return (f"you cannot write {'in ' if folder.is_dir() else ''}{folder}",
+                    f"{elsewhere} where you can write, or get write access to {folder}")
+    return None, None
+
+
 @contextlib.contextmanager
 def claimed_folder(target: Path, *, overwrite: bool, source: Path | None = None,
                    example: str | None = None) -> Iterator[Path]:
@@ -102,7 +154,7 @@ def claimed_folder(target: Path, *, overwrite: bool, source: Path | None = None,
     Yields:
         `target`, resolved.
     """
-    target = Path(target).resolve()
+    given, target = target, Path(target).resolve()  # the path as given: a link there is checked
     if _CLAIMS.get(target) == threading.get_ident():
         yield target
         return
@@ -110,7 +162,7 @@ def claimed_folder(target: Path, *, overwrite: bool, source: Path | None = None,
                              "name another folder (-o)")
     if target in _CLAIMS:
         raise busy
-    check_output_folder(target, overwrite=overwrite, source=source, example=example)
+    check_output_folder(given, overwrite=overwrite, source=source, example=example)
     created = _make_parents(target.parent)
     lock = _FolderLock(target.parent / f".{target.name}.hfexport-lock")
     try:
