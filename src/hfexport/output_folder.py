@@ -44,7 +44,8 @@ from .errors import OutputFolderError
 from .manifest import owned_files
 from .storage import current_umask
 
-__all__ = ["WRITES", "check_output_folder", "check_writable", "claimed_folder", "model_folder", "staged_folder"]
+__all__ = ["WRITES", "check_output_folder", "check_writable", "claimed_folder", "folder_entries", "listing",
+           "model_folder", "staged_folder"]
 
 logger = logging.getLogger("hfexport")
 
@@ -78,16 +79,16 @@ def check_output_folder(target: Path, *, overwrite: bool, source: Path | None = 
         return
     owned, why_not = owned_files(target)
     if owned is None:
-        raise OutputFolderError(f"{target} holds files that are not an hfexport export ({_listing(_entries(target))};"
+        raise OutputFolderError(f"{target} holds files that are not an hfexport export ({listing(folder_entries(target))};"
                                 f" {why_not}); hfexport never deletes files it did not write",
                                 remedy=f"{new_folder}; --overwrite replaces only an earlier hfexport export")
-    others = _entries(target) - owned - _folders_of(owned)
+    others = folder_entries(target) - owned - _folders_of(owned)
     if others:
         raise OutputFolderError(f"{target} holds an earlier hfexport export and files it did not write "
-                                f"({_listing(others)}); hfexport never deletes files it did not write",
+                                f"({listing(others)}); hfexport never deletes files it did not write",
                                 remedy=f"move those files out of {target}, or {new_folder}")
     if not overwrite:
-        raise OutputFolderError(f"{target} already holds an earlier hfexport export ({_listing(_entries(target))})",
+        raise OutputFolderError(f"{target} already holds an earlier hfexport export ({listing(folder_entries(target))})",
                                 remedy=f"pass --overwrite (overwrite=True) to replace it, or {new_folder}")
 
 
@@ -299,7 +300,7 @@ def _never_replaced(target: Path, source: Path | None) -> str | None:
     return None
 
 
-def _entries(folder: Path) -> set[str]:
+def folder_entries(folder: Path) -> set[str]:
     """Every file, link and empty folder under `folder`, by relative path."""
     found = set()
     for path in folder.rglob("*"):
@@ -312,7 +313,8 @@ def _folders_of(files: set[str]) -> set[str]:
     return {parent.as_posix() for f in files for parent in Path(f).parents if parent != Path(".")}
 
 
-def _listing(names: set[str]) -> str:
+def listing(names: set[str]) -> str:
+    """The first few of `names`, sorted, and how many more: what a refusal shows of a folder."""
     shown = sorted(names)[:_SHOWN]
     more = len(names) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more else "")

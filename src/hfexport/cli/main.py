@@ -176,7 +176,8 @@ def _parser() -> argparse.ArgumentParser:
                       '.json (a list of models, or of objects {"model": ..., "generate": true, ...})')
     many.add_argument("--format", "-f", default="dynamo", help=f"comma-separated: {','.join(formats)} "
                       "(default: %(default)s)")
-    many.add_argument("--output", "-o", required=True, help="the folder: DIR/<model>/<format> per export")
+    many.add_argument("--output", "-o", required=True, help="the folder: DIR/<model>/<format> per export (new or "
+                      "empty, or an earlier batch's with --resume)")
     many.add_argument("--timeout", type=float, default=1800, help="seconds per export (default 1800)")
     many.add_argument("--jobs", "-j", type=int, default=1, help="exports run at once here (default 1)")
     many.add_argument("--resume", action="store_true",
