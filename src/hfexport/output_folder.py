@@ -100,7 +100,8 @@ WRITES = ("file", "folder", "into folder")
 def check_writable(path: str | os.PathLike, what: str, *, writes: str, new_name: str, option: str = "-o") -> None:
     """Refuse, with `OutputFolderError`, a `path` where `what` cannot be written, before any work: a
     path under a file, a link to nothing (there or above), a folder you cannot write it in, a file
-    where a folder is wanted or a folder where a file is.
+    where a folder is wanted or a folder where a file is, a file whose folder does not exist (a
+    folder's missing parents are created).
 
     Args:
         writes: one of `WRITES`: what is written at `path`.
@@ -126,6 +127,8 @@ def _path_problem(path: Path, writes: str, new_name: str, option: str) -> tuple[
             break
     if place != path and not place.is_dir():
         return f"{place} is a file, not a folder", f"name a path outside that file ({option} {place.parent / path.name})"
+    if place != path.parent and place != path and writes == "file":  # a file's folder is not created for it
+        return f"folder {path.parent} does not exist", f"create it first, or {elsewhere}"
     if place == path and writes == "file" and path.is_dir():
         return "it is a folder", f"name a file in it ({option} {path / new_name})"
     if place == path and writes != "file" and not path.is_dir():
