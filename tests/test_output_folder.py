@@ -83,14 +83,27 @@ def test_a_folder_of_someone_elses_files_is_refused(tmp_path, capsys, overwrite)
     assert _snapshot(tmp_path) == before
 
 
-#: Paths nothing can be written at, as a user gives them in a folder holding `notes.txt` (a file) and
-#: `dangling` (a link to nothing): `(path, what the refusal says is wrong)`.
+#: Paths nothing can be written at, as a user gives them in a folder holding `notes.txt` (a file),
+#: `dangling` (a link to nothing) and `folder`: `(path, what the refusal says is wrong)`.
 BAD_PATHS = [
     ("notes.txt/sub", "{here}/notes.txt is a file, not a folder"),
     ("notes.txt/a/b", "{here}/notes.txt is a file, not a folder"),
     ("dangling", "{here}/dangling is a link to {here}/nowhere, which does not exist"),
     ("dangling/sub", "{here}/dangling is a link to {here}/nowhere, which does not exist"),
 ]
+#: Every option naming a path hfexport writes: `(command line before the path, what it writes there,
+#: whether that is a folder)`.
+OUTPUT_OPTIONS = {
+    "export -o": (["export", "tiny:llama", "-o"], "the export", True),
+    "export-many -o": (["export-many", "models.txt", "-o"], "the batch", True),
+    "coverage -o": (["coverage", "--only", "bert", "--backends", "dynamo", "--modes", "export", "-o"],
+                    "the coverage page", False),
+    "fuzz --report": (["fuzz", "--examples", "1", "--report"], "the fuzz report", False),
+    "fuzz --database": (["fuzz", "--examples", "1", "--database"], "the example database", True),
+}
+CASES = [(option, given, problem) for option in OUTPUT_OPTIONS for given, problem in BAD_PATHS] + [
+    (option, "notes.txt" if is_folder else "folder", "it is a file, not a folder" if is_folder else "it is a folder")
+    for option, (_, _, is_folder) in OUTPUT_OPTIONS.items()]
 
 
 def _bad_paths_folder(folder: Path) -> Path:
@@ -98,17 +111,35 @@ def _bad_paths_folder(folder: Path) -> Path:
     (folder / "notes.txt").write_text("a week of notes")
     (folder / "notes.txt").chmod(0o640)
     (folder / "dangling").symlink_to(folder / "nowhere")
+    (folder / "folder").mkdir()
+    (folder / "models.txt").write_text("tiny:llama\n")
     return folder
 
 
-@pytest.mark.parametrize(("given", "problem"), [*BAD_PATHS, ("notes.txt", "it is a file, not a folder")])
-def test_an_output_path_nothing_can_be_written_at_is_one_line_before_any_work(tmp_path, monkeypatch, capsys,
-                                                                             given, problem):
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any export, coverage case or fuzz example started fails the test: refusals come first."""
+    import hfexport.batch
+    import hfexport.coverage.matrix
+    import hfexport.fuzz.driver
+
+    def started(*args, **kwargs):
+        raise AssertionError("work started before the output path was checked")
+
+    for module, name in ((hfexport.batch, "export_cell"), (hfexport.coverage.matrix, "case_cell"),
+                         (hfexport.fuzz.driver, "_round")):
+        monkeypatch.setattr(module, name, started)
+
+
+@pytest.mark.parametrize(("option", "given", "problem"), CASES, ids=[f"{o} {g}" for o, g, _ in CASES])
+def test_an_output_path_nothing_can_be_written_at_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, no_work,
+                                                                             option, given, problem):
+    command, what, _ = OUTPUT_OPTIONS[option]
     monkeypatch.chdir(_bad_paths_folder(tmp_path))
     before = _snapshot(tmp_path)
-    assert main(["export", "tiny:llama", "-o", given]) == 2
+    assert main([*command, given]) == 2
     err = _refusal(capsys)
-    assert f"cannot write the export at {tmp_path / given}: {problem.format(here=tmp_path)} What to do: " in err
+    assert f"cannot write {what} at {tmp_path / given}: {problem.format(here=tmp_path)} What to do: " in err
     assert _snapshot(tmp_path) == before
 
 
@@ -137,15 +168,17 @@ def _as_a_user_who_cannot_write_everywhere() -> dict:
     return {"preexec_fn": drop_capabilities}
 
 
-def test_a_folder_you_cannot_write_in_is_refused_before_any_work(tmp_path):
-    locked = tmp_path / "locked"
+@pytest.mark.parametrize("option", OUTPUT_OPTIONS)
+def test_a_folder_you_cannot_write_in_is_refused_before_any_work(tmp_path, option):
+    command, what, _ = OUTPUT_OPTIONS[option]
+    locked = _bad_paths_folder(tmp_path) / "locked"
     locked.mkdir(mode=0o555)
     before = _snapshot(tmp_path)
-    run = _hfexport("export", "tiny:llama", "-o", str(locked / "out"), **_as_a_user_who_cannot_write_everywhere())
+    run = _hfexport(*command, str(locked / "out"), cwd=tmp_path, **_as_a_user_who_cannot_write_everywhere())
     assert run.returncode == 2, run.stderr
     assert run.stderr.splitlines() == [
-        f"hfexport: error: [output] cannot write the export at {locked / 'out'}: you cannot write in {locked} "
-        f"What to do: name another path (-o) where you can write, or get write access to {locked}"]
+        f"hfexport: error: [output] cannot write {what} at {locked / 'out'}: you cannot write in {locked} "
+        f"What to do: name another path ({command[-1]}) where you can write, or get write access to {locked}"]
     assert _snapshot(tmp_path) == before
 
 

@@ -93,8 +93,9 @@ def check_output_folder(target: Path, *, overwrite: bool, source: Path | None = 
 
 
 #: What `check_writable` checks a path for: a file or a folder put in its place by a rename (the
-#: folder it is in must be writable), or a folder that files are written into (itself must be).
-WRITES = ("file", "folder", "into folder")
+#: folder it is in must be writable), a file written at its end (itself, once it exists), or a
+#: folder that files are written into (itself, once it exists).
+WRITES = ("file", "folder", "appended file", "into folder")
 
 
 def check_writable(path: str | os.PathLike, what: str, *, writes: str, new_name: str, option: str = "-o") -> None:
@@ -127,15 +128,16 @@ def _path_problem(path: Path, writes: str, new_name: str, option: str) -> tuple[
             break
     if place != path and not place.is_dir():
         return f"{place} is a file, not a folder", f"name a path outside that file ({option} {place.parent / path.name})"
-    if place != path.parent and place != path and writes == "file":  # a file's folder is not created for it
+    is_file = writes in ("file", "appended file")
+    if place != path.parent and place != path and is_file:  # a file's folder is not created for it
         return f"folder {path.parent} does not exist", f"create it first, or {elsewhere}"
-    if place == path and writes == "file" and path.is_dir():
+    if place == path and is_file and path.is_dir():
         return "it is a folder", f"name a file in it ({option} {path / new_name})"
-    if place == path and writes != "file" and not path.is_dir():
+    if place == path and not is_file and not path.is_dir():
         return "it is a file, not a folder", f"name a new folder ({option} {path.parent / new_name})"
     if place != path:  # to be created in `place`
         needed = [place]
-    elif writes == "into folder":
+    elif writes in ("into folder", "appended file"):
         needed = [path]
     else:  # put in place by a rename in its folder; an existing file or folder is itself written
         needed = [path.parent, path]
