@@ -160,7 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     coverage.add_argument("--modes", help="comma-separated: export,generate,generate-image (default: all)")
     coverage.add_argument("--only", help="comma-separated architectures (preset names; default: all)")
     coverage.add_argument("--output", "-o", default="docs/coverage.md",
-                          help="the Markdown page; the JSON goes beside it (default: docs/coverage.md)")
+                          help="the Markdown page; the JSON goes beside it (default: docs/coverage.md); each "
+                          "replaces only a page or JSON hfexport wrote")
     coverage.add_argument("--timeout", type=float, default=900, help="seconds per case (default 900)")
     coverage.add_argument("--jobs", "-j", type=int, default=1, help="cases run at once (default 1)")
     coverage.add_argument("--merge", action="store_true",
