@@ -215,7 +215,7 @@ def test_a_resumed_batch_replaces_its_own_summary_page_and_refuses_one_it_did_no
     assert _export_many(tmp_path / "models.txt", out, "--resume") == 2
     assert (f"{out} holds an earlier hfexport batch and files it did not write (summary.md; summary.md is not the "
             f"page that batch wrote); hfexport never replaces files it did not write What to do: move those files "
-            f"out of {out}, or name a new folder") in _refusal(capsys)
+            f"out of {out}, or name a new folder for the batch (e.g. -o {tmp_path / 'out-2'})") in _refusal(capsys)
     assert _kept(tmp_path) == before and exports_run == ["tiny-llama/dynamo"]  # the first run's only
 
 

@@ -293,6 +293,7 @@ def check_batch_folder(directory: str | Path, *, resume: bool) -> EarlierBatch |
                                 f"({listing(folder_entries(directory))}; no {SUMMARY}): a batch is written into a "
                                 "folder of its own", remedy=new_folder)
     earlier = _read_summary(directory)
+    new_folder = f"name a new folder for the batch (e.g. -o {directory.with_name(directory.name + '-2')})"
     others = {name for name in folder_entries(directory) if not earlier.wrote(name)}
     if others:
         page = f"; {PAGE} is not the page that batch wrote" if PAGE in others else ""
