@@ -241,12 +241,19 @@ class EarlierBatch:
         if name == SUMMARY:
             return True
         if name == PAGE:
-            return self.page_sha256 is not None and self.page_sha256 == sha256_of(self.folder / PAGE)
+            return self.page_sha256 is not None and self.page_sha256 == _sha256_or_none(self.folder / PAGE)
         slug, _, rest = name.partition("/")
         formats = {r.format for r in self.results if r.output.split("/")[0] == slug}
         entry = rest.split("/")[0]
         return bool(formats) and (not entry or entry in formats or any(
             re.match(rf"\.{re.escape(fmt)}\.((partial|old)-\d+-|hfexport-lock$)", entry) for fmt in formats))
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return sha256_of(path)
+    except OSError:  # unreadable: nothing says hfexport wrote it
+        return None
 
 
 #: The type of each field of a `BatchResult` as `summary.json` holds it.
@@ -383,7 +390,7 @@ def run_batch(items: Sequence[BatchItem], formats: Sequence[str], directory: str
     merged = _merged(previous, ordered)
     save_summary(directory, merged, runs, page_sha256)
     text = "# Batch export\n\nFrom " + ", then ".join(f"`{r}`" for r in runs) + ".\n\n" + render_summary(merged)
-    if (directory / PAGE).exists() and (page_sha256 is None or sha256_of(directory / PAGE) != page_sha256):
+    if (directory / PAGE).exists() and (page_sha256 is None or _sha256_or_none(directory / PAGE) != page_sha256):
         raise OutputFolderError(f"{directory / PAGE} appeared while the batch ran and is not the page hfexport wrote; "
                                 "it was kept", remedy=f"every export's result is in {directory / SUMMARY}: move "
                                 f"{PAGE} away and run again with --resume to write the page")

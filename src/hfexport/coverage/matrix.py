@@ -227,9 +227,12 @@ _PAGE_HEADER = re.compile(r"# Coverage matrix\n\nGenerated \d{4}-\d{2}-\d{2} on 
 def is_coverage_page(path: Path) -> bool:
     """Whether the file at `path` is a coverage page hfexport wrote: it starts with the header
     `render_markdown` writes (the title, then `Generated DATE on ..., from `hfexport coverage ...`.`)."""
-    with open(path, "rb") as stream:
-        start = stream.read(1 << 16)  # the header, however many runs it lists; not a whole large file
-    return bool(_PAGE_HEADER.match(start.decode("utf-8", errors="replace")))
+    try:
+        with open(path, "rb") as stream:
+            start = stream.read(1 << 16)  # the header, however many runs it lists; not a whole large file
+    except OSError:  # unreadable: nothing says hfexport wrote it
+        return False
+    return bool(_PAGE_HEADER.match(start.decode("utf-8", errors="replace").replace("\r\n", "\n")))  # as Windows wrote it
 
 
 def check_outputs(page: str | os.PathLike) -> Path:
