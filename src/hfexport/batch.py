@@ -292,14 +292,15 @@ def check_batch_folder(directory: str | Path, *, resume: bool) -> EarlierBatch |
     the earlier batch `resume` continues there, or None for a new or empty folder."""
     directory = Path(os.path.abspath(directory))
     check_writable(directory, "the batch", writes="into folder", new_name="batch")
-    new_folder = f"name a new folder for the batch (e.g. -o {directory / 'batch'})"
     if not directory.exists() or not any(directory.iterdir()):
         return None
     if not (directory / SUMMARY).is_file():
         raise OutputFolderError(f"{directory} holds files that are not an hfexport batch "
                                 f"({listing(folder_entries(directory))}; no {SUMMARY}): a batch is written into a "
-                                "folder of its own", remedy=new_folder)
+                                "folder of its own", remedy=f"name a new folder for the batch (e.g. -o "
+                                f"{directory / 'batch'})")
     earlier = _read_summary(directory)
+    # beside the earlier batch, not in it: a folder inside would be a file that batch did not write
     new_folder = f"name a new folder for the batch (e.g. -o {directory.with_name(directory.name + '-2')})"
     others = {name for name in folder_entries(directory) if not earlier.wrote(name)}
     if others:
