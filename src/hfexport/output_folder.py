@@ -79,8 +79,9 @@ def check_output_folder(target: Path, *, overwrite: bool, source: Path | None = 
         return
     owned, why_not = owned_files(target)
     if owned is None:
-        raise OutputFolderError(f"{target} holds files that are not an hfexport export ({listing(folder_entries(target))};"
-                                f" {why_not}); hfexport never deletes files it did not write",
+        raise OutputFolderError(f"{target} holds files that are not an hfexport export "
+                                f"({listing(folder_entries(target))}; {why_not}); hfexport never deletes files it "
+                                "did not write",
                                 remedy=f"{new_folder}; --overwrite replaces only an earlier hfexport export")
     others = folder_entries(target) - owned - _folders_of(owned)
     if others:
@@ -88,7 +89,8 @@ def check_output_folder(target: Path, *, overwrite: bool, source: Path | None = 
                                 f"({listing(others)}); hfexport never deletes files it did not write",
                                 remedy=f"move those files out of {target}, or {new_folder}")
     if not overwrite:
-        raise OutputFolderError(f"{target} already holds an earlier hfexport export ({listing(folder_entries(target))})",
+        raise OutputFolderError(f"{target} already holds an earlier hfexport export "
+                                f"({listing(folder_entries(target))})",
                                 remedy=f"pass --overwrite (overwrite=True) to replace it, or {new_folder}")
 
 
@@ -127,7 +129,8 @@ def _path_problem(path: Path, writes: str, new_name: str, option: str) -> tuple[
         if os.path.exists(place):  # False, not an error, where a folder above cannot be searched
             break
     if place != path and not place.is_dir():
-        return f"{place} is a file, not a folder", f"name a path outside that file ({option} {place.parent / path.name})"
+        return (f"{place} is a file, not a folder",
+                f"name a path outside that file ({option} {place.parent / path.name})")
     is_file = writes in ("file", "appended file")
     if place != path.parent and place != path and is_file:  # a file's folder is not created for it
         return f"folder {path.parent} does not exist", f"create it first, or {elsewhere}"

@@ -209,7 +209,7 @@ def load_results(path: Path) -> tuple[list[CaseResult], list[str]]:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
         raise ValueError(f"not UTF-8 text ({error.reason})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list) or not isinstance(data.get("results"), list):
+    if not (isinstance(data, dict) and isinstance(data.get("runs"), list) and isinstance(data.get("results"), list)):
         raise ValueError("not an object with the runs and results of hfexport coverage")
     if not all(isinstance(run, str) for run in data["runs"]):
         raise ValueError("its runs are not command lines")
@@ -221,7 +221,8 @@ def load_results(path: Path) -> tuple[list[CaseResult], list[str]]:
 
 
 #: The first lines `render_markdown` writes: a file that still starts with them is a page hfexport wrote.
-_PAGE_HEADER = re.compile(r"# Coverage matrix\n\nGenerated \d{4}-\d{2}-\d{2} on [^\n]*, from `hfexport coverage[^\n]*`\.\n")
+_PAGE_HEADER = re.compile(r"# Coverage matrix\n\nGenerated \d{4}-\d{2}-\d{2} on [^\n]*, "
+                          r"from `hfexport coverage[^\n]*`\.\n")
 
 
 def is_coverage_page(path: Path) -> bool:
@@ -232,7 +233,8 @@ def is_coverage_page(path: Path) -> bool:
             start = stream.read(1 << 16)  # the header, however many runs it lists; not a whole large file
     except OSError:  # unreadable: nothing says hfexport wrote it
         return False
-    return bool(_PAGE_HEADER.match(start.decode("utf-8", errors="replace").replace("\r\n", "\n")))  # as Windows wrote it
+    text = start.decode("utf-8", errors="replace").replace("\r\n", "\n")  # as written on Windows
+    return bool(_PAGE_HEADER.match(text))
 
 
 def check_outputs(page: str | os.PathLike) -> Path:
