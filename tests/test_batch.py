@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from hfexport.batch import BatchItem, name_problem, read_model_list, run_batch
+from hfexport.errors import OutputFolderError
 from hfexport.executors import LocalExecutor, RayExecutor
 from tests.processes import KillOnce, local_ray  # noqa: F401 - local_ray is a fixture
 
@@ -83,8 +86,8 @@ def test_export_many_refuses_a_name_outside_the_output_folder_and_writes_nothing
 
 
 def test_an_earlier_batch_is_continued_only_with_resume(tmp_path):
-    (tmp_path / "summary.json").write_text('{"runs": [], "results": []}')
-    with pytest.raises(ValueError, match="pass --resume"):
+    (tmp_path / "summary.json").write_text('{"runs": [], "results": []}')  # as written before its mark
+    with pytest.raises(OutputFolderError, match="pass --resume"):
         run_batch([BatchItem("tiny:bert")], ["dynamo"], tmp_path)
     with pytest.raises(ValueError, match="tensorrt"):
         run_batch([BatchItem("tiny:bert")], ["tensorrt"], tmp_path / "new")
@@ -131,3 +134,114 @@ def test_a_batch_on_ray_gives_the_same_summary_and_retries_a_killed_export(local
     assert [(r.model, r.format, r.output, r.status, r.detail) for r in results] == [
         (r.model, r.format, r.output, r.status, r.detail) for r in local]
     assert all((tmp_path / "out" / r.output / "report.json").is_file() for r in results)
+
+
+@pytest.fixture
+def exports_run(monkeypatch):
+    """Each export of a batch as an instant `ok` (no subprocess) that writes its folder: the exports
+    run, in order."""
+    import hfexport.batch
+
+    run = []
+
+    def export(spec, fmt, directory, output, timeout, threads):
+        run.append(output)
+        (Path(directory) / output).mkdir(parents=True)
+        (Path(directory) / output / "model.pt2").write_bytes(b"a program")
+        return {"model": spec["model"], "format": fmt, "output": output, "status": "ok", "seconds": 0.1,
+                "artifact_bytes": 1}
+
+    monkeypatch.setattr(hfexport.batch, "export_cell", export)
+    return run
+
+
+def _export_many(listing, out, *more: str) -> int:
+    from hfexport.cli.main import main
+
+    return main(["export-many", str(listing), "--format", "dynamo", "-o", str(out), *more])
+
+
+def test_the_summaries_get_the_users_umask_not_a_private_mode(tmp_path, exports_run):
+    (tmp_path / "models.txt").write_text("tiny:llama\n")
+    previous = os.umask(0o022)
+    try:
+        assert _export_many(tmp_path / "models.txt", tmp_path / "out") == 0
+    finally:
+        os.umask(previous)
+    assert exports_run == ["tiny-llama/dynamo"]
+    for name in ("summary.json", "summary.md"):
+        assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o644, name  # others may read them
+
+
+def _kept(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `folder` with its bytes and mode: what a refusal must keep."""
+    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mode)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _refusal(capsys) -> str:
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("hfexport: error: [output] "), err
+    return err
+
+
+def test_a_batch_into_a_folder_of_the_users_files_is_refused_before_any_work(tmp_path, monkeypatch, capsys,
+                                                                            exports_run):
+    (tmp_path / "models.txt").write_text("tiny:llama\n")
+    (tmp_path / "summary.md").write_text("# my summary of the week\n")
+    (tmp_path / "summary.md").chmod(0o640)
+    monkeypatch.chdir(tmp_path)
+    before = _kept(tmp_path)
+    assert _export_many("models.txt", ".") == 2
+    err = _refusal(capsys)
+    assert (f"{tmp_path} holds files that are not an hfexport batch (models.txt, summary.md; no summary.json): a "
+            f"batch is written into a folder of its own What to do: name a new folder for the batch (e.g. -o "
+            f"{tmp_path / 'batch'})") in err
+    assert _kept(tmp_path) == before and exports_run == []
+
+
+def test_a_resumed_batch_replaces_its_own_summary_page_and_refuses_one_it_did_not_write(tmp_path, capsys,
+                                                                                       exports_run):
+    (tmp_path / "models.txt").write_text("tiny:llama\n")
+    out = tmp_path / "out"
+    assert _export_many(tmp_path / "models.txt", out) == 0
+    (out / "summary.md").chmod(0o640)  # the user's choice of who reads it, which a replacement keeps
+    assert _export_many(tmp_path / "models.txt", out, "--resume") == 0
+    assert "--format dynamo`, then `hfexport export-many" in (out / "summary.md").read_text()
+    assert (out / "summary.md").stat().st_mode & 0o777 == 0o640
+    capsys.readouterr()
+    (out / "summary.md").write_text("# my notes on these exports\n")
+    before = _kept(tmp_path)
+    assert _export_many(tmp_path / "models.txt", out, "--resume") == 2
+    assert (f"{out} holds an earlier hfexport batch and files it did not write (summary.md; summary.md is not the "
+            f"page that batch wrote); hfexport never replaces files it did not write What to do: move those files "
+            f"out of {out}, or name a new folder for the batch (e.g. -o {tmp_path / 'out-2'})") in _refusal(capsys)
+    assert _kept(tmp_path) == before and exports_run == ["tiny-llama/dynamo"]  # the first run's only
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("my own summary", "Expecting value"),
+    ('{"runs": [], "results": [{"model": "x", "format": "dynamo", "output": "../../x/dynamo", "status": "ok"}]}',
+     "an export's folder '../../x/dynamo' is not <model>/<format>"),
+    ('{"hfexport_batch": 9, "runs": [], "results": []}', "not a version 1 hfexport batch summary"),
+])
+def test_a_summary_json_that_is_not_a_batchs_is_refused(tmp_path, capsys, exports_run, content, why):
+    (tmp_path / "models.txt").write_text("tiny:llama\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "summary.json").write_text(content)
+    before = _kept(tmp_path)
+    assert _export_many(tmp_path / "models.txt", tmp_path / "out", "--resume") == 2
+    err = _refusal(capsys)
+    assert f"{tmp_path / 'out' / 'summary.json'} is not an hfexport batch's summary (" in err and why in err
+    assert _kept(tmp_path) == before and exports_run == []
+
+
+def test_an_earlier_batch_holding_a_users_file_is_refused(tmp_path, capsys, exports_run):
+    (tmp_path / "models.txt").write_text("tiny:llama\n")
+    assert _export_many(tmp_path / "models.txt", tmp_path / "out") == 0
+    (tmp_path / "out" / "tiny-llama" / "notes.md").write_text("mine")
+    capsys.readouterr()
+    before = _kept(tmp_path)
+    assert _export_many(tmp_path / "models.txt", tmp_path / "out", "--resume") == 2
+    assert "files it did not write (tiny-llama/notes.md)" in _refusal(capsys)
+    assert _kept(tmp_path) == before

@@ -6,6 +6,9 @@ Each case runs in its own subprocess, exactly as `hfexport coverage` runs it.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +111,94 @@ def test_a_runtime_failure_carries_what_the_runtime_logged():
         "Check failed (resize_tensor(out, {&out_length, 1}) == Error::Ok):; "
         "KernelCall failed at instruction 0:10 in operator aten::arange.start_out: 0x12")
     assert _runtime_log("no native log here") == ""
+
+
+DOCS = Path(__file__).parents[1] / "docs"
+
+
+@pytest.fixture
+def cases_run(monkeypatch):
+    """Each case of the matrix as an instant `ok` (no subprocess): the cases run, in order."""
+    import hfexport.coverage.matrix
+
+    run = []
+
+    def case(arch, backend, mode, timeout, threads):
+        run.append((arch, backend, mode))
+        return {"arch": arch, "kind": "encoder", "backend": backend, "mode": mode, "status": "ok", "seconds": 0.1,
+                "extra": {"dynamic_checked": True}, "verdict": "ok"}
+
+    monkeypatch.setattr(hfexport.coverage.matrix, "case_cell", case)
+    return run
+
+
+def _coverage(page, *more: str) -> int:
+    from hfexport.cli.main import main
+
+    return main(["coverage", "--only", "bert", "--backends", "dynamo", "--modes", "export", "-o", str(page), *more])
+
+
+def _kept(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `folder` with its bytes and mode: what a refusal must keep."""
+    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mode)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _refusal(capsys) -> str:
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("hfexport: error: [output] "), err
+    return err
+
+
+def test_the_repos_own_page_is_regenerated_in_place_keeping_its_mode(tmp_path, cases_run, capsys):
+    for name in ("coverage.md", "coverage.json"):
+        shutil.copy(DOCS / name, tmp_path / name)
+    (tmp_path / "coverage.md").chmod(0o640)  # the user's choice of who reads it, which the new page keeps
+    cases = len(load_results(tmp_path / "coverage.json")[0])
+    assert _coverage(tmp_path / "coverage.md", "--merge") == 0
+    page = (tmp_path / "coverage.md").read_text()
+    assert "then `hfexport coverage --backends dynamo --modes export --only bert --merge`." in page
+    assert (tmp_path / "coverage.md").stat().st_mode & 0o777 == 0o640
+    assert len(load_results(tmp_path / "coverage.json")[0]) == cases and cases_run == [("bert", "dynamo", "export")]
+    assert _coverage(tmp_path / "coverage.md") == 0  # its own page again, without --merge: one case now
+    assert len(load_results(tmp_path / "coverage.json")[0]) == 1
+
+
+def test_a_new_page_and_its_json_get_the_users_umask(tmp_path, cases_run):
+    previous = os.umask(0o022)
+    try:
+        assert _coverage(tmp_path / "coverage.md") == 0
+    finally:
+        os.umask(previous)
+    assert [(tmp_path / name).stat().st_mode & 0o777 for name in ("coverage.md", "coverage.json")] == [0o644] * 2
+
+
+@pytest.mark.parametrize("content", ["# My notes\n\nA week of them.\n", "# Coverage matrix\n\nmy own table\n"])
+def test_a_page_hfexport_did_not_write_is_refused_before_any_case(tmp_path, capsys, cases_run, content):
+    page = tmp_path / "coverage.md"
+    page.write_text(content)
+    page.chmod(0o640)
+    before = _kept(tmp_path)
+    assert _coverage(page) == 2
+    err = _refusal(capsys)
+    assert f"{page} is not a coverage page hfexport wrote" in err and "never replaces a file it did not write" in err
+    assert f"What to do: name another page (-o {tmp_path / 'coverage-coverage.md'}), or move {page} away" in err
+    assert _kept(tmp_path) == before and cases_run == []
+
+
+@pytest.mark.parametrize("content", ["{}", "my notes", '{"runs": ["mine"], "results": [{"arch": "bert"}]}'])
+def test_a_json_beside_the_page_that_hfexport_did_not_write_is_refused(tmp_path, capsys, cases_run, content):
+    (tmp_path / "notes.json").write_text(content)
+    (tmp_path / "notes.json").chmod(0o640)
+    before = _kept(tmp_path)
+    assert _coverage(tmp_path / "notes.md", "--merge") == 2
+    err = _refusal(capsys)
+    assert f"{tmp_path / 'notes.json'}, where the page's results go, is not the results JSON of hfexport coverage (" \
+           in err and f"or move {tmp_path / 'notes.json'} away" in err
+    assert _kept(tmp_path) == before and cases_run == []
+
+
+def test_a_page_named_as_its_own_json_is_refused(tmp_path, capsys, cases_run):
+    assert _coverage(tmp_path / "coverage.json") == 2
+    assert f"What to do: name the page's Markdown file (-o {tmp_path / 'coverage.md'})" in _refusal(capsys)
+    assert list(tmp_path.iterdir()) == [] and cases_run == []

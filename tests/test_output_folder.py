@@ -21,10 +21,19 @@ from hfexport.errors import OutputFolderError
 from hfexport.output_folder import check_output_folder, claimed_folder
 
 
-def _snapshot(folder: Path) -> dict[str, str]:
-    """Every entry under `folder` (hidden ones too) with a hash of its bytes: what a refusal must keep."""
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(folder.rglob("*"))}
+def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
+    """Every entry under `folder` (hidden ones too) with a hash of its bytes (or what it is) and its
+    mode: what a refusal must keep."""
+    return {p.relative_to(folder).as_posix(): (
+        f"link to {os.readlink(p)}" if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.is_file() else "dir", p.lstat().st_mode) for p in sorted(folder.rglob("*"))}
+
+
+def _refusal(capsys) -> str:
+    """The one line a refusal prints (nothing else, no traceback)."""
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("hfexport: error: [output] "), err
+    return err
 
 
 def _user_files(folder: Path) -> Path:
@@ -71,6 +80,105 @@ def test_a_folder_of_someone_elses_files_is_refused(tmp_path, capsys, overwrite)
     assert main(["export", "tiny:llama", "-o", str(notes), *(["--overwrite"] if overwrite else [])]) == 2
     err = capsys.readouterr().err
     assert "not an hfexport export" in err and "precious.txt" in err and "never deletes" in err
+    assert _snapshot(tmp_path) == before
+
+
+#: Paths nothing can be written at, as a user gives them in a folder holding `notes.txt` (a file),
+#: `dangling` (a link to nothing) and `folder`: `(path, what the refusal says is wrong)`.
+BAD_PATHS = [
+    ("notes.txt/sub", "{here}/notes.txt is a file, not a folder"),
+    ("notes.txt/a/b", "{here}/notes.txt is a file, not a folder"),
+    ("dangling", "{here}/dangling is a link to {here}/nowhere, which does not exist"),
+    ("dangling/sub", "{here}/dangling is a link to {here}/nowhere, which does not exist"),
+]
+#: Every option naming a path hfexport writes: `(command line before the path, what it writes there,
+#: whether that is a folder)`.
+OUTPUT_OPTIONS = {
+    "export -o": (["export", "tiny:llama", "-o"], "the export", True),
+    "export-many -o": (["export-many", "models.txt", "-o"], "the batch", True),
+    "coverage -o": (["coverage", "--only", "bert", "--backends", "dynamo", "--modes", "export", "-o"],
+                    "the coverage page", False),
+    "fuzz --report": (["fuzz", "--examples", "1", "--report"], "the fuzz report", False),
+    "fuzz --database": (["fuzz", "--examples", "1", "--database"], "the example database", True),
+}
+CASES = [(option, given, problem) for option in OUTPUT_OPTIONS for given, problem in BAD_PATHS] + [
+    (option, "notes.txt" if is_folder else "folder", "it is a file, not a folder" if is_folder else "it is a folder")
+    for option, (_, _, is_folder) in OUTPUT_OPTIONS.items()]
+
+
+def _bad_paths_folder(folder: Path) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "notes.txt").write_text("a week of notes")
+    (folder / "notes.txt").chmod(0o640)
+    (folder / "dangling").symlink_to(folder / "nowhere")
+    (folder / "folder").mkdir()
+    (folder / "models.txt").write_text("tiny:llama\n")
+    return folder
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Any export, coverage case or fuzz example started fails the test: refusals come first."""
+    import hfexport.batch
+    import hfexport.coverage.matrix
+    import hfexport.fuzz.driver
+
+    def started(*args, **kwargs):
+        raise AssertionError("work started before the output path was checked")
+
+    for module, name in ((hfexport.batch, "export_cell"), (hfexport.coverage.matrix, "case_cell"),
+                         (hfexport.fuzz.driver, "_round")):
+        monkeypatch.setattr(module, name, started)
+
+
+@pytest.mark.parametrize(("option", "given", "problem"), CASES, ids=[f"{o} {g}" for o, g, _ in CASES])
+def test_an_output_path_nothing_can_be_written_at_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, no_work,
+                                                                             option, given, problem):
+    command, what, _ = OUTPUT_OPTIONS[option]
+    monkeypatch.chdir(_bad_paths_folder(tmp_path))
+    before = _snapshot(tmp_path)
+    assert main([*command, given]) == 2
+    err = _refusal(capsys)
+    assert f"cannot write {what} at {tmp_path / given}: {problem.format(here=tmp_path)} What to do: " in err
+    assert _snapshot(tmp_path) == before
+
+
+def test_the_remedy_for_a_file_in_place_of_the_folder_names_a_folder_beside_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(_bad_paths_folder(tmp_path))
+    assert main(["export", "tiny:llama", "-o", "notes.txt/sub"]) == 2
+    assert f"What to do: name a path outside that file (-o {tmp_path / 'sub'})" in _refusal(capsys)
+    assert main(["export", "tiny:llama", "-f", "onnx", "-o", "notes.txt"]) == 2
+    assert f"What to do: name a new folder (-o {tmp_path / 'llama-onnx'})" in _refusal(capsys)
+
+
+def _as_a_user_who_cannot_write_everywhere() -> dict:
+    """`subprocess` arguments that run the command without root's power to write in any folder: as
+    root (a container, CI), its capability bounding set emptied (`setpriv --bounding-set=-all`), so
+    that the child has no `CAP_DAC_OVERRIDE`; as anyone else, as is."""
+    if getattr(os, "geteuid", lambda: None)() != 0:  # not root, or not POSIX
+        return {}
+
+    def drop_capabilities() -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        for capability in range(64):  # PR_CAPBSET_DROP: the ones past the kernel's last fail, harmlessly
+            libc.prctl(24, capability, 0, 0, 0)
+
+    return {"preexec_fn": drop_capabilities}
+
+
+@pytest.mark.parametrize("option", OUTPUT_OPTIONS)
+def test_a_folder_you_cannot_write_in_is_refused_before_any_work(tmp_path, option):
+    command, what, _ = OUTPUT_OPTIONS[option]
+    locked = _bad_paths_folder(tmp_path) / "locked"
+    locked.mkdir(mode=0o555)
+    before = _snapshot(tmp_path)
+    run = _hfexport(*command, str(locked / "out"), cwd=tmp_path, **_as_a_user_who_cannot_write_everywhere())
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.splitlines() == [
+        f"hfexport: error: [output] cannot write {what} at {locked / 'out'}: you cannot write in {locked} "
+        f"What to do: name another path ({command[-1]}) where you can write, or get write access to {locked}"]
     assert _snapshot(tmp_path) == before
 
 

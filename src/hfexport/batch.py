@@ -6,6 +6,11 @@ run_batch(read_model_list("models.txt"), ["dynamo", "onnx"], "out", executor=Ray
   out/summary.json             every export: status, first line of its error, seconds, artifact bytes
   out/summary.md               the same as a table
 ```
+The output folder is new or empty, or holds an earlier batch that `resume=True` continues (its
+`summary.json` says so) and nothing that batch did not write: `check_batch_folder`, before any export.
+`summary.md` is replaced only while it is the page that batch wrote (`summary.json` holds its
+SHA-256); hfexport never replaces a file it did not write.
+
 Each export is the export job (`hfexport.job.export_to_folder`, validation included) run as
 `python -m hfexport.batch_item` with a timeout, by the executors of the coverage matrix
 (`hfexport.executors`): a crash or a hang costs one export, a killed worker is retried
@@ -21,17 +26,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .errors import OutputFolderError
 from .executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
+from .manifest import sha256_of
+from .output_folder import check_writable, folder_entries, listing
 from .storage import atomic_file
 
-__all__ = ["OPTIONS", "RERUN_ON_RESUME", "BatchItem", "BatchResult", "export_cell", "load_summary", "name_problem",
-           "read_model_list", "render_summary", "run_batch", "save_summary"]
+__all__ = ["OPTIONS", "PAGE", "RERUN_ON_RESUME", "SUMMARY", "BatchItem", "BatchResult", "EarlierBatch",
+           "check_batch_folder", "export_cell", "load_summary", "name_problem", "read_model_list", "render_summary",
+           "run_batch", "save_summary"]
 
 #: Keys an object of a `.json` list may have besides `model`: `name` (the folder, instead of the
 #: model's slug), `dynamic` (default true) and these keyword arguments of `export_to_folder`.
@@ -40,6 +50,10 @@ OPTIONS = ("task", "generate", "multi_token_decode", "static_cache", "quantize",
 #: Statuses `resume` runs again: a crash or a timeout may say more about the machine than the export.
 RERUN_ON_RESUME = ("crash", "timeout")
 SUMMARY = "summary.json"
+PAGE = "summary.md"
+#: The key that marks `summary.json` as an hfexport batch's, and its layout's version (one written
+#: before the mark is read the same way: its runs and results say what it is).
+BATCH_MARK, BATCH_VERSION = "hfexport_batch", 1
 
 
 #: What a folder name of the batch may hold: letters (`\w` takes Unicode's), digits, `.`, `_`, `-`.
@@ -193,16 +207,111 @@ def export_cell(spec: dict[str, Any], fmt: str, directory: str, output: str, tim
     return {**base, "status": "crash", "detail": outcome.how(), LOST: outcome.is_lost}
 
 
-def save_summary(directory: Path, results: Sequence[BatchResult], runs: Sequence[str]) -> None:
-    """`directory/summary.json`: the commands it comes from and every export (written atomically)."""
+def save_summary(directory: Path, results: Sequence[BatchResult], runs: Sequence[str],
+                 page_sha256: str | None = None) -> None:
+    """`directory/summary.json`: the commands it comes from, every export and the SHA-256 of the
+    `summary.md` written with it (written atomically)."""
+    files = {PAGE: {"sha256": page_sha256}} if page_sha256 else {}
     with atomic_file(directory / SUMMARY) as stream:
-        json.dump({"runs": list(runs), "results": [r.to_dict() for r in results]}, stream, indent=1)
+        json.dump({BATCH_MARK: BATCH_VERSION, "runs": list(runs), "results": [r.to_dict() for r in results],
+                   "files": files}, stream, indent=1)
 
 
 def load_summary(directory: Path) -> tuple[list[BatchResult], list[str]]:
-    """The exports and the runs of `directory/summary.json`."""
-    data = json.loads((directory / SUMMARY).read_text())
-    return [BatchResult.from_dict(item) for item in data["results"]], list(data["runs"])
+    """The exports and the runs of `directory/summary.json` (`OutputFolderError` when it is not an
+    hfexport batch's)."""
+    earlier = _read_summary(directory)
+    return earlier.results, earlier.runs
+
+
+@dataclasses.dataclass
+class EarlierBatch:
+    """What `summary.json` says of the batch in `folder`: its exports, its runs, the SHA-256 of its `summary.md`."""
+
+    folder: Path
+    results: list[BatchResult]
+    runs: list[str]
+    page_sha256: str | None
+
+    def wrote(self, name: str) -> bool:
+        """Whether the entry `name` of the folder (a relative path) is one this batch wrote: its
+        summaries (`summary.md` only while it has the recorded SHA-256), an export's folder and
+        what is in it (its own manifest rules it), or what an export leaves beside its folder
+        while it runs (staging folders, lock file: `.FORMAT.partial-PID-*`, `.FORMAT.hfexport-lock`)."""
+        if name == SUMMARY:
+            return True
+        if name == PAGE:
+            return self.page_sha256 is not None and self.page_sha256 == _sha256_or_none(self.folder / PAGE)
+        slug, _, rest = name.partition("/")
+        formats = {r.format for r in self.results if r.output.split("/")[0] == slug}
+        entry = rest.split("/")[0]
+        return bool(formats) and (not entry or entry in formats or any(
+            re.match(rf"\.{re.escape(fmt)}\.((partial|old)-\d+-|hfexport-lock$)", entry) for fmt in formats))
+
+
+def _sha256_or_none(path: Path) -> str | None:
+    try:
+        return sha256_of(path)
+    except OSError:  # unreadable: nothing says hfexport wrote it
+        return None
+
+
+#: The type of each field of a `BatchResult` as `summary.json` holds it.
+_RESULT_TYPES = {"model": str, "format": str, "output": str, "status": str, "detail": (str, type(None)),
+                 "seconds": (int, float, type(None)), "artifact_bytes": (int, type(None))}
+
+
+def _read_summary(directory: Path) -> EarlierBatch:
+    """`directory/summary.json` as an `EarlierBatch`, or `OutputFolderError` saying why it is not an
+    hfexport batch's: a file that says it is hfexport's is checked, not trusted."""
+    path = directory / SUMMARY
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get(BATCH_MARK, BATCH_VERSION) != BATCH_VERSION:
+            raise ValueError(f"not a version {BATCH_VERSION} hfexport batch summary")
+        runs, results, files = data["runs"], data["results"], data.get("files", {})
+        if not (isinstance(runs, list) and all(isinstance(r, str) for r in runs) and isinstance(results, list)
+                and isinstance(files, dict)):
+            raise ValueError("its runs, results or files are not what a batch writes")
+        for result in results:
+            if not isinstance(result, dict) or not all(isinstance(result.get(k), t) for k, t in _RESULT_TYPES.items()):
+                raise ValueError(f"an export's entry is not what a batch writes: {str(result)[:80]}")
+            slug, _, fmt = result["output"].partition("/")
+            if name_problem(slug) or fmt != result["format"] or name_problem(fmt):
+                raise ValueError(f"an export's folder {result['output']!r} is not <model>/<format>")
+        page = files.get(PAGE, {})
+        page_sha256 = page.get("sha256") if isinstance(page, dict) and isinstance(page.get("sha256"), str) else None
+    except (OSError, UnicodeDecodeError, ValueError, KeyError) as error:
+        raise OutputFolderError(f"{path} is not an hfexport batch's summary ({error})",
+                                remedy="name a new folder for the batch (-o), or move that file away") from None
+    return EarlierBatch(directory, [BatchResult.from_dict(r) for r in results], runs, page_sha256)
+
+
+def check_batch_folder(directory: str | Path, *, resume: bool) -> EarlierBatch | None:
+    """Refuse, with `OutputFolderError`, a folder a batch may not write (the module's rules); return
+    the earlier batch `resume` continues there, or None for a new or empty folder."""
+    directory = Path(os.path.abspath(directory))
+    check_writable(directory, "the batch", writes="into folder", new_name="batch")
+    if not directory.exists() or not any(directory.iterdir()):
+        return None
+    if not (directory / SUMMARY).is_file():
+        raise OutputFolderError(f"{directory} holds files that are not an hfexport batch "
+                                f"({listing(folder_entries(directory))}; no {SUMMARY}): a batch is written into a "
+                                "folder of its own", remedy=f"name a new folder for the batch (e.g. -o "
+                                f"{directory / 'batch'})")
+    earlier = _read_summary(directory)
+    # beside the earlier batch, not in it: a folder inside would be a file that batch did not write
+    new_folder = f"name a new folder for the batch (e.g. -o {directory.with_name(directory.name + '-2')})"
+    others = {name for name in folder_entries(directory) if not earlier.wrote(name)}
+    if others:
+        page = f"; {PAGE} is not the page that batch wrote" if PAGE in others else ""
+        raise OutputFolderError(f"{directory} holds an earlier hfexport batch and files it did not write "
+                                f"({listing(others)}{page}); hfexport never replaces files it did not write",
+                                remedy=f"move those files out of {directory}, or {new_folder}")
+    if not resume:
+        raise OutputFolderError(f"{directory} holds an earlier hfexport batch ({SUMMARY})",
+                                remedy=f"pass --resume (resume=True) to continue it, or {new_folder}")
+    return earlier
 
 
 def render_summary(results: Sequence[BatchResult]) -> str:
@@ -255,13 +364,9 @@ def run_batch(items: Sequence[BatchItem], formats: Sequence[str], directory: str
     for fmt in formats:
         AutoExportConfig.from_dict({"export_format": fmt})  # an unknown format fails before any export
     directory = Path(directory)
-    previous, runs = [], [run]
-    if (directory / SUMMARY).exists():
-        if not resume:
-            raise ValueError(f"{directory} holds an earlier batch ({SUMMARY}); pass --resume (resume=True) to "
-                             "continue it, or choose another output folder")
-        previous, earlier = load_summary(directory)
-        runs = earlier + runs
+    earlier = check_batch_folder(directory, resume=resume)
+    previous, runs = (earlier.results, earlier.runs + [run]) if earlier else ([], [run])
+    page_sha256 = earlier.page_sha256 if earlier else None  # the page in the folder until this run writes its own
     directory.mkdir(parents=True, exist_ok=True)
     done = _done(previous, directory) if resume else {}
     executor = executor or LocalExecutor(jobs)
@@ -277,15 +382,20 @@ def run_batch(items: Sequence[BatchItem], formats: Sequence[str], directory: str
         result = BatchResult.from_dict(data)
         results[result.output] = result
         finished.append(result)
-        save_summary(directory, _merged(previous, finished), runs)
+        save_summary(directory, _merged(previous, finished), runs, page_sha256)
         if on_result:
             on_result(result)
 
     executor.run(cells, record)
     ordered = [results[output] for _, _, output in wanted]
     merged = _merged(previous, ordered)
-    save_summary(directory, merged, runs)
-    with atomic_file(directory / "summary.md") as page:
-        page.write("# Batch export\n\nFrom " + ", then ".join(f"`{r}`" for r in runs) + ".\n\n")
-        page.write(render_summary(merged))
+    save_summary(directory, merged, runs, page_sha256)
+    text = "# Batch export\n\nFrom " + ", then ".join(f"`{r}`" for r in runs) + ".\n\n" + render_summary(merged)
+    if (directory / PAGE).exists() and (page_sha256 is None or _sha256_or_none(directory / PAGE) != page_sha256):
+        raise OutputFolderError(f"{directory / PAGE} appeared while the batch ran and is not the page hfexport wrote; "
+                                "it was kept", remedy=f"every export's result is in {directory / SUMMARY}: move "
+                                f"{PAGE} away and run again with --resume to write the page")
+    with atomic_file(directory / PAGE) as page:
+        page.write(text)
+    save_summary(directory, merged, runs, sha256_of(directory / PAGE))
     return ordered

@@ -253,7 +253,7 @@ def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, o
     check_task_options(options.task, _flags(options))  # before the folder is claimed or anything loaded
     target = Path(out).resolve()
     # one writer from here to the final rename; the folder's rules checked before the slow part
-    with claimed_folder(target, overwrite=options.overwrite, source=model_folder(model),
+    with claimed_folder(out, overwrite=options.overwrite, source=model_folder(model),
                         example=_example_output(target, model, config)):
         return _export(model, config, target, options)
 

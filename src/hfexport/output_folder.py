@@ -12,7 +12,9 @@ The rules (`check_output_folder`), checked before any work and again under the l
 - a folder holding files takes it only with `overwrite`, and only when it holds an hfexport export
   (its `manifest.json`) and nothing that export did not write (`manifest.owned_files`);
 - never, whatever it holds: the working folder, the home folder, a filesystem root, an ancestor of
-  any of them, and the model's own folder (and its ancestors).
+  any of them, and the model's own folder (and its ancestors);
+- never a path nothing can be written at (`check_writable`, which every output path of hfexport
+  goes through): under a file, a link to nothing, a folder you cannot write in, a file in its place.
 
 # NOTE: why a lock file beside the target rather than in a temporary folder: two machines writing
 # one shared folder see the same lock where the filesystem supports locks, and two exports to
@@ -40,8 +42,10 @@ from pathlib import Path
 
 from .errors import OutputFolderError
 from .manifest import owned_files
+from .storage import current_umask
 
-__all__ = ["check_output_folder", "claimed_folder", "staged_folder", "model_folder"]
+__all__ = ["WRITES", "check_output_folder", "check_writable", "claimed_folder", "folder_entries", "listing",
+           "model_folder", "staged_folder"]
 
 logger = logging.getLogger("hfexport")
 
@@ -65,28 +69,86 @@ def model_folder(model: object) -> Path | None:
 def check_output_folder(target: Path, *, overwrite: bool, source: Path | None = None,
                         example: str | None = None) -> None:
     """Refuse, with `OutputFolderError`, an output folder the export may not write (the module's rules)."""
-    target = Path(target).resolve()
+    given, target = target, Path(target).resolve()
     new_folder = f"name a new folder for the export (e.g. -o {example or target / 'export'})"
     if why := _never_replaced(target, source):
         raise OutputFolderError(f"{target} is {why}: an export is written into a folder of its own and never "
                                 "replaces this one", remedy=new_folder)
-    if target.exists() and not target.is_dir():
-        raise OutputFolderError(f"{target} exists and is not a folder", remedy=new_folder)
+    check_writable(given, "the export", writes="folder", new_name=Path(example).name if example else "export")
     if not target.exists() or not any(target.iterdir()):
         return
     owned, why_not = owned_files(target)
     if owned is None:
-        raise OutputFolderError(f"{target} holds files that are not an hfexport export ({_listing(_entries(target))};"
-                                f" {why_not}); hfexport never deletes files it did not write",
+        raise OutputFolderError(f"{target} holds files that are not an hfexport export "
+                                f"({listing(folder_entries(target))}; {why_not}); hfexport never deletes files it "
+                                "did not write",
                                 remedy=f"{new_folder}; --overwrite replaces only an earlier hfexport export")
-    others = _entries(target) - owned - _folders_of(owned)
+    others = folder_entries(target) - owned - _folders_of(owned)
     if others:
         raise OutputFolderError(f"{target} holds an earlier hfexport export and files it did not write "
-                                f"({_listing(others)}); hfexport never deletes files it did not write",
+                                f"({listing(others)}); hfexport never deletes files it did not write",
                                 remedy=f"move those files out of {target}, or {new_folder}")
     if not overwrite:
-        raise OutputFolderError(f"{target} already holds an earlier hfexport export ({_listing(_entries(target))})",
+        raise OutputFolderError(f"{target} already holds an earlier hfexport export "
+                                f"({listing(folder_entries(target))})",
                                 remedy=f"pass --overwrite (overwrite=True) to replace it, or {new_folder}")
+
+
+#: What `check_writable` checks a path for: a file or a folder put in its place by a rename (the
+#: folder it is in must be writable), a file written at its end (itself, once it exists), or a
+#: folder that files are written into (itself, once it exists).
+WRITES = ("file", "folder", "appended file", "into folder")
+
+
+def check_writable(path: str | os.PathLike, what: str, *, writes: str, new_name: str, option: str = "-o") -> None:
+    """Refuse, with `OutputFolderError`, a `path` where `what` cannot be written, before any work: a
+    path under a file, a link to nothing (there or above), a folder you cannot write it in, a file
+    where a folder is wanted or a folder where a file is, a file whose folder does not exist (a
+    folder's missing parents are created).
+
+    Args:
+        writes: one of `WRITES`: what is written at `path`.
+        new_name: the name to suggest in a remedy instead of the refused one (`llama-dynamo`, `coverage.md`).
+        option: the command-line option that named `path`.
+    """
+    if writes not in WRITES:
+        raise ValueError(f"writes is one of {WRITES}; got {writes!r}")
+    path = Path(os.path.abspath(path))  # not resolved: a link at the path is what is checked
+    problem, remedy = _path_problem(path, writes, new_name, option)
+    if problem:
+        raise OutputFolderError(f"cannot write {what} at {path}: {problem}", remedy=remedy)
+
+
+def _path_problem(path: Path, writes: str, new_name: str, option: str) -> tuple[str | None, str | None]:
+    """`(what is wrong with `path` for `check_writable`, the remedy)`, or `(None, None)`."""
+    elsewhere = f"name another path ({option})"
+    for place in (path, *path.parents):  # nearest first: the first link to nothing, or what exists
+        if os.path.islink(place) and not os.path.exists(place):
+            return (f"{place} is a link to {os.readlink(place)}, which does not exist",
+                    f"create what the link points to, remove the link, or {elsewhere}")
+        if os.path.exists(place):  # False, not an error, where a folder above cannot be searched
+            break
+    if place != path and not place.is_dir():
+        return (f"{place} is a file, not a folder",
+                f"name a path outside that file ({option} {place.parent / path.name})")
+    is_file = writes in ("file", "appended file")
+    if place != path.parent and place != path and is_file:  # a file's folder is not created for it
+        return f"folder {path.parent} does not exist", f"create it first, or {elsewhere}"
+    if place == path and is_file and path.is_dir():
+        return "it is a folder", f"name a file in it ({option} {path / new_name})"
+    if place == path and not is_file and not path.is_dir():
+        return "it is a file, not a folder", f"name a new folder ({option} {path.parent / new_name})"
+    if place != path:  # to be created in `place`
+        needed = [place]
+    elif writes in ("into folder", "appended file"):
+        needed = [path]
+    else:  # put in place by a rename in its folder; an existing file or folder is itself written
+        needed = [path.parent, path]
+    for folder in needed:
+        if not os.access(folder, os.W_OK | (os.R_OK | os.X_OK if folder.is_dir() else 0)):
+            return (f"you cannot write {'in ' if folder.is_dir() else ''}{folder}",
+                    f"{elsewhere} where you can write, or get write access to {folder}")
+    return None, None
 
 
 @contextlib.contextmanager
@@ -101,7 +163,7 @@ def claimed_folder(target: Path, *, overwrite: bool, source: Path | None = None,
     Yields:
         `target`, resolved.
     """
-    target = Path(target).resolve()
+    given, target = target, Path(target).resolve()  # the path as given: a link there is checked
     if _CLAIMS.get(target) == threading.get_ident():
         yield target
         return
@@ -109,7 +171,7 @@ def claimed_folder(target: Path, *, overwrite: bool, source: Path | None = None,
                              "name another folder (-o)")
     if target in _CLAIMS:
         raise busy
-    check_output_folder(target, overwrite=overwrite, source=source, example=example)
+    check_output_folder(given, overwrite=overwrite, source=source, example=example)
     created = _make_parents(target.parent)
     lock = _FolderLock(target.parent / f".{target.name}.hfexport-lock")
     try:
@@ -146,7 +208,7 @@ def staged_folder(target: Path, *, overwrite: bool, source: Path | None = None) 
 
 
 def _move_into_place(staging: Path, target: Path) -> None:
-    os.chmod(staging, target.stat().st_mode & 0o7777 if target.is_dir() else 0o777 & ~_umask())
+    os.chmod(staging, target.stat().st_mode & 0o7777 if target.is_dir() else 0o777 & ~current_umask())
     if not target.exists():
         staging.rename(target)
         return
@@ -246,7 +308,7 @@ def _never_replaced(target: Path, source: Path | None) -> str | None:
     return None
 
 
-def _entries(folder: Path) -> set[str]:
+def folder_entries(folder: Path) -> set[str]:
     """Every file, link and empty folder under `folder`, by relative path."""
     found = set()
     for path in folder.rglob("*"):
@@ -259,7 +321,8 @@ def _folders_of(files: set[str]) -> set[str]:
     return {parent.as_posix() for f in files for parent in Path(f).parents if parent != Path(".")}
 
 
-def _listing(names: set[str]) -> str:
+def listing(names: set[str]) -> str:
+    """The first few of `names`, sorted, and how many more: what a refusal shows of a folder."""
     shown = sorted(names)[:_SHOWN]
     more = len(names) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more else "")
@@ -299,9 +362,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

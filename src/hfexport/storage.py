@@ -18,21 +18,33 @@ from typing import IO, Any
 
 from .errors import SerializationError
 
-__all__ = ["atomic_file", "checked_destination", "fingerprint", "staged_files"]
+__all__ = ["atomic_file", "checked_destination", "current_umask", "fingerprint", "staged_files"]
 
 
 @contextlib.contextmanager
 def atomic_file(target: Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Yield a stream to a temporary file beside `target`, renamed onto it on success and removed
-    on failure: `target` is never half-written."""
+    on failure: `target` is never half-written. The file gets the mode of the one it replaces, or
+    that of a new file (`0o666` less the umask), not the temporary file's private `0o600`."""
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.partial-", dir=target.parent)
     try:
         with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as stream:
+            os.chmod(temporary, target.stat().st_mode & 0o7777 if target.is_file() else 0o666 & ~current_umask())
             yield stream
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    """The process's umask (read from `/proc` where it can be: setting it to read it races other threads)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status", encoding="ascii") as status:
+            return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def checked_destination(destination: str | os.PathLike, *, overwrite: bool, what: str) -> Path:

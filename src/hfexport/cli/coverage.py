@@ -21,7 +21,7 @@ def run(args) -> int:
     """Run `hfexport coverage` with the parsed `args`: 0 when every case is as expected, 1 otherwise."""
     from ..coverage import load_results, merge_results, render_markdown, run_matrix, save_results
     from ..executors import choose_executor
-    from ..coverage.matrix import BACKENDS, FAILED, MODES, done_results
+    from ..coverage.matrix import BACKENDS, FAILED, MODES, check_outputs, done_results
     from ..storage import atomic_file
 
     backends = _names(args.backends) or list(BACKENDS)
@@ -31,10 +31,9 @@ def run(args) -> int:
         if wrong:
             raise ValueError(f"unknown {name} {wrong}; choose from {', '.join(allowed)}")
     output = Path(args.output)
-    if not output.parent.is_dir():
-        raise ValueError(f"{output.parent} does not exist; create it or choose another --output")
+    saved = check_outputs(output)  # before any case: each a new file or one hfexport wrote
     executor = choose_executor(args.jobs, args.ray, args.ray_address)
-    saved, previous, runs = output.with_suffix(".json"), [], [_this_run(args)]
+    previous, runs = [], [_this_run(args)]
     if (args.merge or args.resume) and saved.exists():
         previous, previous_runs = load_results(saved)
         runs = previous_runs + runs
@@ -59,6 +58,7 @@ def run(args) -> int:
               file=sys.stderr)
         return 130
     results = merge_results(previous, results)
+    check_outputs(output)  # a file put there while the cases ran is kept (the cases are in the JSON)
     with atomic_file(output) as page:
         page.write(render_markdown(results, runs))
     save_results(saved, results, runs)

@@ -1,7 +1,8 @@
 """`hfexport export-many LIST --format F[,F...] -o DIR`: each model of a list to each format
 (`hfexport.batch.run_batch`), here or on Ray; prints each export as it finishes and the summary.
 
-Exit codes: 0 every export ok; 1 otherwise; 130 interrupted (`--resume` continues).
+Exit codes: 0 every export ok; 1 otherwise; 2 the output folder refused, before any export
+(`hfexport.batch.check_batch_folder`); 130 interrupted (`--resume` continues).
 """
 
 from __future__ import annotations

@@ -168,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
     coverage.add_argument("--modes", help="comma-separated: export,generate,generate-image (default: all)")
     coverage.add_argument("--only", help="comma-separated architectures (preset names; default: all)")
     coverage.add_argument("--output", "-o", default="docs/coverage.md",
-                          help="the Markdown page; the JSON goes beside it (default: docs/coverage.md)")
+                          help="the Markdown page; the JSON goes beside it (default: docs/coverage.md); each "
+                          "replaces only a page or JSON hfexport wrote")
     coverage.add_argument("--timeout", type=float, default=900, help="seconds per case (default 900)")
     coverage.add_argument("--jobs", "-j", type=int, default=1, help="cases run at once (default 1)")
     coverage.add_argument("--merge", action="store_true",
@@ -184,7 +185,8 @@ def _parser() -> argparse.ArgumentParser:
                       '.json (a list of models, or of objects {"model": ..., "generate": true, ...})')
     many.add_argument("--format", "-f", default="dynamo", help=f"comma-separated: {','.join(formats)} "
                       "(default: %(default)s)")
-    many.add_argument("--output", "-o", required=True, help="the folder: DIR/<model>/<format> per export")
+    many.add_argument("--output", "-o", required=True, help="the folder: DIR/<model>/<format> per export (new or "
+                      "empty, or an earlier batch's with --resume)")
     many.add_argument("--timeout", type=float, default=1800, help="seconds per export (default 1800)")
     many.add_argument("--jobs", "-j", type=int, default=1, help="exports run at once here (default 1)")
     many.add_argument("--resume", action="store_true",

@@ -1,4 +1,9 @@
-"""Run the coverage cases in subprocesses, judge them against the known failures, write the page."""
+"""Run the coverage cases in subprocesses, judge them against the known failures, write the page.
+
+The page and its JSON go where `check_outputs` allows: each a new file, or one hfexport wrote, known
+by its content (a page that still starts with the header `render_markdown` writes, a JSON that
+`load_results` reads); hfexport never replaces a file it did not write.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +18,15 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import OutputFolderError
+from ..output_folder import check_writable
 from ..storage import atomic_file
 from ..executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
 from .known_failures import BACKENDS, KNOWN_FAILURES, MODES, KnownFailure
 
-__all__ = ["KNOWN_FAILURES", "RERUN_ON_RESUME", "CaseResult", "KnownFailure", "applicable", "case_cell", "done_results",
-           "load_results", "merge_results", "render_markdown", "run_case", "run_matrix", "save_results"]
+__all__ = ["KNOWN_FAILURES", "RERUN_ON_RESUME", "CaseResult", "KnownFailure", "applicable", "case_cell",
+           "check_outputs", "done_results", "is_coverage_page", "load_results", "merge_results", "render_markdown",
+           "run_case", "run_matrix", "save_results"]
 
 FAILED = ("export failure", "runtime failure", "mismatch", "timeout", "crash")
 
@@ -189,10 +197,76 @@ def save_results(path: Path, results: list[CaseResult], runs: list[str]) -> None
         json.dump({"runs": runs, "results": [r.to_dict() for r in results]}, stream, indent=1, default=str)
 
 
+#: The type of each field of a `CaseResult` as the results JSON holds it.
+_CASE_TYPES = {"arch": str, "kind": str, "backend": str, "mode": str, "status": str, "detail": (str, type(None)),
+               "seconds": (int, float, type(None)), "extra": dict}
+
+
 def load_results(path: Path) -> tuple[list[CaseResult], list[str]]:
-    """The cases and the run descriptions of a results JSON written by `hfexport coverage`."""
-    data = json.loads(path.read_text())
+    """The cases and the run descriptions of a results JSON written by `hfexport coverage`; a
+    `ValueError` saying why when `path` is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8 text ({error.reason})") from None
+    if not (isinstance(data, dict) and isinstance(data.get("runs"), list) and isinstance(data.get("results"), list)):
+        raise ValueError("not an object with the runs and results of hfexport coverage")
+    if not all(isinstance(run, str) for run in data["runs"]):
+        raise ValueError("its runs are not command lines")
+    for item in data["results"]:
+        if not isinstance(item, dict) or not all(isinstance(item.get(k, {} if k == "extra" else None), t)
+                                                 for k, t in _CASE_TYPES.items()):
+            raise ValueError(f"a case is not what hfexport coverage writes: {str(item)[:80]}")
     return [CaseResult.from_dict(item) for item in data["results"]], list(data["runs"])
+
+
+#: The first lines `render_markdown` writes: a file that still starts with them is a page hfexport wrote.
+_PAGE_HEADER = re.compile(r"# Coverage matrix\n\nGenerated \d{4}-\d{2}-\d{2} on [^\n]*, "
+                          r"from `hfexport coverage[^\n]*`\.\n")
+
+
+def is_coverage_page(path: Path) -> bool:
+    """Whether the file at `path` is a coverage page hfexport wrote: it starts with the header
+    `render_markdown` writes (the title, then `Generated DATE on ..., from `hfexport coverage ...`.`)."""
+    try:
+        with open(path, "rb") as stream:
+            start = stream.read(1 << 16)  # the header, however many runs it lists; not a whole large file
+    except OSError:  # unreadable: nothing says hfexport wrote it
+        return False
+    text = start.decode("utf-8", errors="replace").replace("\r\n", "\n")  # as written on Windows
+    return bool(_PAGE_HEADER.match(text))
+
+
+def check_outputs(page: str | os.PathLike) -> Path:
+    """Refuse, with `OutputFolderError` and before any case runs, a `page` path `hfexport coverage`
+    may not write, or whose JSON beside it (`page` with the suffix `.json`) it may not: a path
+    nothing can be written at (`check_writable`), or a file already there that hfexport did not
+    write (`is_coverage_page`, `load_results`).
+
+    Returns:
+        The path of the results JSON.
+    """
+    given, page = Path(page), Path(os.path.abspath(page))
+    saved = page.with_suffix(".json")
+    other = f"name another page (-o {page.with_name(page.stem + '-coverage.md')})"
+    if saved == page:
+        raise OutputFolderError(f"cannot write the coverage page at {page}: its results JSON goes beside it, as "
+                                f"{saved.name}, the page's own name", remedy="name the page's Markdown file (-o "
+                                f"{page.with_suffix('.md')})")
+    check_writable(page, "the coverage page", writes="file", new_name="coverage.md")
+    check_writable(saved, "the coverage results", writes="file", new_name="coverage.json")
+    if page.exists() and not is_coverage_page(page):
+        raise OutputFolderError(f"{page} is not a coverage page hfexport wrote (it does not start with the title and "
+                                "the 'Generated ... from `hfexport coverage ...`' line hfexport writes); hfexport "
+                                "never replaces a file it did not write", remedy=f"{other}, or move {page} away")
+    if saved.exists():
+        try:
+            load_results(saved)
+        except (OSError, ValueError) as error:
+            raise OutputFolderError(f"{saved}, where the page's results go, is not the results JSON of hfexport "
+                                    f"coverage ({error}); hfexport never replaces a file it did not write",
+                                    remedy=f"{other}, or move {saved} away") from None
+    return given.with_suffix(".json")
 
 
 def render_markdown(results: list[CaseResult], runs: Sequence[str] = ("hfexport coverage",)) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import BUILTIN_FORMATS
+from ..errors import OutputFolderError
 from .checks import run_example
 from .driver import FuzzOptions, _quiet, fuzz
 from .example import DEFAULT_ARCHS, MODES, Example
@@ -79,6 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     try:
         return run(parser.parse_args(argv))
-    except (ValueError, ImportError) as error:
-        print(f"hfexport fuzz: error: {error}", file=sys.stderr)
+    except (ValueError, ImportError, OutputFolderError) as error:
+        print(f"hfexport fuzz: error: {str(error).replace(chr(10), ' ')}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..config import BUILTIN_FORMATS
+from ..output_folder import check_writable
 from .checks import EXPORT_STAGES, run_example
 from .example import ARCHS, DEFAULT_ARCHS, MODES, Example, examples
 from .outcomes import Failure, Outcome
@@ -272,6 +273,12 @@ def _check_options(options: FuzzOptions) -> None:
             raise ValueError(f"unknown {name} {wrong or given}; choose from {', '.join(allowed)}")
     if options.examples < 1:
         raise ValueError(f"--examples must be at least 1, got {options.examples}")
+    if options.report:
+        check_writable(options.report, "the fuzz report", writes="appended file", new_name="fuzz.md",
+                       option="--report")
+    if options.database:
+        check_writable(options.database, "the example database", writes="into folder", new_name="fuzz-examples",
+                       option="--database")
 
 
 @contextlib.contextmanager
