@@ -221,11 +221,11 @@ class ListedFiles:
     def read(self, relative: str) -> FileBytes:
         """The bytes of the listed file `relative`, checked as read (`ExportFolderError` naming it
         when it is not listed, is a link, or differs from what the export wrote)."""
+        path = listed_path(self.folder, relative)
         entry = self.entries.get(relative)
         if entry is None:
-            raise ExportFolderError(f"{self.folder / relative} is not a file {MANIFEST} lists: an export reads "
-                                     "only its own files", remedy=_REMEDY_DAMAGED)
-        path = listed_path(self.folder, relative)
+            raise ExportFolderError(f"{path} is not a file {MANIFEST} lists: an export reads only its own files",
+                                     remedy=_REMEDY_DAMAGED)
         with _open_listed(path, self.folder) as stream:
             _check_size(path, os.fstat(stream.fileno()).st_size, entry)
             data = stream.read(entry["bytes"] + 1)
@@ -385,6 +385,11 @@ def _check_shape(folder: Path, manifest: Any) -> None:
         for key in ("inputs", "outputs"):
             if not isinstance(component.get(key), list):
                 raise _damaged(folder, f"gives component {name!r} no {key!r} list")
+        if not all(isinstance(i, dict) and isinstance(i.get("name"), str) and isinstance(i.get("shape"), list)
+                   and isinstance(i.get("dtype", ""), str) for i in component["inputs"]):
+            raise _damaged(folder, f"gives component {name!r} an input without a name, a shape list and a dtype")
+        if not all(isinstance(o, str) for o in component["outputs"]):
+            raise _damaged(folder, f"gives component {name!r} an output that is not a name")
         for relative in component["files"]:
             listed_path(folder, relative)
 

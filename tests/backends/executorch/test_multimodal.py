@@ -131,5 +131,5 @@ def test_a_folder_that_is_no_multimodal_runner_folder_is_refused_with_its_why(tm
                               MULTIMODAL_ENTRY: {"multimodal_runner": True, "program": "multimodal.pte",
                                                  "image_token_id": 120}})
     (tmp_path / "multimodal.pte").write_bytes(b"not the export's")
-    with pytest.raises(ExportFolderError, match="does not list 'multimodal.pte'"):
+    with pytest.raises(ExportFolderError, match="multimodal.pte is not a file manifest.json lists"):
         run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)

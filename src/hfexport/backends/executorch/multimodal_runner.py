@@ -94,14 +94,16 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
         raise RuntimeLoadError(f"{folder} is not a MultimodalRunner folder: {why}",
                                remedy="export a LLaVA model with --format executorch --generate")
     listed = ListedFiles(folder, manifest)
-    listed.check_others({entry["program"], entry.get("data"), "config.json"})
+    program_bytes = listed.read(entry["program"])
+    data_bytes = listed.read(entry["data"]) if entry.get("data") else None
     config = listed.read("config.json")
+    listed.check_others({entry["program"], entry.get("data"), "config.json"})
     pieces = split_prompt(input_ids, entry["image_token_id"])
     with tempfile.TemporaryDirectory(prefix="hfexport-runner-") as scratch:
         program, data = (Path(scratch) / name for name in ("model.pte", "model.ptd"))
-        program.write_bytes(listed.read(entry["program"]).data)
-        if entry.get("data"):
-            data.write_bytes(listed.read(entry["data"]).data)
+        program.write_bytes(program_bytes.data)
+        if data_bytes is not None:
+            data.write_bytes(data_bytes.data)
         tokenizer, pieces_file, pixels_file = (Path(scratch) / name
                                                for name in ("tokenizer.json", "pieces.json", "pixels.pt"))
         tokenizer.write_text(json.dumps(_id_tokenizer(_vocab_size(parse_json(config.data, config.path))),
@@ -109,7 +111,7 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
         pieces_file.write_text(json.dumps(pieces))
         torch.save(pixel_values.detach().to(torch.float32).contiguous(), pixels_file)
         done = subprocess.run([sys.executable, "-c", _SCRIPT, str(program), str(tokenizer), str(pieces_file),
-                               str(pixels_file), str(max_new_tokens), str(data) if entry.get("data") else ""],
+                               str(pixels_file), str(max_new_tokens), str(data) if data_bytes else ""],
                               capture_output=True, text=True, encoding="utf-8", timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:

@@ -112,5 +112,11 @@ def _register_kernels(record) -> None:
     """
     import importlib
 
+    from ...errors import RuntimeLoadError
+
     for namespace in record.details.get("kernel_libraries", ()):
+        if namespace not in KERNEL_LIBRARIES:  # a record from elsewhere: only the libraries hfexport names
+            raise RuntimeLoadError(f"the program's record names the kernel library {namespace!r}, which is none of "
+                                   f"hfexport's ({', '.join(KERNEL_LIBRARIES)})", model=record.model_class,
+                                   remedy="export the model again with this hfexport")
         importlib.import_module(KERNEL_LIBRARIES[namespace])
