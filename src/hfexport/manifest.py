@@ -189,6 +189,7 @@ class FileBytes:
 
     @property
     def name(self) -> str:
+        """The file's name (what a model names it by: an ONNX external-data location, a `.bin`)."""
         return self.path.name
 
     @classmethod
