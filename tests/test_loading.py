@@ -65,3 +65,24 @@ def test_a_missing_gguf_file_or_folder_is_a_clear_error(tiny_gguf):
         load_model(str(tiny_gguf.parent / "absent.gguf"))
     with pytest.raises(PrepareError, match="is not a folder"):
         load_model(str(tiny_gguf), gguf_file="tiny-Q4_1.gguf")
+
+
+def test_tiny_llama_carries_a_tokenizer_and_chat_template_that_fit_its_unchanged_model():
+    """`tiny:llama` (the README's main job) loads with a tokenizer of exactly its vocabulary, BOS and
+    EOS the config's and generation config's, a chat template that ends each turn with that EOS (so
+    `hfexport chat` stops), built the same each time; its weights and inputs are the preset's own."""
+    from hfexport.presets import build_preset, tiny_tokenizer
+
+    loaded = load_model("tiny:llama")
+    tokenizer, config = loaded.tokenizer, loaded.model.config
+    assert len(tokenizer) == config.vocab_size == 128
+    assert (tokenizer.bos_token_id, tokenizer.eos_token_id) == (config.bos_token_id, config.eos_token_id)
+    assert loaded.model.generation_config.eos_token_id == tokenizer.eos_token_id
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "hello"}], tokenize=False, add_generation_prompt=True)
+    turn = tokenizer(text, add_special_tokens=False).input_ids
+    assert turn.count(tokenizer.eos_token_id) == 1 and max(turn) < config.vocab_size
+    assert tokenizer.backend_tokenizer.to_str() == tiny_tokenizer("tiny:llama").backend_tokenizer.to_str()
+    model, inputs = build_preset("llama")
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.model.state_dict().values()))
+    assert all(torch.equal(inputs[k], loaded.inputs[k]) for k in inputs)
+    assert load_model("tiny:qwen3").tokenizer is None and tiny_tokenizer("qwen3") is None

@@ -217,8 +217,9 @@ def test_overwrite_replaces_an_earlier_export_and_only_its_files(earlier_export,
     assert main(["export", "tiny:llama", "-o", str(out), "--quiet"]) == 2  # without --overwrite
     assert "already holds an earlier hfexport export" in capsys.readouterr().err
     assert main(["export", "tiny:llama", "--task", "forward", "-o", str(out), "--overwrite", "--quiet"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", "export_config.json", "manifest.json", "model.pt2", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == [  # tiny:llama's tokenizer and chat template beside the graph
+        "chat_template.jinja", "config.json", "export_config.json", "manifest.json", "model.pt2", "report.json",
+        "tokenizer.json", "tokenizer_config.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging, no old copy, no lock file
     assert out.stat().st_mode & 0o777 == 0o750
 

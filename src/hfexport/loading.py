@@ -1,6 +1,7 @@
 """Turn what a user names on the CLI into a model and sample inputs.
 
-`tiny:<preset>` builds a random model offline; a local folder written by `save_pretrained`
+`tiny:<preset>` builds a random model offline (`tiny:llama` with a tokenizer and chat template, an
+image-text preset with its processor); a local folder written by `save_pretrained`
 (or a hub id, when online) goes through `from_pretrained` with the class its config names; a
 GGUF file (`model.gguf`, or a folder or hub repo and `gguf_file=`) goes through transformers' GGUF
 support, dequantized to float32, with the tokenizer and chat template its metadata holds (`load_gguf`).
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from .errors import PrepareError
-from .presets import PRESETS, build_preset
+from .presets import PRESETS, build_preset, tiny_tokenizer
 
 __all__ = ["DTYPES", "LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for",
            "dtype_name"]
@@ -131,7 +132,7 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
     if spec.startswith("tiny:"):
         model, inputs = build_preset(spec)
         processor = _tiny_processor(spec)
-        tokenizer = getattr(processor, "tokenizer", None)
+        tokenizer = getattr(processor, "tokenizer", None) or tiny_tokenizer(spec)
         return _in_dtype(LoadedModel(model, inputs, spec, tokenizer, processor=processor,
                                      tokenizer_missing=None if tokenizer else "a tiny: preset has no tokenizer"), dtype)
     hub = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}

@@ -13,7 +13,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["Preset", "SubConfig", "PRESETS", "build_preset", "preset_names", "sample_inputs", "tiny_processor"]
+__all__ = ["Preset", "SubConfig", "PRESETS", "build_preset", "preset_names", "sample_inputs", "tiny_processor",
+           "tiny_tokenizer", "CHATML_TEMPLATE"]
 
 _TEXT = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
@@ -142,21 +143,65 @@ def _image_text_tokenizer(special: list[str], first_special: int = 120) -> Any:
     """A byte-level BPE tokenizer whose `special` tokens take ids `first_special`, ... (a tiny
     preset's image token ids, its vocabulary 128): trained to `first_special` tokens, filled up with
     unused ones where training made fewer."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+
+    corpus = ["describe this image in a few words", "what is in the picture", "the quick brown fox"] * 20
+    tokenizer = _byte_level_bpe(corpus, first_special, ["<s>", "</s>"])
+    tokenizer.add_special_tokens(special)
+    made = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+    assert made.convert_tokens_to_ids(special) == list(range(first_special, first_special + len(special)))
+    return made
+
+
+#: The chat template of `tiny:llama`'s tokenizer: ChatML, as SmolLM2-Instruct writes it (each turn
+#: `<|im_start|>role\ncontent<|im_end|>\n`), without a default system turn.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def tiny_tokenizer(name: str) -> Any:
+    """The tokenizer of the text preset `name` made offline, or None for the others: `tiny:llama`'s
+    (the README's main job), so its export can be prompted with text and chatted with.
+
+    A byte-level BPE trained on a few fixed English sentences to exactly the preset's vocabulary
+    (128 ids, filled up with unused tokens where training made fewer), its special tokens laid out as
+    SmolLM2's: `<|endoftext|>` 0 (padding), `<|im_start|>` 1 (the config's BOS), `<|im_end|>` 2 (the
+    config's EOS: the end of a turn, where generation stops), and `CHATML_TEMPLATE`. Its alphabet is
+    printable ASCII, space and newline: other characters are dropped, and every token decodes to text
+    on its own (ExecuTorch's `TextLLMRunner` hands its callback whole strings)."""
+    if name.removeprefix("tiny:") != "llama":
+        return None
+    from transformers import PreTrainedTokenizerFast
+
+    vocab_size = PRESETS["llama"].config["vocab_size"]
+    corpus = ["hello, how are you today?", "what is the capital of France?", "the capital of France is Paris.",
+              "once upon a time there was a tiny model", "the quick brown fox jumps over the lazy dog"] * 20
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    made = PreTrainedTokenizerFast(tokenizer_object=_byte_level_bpe(corpus, vocab_size, special, newline=True),
+                                   bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   chat_template=CHATML_TEMPLATE)
+    config = PRESETS["llama"].config
+    assert len(made) == vocab_size and made.convert_tokens_to_ids(special) == [0, 1, 2], len(made)
+    assert (made.bos_token_id, made.eos_token_id) == (config.get("bos_token_id", 1), config.get("eos_token_id", 2))
+    return made
+
+
+def _byte_level_bpe(corpus: list[str], size: int, special: list[str], *, newline: bool = False) -> Any:
+    """A byte-level BPE `tokenizers.Tokenizer` trained on `corpus` to `size` tokens (`special` first,
+    then the alphabet: printable ASCII and space, with `newline` the newline too), filled up with
+    unused special tokens where training made fewer; deterministic for a given corpus."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    corpus = ["describe this image in a few words", "what is in the picture", "the quick brown fox"] * 20
-    alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"]
-    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=first_special, special_tokens=["<s>", "</s>"],
+    # byte-level's own characters for a space (0x20 -> U+0120) and a newline (0x0A -> U+010A)
+    alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"] + (["\u010a"] if newline else [])
+    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=size, special_tokens=special,
                                                               initial_alphabet=alphabet))
-    filler = [f"<unused{i}>" for i in range(first_special - tokenizer.get_vocab_size())]
-    tokenizer.add_special_tokens(filler + special)
-    made = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
-    assert made.convert_tokens_to_ids(special) == list(range(first_special, first_special + len(special)))
-    return made
+    tokenizer.add_special_tokens([f"<unused{i}>" for i in range(size - tokenizer.get_vocab_size())])
+    return tokenizer
 
 
 @dataclasses.dataclass(frozen=True)

@@ -253,8 +253,8 @@ def test_generation_options_that_do_not_fit_are_refused_before_any_work(tmp_path
 
 @pytest.mark.slow
 def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(tmp_path, capsys):
-    out = tmp_path / "llama"
-    assert main(["export", "tiny:llama", "--generate", "-o", str(out), "--quiet", "--no-validate"]) == 0
+    out = tmp_path / "qwen3"  # tiny:qwen3 has no tokenizer (tiny:llama has one)
+    assert main(["export", "tiny:qwen3", "--generate", "-o", str(out), "--quiet", "--no-validate"]) == 0
     capsys.readouterr()
     assert main(["generate", str(out), "--prompt", "hello"]) == 1
     assert "--prompt-ids" in capsys.readouterr().err
@@ -291,9 +291,9 @@ def test_generate_with_a_static_scheme_calibrates_each_component_on_its_own_inpu
     assert main(["export", "tiny:llama", "--format", "onnx", "--generate", "--quantize", "int8-static", "-o", str(out),
                  "--min-agreement", "0.5", "-q"]) == 0
     report = json.loads((out / "report.json").read_text())
-    calibration = report["quantization"]["calibration"]  # a tiny: preset has no tokenizer to read prompts with
-    assert calibration["samples"] == 1
-    assert calibration["source"].startswith("each generation component's own captured inputs (the sample prompt)")
+    calibration = report["quantization"]["calibration"]  # tiny:llama's tokenizer reads the built-in prompts
+    assert calibration["source"] == "built-in prompts (hfexport.quantization.calibration)"
+    assert calibration["samples_per_component"] == {"prefill": calibration["samples"], "decode": calibration["samples"]}
     for name in ("prefill", "decode"):
         summary = report["components"][name]["record"]["quantization"]
         assert summary["scheme"] == "int8-static" and summary["quantized_matmuls"] > 0
