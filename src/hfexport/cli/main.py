@@ -263,7 +263,15 @@ def _reader_gone(stream) -> bool:
 
 
 def _run(argv: list[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    from .quiet import is_quiet, progress_bars_off
+
+    argv = sys.argv[1:] if argv is None else argv
+    # before the parser imports torch, which imports tqdm, which reads its environment then
+    with progress_bars_off() if is_quiet(argv) else contextlib.nullcontext():
+        return _command(_parser().parse_args(argv))
+
+
+def _command(args: argparse.Namespace) -> int:
     from . import chat, coverage, env, export, export_many, fuzz, generate, patches, presets, verify
     from .quantize import UsageError
     from .quiet import command_output
