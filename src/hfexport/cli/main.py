@@ -142,7 +142,10 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--top-p", type=float, default=None)
     generate.add_argument("--repetition-penalty", type=float, default=None)
     generate.add_argument("--seed", type=int, default=None, help="seed for --do-sample (reproducible tokens)")
-    generate.add_argument("--json", action="store_true", help="print the result as JSON")
+    generate.add_argument("--json", action="store_true", help="print the result as JSON (token ids, text, timings)")
+    generate.add_argument("--ids", action="store_true",
+                          help="print the generated token ids after the text (printed anyway where the export "
+                          "holds no tokenizer)")
     _add_no_verify(generate)
 
     chat = sub.add_parser("chat", help="talk with an export written by `export --generate`: each line on stdin "
