@@ -22,6 +22,16 @@ from ..errors import DtypeRefusedError, ExportError, ExportFolderError, OutputFo
 #: ok; not 1, which says the command failed. Quiet: no traceback, no message.
 READER_GONE = 141
 
+#: What `hfexport --help` says the command is, for its users.
+DESCRIPTION = ("Export a Hugging Face transformers model to torch.export (dynamo), ONNX, ExecuTorch or\n"
+               "OpenVINO, check the export against eager PyTorch, and run it.")
+EPILOG = """\
+start with a tiny random model, which needs no files nor network:
+  hfexport export tiny:llama -f onnx -o out/llama     export, validate, write out/llama
+  hfexport generate out/llama --prompt-ids 1,2,3      run it
+then a folder written by save_pretrained, a .gguf file or a hub id in place of tiny:llama.
+`hfexport COMMAND --help` lists a command's options; `hfexport env` what is installed."""
+
 
 def _parser() -> argparse.ArgumentParser:
     from ..backends.executorch.config import DELEGATES
@@ -35,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     formats = format_names()
     schemes = list(dict.fromkeys(scheme for fmt in formats for scheme in CLI_SCHEMES.get(fmt, {})))
 
-    parser = argparse.ArgumentParser(prog="hfexport", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hfexport", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs (implies --verbose)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="show other packages' log records, warnings and native output (hidden by default)")
@@ -208,6 +220,15 @@ def _parser() -> argparse.ArgumentParser:
                          help="only those of this export format: %(choices)s")
     patches.add_argument("--backend", dest="format", choices=formats, help=argparse.SUPPRESS)  # its name before 0.2
     return parser
+
+
+def _version() -> str:
+    """`hfexport --version`: the package's version and the torch and transformers it was tested with."""
+    from .. import __version__
+    from .._versions import TESTED_VERSIONS
+
+    return (f"hfexport {__version__} (tested with torch {TESTED_VERSIONS['torch']}, transformers "
+            f"{TESTED_VERSIONS['transformers']}; `hfexport env` compares what is installed)")
 
 
 def _export_epilog(formats: list[str], schemes: dict[str, dict]) -> str:
