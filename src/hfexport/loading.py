@@ -264,8 +264,9 @@ def load_gguf(path: str | os.PathLike, gguf_file: str | None = None, *, prompt: 
         from .model_spec import hub_options
 
         folder, name = str(path), gguf_file
-        hub.update(hub_options(folder, name, revision))  # from the hub cache alone where the hub cannot be reached
-        source, file = f"{folder}/{name}", _hub_gguf(folder, name, revision, hub.get("local_files_only", False))
+        offline = hub_options(folder, name, revision)  # from the hub cache alone where the hub cannot be reached
+        hub.update(offline)
+        source, file = f"{folder}/{name}", _hub_gguf(folder, name, revision, **offline)
     else:
         file = Path(path) / gguf_file if gguf_file is not None else Path(path)
         if not file.is_file():
@@ -294,12 +295,13 @@ def load_gguf(path: str | os.PathLike, gguf_file: str | None = None, *, prompt: 
                        weights_from={**weights, "dequantized_to": "float32"}, tokenizer_missing=missing)
 
 
-def _hub_gguf(repo: str, name: str, revision: str | None, local_files_only: bool = False) -> Path:
-    """The local path of the GGUF file `name` of the hub repo `repo` (downloaded, or from the cache)."""
+def _hub_gguf(repo: str, name: str, revision: str | None, **options: Any) -> Path:
+    """The local path of the GGUF file `name` of the hub repo `repo` (downloaded, or from the cache;
+    `options`: `local_files_only`, `model_spec.hub_options`)."""
     import huggingface_hub
 
     try:
-        return Path(huggingface_hub.hf_hub_download(repo, name, revision=revision, local_files_only=local_files_only))
+        return Path(huggingface_hub.hf_hub_download(repo, name, revision=revision, **options))
     except (OSError, ValueError) as error:  # huggingface_hub's errors subclass these
         raise PrepareError(f"cannot fetch {name} from the hub repo {repo!r}"
                            f"{f' at revision {revision!r}' if revision else ''}: {str(error).splitlines()[0]}",

@@ -57,10 +57,11 @@ def check_preset(spec: str) -> None:
 
 def check_local(spec: str, *, gguf_file: str | None = None) -> bool:
     """Whether `spec` is a file or folder here (True) or may be a hub repo (False); raise `PrepareError`
-    for a path that does not exist, and for a model folder whose config.json does not parse."""
+    for a path that does not exist (a `.gguf` one, or a folder with `gguf_file`: `loading.load_gguf`
+    says so itself, naming the GGUF file), and for a model folder whose config.json does not parse."""
     path = Path(spec).expanduser()
     if not path.exists():
-        if is_path_like(spec):
+        if is_path_like(spec) and gguf_file is None and not spec.lower().endswith(".gguf"):
             raise PrepareError(f"there is no file or folder {spec!r} (a path, so it was not looked up on the hub, "
                                "nor is it a tiny:NAME preset)", remedy=f"check the path; {_PRESETS_HINT}")
         return False

@@ -31,7 +31,7 @@ def _error(capsys, model: str, tmp_path) -> str:
     return lines[-1]
 
 
-@pytest.mark.parametrize("model", ["./no-such-model", "no/such/model", "no-such-model.gguf", "~/no-such-model"])
+@pytest.mark.parametrize("model", ["./no-such-model", "no/such/model", "~/no-such-model"])
 def test_a_missing_path_says_so_and_is_never_looked_up_on_the_hub(model, tmp_path, capsys, monkeypatch, no_hub):
     monkeypatch.chdir(tmp_path)
     assert _error(capsys, model, tmp_path) == (
