@@ -97,6 +97,8 @@ class _Silent:
     def step(self, label: str) -> Iterator[None]:
         yield
 
+    part = step
+
     def count(self, done: int, total: int | None, what: str) -> None:
         """How far the running step is: nothing to show."""
 
@@ -117,11 +119,19 @@ class _Timed:
     def total(self, value: int | None) -> None:
         self.inner.total = value
 
+    def step(self, label: str) -> contextlib.AbstractContextManager[None]:
+        """The next step, `label`."""
+        return self._timed(label, self.inner.step)
+
+    def part(self, label: str) -> contextlib.AbstractContextManager[None]:
+        """A part of the current step (shown as a step of its own by a reporter without `part`)."""
+        return self._timed(label, getattr(self.inner, "part", self.inner.step))
+
     @contextlib.contextmanager
-    def step(self, label: str) -> Iterator[None]:
+    def _timed(self, label: str, show: Any) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            with self.inner.step(label):
+            with show(label):
                 yield
         finally:
             self.seconds[label] = round(time.perf_counter() - start, 3)
@@ -193,7 +203,10 @@ class JobOptions:
             it refuses it (`ExportConfig.dtype_refusal`) with the dtypes it can; the report says it.
         overwrite: replace an earlier hfexport export in `out`, only the files it wrote.
         progress: an object with `step(label)` (a context manager) and a `total` attribute, told
-            each step as it runs (the CLI's progress display); and optionally `count(done, total,
+            each step as it runs (the CLI's progress display), `total` set before the first: loading,
+            preparing, exporting, validating (unless `validate=False`), writing; and optionally
+            `part(label)`, told each part of a step after its first (the second component exported,
+            the checks run on the written folder; else they are steps), and `count(done, total,
             what)`, told how far a long step is (`count(2, 3, "model: shape")` while validating).
     """
 
@@ -298,7 +311,7 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
             from .quantization.calibration import read_prompts
 
             read_prompts(choice.calibration_data)
-    steps.total = 5 if options.validate else 4
+    steps.total = 5 if options.validate else 4  # the checks on the written folder are parts of writing
     gguf = options.gguf_file
     refuse_dtype(config, options.dtype)  # before loading anything, when the dtype is named
     with steps.step(f"loading {_describe(model)}{f' ({gguf})' if gguf else ''}"):
@@ -314,11 +327,13 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
         calibration = _captured_calibration(exporter, loaded, plan, config, quantization)
     if plan is not None:  # what the backend made of the request (its own program: a static cache)
         config, generation_config = plan.config, plan.generation_config
-    if len(components) > 1:
-        steps.total = (steps.total or 0) + len(components) - 1
+    exported: list[str] = []
 
     def exporting(name: str, module: Any):
-        return steps.step(f"exporting {name} ({type(module).__name__}) to {config.export_format}")
+        """Exporting the components is one step, each component a part of it."""
+        exported.append(name)
+        show = steps.step if len(exported) == 1 else steps.part
+        return show(f"exporting {name} ({type(module).__name__}) to {config.export_format}")
 
     # the job validates every component itself, so the exporter does not validate once more
     artifacts = exporter.export_components(components, config.replace(validate=False) if config.validate else config,
@@ -364,20 +379,23 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
                            _runner_check(exporter, loaded, generation_config, floor)))
         else:
             report.update(skipped_entry())
-    steps.total = (steps.total or 0) + len(checks)
 
-    def check(folder: Path) -> dict[str, Any]:
-        """The checks' results (the accuracy gate's, the runtime runner's) and the timing, added to the
-        written report."""
-        found: dict[str, Any] = {}
-        for label, timed_as, run in checks:
-            with steps.step(label), phase(timed_as):
-                found.update(run(folder))
-        return {**found, "timing": timing.to_dict()}
+    with contextlib.ExitStack() as writing:
+        writing.enter_context(steps.step(f"writing {target}"))
 
-    with steps.step(f"writing {target}"), recording(timing, "folder"), phase("serialise"):
-        saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config, options.overwrite,
-                      report, plan, check=check)
+        def check(folder: Path) -> dict[str, Any]:
+            """The checks' results (the accuracy gate's, the runtime runner's) and the timing, added to the
+            written report."""
+            writing.close()  # the folder is written (staged): its step ends, and each check is a part after it
+            found: dict[str, Any] = {}
+            for label, timed_as, run in checks:
+                with steps.part(label), phase(timed_as):
+                    found.update(run(folder))
+            return {**found, "timing": timing.to_dict()}
+
+        with recording(timing, "folder"), phase("serialise"):
+            saved = _save(exporter, artifacts, target, loaded, config, generate, generation_config,
+                          options.overwrite, report, plan, check=check)
     return ExportJobResult(target, loaded.model, loaded.inputs, artifacts, components, reports, saved.manifest,
                            saved.report)
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .errors import PrepareError
-from .presets import PRESETS, build_preset, tiny_tokenizer
+from .presets import build_preset, tiny_tokenizer
 
 __all__ = ["DTYPES", "LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for",
            "dtype_name"]
@@ -128,20 +128,26 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
         dtype: the dtype of the weights, one of `DTYPES` (`"auto"`: the checkpoint's `dtype`, a
             GGUF file's float32, a preset's float32); floating-point sample inputs follow it.
     """
+    from .model_spec import check_local, check_preset, hub_options
+
     _checked_dtype(dtype)
     if spec.startswith("tiny:"):
+        check_preset(spec)
         model, inputs = build_preset(spec)
         processor = _tiny_processor(spec)
         tokenizer = getattr(processor, "tokenizer", None) or tiny_tokenizer(spec)
         return _in_dtype(LoadedModel(model, inputs, spec, tokenizer, processor=processor,
                                      tokenizer_missing=None if tokenizer else "a tiny: preset has no tokenizer"), dtype)
     hub = {"revision": revision, "trust_remote_code": bool(trust_remote_code)}
+    local = check_local(spec, gguf_file=gguf_file)  # a missing path or a broken config.json fails here
     if gguf_file is not None or spec.lower().endswith(".gguf"):
         loaded = _in_dtype(load_gguf(spec, gguf_file, prompt=prompt, **hub), dtype)
         loaded.weights_from["dequantized_to"] = dtype_name(loaded.model)  # then cast, where asked
         return loaded
     import transformers
 
+    if not local:  # a hub repo: from the hub cache alone when the hub cannot be reached, else an error now
+        hub.update(hub_options(spec, "config.json", revision))
     try:
         config = transformers.AutoConfig.from_pretrained(spec, **hub)
     except (OSError, ValueError) as error:
@@ -150,8 +156,8 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
                 f"{spec!r} needs its own Python code to load (its config names it in auto_map), and "
                 "--trust-remote-code was not given", remedy="read the repository's code; if you trust it, pass "
                 "--trust-remote-code (trust_remote_code=True), which runs the repository's code") from error
-        hint = (f"'{spec}' is neither a folder with a config.json nor a reachable hub id; "
-                f"presets work offline: {', '.join('tiny:' + n for n in PRESETS)}")
+        hint = ("a folder written by save_pretrained holds config.json and the weights" if local else
+                "check the hub id (ORG/NAME) and --revision; a gated or private repo needs `hf auth login`")
         raise PrepareError(f"cannot load {spec!r}: {str(error).splitlines()[0]}", remedy=hint) from error
     model_class = _model_class(spec, config, trust_remote_code)
     # transformers' own `dtype` ("auto": the checkpoint's), so that a weight kept in its dtype stays mapped
@@ -256,8 +262,12 @@ def load_gguf(path: str | os.PathLike, gguf_file: str | None = None, *, prompt: 
                                remedy=f"pass the folder or hub repo (ORG/NAME) that holds {gguf_file}, or the .gguf "
                                "file's path alone")
         require_extra("gguf", purpose="loading a GGUF file")
+        from .model_spec import hub_options
+
         folder, name = str(path), gguf_file
-        source, file = f"{folder}/{name}", _hub_gguf(folder, name, revision)
+        offline = hub_options(folder, name, revision)  # from the hub cache alone where the hub cannot be reached
+        hub.update(offline)
+        source, file = f"{folder}/{name}", _hub_gguf(folder, name, revision, **offline)
     else:
         file = Path(path) / gguf_file if gguf_file is not None else Path(path)
         if not file.is_file():
@@ -286,12 +296,13 @@ def load_gguf(path: str | os.PathLike, gguf_file: str | None = None, *, prompt: 
                        weights_from={**weights, "dequantized_to": "float32"}, tokenizer_missing=missing)
 
 
-def _hub_gguf(repo: str, name: str, revision: str | None) -> Path:
-    """The local path of the GGUF file `name` of the hub repo `repo` (downloaded, or from the cache)."""
+def _hub_gguf(repo: str, name: str, revision: str | None, **options: Any) -> Path:
+    """The local path of the GGUF file `name` of the hub repo `repo` (downloaded, or from the cache;
+    `options`: `local_files_only`, `model_spec.hub_options`)."""
     import huggingface_hub
 
     try:
-        return Path(huggingface_hub.hf_hub_download(repo, name, revision=revision))
+        return Path(huggingface_hub.hf_hub_download(repo, name, revision=revision, **options))
     except (OSError, ValueError) as error:  # huggingface_hub's errors subclass these
         raise PrepareError(f"cannot fetch {name} from the hub repo {repo!r}"
                            f"{f' at revision {revision!r}' if revision else ''}: {str(error).splitlines()[0]}",

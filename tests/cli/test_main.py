@@ -69,3 +69,40 @@ def test_presets_lists_every_tiny_model_with_its_kind_and_class(capsys):
         fields = line.split()
         assert fields[:3] == [f"tiny:{name}", preset.kind, preset.model_class]
         assert (fields[3:] == ["--generate"]) == preset.generative
+
+
+def test_version_names_the_package_and_the_torch_and_transformers_it_was_tested_with(capsys):
+    from hfexport import __version__
+    from hfexport._versions import TESTED_VERSIONS
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == (
+        f"hfexport {__version__} (tested with torch {TESTED_VERSIONS['torch']}, transformers "
+        f"{TESTED_VERSIONS['transformers']}; `hfexport env` compares what is installed)\n")
+
+
+def test_help_says_what_the_command_does_for_a_user_and_how_to_start(capsys):
+    text = _help(capsys)
+    assert text.split(" positional arguments:")[0].endswith(
+        "Export a Hugging Face transformers model to torch.export (dynamo), ONNX, ExecuTorch or OpenVINO, check the "
+        "export against eager PyTorch, and run it.")
+    assert "entry point" not in text and "parses arguments" not in text
+    assert "hfexport export tiny:llama -f onnx -o out/llama" in text
+
+
+def test_env_prints_aligned_columns(capsys):
+    assert main(["env"]) == 0
+    tables = capsys.readouterr().out.split("\n\n")
+    for table in tables:
+        rows = table.strip("\n").splitlines()[1 if table is tables[0] else 0:]
+        header = rows[0].split()
+        starts = [rows[0].index(cell) for cell in header[1:]] if table is tables[0] else None
+        for row in rows:
+            cells = row.split()
+            if starts:  # each column starts where its header does, after two spaces at least
+                assert [row.index(cell, start) for cell, start in zip(cells[1:4], starts)] == starts, row
+                assert all(row[start - 2:start] == "  " for start in starts), row
+        if not starts:  # the extras: the verdict column starts at one place
+            assert len({row.index(row.split()[2]) for row in rows}) == 1, rows

@@ -221,3 +221,44 @@ def test_verbose_on_a_terminal_keeps_the_piped_lines(tmp_path):
     code, raw, _ = _on_a_terminal("--verbose", "export", "tiny:llama", "--task", "forward", "-o", str(tmp_path / "out"))
     assert code == 0, raw
     assert "[1/5] loading tiny:llama ...\r\n" in raw and "\r[1/5]" not in raw
+
+
+def _wait_for(stream: io.StringIO, text: str) -> None:
+    """Until `stream` holds `text` (a condition waited on, not a time asserted: the test fails only if never)."""
+    deadline = time.monotonic() + 60
+    while text not in stream.getvalue():
+        assert time.monotonic() < deadline, stream.getvalue()
+        time.sleep(TICK)
+
+
+def test_piped_a_long_step_says_it_is_still_running_with_what_it_counted():
+    stream = io.StringIO()
+    progress = Progress(3, stream=stream, interval=TICK, still_every=TICK)
+    with progress.step("exporting decode (LlamaForCausalLM) to onnx"):
+        progress.count(2, 3, "model: shape")
+        _wait_for(stream, "still running")
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "[1/3] exporting decode (LlamaForCausalLM) to onnx ..."
+    assert re.fullmatch(r"\[1/3\] exporting decode \(LlamaForCausalLM\) to onnx: still running \(\d+s, model: shape 2/3\)",
+                        lines[1])
+    assert re.fullmatch(r"\[1/3\] exporting decode \(LlamaForCausalLM\) to onnx: done in \d+\.\ds", lines[-1])
+    assert not _progress_threads()  # the still-running thread ended with its step
+    after = stream.getvalue()
+    time.sleep(3 * TICK)
+    assert stream.getvalue() == after
+
+
+def test_the_parts_of_a_step_share_its_number_and_each_ends_before_the_next_starts():
+    stream = io.StringIO()
+    progress = Progress(2, stream=stream)
+    with progress.step("exporting prefill"):
+        pass
+    with progress.part("exporting decode"):
+        pass
+    with progress.step("writing"):
+        pass
+    with progress.part("running the folder in its LLM runner"):
+        pass
+    heads = [re.sub(r"( \.\.\.|: done in .*)$", "", line) for line in stream.getvalue().splitlines()]
+    assert heads == ["[1/2] exporting prefill"] * 2 + ["[1/2] exporting decode"] * 2 + ["[2/2] writing"] * 2 + [
+        "[2/2] running the folder in its LLM runner"] * 2

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import ValidationError
 from ..timing import summary_line
 from .progress import Progress
+from .verdict import component_line, failing_rows, header_line, verdict_line
 
 __all__ = ["run", "OUTPUT_REFUSED", "VALIDATION_FAILED"]
 
@@ -90,14 +91,15 @@ def run(args) -> int:
         prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
         trust_remote_code=args.trust_remote_code, dtype=args.dtype, overwrite=args.overwrite,
         progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
+    verbose = args.verbose or args.debug
     try:
         result = export_to_folder(args.model, config, args.output, options)
     except ValidationError as error:
-        for report in getattr(error, "reports", {}).values():
-            if not report.passed:
-                print(report.to_table())
+        if reports := getattr(error, "reports", {}):  # nothing was written: the failing rows are only here
+            _print_validation(reports, verbose, failed_only=True)
+            print(verdict_line(False))
         raise
-    _print_summary(result.report, result.reports, result.directory)
+    _print_summary(result.report, result.reports, result.directory, verbose)
     return 0
 
 
@@ -108,7 +110,24 @@ def _cache_words(cache: dict | None) -> str:
     return f"; cache {cache['tokens']} tokens ({cache['from']})" if cache["tokens"] else f"; cache: {cache['from']}"
 
 
-def _print_summary(summary: dict, reports: dict, target: Path) -> None:
+def _print_validation(reports: dict, verbose: bool, *, failed_only: bool = False) -> None:
+    """Validation as a person reads it: where it ran, a line per component, and (`verbose`) every
+    output's row; after a failure (`failed_only`), the failing rows, or with `verbose` the failing
+    components' whole tables. The verdict line comes after whatever else the summary says."""
+    if verbose:
+        for report in reports.values():
+            if report.passed and failed_only:
+                continue
+            print(report.to_table())
+    print(header_line(reports))
+    for name, report in reports.items():
+        print(component_line(name, report))
+        if failed_only and not verbose:
+            for row in failing_rows(report):
+                print(f"  {row}")
+
+
+def _print_summary(summary: dict, reports: dict, target: Path, verbose: bool = False) -> None:
     print(f"exported {summary['model_class']} ({summary['model']}) to {summary['format']}: {target}")
     if task := summary.get("task"):
         print(f"  task:           {task['name']}: {task['reason']}{_cache_words(task.get('cache'))}")
@@ -147,8 +166,8 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
             print(f"    FX fixes that changed the graph: {', '.join(details['fx_fixes'])}")
     if not reports:
         print("  validation:     skipped (--no-validate)")
-    for report in reports.values():
-        print(report.to_table())
+    else:
+        _print_validation(reports, verbose)
     if accuracy := summary.get("accuracy"):
         print(f"  accuracy:       greedy tokens equal fp32 eager generate()'s on {accuracy['agreement']:.0%} of "
               f"{accuracy['tokens']} steps (floor {accuracy['min_agreement']:.0%}); logits cosine "
@@ -156,6 +175,8 @@ def _print_summary(summary: dict, reports: dict, target: Path) -> None:
               + (f" (floor {floor:.4g})" if (floor := accuracy.get("min_mean_cosine")) is not None else ""))
     if runner := summary.get("runner"):
         print(f"  runtime runner: {_runner_line(runner)}")
+    if reports:
+        print(verdict_line(all(report.passed for report in reports.values())))
 
 
 def _runner_line(runner: dict) -> str:

@@ -71,7 +71,8 @@ def _generate_from_image(args, runner, limit: int, options: dict):
 
 
 def run(args) -> int:
-    """Run `hfexport generate` with the parsed `args`: generate from a saved export and print the tokens."""
+    """Run `hfexport generate` with the parsed `args`: generate from a saved export and print the text (the
+    token ids with `--ids`, or where the export holds no tokenizer; everything with `--json`)."""
     from ..generation.loop import GenerationRunner
 
     if args.system is not None and args.chat is None:
@@ -95,9 +96,13 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"format": runner.export.format, **result.to_dict()}))
         return 0
-    print(f"tokens: {','.join(str(t) for t in result.tokens)}")
-    if result.text is not None:
+    ids = ",".join(str(t) for t in result.tokens)
+    if result.text is None:  # the ids are all there is
+        print(f"tokens: {ids} ({args.export_dir} holds no tokenizer to turn them into text)")
+    else:
         print(f"text:   {result.text}")
+        if args.ids:
+            print(f"tokens: {ids}")
     print(f"{runner.export.format}: time to first token {result.time_to_first_token_s * 1000:.1f} ms, "
           f"{result.tokens_per_s:.1f} tokens/s over {max(len(result.tokens) - 1, 0)} decode steps")
     return 0

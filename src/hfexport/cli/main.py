@@ -22,6 +22,16 @@ from ..errors import DtypeRefusedError, ExportError, ExportFolderError, OutputFo
 #: ok; not 1, which says the command failed. Quiet: no traceback, no message.
 READER_GONE = 141
 
+#: What `hfexport --help` says the command is, for its users.
+DESCRIPTION = ("Export a Hugging Face transformers model to torch.export (dynamo), ONNX, ExecuTorch or\n"
+               "OpenVINO, check the export against eager PyTorch, and run it.")
+EPILOG = """\
+start with a tiny random model, which needs no files nor network:
+  hfexport export tiny:llama -f onnx -o out/llama     export, validate, write out/llama
+  hfexport generate out/llama --prompt-ids 1,2,3      run it
+then a folder written by save_pretrained, a .gguf file or a hub id in place of tiny:llama.
+`hfexport COMMAND --help` lists a command's options; `hfexport env` what is installed."""
+
 
 def _parser() -> argparse.ArgumentParser:
     from ..backends.executorch.config import DELEGATES
@@ -35,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     formats = format_names()
     schemes = list(dict.fromkeys(scheme for fmt in formats for scheme in CLI_SCHEMES.get(fmt, {})))
 
-    parser = argparse.ArgumentParser(prog="hfexport", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hfexport", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs (implies --verbose)")
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="show other packages' log records, warnings and native output (hidden by default)")
@@ -142,7 +154,10 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--top-p", type=float, default=None)
     generate.add_argument("--repetition-penalty", type=float, default=None)
     generate.add_argument("--seed", type=int, default=None, help="seed for --do-sample (reproducible tokens)")
-    generate.add_argument("--json", action="store_true", help="print the result as JSON")
+    generate.add_argument("--json", action="store_true", help="print the result as JSON (token ids, text, timings)")
+    generate.add_argument("--ids", action="store_true",
+                          help="print the generated token ids after the text (printed anyway where the export "
+                          "holds no tokenizer)")
     _add_no_verify(generate)
 
     chat = sub.add_parser("chat", help="talk with an export written by `export --generate`: each line on stdin "
@@ -207,6 +222,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """`hfexport --version`: the package's version and the torch and transformers it was tested with."""
+    from .. import __version__
+    from .._versions import TESTED_VERSIONS
+
+    return (f"hfexport {__version__} (tested with torch {TESTED_VERSIONS['torch']}, transformers "
+            f"{TESTED_VERSIONS['transformers']}; `hfexport env` compares what is installed)")
+
+
 def _export_epilog(formats: list[str], schemes: dict[str, dict]) -> str:
     """The `export --help` text after the options: the --quantize schemes each format takes."""
     width = max(map(len, formats))
@@ -263,7 +287,15 @@ def _reader_gone(stream) -> bool:
 
 
 def _run(argv: list[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    from .quiet import is_quiet, progress_bars_off
+
+    argv = sys.argv[1:] if argv is None else argv
+    # before the parser imports torch, which imports tqdm, which reads its environment then
+    with progress_bars_off() if is_quiet(argv) else contextlib.nullcontext():
+        return _command(_parser().parse_args(argv))
+
+
+def _command(args: argparse.Namespace) -> int:
     from . import chat, coverage, env, export, export_many, fuzz, generate, patches, presets, verify
     from .quantize import UsageError
     from .quiet import command_output

@@ -1,9 +1,14 @@
 """Step-by-step progress on stderr, so stdout keeps only the report.
 
 Piped (or with `heartbeat=False`), each step is two lines: `[i/N] label ...` as it starts and
-`[i/N] label: done in Xs` as it ends. On a terminal, each step is one line that shows how long the
-step has been running, redrawn in place every `interval` seconds, and ends as the same `done` line;
-what the step has counted so far (`count`: `shape 3/5`) shows on it too, and nowhere else.
+`[i/N] label: done in Xs` as it ends, and a step that runs long says so every `still_every` seconds
+(`[i/N] label: still running (1m00s)`, with what it counted so far), so that a log shows the command
+is alive. On a terminal, each step is one line that shows how long the step has been running, redrawn
+in place every `interval` seconds, and ends as the same `done` line; what the step has counted so far
+(`count`: `shape 3/5`) shows on it too.
+
+`N` is the number of steps, known before the first one starts; a step made of several pieces (one
+per component exported) shows each as a `part` under the same number.
 """
 
 # NOTE: why `sys.stderr` is wrapped while a step's line is shown, rather than only drawing it with `\r`.
@@ -28,7 +33,7 @@ __all__ = ["Progress"]
 
 class Progress:
     """Prints each step as it starts and how long it took when it ends; the job running the
-    steps sets `total` once it knows how many there are.
+    steps sets `total` before the first one.
 
     Args:
         total: how many steps there are, when known.
@@ -36,36 +41,51 @@ class Progress:
         heartbeat: on a terminal, show the running step's elapsed time on its line.
         stream: where to print (default: `sys.stderr` as it is at each step).
         interval: seconds between redraws of the running step's line.
+        still_every: piped (or without `heartbeat`), seconds between the lines that say a step is
+            still running; 0 for none.
     """
 
     def __init__(self, total: int | None = None, *, enabled: bool = True, heartbeat: bool = True,
-                 stream: TextIO | None = None, interval: float = 1.0):
+                 stream: TextIO | None = None, interval: float = 1.0, still_every: float = 30.0):
         self.total = total
         self.index = 0
         self.enabled = enabled
         self.heartbeat = heartbeat
         self.stream = stream
         self.interval = interval
+        self.still_every = still_every
         self._line: _LiveLine | None = None  # the running step's live line, when it has one
+        self._counted = ""  # what the running step counted last, for its still-running lines
 
     def count(self, done: int, total: int | None, what: str) -> None:
-        """Show how far the running step is (`count(3, 5, "shape")`: `shape 3/5`) on its live line;
-        nothing when there is none (piped, `--quiet`, `--verbose`), so that piped output stays two
-        lines a step."""
+        """Show how far the running step is (`count(3, 5, "shape")`: `shape 3/5`) on its live line,
+        or piped on its next still-running line; nothing between steps."""
+        self._counted = f"{what} {done}/{total}" if total else f"{what} {done}"
         if self._line is not None:
-            self._line.show_count(f"{what} {done}/{total}" if total else f"{what} {done}")
+            self._line.show_count(self._counted)
+
+    def step(self, label: str) -> contextlib.AbstractContextManager[None]:
+        """Report the next step, `label`, around the block."""
+        self.index += 1
+        return self._shown(label)
+
+    def part(self, label: str) -> contextlib.AbstractContextManager[None]:
+        """Report `label`, a part of the current step (the second component of an export), around
+        the block, under the current step's number (the first step's, before any)."""
+        self.index = max(self.index, 1)
+        return self._shown(label)
 
     @contextlib.contextmanager
-    def step(self, label: str) -> Iterator[None]:
-        """Report the step `label` around the block."""
-        self.index += 1
+    def _shown(self, label: str) -> Iterator[None]:
         where = f"[{self.index}/{self.total}]" if self.total else f"[{self.index}]"
         stream = self.stream or sys.stderr
         start = time.perf_counter()
+        self._counted = ""
         if not (self.enabled and self.heartbeat and _is_terminal(stream)):
             self._say(stream, f"{where} {label} ...")
             try:
-                yield
+                with self._still_running(stream, f"{where} {label}", start):
+                    yield
             except BaseException:
                 self._say(stream, f"{where} {label}: failed after {time.perf_counter() - start:.1f}s")
                 raise
@@ -81,6 +101,27 @@ class Progress:
             finally:
                 self._line = None
             line.finish(f"{where} {label}: done in {time.perf_counter() - start:.1f}s")
+
+    @contextlib.contextmanager
+    def _still_running(self, stream: TextIO, head: str, start: float) -> Iterator[None]:
+        """Around a piped step: a daemon thread that says `head: still running (...)` every `still_every` seconds."""
+        if not (self.enabled and self.still_every > 0):
+            yield
+            return
+        stop = threading.Event()
+
+        def tick() -> None:
+            while not stop.wait(self.still_every):
+                counted = f", {self._counted}" if self._counted else ""
+                self._say(stream, f"{head}: still running ({_elapsed(time.perf_counter() - start)}{counted})")
+
+        thread = threading.Thread(target=tick, name="hfexport-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def _say(self, stream: TextIO, text: str) -> None:
         if self.enabled:

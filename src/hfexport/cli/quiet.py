@@ -2,12 +2,18 @@
 say during a command (log records, Python warnings, native writes), held back unless `--verbose`."""
 
 # NOTE: each library that says much is quieted through its own control, restored on exit: transformers
-# (`set_verbosity_error`), torch (`torch._logging.set_logs`), ONNX Runtime (`set_default_logger_severity`,
+# (`set_verbosity_error`, and `disable_progress_bar` for its bars: "Loading weights"), huggingface_hub
+# (`disable_progress_bars`: downloads), torch (`torch._logging.set_logs`), ONNX Runtime (`set_default_logger_severity`,
 # its C++ log) and NNCF (`nncf.set_log_level`), applied when the command starts or, for one imported later,
 # as its import ends (`_OnImport`): what they no longer emit costs nothing and is not counted. What other
 # packages still print is counted, not shown: a log record reaching a console handler that existed when
 # the command started (a filter on it) or no handler at all (`logging.lastResort`), and a Python warning
 # (`warnings.showwarning`, the hook the warnings module documents for this).
+#
+# tqdm itself has no switch but its environment (`TQDM_DISABLE`), read once, when tqdm is imported, which
+# torch does: `progress_bars_off` sets it (and `HF_HUB_DISABLE_PROGRESS_BARS`, for huggingface_hub's bars in
+# a subprocess) before the CLI imports torch, from a look at the options before the command; the bars
+# transformers draws with plain tqdm (GGUF's "de-quantizing") are then never drawn.
 #
 # Native code with no verbosity control writes to the console two ways, both still held: writes to file
 # descriptor 2, held by pointing fd 2 at a temporary file (OpenVINO's plugins and frontends, which have no
@@ -34,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Hidden", "command_output"]
+__all__ = ["Hidden", "command_output", "progress_bars_off", "is_quiet"]
 
 LOGGER = "hfexport"
 NATIVE = "native code"
@@ -130,9 +136,24 @@ class Control:
 def _quiet_transformers() -> Callable[[], None]:
     from transformers.utils import logging as hf_logging
 
-    before = hf_logging.get_verbosity()
+    before = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
-    return lambda: hf_logging.set_verbosity(before)
+    hf_logging.disable_progress_bar()
+
+    def restore() -> None:
+        hf_logging.set_verbosity(before[0])
+        if before[1]:
+            hf_logging.enable_progress_bar()
+
+    return restore
+
+
+def _quiet_huggingface_hub() -> Callable[[], None]:
+    from huggingface_hub import utils as hub_utils
+
+    before = hub_utils.are_progress_bars_disabled()
+    hub_utils.disable_progress_bars()
+    return (lambda: None) if before else hub_utils.enable_progress_bars
 
 
 def _quiet_torch() -> Callable[[], None]:
@@ -175,8 +196,35 @@ def _quiet_nncf() -> Callable[[], None]:
 
 
 #: The libraries quieted through their own controls, in this order (and restored in the reverse one).
-CONTROLS = (Control("torch", _quiet_torch), Control("transformers", _quiet_transformers),
-            Control("onnxruntime", _quiet_onnxruntime), Control("nncf", _quiet_nncf))
+CONTROLS = (Control("torch", _quiet_torch), Control("huggingface_hub", _quiet_huggingface_hub),
+            Control("transformers", _quiet_transformers), Control("onnxruntime", _quiet_onnxruntime),
+            Control("nncf", _quiet_nncf))
+
+#: The environment that turns progress bars off where only the environment can (`progress_bars_off`).
+PROGRESS_BARS_OFF = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
+def is_quiet(argv: list[str]) -> bool:
+    """Whether the command line `argv` leaves other packages' output hidden: no `--verbose`, `-v` nor
+    `--debug` among the options before the command (the only place the parser takes them)."""
+    options = []
+    for arg in argv:
+        if not arg.startswith("-"):
+            break
+        options.append(arg)
+    return not {"--verbose", "-v", "--debug"} & set(options)
+
+
+@contextlib.contextmanager
+def progress_bars_off() -> Iterator[None]:
+    """Set `PROGRESS_BARS_OFF` in the environment for the block (a variable the user set is kept as set)."""
+    set_here = {name: value for name, value in PROGRESS_BARS_OFF.items() if name not in os.environ}
+    os.environ.update(set_here)
+    try:
+        yield
+    finally:
+        for name in set_here:
+            os.environ.pop(name, None)
 
 
 @contextlib.contextmanager

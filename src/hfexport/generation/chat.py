@@ -100,14 +100,18 @@ class ChatSession:
 
     def __init__(self, runner: GenerationRunner, *, system: str | None = None):
         tokenizer = runner.export.tokenizer
+        folder = runner.export.directory
+        # what runs on this folder without a chat template: text where it has a tokenizer, else token ids
+        instead = (f"`hfexport generate {folder} --prompt TEXT` generates from raw text" if tokenizer is not None
+                   else f"`hfexport generate {folder} --prompt-ids 1,2,3` generates from token ids")
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             what = "no tokenizer" if tokenizer is None else "a tokenizer without a chat template"
-            raise ExportError(f"{runner.export.directory} holds {what}, so a chat cannot be templated",
-                              remedy="export a model folder (or GGUF file) whose tokenizer has a chat template, "
-                              "or generate from raw text with --prompt")
+            raise ExportError(f"{folder} holds {what}, so a chat cannot be templated",
+                              remedy=f"{instead}; for a chat, export from a model folder (or GGUF file) whose "
+                              "tokenizer has a chat template")
         if "encoder" in runner.runners:
-            raise ExportError(f"{runner.export.directory} is an encoder-decoder export; a chat drives decoder-only "
-                              "models", remedy="generate with --prompt")
+            raise ExportError(f"{folder} is an encoder-decoder export; a chat drives decoder-only models",
+                              remedy=instead)
         self.runner, self.tokenizer = runner, tokenizer
         self.system = system
         self.messages: list[dict[str, str]] = []

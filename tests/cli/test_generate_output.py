@@ -1,0 +1,77 @@
+"""What `hfexport generate` prints: the text where the export holds a tokenizer (the ids too with `--ids`,
+everything with `--json`), the ids where it holds none, saying so; and the remedy `chat` gives on a folder
+without a tokenizer runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+
+from hfexport.cli.main import main
+from tests.harness import tiny_bpe_tokenizer
+
+pytestmark = pytest.mark.slow
+
+GENERATE = ["--max-new-tokens", "4", "--min-new-tokens", "4"]
+
+
+@pytest.fixture(scope="module")
+def with_tokenizer(tmp_path_factory):
+    """A generation export (dynamo) of a random Llama saved with a tiny BPE tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("model") / "llama"
+    tokenizer = tiny_bpe_tokenizer()
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    out = tmp_path_factory.mktemp("export") / "llama"
+    assert main(["export", str(folder), "--generate", "-o", str(out), "--quiet", "--no-validate"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def without_tokenizer(tmp_path_factory):
+    """A generation export (dynamo) of tiny:llama, which has no tokenizer."""
+    out = tmp_path_factory.mktemp("export") / "tiny"
+    assert main(["export", "tiny:llama", "--generate", "-o", str(out), "--quiet", "--no-validate"]) == 0
+    return out
+
+
+def _generated(capsys, *args: str) -> list[str]:
+    capsys.readouterr()
+    assert main(["generate", *args]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_with_a_tokenizer_generate_prints_the_text_and_the_ids_only_when_asked(with_tokenizer, capsys):
+    as_json = json.loads(_generated(capsys, str(with_tokenizer), "--prompt", "hello world", *GENERATE, "--json")[0])
+    text = _generated(capsys, str(with_tokenizer), "--prompt", "hello world", *GENERATE)
+    assert text[0] == f"text:   {as_json['text']}" and len(text) == 2
+    assert text[1].startswith("dynamo: time to first token ")
+    with_ids = _generated(capsys, str(with_tokenizer), "--prompt", "hello world", *GENERATE, "--ids")
+    assert with_ids[:2] == [f"text:   {as_json['text']}", f"tokens: {','.join(map(str, as_json['tokens']))}"]
+
+
+def test_without_a_tokenizer_generate_prints_the_ids_saying_why(without_tokenizer, capsys):
+    printed = _generated(capsys, str(without_tokenizer), "--prompt-ids", "5,17,42", *GENERATE, "--json")
+    tokens = ",".join(map(str, json.loads(printed[0])["tokens"]))
+    printed = _generated(capsys, str(without_tokenizer), "--prompt-ids", "5,17,42", *GENERATE)
+    assert printed[0] == f"tokens: {tokens} ({without_tokenizer} holds no tokenizer to turn them into text)"
+    assert not [line for line in printed if line.startswith("text:")]
+
+
+def test_chat_without_a_tokenizer_gives_a_remedy_that_runs(without_tokenizer, capsys):
+    capsys.readouterr()
+    assert main(["chat", str(without_tokenizer)]) == 1
+    err = capsys.readouterr().err
+    assert "holds no tokenizer, so a chat cannot be templated" in err and "--prompt TEXT" not in err
+    command = re.search(r"`hfexport (generate [^`]+)`", err)
+    assert command, err
+    assert main([*shlex.split(command[1]), *GENERATE]) == 0
+    assert capsys.readouterr().out.startswith("tokens: ")
