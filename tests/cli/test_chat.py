@@ -119,3 +119,25 @@ def test_chat_keeps_the_conversation_and_its_cache_across_turns(exported, eager,
     decoded = [eager.tokenizer.decode(tokens, skip_special_tokens=True) for tokens in (first, second)]
     assert captured.out == "".join(f"{text}\n" for text in decoded)
     assert "prefills the whole conversation" not in captured.err
+
+
+@pytest.mark.slow
+def test_an_answer_that_fills_the_static_cache_says_so_and_the_chat_goes_on(tmp_path, capsys, monkeypatch):
+    """`tiny:llama` (random weights: it never ends a turn) with a 48-token cache: the first answer is
+    cut where the cache ends and says so and how to go on; the next turn, which cannot fit, is one
+    error line and the chat continues; /reset starts over."""
+    cache = 48
+    out = tmp_path / "export"
+    assert main(["export", "tiny:llama", "-f", "onnx", "--static-cache", str(cache), "-o", str(out), "--quiet"]) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nand again\n/reset\nhello\n"))
+    capsys.readouterr()
+    assert main(["chat", str(out), "--max-new-tokens", "1000", "--json"]) == 0
+    captured = capsys.readouterr()
+    turns = [json.loads(line) for line in captured.out.splitlines()]
+    assert len(turns) == 2  # the first turn, and the first turn again after /reset; the second did not fit
+    for turn in turns:
+        assert not turn["stopped_at_eos"] and len(turn["prompt"]) + len(turn["tokens"]) == cache + 1
+    err = captured.err.splitlines()
+    full = f"hfexport: the answer stopped where the export's static cache ends ({cache} tokens); /reset starts"
+    assert sum(line.startswith(full) for line in err) == 2
+    assert sum(f"the export's static cache holds {cache}" in line for line in err) == 1  # the second turn's

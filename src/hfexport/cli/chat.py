@@ -58,6 +58,10 @@ def run(args) -> int:
             told = chat.reprefill_reason
             print(f"hfexport: this export prefills the whole conversation each turn: {told}", file=sys.stderr,
                   flush=True)
+        if chat.cache_full:
+            print(f"hfexport: the answer stopped where the export's static cache ends ({runner.max_cache_len} "
+                  f"tokens); {RESET} starts a new conversation (or export with a larger --static-cache)",
+                  file=sys.stderr, flush=True)
         if interactive:
             print(f"[{len(result.tokens)} tokens, {result.tokens_per_s:.1f} tokens/s, "
                   f"{chat.prefilled} prompt tokens fed]", file=sys.stderr, flush=True)

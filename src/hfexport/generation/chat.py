@@ -96,6 +96,8 @@ class ChatSession:
         reprefill_reason: why the last turn prefilled the whole conversation again instead of
             reusing the cache (None while it reuses it).
         prefilled: how many of the last turn's prompt tokens were fed (the rest came from the cache).
+        cache_full: whether the last answer stopped because a static cache was full, not at an
+            end of turn (the next turn will not fit: `reset`).
     """
 
     def __init__(self, runner: GenerationRunner, *, system: str | None = None):
@@ -118,6 +120,8 @@ class ChatSession:
         self.end_ids = end_of_turn_ids(tokenizer, runner.export.generation_config)
         self.reprefill_reason: str | None = None
         self.prefilled = 0
+        #: whether the last answer stopped because the static cache was full (`send`)
+        self.cache_full = False
         self._state: _State | None = None
         self.reset()
 
@@ -145,7 +149,8 @@ class ChatSession:
                 `repetition_penalty`, `min_new_tokens`, `seed`).
         """
         ids = self.prompt_ids(message)
-        max_new_tokens = min(max_new_tokens, self._room(len(ids)))
+        room = self._room(len(ids))
+        max_new_tokens = min(max_new_tokens, room)
         seed = options.pop("seed", None)
         config = self.runner.generation_config(max_new_tokens, eos_token_id=self.end_ids, **options)
         state, new_ids = self._continued(ids)
@@ -153,6 +158,8 @@ class ChatSession:
         result = self.runner._generate_on(state, torch.tensor([new_ids]), torch.tensor([ids]), config, seed=seed,
                                           streamer=streamer)
         self._state, self.prefilled = state, len(new_ids)
+        # the answer ran into the end of a static cache, not to an end of turn: the next turn cannot fit
+        self.cache_full = len(result.tokens) >= room and not (result.tokens and result.tokens[-1] in self.end_ids)
         answer = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
         self.messages += [{"role": "user", "content": message}, {"role": "assistant", "content": answer}]
         return result
