@@ -10,7 +10,8 @@ then 8 greedy tokens; it reports the load's seconds, the first token's, and the 
 RSS over the import's. With `--rev`, the same runs with that revision's source (a `git worktree`
 under `--root`) interleave with this tree's, so both see the same machine load.
 
-Since this issue, a folder's files are read once and handed to the runtime as bytes (never a path
+The imports (torch, transformers, each runtime) come before the clock and the memory baseline:
+what is measured is reading, checking and loading the folder. Since this issue, a folder's files are read once and handed to the runtime as bytes (never a path
 the runtime opens again): the runtime builds its copy while the bytes are held, so the peak grows
 by up to the weights' size; ONNX Runtime's bytes are let go once its session holds them.
 """
@@ -29,7 +30,13 @@ REPO = Path(__file__).resolve().parents[1]
 _PROBE = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[1])
-import hfexport, torch
+import hfexport, torch, transformers  # the imports a load makes, before the clock and the baseline
+import importlib
+for runtime in ("onnxruntime", "openvino", "executorch.runtime"):
+    try:
+        importlib.import_module(runtime)
+    except ImportError:
+        pass
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 from hfexport import GenerationRunner
 start = time.perf_counter()

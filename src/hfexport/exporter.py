@@ -434,11 +434,11 @@ class HfExporter:
 
     def load(self, files: list[str | os.PathLike | FileBytes]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this
-        backend's runner: an `ExportedProgram`, an ONNX model's bytes, an `openvino.Model`, a
-        `.pte` buffer. Each file is read once, whole, and the runtime is given those bytes (files
-        an export folder lists come as `manifest.FileBytes`, checked as they were read); a file the
-        model names that is not among `files` (an ONNX model's external data, an OpenVINO `.bin`)
-        is refused, naming it, never opened by its path."""
+        backend's runner: an `ExportedProgram`, an ONNX model's files, an `openvino.Model`, a
+        `.pte` buffer. Each file is read once and the runtime is given those bytes or a private
+        copy of them (files an export folder lists come as `manifest.FileBytes`, checked as they
+        are read); a file the model names that is not among `files` (an ONNX model's external
+        data, an OpenVINO `.bin`) is refused, naming it, never opened by its path."""
         return self._load([f if isinstance(f, FileBytes) else FileBytes.read(f) for f in files])
 
     def check_listed(self, manifest: dict[str, Any], listed: ListedFiles) -> None:

@@ -24,7 +24,6 @@ an earlier export in a folder wrote (`output_folder.py`: `--overwrite` replaces 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import errno
 import functools
 import hashlib
@@ -175,17 +174,24 @@ def check_file(path: Path, entry: dict[str, Any], *, folder: Path) -> None:
     _check_digest(path, digest, entry)
 
 
-@dataclasses.dataclass(frozen=True, repr=False)
 class FileBytes:
-    """A file's bytes, read once and whole: what a runtime is handed, so that the bytes checked
-    against a manifest are the bytes that run (a file swapped on disk after its check is never
-    read again). `path` is where they were read from, for messages and names; `again` reads
-    them again the same way (checked again), for a holder that let them go once a runtime
-    had copied them (`OnnxModelBytes`)."""
+    """A file to hand a runtime, read once: its bytes (`data`, read whole at first use), or a
+    private copy of them (`copy_to`), each checked against the size and SHA-256 its export folder's
+    manifest records (`expected`; a file a caller names without a manifest is not checked). The
+    runtime is given these bytes or this copy, never the path in the folder: a file swapped on disk
+    after its check is never read again.
 
-    path: Path
-    data: bytes
-    again: Callable[[], FileBytes] | None = None
+    Args:
+        path: where the file lies (messages and names: what a model names it by is `name`).
+        expected: its manifest entry (`{"bytes", "sha256"}`), or None.
+        folder: the export folder it is listed in (its links and parents are checked on opening).
+        verify: check the SHA-256 too (`--no-verify` checks the size only).
+    """
+
+    def __init__(self, path: str | os.PathLike, expected: dict[str, Any] | None = None, *, folder: Path | None = None,
+                 verify: bool = True):
+        self.path = Path(path)
+        self.expected, self.folder, self.verify = expected, folder, verify
 
     @property
     def name(self) -> str:
@@ -194,24 +200,68 @@ class FileBytes:
 
     @classmethod
     def read(cls, path: str | os.PathLike) -> FileBytes:
-        """The bytes of a file a caller names (no manifest: read once, not checked)."""
-        path = Path(path)
-        with open(path, "rb") as stream:
-            return cls(path, stream.read(), functools.partial(cls.read, path))
+        """A file a caller names (no manifest: read once, not checked)."""
+        return cls(path)
+
+    @functools.cached_property
+    def data(self) -> bytes:
+        """The file's bytes, read whole and checked."""
+        with self._open() as stream:
+            data = stream.read() if self.expected is None else stream.read(self.expected["bytes"] + 1)
+        self._check(len(data), lambda: hashlib.sha256(data).hexdigest())
+        return data
+
+    def copy_to(self, folder: Path) -> Path:
+        """Write the file's bytes to `folder / name` (a private folder of the caller's), checked
+        as they are copied, without holding them whole in memory: for a runtime that maps its
+        weights from a path (ONNX Runtime, ExecuTorch's data file). Return the copy."""
+        target = Path(folder) / self.name
+        digest, size = hashlib.sha256(), 0
+        with self._open() as stream, open(target, "xb") as copy:
+            while chunk := stream.read(1 << 24):
+                digest.update(chunk)
+                copy.write(chunk)
+                size += len(chunk)
+        try:
+            self._check(size, digest.hexdigest)
+        except ExportFolderError:
+            target.unlink()
+            raise
+        return target
+
+    def _open(self) -> Any:
+        if self.expected is None:
+            return open(self.path, "rb")
+        stream = _open_listed(self.path, self.folder or self.path.parent)
+        try:
+            _check_size(self.path, os.fstat(stream.fileno()).st_size, self.expected)
+        except ExportFolderError:
+            stream.close()
+            raise
+        return stream
+
+    def _check(self, size: int, digest: Callable[[], str]) -> None:
+        if self.expected is not None:
+            _check_size(self.path, size, self.expected)  # it changed while read
+            if self.verify:
+                _check_digest(self.path, digest(), self.expected)
 
     def __repr__(self) -> str:
-        return f"FileBytes({str(self.path)!r}, {len(self.data):,} bytes)"
+        return f"FileBytes({str(self.path)!r})"
 
 
 class ListedFiles:
-    """The files `manifest` lists in `folder`, each read whole, its size and (with `verify`) SHA-256
-    checked on the bytes read: `read` hands those bytes to whoever runs them.
+    """The files `manifest` lists in `folder`, each handed out as a `FileBytes` checked against
+    the manifest as it is read (size, and with `verify` SHA-256), so that whoever runs a file runs
+    the bytes that were checked.
 
-    # NOTE: why bytes and not paths. Checking a file, then letting a runtime open it again by its
-    # path, runs whatever the path holds by then (a file swapped after the check, on a folder
-    # someone else can still write). ONNX Runtime, OpenVINO, torch and ExecuTorch all load from
-    # memory; the cost is the file's bytes held in this process while the runtime builds its own
-    # copy (docs/trust.md says where that is and what it costs).
+    # NOTE: why bytes (or private copies) and not paths. Checking a file, then letting a runtime
+    # open it again by its path, runs whatever the path holds by then (a file swapped after the
+    # check, on a folder someone else can still write). ONNX Runtime, OpenVINO, torch and
+    # ExecuTorch load from memory; where holding a large weights file in memory beside the
+    # runtime's own copy would double the load's peak (ONNX Runtime, ExecuTorch's `.ptd`), a
+    # private copy written from the checked bytes is what the runtime maps instead
+    # (docs/trust.md: where that is and what it costs).
     """
 
     def __init__(self, folder: Path, manifest: dict[str, Any], *, verify: bool = True):
@@ -220,20 +270,14 @@ class ListedFiles:
         self.verify = verify
 
     def read(self, relative: str) -> FileBytes:
-        """The bytes of the listed file `relative`, checked as read (`ExportFolderError` naming it
-        when it is not listed, is a link, or differs from what the export wrote)."""
+        """The listed file `relative`, to be read (and checked as read) by whoever runs it;
+        `ExportFolderError` naming it when it is not listed, or not a plain path inside the folder."""
         path = listed_path(self.folder, relative)
         entry = self.entries.get(relative)
         if entry is None:
             raise ExportFolderError(f"{path} is not a file {MANIFEST} lists: an export reads only its own files",
                                      remedy=_REMEDY_DAMAGED)
-        with _open_listed(path, self.folder) as stream:
-            _check_size(path, os.fstat(stream.fileno()).st_size, entry)
-            data = stream.read(entry["bytes"] + 1)
-        _check_size(path, len(data), entry)  # it changed while read
-        if self.verify:
-            _check_digest(path, hashlib.sha256(data).hexdigest(), entry)
-        return FileBytes(path, data, functools.partial(self.read, relative))
+        return FileBytes(path, entry, folder=self.folder, verify=self.verify)
 
     def check_others(self, skipped: set[str]) -> None:
         """Check every listed file but those in `skipped` (sizes; SHA-256s with `verify`), side by

@@ -72,28 +72,41 @@ def write_executorch(program: Any, stem: Path) -> list[Path]:
 
 class PteBuffer:
     """A saved `.pte` program, as the runner loads it (`buffer`, like `ExecutorchProgramManager`),
-    with its `.ptd`'s bytes when its weights live outside it: both read once and handed to the
-    runtime as bytes (from an export folder, the bytes checked against its manifest).
+    read once; when its weights live outside it, private copies of the program and its `.ptd`
+    (`data_path`), written from the checked bytes, which the runtime maps (an export folder's
+    `.ptd` of many GB is not held whole in memory beside the weights XNNPACK packs from it).
 
     Args:
         buffer: the program's bytes.
-        path: the `.pte` it was read from.
-        data: the bytes of the `.ptd` holding its weights, when they live outside the program.
-        data_path: the `.ptd` they were read from.
+        path: the `.pte` it was read from (for messages).
+        data_path: the private copy of the `.ptd` holding its weights (the program's copy beside
+            it), or None where the program keeps its weights.
+        copies: the private folder holding the copies (removed when the buffer is collected).
     """
 
-    def __init__(self, buffer: bytes, path: Path | None = None, data: bytes | None = None,
-                 data_path: Path | None = None):
+    def __init__(self, buffer: bytes, path: Path | None = None, data_path: Path | None = None, copies: Any = None):
         self.buffer = buffer
         self.path = path
-        self.data = data
         self.data_path = data_path
+        self._copies = copies
 
     @classmethod
     def of(cls, files: list[FileBytes]) -> PteBuffer:
         """The program in `files` (the `.pte` first, its `.ptd` among the others when it has one)."""
+        import tempfile
+
+        program = files[0]
         data = next((f for f in files[1:] if f.path.suffix == ".ptd"), None)
-        return cls(files[0].data, files[0].path, data.data if data else None, data.path if data else None)
+        if data is None:
+            return cls(program.data, program.path)
+        copies = tempfile.TemporaryDirectory(prefix="hfexport-executorch-")
+        (Path(copies.name) / program.name).write_bytes(program.data)
+        return cls(program.data, program.path, data.copy_to(Path(copies.name)), copies)
+
+    @property
+    def program_copy(self) -> Path | None:
+        """The private copy of the program beside `data_path` (None without a `.ptd`)."""
+        return self.data_path.parent / self.path.name if self.data_path is not None and self.path else None
 
 
 def write_pte(program: Any, path: Path) -> Path:

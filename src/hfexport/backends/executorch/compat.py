@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["data_payloads", "load_module", "load_module_from_bytes"]
+__all__ = ["data_payloads", "load_module"]
 
 
 def data_payloads(program: Any) -> dict[str, Any]:
@@ -36,15 +36,3 @@ def load_module(program_path: str, data_path: str) -> Any:
 
     return _load_for_executorch(program_path, data_path=data_path)
 
-
-def load_module_from_bytes(program: bytes, data: bytes) -> Any:
-    """An `ExecuTorchModule` of the program `program` with its weights in the `.ptd` bytes `data`:
-    what a saved export is opened from, so that the bytes checked are the bytes run.
-
-    # NOTE: executorch 1.4.1's pybindings (`extension/pybindings/pybindings.cpp`,
-    # `_load_for_executorch_from_buffer(buffer, data_map_buffer)`): a `BufferDataLoader` over each
-    # `bytes`, kept alive by the module.
-    """
-    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
-
-    return _load_for_executorch_from_buffer(program, data_map_buffer=data)

@@ -4,7 +4,7 @@
 _convert: tag_delegated_weights (edge transform pass)  -> XNNPACK puts its weights under WEIGHTS_TAG
           ExecutorchBackendConfig(external_constants=)   -> so does the emitter, for the other constants
 _write:   write_to_file(.pte stream) + write_tensor_data_to_file (ExecuTorch's writer) -> <stem>.ptd
-load:     check_data_file (present, same fingerprint)  -> the runner opens both files' bytes
+load:     check_data_file (present, same fingerprint)  -> the runner maps private copies of both
 ```
 """
 
@@ -139,17 +139,17 @@ def check_data_file(program: Any, recorded: dict[str, Any], model: str) -> None:
     with the file's name and fingerprint): missing, or from another export."""
     name = recorded.get("file", "its .ptd")
     program_name = program.path.name if program.path is not None else "the program"
-    if program.data is None:
+    if program.data_path is None:
         raise RuntimeLoadError(
             f"the ExecuTorch program {program_name} keeps its weights in {name}; no data file was given",
             model=model,
             remedy=f"keep {name} beside {program_name} (every file manifest.json lists belongs to the export) and "
             "load both, or export again")
     if "sha256_ends" in recorded:
-        found = fingerprint(program.data)
+        found = fingerprint(program.data_path)
         if found != {"bytes": recorded["bytes"], "sha256_ends": recorded["sha256_ends"]}:
             raise RuntimeLoadError(
-                f"{program.data_path} is not the weights file {program_name} was exported with: it has "
+                f"{program.data_path.name} is not the weights file {program_name} was exported with: it has "
                 f"{found['bytes']:,} bytes (sha256 of its ends {found['sha256_ends'][:12]}...), the export wrote "
                 f"{recorded['bytes']:,} ({recorded['sha256_ends'][:12]}...)",
                 model=model,

@@ -1,9 +1,9 @@
 """`ExecutorchRunner`: runs a program in the ExecuTorch Python runtime, inputs in dict order.
 
 A program whose weights live in a `.ptd` (`ExecutorchConfig.external_weights`) is opened with its
-data file: loaded from disk, from both files' bytes (read once, `PteBuffer`), after
-`external.check_data_file` has checked the `.ptd` is the one its export wrote; in memory
-(validation before saving), from a scratch copy of both files, mapped.
+data file, both mapped: loaded from disk, from private copies of both files written from the
+checked bytes (`PteBuffer`), after `external.check_data_file` has checked the `.ptd` is the one its
+export wrote; in memory (validation before saving), from a scratch copy of both files.
 """
 
 from __future__ import annotations
@@ -80,16 +80,17 @@ class _ModuleForward:
 
 def _forward_with_data(artifact: Any, record) -> _ModuleForward:
     """`forward` of a program whose weights live in a `.ptd`: a `PteBuffer` read from disk, opened
-    from its bytes and its `.ptd`'s (checked against the record), or an `ExecutorchProgramManager`
-    still in memory, written to a scratch folder first so that the runtime maps its weights (the
-    pybindings' in-memory loader takes the data as one `bytes`: a copy of every weight)."""
+    from the private copies of the program and its `.ptd` (checked as copied, and against the
+    record), or an `ExecutorchProgramManager` still in memory, written to a scratch folder first;
+    either way the runtime maps the weights (the pybindings' in-memory loader takes the data as
+    one `bytes`: a copy of every weight)."""
     from .artifact import PteBuffer, write_pte
-    from .compat import load_module, load_module_from_bytes
+    from .compat import load_module
     from .external import check_data_file, write_ptd
 
     if isinstance(artifact, PteBuffer):
         check_data_file(artifact, record.details["external_weights"], record.model_class)
-        return _ModuleForward(load_module_from_bytes(artifact.buffer, artifact.data),
+        return _ModuleForward(load_module(str(artifact.program_copy), str(artifact.data_path)),
                               method=record.details.get("method", "forward"))
     scratch = tempfile.TemporaryDirectory(prefix="hfexport-executorch-")
     folder = Path(scratch.name)

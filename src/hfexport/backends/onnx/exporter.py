@@ -21,7 +21,7 @@ from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
 from .gqa import GRAPH_INTERFACE, GraphInterface
-from .loaded import OnnxModelBytes
+from .loaded import OnnxModelFiles
 from .runner import in_place_writers
 
 __all__ = ["OnnxExporter"]
@@ -147,8 +147,8 @@ class OnnxExporter(HfExporter):
             config = listed.read(GENAI_CONFIG)
             check_genai_config(parse_json(config.data, config.path), set(manifest["files"]), config.path)
 
-    def _load(self, files: list[FileBytes]) -> OnnxModelBytes:
-        return OnnxModelBytes(files[0], files[1:])  # each external-data location one of `files`
+    def _load(self, files: list[FileBytes]) -> OnnxModelFiles:
+        return OnnxModelFiles(files[0], files[1:])  # each external-data location one of `files`
 
 
 def _rotary_positions(model: torch.nn.Module, inputs: dict[str, Any]) -> int | None:

@@ -1,42 +1,51 @@
-"""`OnnxModelBytes`: an ONNX model opened from its files' bytes, never from a path.
+"""`OnnxModelFiles`: an ONNX model opened from private copies of its checked files, never from the
+folder it was listed in.
 
 ```
-OnnxExporter.load(files)     model.onnx's bytes + the external data files among `files`
+OnnxExporter.load(files)     model.onnx + the external data files among `files`
   external_locations         every `location` the model names, read from its protobuf
   (a location not among the files: refused, naming it; never looked up on disk)
-OnnxRunner                   InferenceSession(model bytes) + the data files from memory
-                             (SessionOptions.add_external_initializers_from_files_in_memory)
+  FileBytes.copy_to          each file copied into a private folder, checked as copied
+OnnxRunner                   InferenceSession(the private model.onnx): ONNX Runtime maps the copies
 ```
 
-# NOTE: why from memory. ONNX Runtime given a path opens the model's external data by the
-# `location` the model names, at session creation: a file checked before, or not at all (a model
-# naming an unlisted `hidden.bin` beside it), is read by name after any check. Given bytes, it
-# looks each location up among the files handed to it first (onnxruntime 1.32); a location it does
-# not find there it would look for relative to the working folder, so every location is checked to
-# be one of the given files before ONNX Runtime sees the model. It copies the weights while it
-# builds the session (prepacking them), as it does from a mapped file: the bytes are let go once a
-# session holds them (`release`), so a loaded model costs its bytes twice only while a session is
-# built (a 200 MB weight: 479 MB peak, 279 MB after, against 255 MB from a path).
+# NOTE: why private copies. ONNX Runtime given a model's path opens its external data by the
+# `location` the model names, when the session is created: in the export folder, a file checked
+# before (and swapped since), or not checked at all (a model naming an unlisted `hidden.bin`).
+# Given the model's bytes and its data files from memory (`add_external_initializers_from_
+# files_in_memory`, onnxruntime 1.32) it copies the weights while it builds the session: a
+# 428 MB model's load peaked at 964 MB over the imports, against 422 MB from a mapped file
+# (`bench/open_folder.py`). So each file is copied, checked as it is copied, into a folder only
+# this process writes, and ONNX Runtime maps those copies as it mapped the originals; a location
+# that is not one of them is refused before it sees the model (and could only fail there: the
+# folder holds nothing else). The copies go when the model is collected.
+#
+# `external_locations` reads the locations off the protobuf's wire format rather than with the
+# `onnx` package: importing it took 1.3-1.5 s, as long as the rest of a 428 MB model's load.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
-from typing import Any
 
 from ...errors import ExportFolderError
 from ...manifest import FileBytes
 
-__all__ = ["OnnxModelBytes", "external_locations"]
+__all__ = ["OnnxModelFiles", "external_locations"]
 
 
-class OnnxModelBytes:
-    """An ONNX model loaded from the bytes of its files (`OnnxExporter.load`).
+class OnnxModelFiles:
+    """An ONNX model loaded from its files (`OnnxExporter.load`), as private copies ONNX Runtime opens.
 
     Args:
         model: the `.onnx` file.
         files: the other files given with it, among which every external-data location the model
             names must be (`ExportFolderError` naming the first that is not).
+
+    Attributes:
+        path: the private copy of the model (its data files beside it) ONNX Runtime opens.
+        source: where the model was read from (for messages).
     """
 
     def __init__(self, model: FileBytes, files: list[FileBytes]):
@@ -50,78 +59,123 @@ class OnnxModelBytes:
                 "component's files); it is not read",
                 remedy="copy the export folder again, whole, from where it was written, or export again; loading "
                        "files of your own, pass every file `save` wrote (model.onnx and model.onnx.data)")
-        self.path = model.path
-        self.model = model.data
-        self._external = [given[name] for name in sorted(named)]
-        self._released = False
+        self._copies = tempfile.TemporaryDirectory(prefix="hfexport-onnx-")
+        self.source = model.path
+        self.path = Path(self._copies.name) / model.name
+        self.path.write_bytes(model.data)
+        for name in sorted(named):
+            given[name].copy_to(Path(self._copies.name))
 
     def __repr__(self) -> str:
-        return f"OnnxModelBytes({str(self.path)!r}, external={[f.name for f in self._external]})"
+        return f"OnnxModelFiles({str(self.source)!r})"
 
-    def session_source(self, options: Any) -> bytes:
-        """The model's bytes for `InferenceSession`, its external data files added to `options`
-        from memory (read again, checked again, if `release` let them go)."""
-        if self._released:
-            self._external = [f.again() if f.again else f for f in self._external]
-            self._released = False
-        if self._external:
-            options.add_external_initializers_from_files_in_memory(
-                [f.name for f in self._external], [f.data for f in self._external],
-                [len(f.data) for f in self._external])
-        return self.model
 
-    def release(self) -> None:
-        """Let the external data's bytes go (a session built from them holds its own copy)."""
-        if all(f.again for f in self._external):
-            self._external = [FileBytes(f.path, b"", f.again) for f in self._external]
-            self._released = bool(self._external)
+# Field numbers of onnx.proto (onnx 1.23) on the way from a model to its tensors' external data.
+_MODEL_GRAPH, _MODEL_FUNCTIONS = 7, 25
+_GRAPH_NODES, _GRAPH_INITIALIZERS, _GRAPH_SPARSE = 1, 5, 15
+_NODE_ATTRIBUTES = 5
+_FUNCTION_NODES = 7
+_ATTRIBUTE_TENSORS = {5: "tensor", 10: "tensor", 22: "sparse", 23: "sparse", 6: "graph", 11: "graph"}
+_SPARSE_TENSORS = (1, 2)  # values, indices
+_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION, _EXTERNAL = 13, 14, 1
+_ENTRY_KEY, _ENTRY_VALUE = 1, 2
 
 
 def external_locations(model: bytes) -> set[str]:
     """Every external-data `location` the ONNX model `model` (its serialized bytes) names: its
-    initializers', sparse initializers', and those of tensors in node attributes, subgraphs and
-    functions included."""
-    import onnx
-
-    proto = onnx.ModelProto.FromString(model)
+    graphs' initializers and sparse initializers, and tensors in node attributes, subgraphs and
+    functions included; `""` for an external tensor that names none. Read off the protobuf wire
+    format (`ExportFolderError` where it is not one)."""
     found: set[str] = set()
-    for graph in _graphs(proto):
-        tensors = [*graph.initializer, *(t for s in graph.sparse_initializer for t in (s.values, s.indices))]
-        for node in graph.node:
-            tensors.extend(_attribute_tensors(node))
-        for tensor in tensors:
-            found.update(entry.value for entry in tensor.external_data if entry.key == "location")
-            if tensor.data_location == onnx.TensorProto.EXTERNAL and not any(
-                    entry.key == "location" for entry in tensor.external_data):
-                found.add("")  # external, naming no file: refused as an unlisted name
-    for function in proto.functions:
-        for node in function.node:
-            for tensor in _attribute_tensors(node):
-                found.update(entry.value for entry in tensor.external_data if entry.key == "location")
+    try:
+        for field, value in _fields(model):
+            if field == _MODEL_GRAPH:
+                _graph(value, found)
+            elif field == _MODEL_FUNCTIONS:
+                for inner, node in _fields(value):
+                    if inner == _FUNCTION_NODES:
+                        _node(node, found)
+    except (IndexError, ValueError) as error:
+        raise ExportFolderError(f"the ONNX model is not a valid protobuf ({error})",
+                                 remedy="copy the export folder again, whole, or export again") from None
     return found
 
 
-def _graphs(proto: Any) -> list[Any]:
-    """The model's graph and every subgraph in its nodes' attributes (and its functions'), recursively."""
-    found, pending = [], [proto.graph, *(g for f in proto.functions for n in f.node for g in _subgraphs(n))]
-    while pending:
-        graph = pending.pop()
-        found.append(graph)
-        pending.extend(g for node in graph.node for g in _subgraphs(node))
-    return found
+def _graph(graph: memoryview, found: set[str]) -> None:
+    for field, value in _fields(graph):
+        if field == _GRAPH_NODES:
+            _node(value, found)
+        elif field == _GRAPH_INITIALIZERS:
+            _tensor(value, found)
+        elif field == _GRAPH_SPARSE:
+            _sparse(value, found)
 
 
-def _subgraphs(node: Any) -> list[Any]:
-    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+def _node(node: memoryview, found: set[str]) -> None:
+    for field, attribute in _fields(node):
+        if field != _NODE_ATTRIBUTES:
+            continue
+        for inner, value in _fields(attribute):
+            kind = _ATTRIBUTE_TENSORS.get(inner)
+            if kind == "tensor":
+                _tensor(value, found)
+            elif kind == "sparse":
+                _sparse(value, found)
+            elif kind == "graph":
+                _graph(value, found)
 
 
-def _attribute_tensors(node: Any) -> list[Any]:
-    tensors = []
-    for attribute in node.attribute:
-        if attribute.HasField("t"):
-            tensors.append(attribute.t)
-        tensors.extend(attribute.tensors)
-        for sparse in ([attribute.sparse_tensor] if attribute.HasField("sparse_tensor") else []) + list(
-                attribute.sparse_tensors):
-            tensors.extend((sparse.values, sparse.indices))
-    return tensors
+def _sparse(sparse: memoryview, found: set[str]) -> None:
+    for field, value in _fields(sparse):
+        if field in _SPARSE_TENSORS:
+            _tensor(value, found)
+
+
+def _tensor(tensor: memoryview, found: set[str]) -> None:
+    external, locations = False, []
+    for field, value in _fields(tensor, varints=True):
+        if field == _TENSOR_DATA_LOCATION and value == _EXTERNAL:
+            external = True
+        elif field == _TENSOR_EXTERNAL_DATA and isinstance(value, memoryview):
+            entry = dict(_fields(value))
+            if bytes(entry.get(_ENTRY_KEY, b"")) == b"location":
+                locations.append(bytes(entry.get(_ENTRY_VALUE, b"")).decode("utf-8", "replace"))
+    found.update(locations)
+    if external and not locations:
+        found.add("")
+
+
+def _fields(message: bytes | memoryview, *, varints: bool = False):
+    """`(field number, value)` of each length-delimited field of `message` (and each varint field's
+    integer, with `varints`); fixed-width fields are skipped."""
+    data, at = memoryview(message), 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+            if varints:
+                yield field, value
+        elif wire == 2:
+            length, at = _varint(data, at)
+            if at + length > len(data):
+                raise ValueError("a field runs past the end of its message")
+            yield field, data[at:at + length]
+            at += length
+        elif wire in (1, 5):
+            at += 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"wire type {wire} (groups are not in onnx.proto)")
+
+
+def _varint(data: memoryview, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint longer than 10 bytes")

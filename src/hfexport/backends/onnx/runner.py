@@ -28,7 +28,7 @@ from ...runner import CacheSession, Runner, to_numpy
 from ...generation.arrays import as_array
 from .artifact import HfOnnxProgram, save_scratch, scratch_session_options
 from .gqa import GraphInterface
-from .loaded import OnnxModelBytes
+from .loaded import OnnxModelFiles
 from .session_options import SESSION_CONFIG, SESSION_CONFIG_ENV, apply_session_config, session_config
 
 __all__ = ["OnnxRunner", "OnnxCacheSession", "SESSION_CONFIG", "SESSION_CONFIG_ENV", "session_config"]
@@ -55,15 +55,12 @@ class OnnxRunner(Runner):
         else:
             options = ort.SessionOptions()
             options.log_severity_level = 3
-            # a loaded model's bytes, its external data given from memory (`loaded.py`); never a path
-            source = (artifact.session_source(options) if isinstance(artifact, OnnxModelBytes)
-                      else artifact.model_proto.SerializeToString())
+            # a loaded model: the private copies of its checked files (`loaded.py`), never the folder's
+            source = str(artifact.path) if isinstance(artifact, OnnxModelFiles) else artifact.model_proto.SerializeToString()
         self.session_config = session_config()
         record.details["ort_session"] = dict(self.session_config)
         self.session = ort.InferenceSession(source, apply_session_config(options, self.session_config),
                                             providers=["CPUExecutionProvider"])
-        if isinstance(artifact, OnnxModelBytes):
-            artifact.release()  # the session holds its own copy of the weights
         self.input_names = [i.name for i in self.session.get_inputs()]
         # a graph whose interface differs from the record's (GroupQueryAttention's, `gqa.py`): fed by name
         self.interface = GraphInterface.of(record)
@@ -132,7 +129,7 @@ class OnnxRunner(Runner):
 
         if hasattr(self.artifact, "model_proto"):
             return self.artifact.model_proto.graph
-        return onnx.ModelProto.FromString(self.artifact.model).graph
+        return onnx.load(str(self.artifact.path), load_external_data=False).graph
 
     def cache_session(self, cache: dict[str, torch.Tensor]) -> CacheSession:
         """A session holding `cache` in ONNX Runtime buffers, each cache input bound to the buffer
