@@ -6,11 +6,14 @@
  "components": {"decode": {"files": ["decode.onnx", "decode.onnx.data"], "inputs": [...], ...}}, ...}
 ```
 `files` lists every file the export wrote (all but the manifest itself) by its path relative to the
-folder, with its size and full SHA-256. `read_manifest` is the one reader: it refuses a damaged or
-incomplete manifest, a newer version, and any path that is absolute, climbs out with `..` or leads
-out of the folder through a link, and (by default) any file whose bytes differ from what was
-written, each in one line naming the file. `owned_files` tells the output-folder rules which files
-an earlier export in a folder wrote (`output_folder.py`: `--overwrite` replaces nothing else).
+folder, with its size and full SHA-256. `read_manifest` is the one reader: it refuses an oversized,
+too deeply nested, damaged or incomplete manifest, a newer version and an older one (which records
+no hashes), and any path that is absolute, climbs out with `..` or leads out of the folder through
+a link, each in one line naming the file. `ListedFiles` hands out the listed files (`FileBytes`) to
+whoever runs them, each checked on the bytes read, so that the bytes checked are the bytes run.
+`owned_files` tells the output-folder rules which files an earlier export in a folder wrote
+(`output_folder.py`: `--overwrite` replaces nothing else); `upgrade_manifest` records the hashes an
+older manifest lacks (`hfexport verify --upgrade`).
 
 # NOTE: why every file's full hash, checked on every load. An export folder is made to be copied
 # between machines and people; a weights file damaged in transit (a flipped byte in the middle of
@@ -104,7 +107,7 @@ def listed_path(folder: Path, relative: Any) -> Path:
 
 
 def read_manifest(folder: str | os.PathLike, *, verify: bool = True, older: bool = False) -> dict[str, Any]:
-    """The manifest of the export in `folder`, checked: its size and nesting before it is parsed,
+    """The manifest of the export in `folder`, checked: its size (before it is parsed), its nesting,
     its version, its shape, every path it lists (inside the folder), and with `verify` every listed
     file's size and SHA-256.
 
