@@ -476,6 +476,8 @@ def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool
         return {"model": graph_component(task, loaded.model, loaded.inputs)}, None
     plan = exporter.plan_generation(loaded.model, _prompt(loaded.inputs), config, generation_config, multi_token_decode,
                                     static_cache=static_cache)
+    # the folder is what runners open: it also holds what they need beyond the documented components
+    plan.runner_components = True
     return exporter.generation_components(loaded.model, plan), plan
 
 
