@@ -211,3 +211,33 @@ def test_qwen2_vl_split_tower_on_vlm_pipelines_inputs_equals_the_tower():
             embeddings = Qwen2VLPatchEmbeddings(model)(image["pixel_values"])
             merged = Qwen2VLMerger(model)(embeddings, **qwen2_vl_merger_inputs(model.config, image["image_grid_thw"]))
         torch.testing.assert_close(merged, tower, rtol=1e-5, atol=1e-5)
+
+
+def test_qwen2_vl_merger_resized_as_vlm_pipeline_feeds_it():
+    """Issue 50: validation moved every size of the merger's inputs (N + 2 patches, then 1), which
+    no image gives and eager refuses, so a correct export was refused. Its registered resizer adds
+    whole images (copies of the first frame): the inputs `VLMPipeline` computes for that grid, on
+    which the merger gives the tower's features; the report says which shapes were checked."""
+    from hfexport.backends.openvino.vlm import (Qwen2VLMerger, Qwen2VLPatchEmbeddings, qwen2_vl_merger_inputs,
+                                                resize_qwen2_vl_merger)
+    from hfexport.presets import qwen2_vl_image
+    from hfexport.validation import RESIZERS
+
+    assert RESIZERS["Qwen2VLMerger"] is resize_qwen2_vl_merger
+    model, _ = build_preset("qwen2_vl")
+    image = qwen2_vl_image(model.config, [(2, 2, 4), (1, 4, 2)], seed=5)  # two frames, then another image
+    grid = image["image_grid_thw"]
+    with torch.no_grad():
+        embeddings = Qwen2VLPatchEmbeddings(model)(image["pixel_values"])
+    sample = {"hidden_states": embeddings, **qwen2_vl_merger_inputs(model.config, grid)}
+    resized = resize_qwen2_vl_merger(sample, 2)
+    grown = torch.cat([grid, torch.tensor([[1, 2, 4]] * 2)])  # the first image's first frame, twice more
+    expected = {"hidden_states": torch.cat([embeddings, embeddings[:8], embeddings[:8]]),
+                **qwen2_vl_merger_inputs(model.config, grown)}
+    for name, value in expected.items():
+        torch.testing.assert_close(resized[name], value, rtol=0, atol=0)
+    pixels = torch.cat([image["pixel_values"], image["pixel_values"][:8], image["pixel_values"][:8]])
+    with torch.no_grad():
+        tower = model.model.visual(pixels, grown).pooler_output
+        merged = Qwen2VLMerger(model)(**resized)
+    torch.testing.assert_close(merged, tower, rtol=1e-5, atol=1e-5)
