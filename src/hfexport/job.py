@@ -554,6 +554,8 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
         # without a tokenizer the sample inputs come from the config, and the export has no text prompt nor chat
         "tokenizer": {"loaded": True} if loaded.tokenizer is not None
         else {"loaded": False, "why": getattr(loaded, "tokenizer_missing", None)},
+        # the end token taken from the tokenizer where the model's configs name none (`loading.with_end_token`)
+        **({"end_token": loaded.end_token} if getattr(loaded, "end_token", None) else {}),
         "components": {
             name: {"export_seconds": seconds[name], "record": record_of(artifact).summary(),
                    "validation": reports[name].to_dict() if name in reports else None}

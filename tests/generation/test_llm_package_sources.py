@@ -1,0 +1,65 @@
+"""The flagless export of a model folder as found is its runtime's LLM package, checked by the
+vendor's runner (issue 50): from a `config.json` that names no end token while its tokenizer does
+(item 6). Each export runs through the CLI with validation and
+the runner check on, so a package that is not made, or that its runner refuses, fails here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hfexport.cli.main import main
+from hfexport.loading import LoadedModel, with_end_token
+from hfexport.presets import build_preset
+from tests.harness import tiny_bpe_tokenizer
+
+from .exports import LLM_PROMPT, LLM_RUNTIMES
+
+def _source(folder, *, end_token: bool) -> str:
+    """Save the tiny Llama with the offline tokenizer (`</s>` is id 1) into `folder`, its configs
+    naming the end token or not."""
+    tokenizer = tiny_bpe_tokenizer()
+    eos = 1 if end_token else None
+    model, _ = build_preset("llama", vocab_size=len(tokenizer), bos_token_id=0 if end_token else None,
+                            eos_token_id=eos)
+    model.generation_config.eos_token_id = eos
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def _export(source: str, runtime: str, out, *flags: str) -> dict:
+    """`hfexport export SOURCE -f RUNTIME FLAGS -o OUT` (the package: no --generate); its report."""
+    for module in LLM_RUNTIMES[runtime][0]:
+        pytest.importorskip(module)
+    assert main(["export", source, "-f", runtime, "-o", str(out), "--prompt", LLM_PROMPT, "-q", *flags]) == 0
+    return json.loads((out / "report.json").read_text())
+
+
+def test_the_tokenizers_end_token_is_the_models_where_its_configs_name_none():
+    """Where neither the config nor the generation config names `eos_token_id`, the tokenizer's is
+    the generation config's (what every runner and the saved generation config read), and the
+    report says where it came from; a model that names one keeps it."""
+    tokenizer = tiny_bpe_tokenizer()
+    model, inputs = build_preset("llama", vocab_size=len(tokenizer), eos_token_id=None)
+    model.generation_config.eos_token_id = None
+    loaded = with_end_token(LoadedModel(model, inputs, "folder", tokenizer))
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id == 1
+    assert loaded.end_token["eos_token_id"] == 1 and "'</s>'" in loaded.end_token["from"]
+    named, _ = build_preset("llama", vocab_size=len(tokenizer), eos_token_id=7)
+    kept = with_end_token(LoadedModel(named, inputs, "folder", tokenizer))
+    assert kept.end_token is None and named.generation_config.eos_token_id == 7
+
+
+@pytest.mark.slow  # one export, checked by onnxruntime-genai
+def test_a_folder_without_an_end_token_packages_with_the_tokenizers(tmp_path):
+    """onnxruntime-genai refused the package ("eos_token_id (-1) must be in range"), so the export
+    exited 3; now `genai_config.json` and the saved generation config name `</s>`, and the runner
+    check passes."""
+    report = _export(_source(tmp_path / "source", end_token=False), "onnx", tmp_path / "out")
+    assert report["runner"]["checked"] and report["runner"]["passed"], report["runner"]
+    assert report["end_token"]["eos_token_id"] == 1
+    genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())
+    assert genai["model"]["eos_token_id"] == 1 and genai["model"]["pad_token_id"] == 1
+    assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"] == 1
