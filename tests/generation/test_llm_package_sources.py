@@ -1,6 +1,6 @@
 """The flagless export of a model folder as found is its runtime's LLM package, checked by the
-vendor's runner (issue 50): from a `config.json` that names no end token while its tokenizer does
-(item 6). Each export runs through the CLI with validation and
+vendor's runner (issue 50): in `--dtype float16` (item 3) and from a `config.json` that names no
+end token while its tokenizer does (item 6). Each export runs through the CLI with validation and
 the runner check on, so a package that is not made, or that its runner refuses, fails here."""
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ from hfexport.presets import build_preset
 from tests.harness import tiny_bpe_tokenizer
 
 from .exports import LLM_PROMPT, LLM_RUNTIMES
+
+#: runtime -> the file of its package that only the package has
+PACKAGE_FILE = {"onnx": "genai_config.json", "openvino": "openvino_model.xml", "executorch": "decode.pte"}
+
 
 def _source(folder, *, end_token: bool) -> str:
     """Save the tiny Llama with the offline tokenizer (`</s>` is id 1) into `folder`, its configs
@@ -63,3 +67,23 @@ def test_a_folder_without_an_end_token_packages_with_the_tokenizers(tmp_path):
     genai = json.loads((tmp_path / "out" / "genai_config.json").read_text())
     assert genai["model"]["eos_token_id"] == 1 and genai["model"]["pad_token_id"] == 1
     assert json.loads((tmp_path / "out" / "generation_config.json").read_text())["eos_token_id"] == 1
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> str:
+    return _source(tmp_path_factory.mktemp("llama-source"), end_token=True)
+
+
+@pytest.mark.slow  # one export per runtime, each checked by the vendor's runner
+@pytest.mark.parametrize("runtime", list(PACKAGE_FILE))
+def test_float16_makes_the_runtimes_package_checked_by_its_runner(source, runtime, tmp_path):
+    """`--dtype float16` without other flags: the package fp32 makes (ONNX: its attention was not
+    rewritten as GroupQueryAttention and no `genai_config.json` was written, exit 0; OpenVINO:
+    `LLMPipeline` refused float16 logits; ExecuTorch: the LLM-runner program failed in its custom
+    ops), in float16, run by the vendor's runner with eager's greedy tokens."""
+    out = tmp_path / "out"
+    report = _export(source, runtime, out, "--dtype", "float16")
+    assert report["dtype"] == "float16" and report["task"]["name"] == "text-generation-with-past", report["task"]
+    assert (out / PACKAGE_FILE[runtime]).is_file(), sorted(p.name for p in out.iterdir())
+    runner = report["runner"]
+    assert runner["checked"] and runner["passed"] and runner["tokens_equal"], runner
