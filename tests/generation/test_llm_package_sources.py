@@ -74,16 +74,26 @@ def source(tmp_path_factory) -> str:
     return _source(tmp_path_factory.mktemp("llama-source"), end_token=True)
 
 
-@pytest.mark.slow  # one export per runtime, each checked by the vendor's runner
-@pytest.mark.parametrize("runtime", list(PACKAGE_FILE))
-def test_float16_makes_the_runtimes_package_checked_by_its_runner(source, runtime, tmp_path):
-    """`--dtype float16` without other flags: the package fp32 makes (ONNX: its attention was not
-    rewritten as GroupQueryAttention and no `genai_config.json` was written, exit 0; OpenVINO:
-    `LLMPipeline` refused float16 logits; ExecuTorch: the LLM-runner program failed in its custom
-    ops), in float16, run by the vendor's runner with eager's greedy tokens."""
+def _sixteen_bit() -> list:
+    """(runtime, dtype) for every 16-bit dtype a runtime's config does not refuse (those it refuses
+    exit 2 before any work: tests/test_dtype.py)."""
+    from hfexport import AutoExportConfig
+
+    return [(runtime, dtype) for runtime in PACKAGE_FILE for dtype in ("float16", "bfloat16")
+            if not AutoExportConfig.from_dict({"export_format": runtime}).dtype_refusal(dtype)]
+
+
+@pytest.mark.slow  # one export per runtime and dtype, each checked by the vendor's runner
+@pytest.mark.parametrize("runtime, dtype", _sixteen_bit())
+def test_a_16_bit_dtype_makes_the_runtimes_package_checked_by_its_runner(source, runtime, dtype, tmp_path):
+    """`--dtype float16` (bfloat16 where the runtime has it) without other flags: the package fp32
+    makes (ONNX: its attention was not rewritten as GroupQueryAttention and no `genai_config.json`
+    was written, exit 0; OpenVINO: `LLMPipeline` refused float16 logits; ExecuTorch: the
+    LLM-runner program failed in its custom ops), in that dtype, run by the vendor's runner with
+    eager's greedy tokens."""
     out = tmp_path / "out"
-    report = _export(source, runtime, out, "--dtype", "float16")
-    assert report["dtype"] == "float16" and report["task"]["name"] == "text-generation-with-past", report["task"]
+    report = _export(source, runtime, out, "--dtype", dtype)
+    assert report["dtype"] == dtype and report["task"]["name"] == "text-generation-with-past", report["task"]
     assert (out / PACKAGE_FILE[runtime]).is_file(), sorted(p.name for p in out.iterdir())
     runner = report["runner"]
     assert runner["checked"] and runner["passed"] and runner["tokens_equal"], runner
