@@ -129,6 +129,9 @@ def test_qwen2_vl_vlm_pipeline_generates_eagers_tokens(saved_generation, backend
     saved = saved_generation("openvino", "qwen2_vl")
     entry = json.loads((saved.directory / "manifest.json").read_text())[VLM_ENTRY]
     assert entry["vlm_pipeline"] is True, entry
+    # exported as the CLI exports it, validated: the merger at whole images, as the report says
+    merger = json.loads((saved.directory / "report.json").read_text())["components"]["vision_embeddings_merger"]
+    assert merger["validation"]["passed"] and "resize_qwen2_vl_merger" in merger["validation"]["note"], merger
     assert entry["models"]["vision_embeddings_merger"] == "openvino_vision_embeddings_merger_model.xml"
     assert all((saved.directory / file).is_file() for file in entry["models"].values())
     cases = [(QWEN2_VL_IMAGE_TAG + prompt, np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8))
