@@ -67,6 +67,10 @@ class GenerationPlan:
     report: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: details added to each named component's record once exported (why a program was not made)
     record_details: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: also capture what a runner needs beyond the documented components (an image-text model's
+    #: `text_embeddings`: `decompose_for_generation(runner_components=True)`); the export folder
+    #: asks for it (`export_to_folder`), the seed's `export_for_generation` does not
+    runner_components: bool = False
 
 
 @dataclasses.dataclass
@@ -277,7 +281,8 @@ class HfExporter:
 
         return decompose_for_generation(model, plan.inputs, generation_config=plan.generation_config,
                                         multi_token_decode=plan.multi_token_decode,
-                                        decode_prefills=plan.decode_prefills)
+                                        decode_prefills=plan.decode_prefills,
+                                        runner_components=plan.runner_components)
 
     def export_components(self, components: dict[str, tuple[torch.nn.Module, dict[str, Any]]],
                           config: ExportConfig | None = None, *,

@@ -494,6 +494,8 @@ def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool
         return {"model": graph_component(task, loaded.model, loaded.inputs)}, None
     plan = exporter.plan_generation(loaded.model, _prompt(loaded.inputs), config, generation_config, multi_token_decode,
                                     static_cache=static_cache)
+    # the folder is what runners open: it also holds what they need beyond the documented components
+    plan.runner_components = True
     return exporter.generation_components(loaded.model, plan), plan
 
 
@@ -570,6 +572,8 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
         # without a tokenizer the sample inputs come from the config, and the export has no text prompt nor chat
         "tokenizer": {"loaded": True} if loaded.tokenizer is not None
         else {"loaded": False, "why": getattr(loaded, "tokenizer_missing", None)},
+        # the end token taken from the tokenizer where the model's configs name none (`loading.with_end_token`)
+        **({"end_token": loaded.end_token} if getattr(loaded, "end_token", None) else {}),
         "components": {
             name: {"export_seconds": seconds[name], "record": record_of(artifact).summary(),
                    "validation": reports[name].to_dict() if name in reports else None}

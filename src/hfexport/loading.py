@@ -27,7 +27,7 @@ from .errors import PrepareError
 from .presets import build_preset, tiny_tokenizer
 
 __all__ = ["DTYPES", "LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for",
-           "dtype_name"]
+           "with_end_token", "dtype_name"]
 
 #: The dtypes a model can be loaded in (`load_model(dtype=...)`, `--dtype`); `"auto"` is the checkpoint's.
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -52,6 +52,9 @@ class LoadedModel:
     #: an image-text model's processor (image processor, tokenizer, chat template), saved with a
     #: generation export so that `hfexport generate --image` reads image files; None without one
     processor: Any = None
+    #: the end token given to the model's generation config from its tokenizer, where neither the
+    #: model config nor the generation config named one (`with_end_token`); the report carries it
+    end_token: dict[str, Any] | None = None
 
 
 def _first_input_name(model: torch.nn.Module) -> str:
@@ -143,7 +146,7 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
     if gguf_file is not None or spec.lower().endswith(".gguf"):
         loaded = _in_dtype(load_gguf(spec, gguf_file, prompt=prompt, **hub), dtype)
         loaded.weights_from["dequantized_to"] = dtype_name(loaded.model)  # then cast, where asked
-        return loaded
+        return with_end_token(loaded)
     import transformers
 
     if not local:  # a hub repo: from the hub cache alone when the hub cannot be reached, else an error now
@@ -166,8 +169,32 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
     mapped = mapped_share(model, spec) if os.path.isdir(spec) else None
     processor = _processor(spec, config, **hub)
     inputs = image_text_inputs(model, processor, prompt) or sample_inputs_for(model, tokenizer, prompt)
-    return _in_dtype(LoadedModel(model, inputs, spec, tokenizer, mapped, tokenizer_missing=missing,
-                                 processor=processor), dtype_name(model))
+    return with_end_token(_in_dtype(LoadedModel(model, inputs, spec, tokenizer, mapped, tokenizer_missing=missing,
+                                                processor=processor), dtype_name(model)))
+
+
+def with_end_token(loaded: LoadedModel) -> LoadedModel:
+    """`loaded` with its tokenizer's end token (`eos_token_id`) in the model's generation config,
+    where neither the generation config nor the model config names one; `loaded.end_token` says so.
+
+    # NOTE: a checkpoint whose `config.json` has no `eos_token_id` while its tokenizer names `</s>`
+    # is common; the runtimes' LLM runners need an end token (onnxruntime-genai refuses
+    # `eos_token_id: -1`, "must be in range"), and onnxruntime-genai's own model builder takes the
+    # tokenizer's. Set on the generation config, it is the one end token of the whole export: eager
+    # `generate` (validation, the runner check), the saved `generation_config.json`, the packages'
+    # configs and `hfexport generate` all stop at it.
+    """
+    generation = getattr(loaded.model, "generation_config", None)
+    config = getattr(loaded.model, "config", None)
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    eos = getattr(loaded.tokenizer, "eos_token_id", None)
+    if generation is None or eos is None or generation.eos_token_id is not None \
+            or getattr(text, "eos_token_id", None) is not None:
+        return loaded
+    generation.eos_token_id = int(eos)
+    loaded.end_token = {"eos_token_id": int(eos), "from": f"the tokenizer's eos_token {loaded.tokenizer.eos_token!r}: "
+                        "neither the model config nor its generation config names an eos_token_id"}
+    return loaded
 
 
 #: the side of the random image an image-text model's sample prompt shows (its processor resizes it)

@@ -682,8 +682,10 @@ def _smallest_case(add: Callable[[CaseReport], None], runner, model, kwargs, rec
     """Add the `smallest` case (every batch and token count at 1) with `add`; return a note
     when it does not apply (the sample is that small already, or the model's sizes are tied by
     value, see `RESIZERS`)."""
-    if type(unwrap(model)).__name__ in RESIZERS:
-        return "sizes tied by value (a registered resizer): no smallest case"
+    resizer = RESIZERS.get(type(unwrap(model)).__name__)
+    if resizer is not None:  # the report says which shapes were checked, and why not the generic ones
+        what = (resizer.__doc__ or "").strip().splitlines()[0].rstrip(".")
+        return f"sizes tied by value: resized by {resizer.__name__} ({what}); no smallest case"
     try:
         other = resize_inputs(kwargs, record, smallest=True)
     except ValidationError as error:

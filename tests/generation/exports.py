@@ -60,9 +60,11 @@ class SavedExport:
 
 def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
     """Export `case` (a key of `CASES`) to `fmt` with `dynamic=True` and save it to `directory`
-    (the export job, without its validation: the tests that use a case check it themselves). A
-    case with a tiny processor (`tiny_processor`) is exported with it, as a model folder holding
-    one is: the folder carries it for `hfexport generate --image`."""
+    by the export job as the CLI runs it: every component validated against eager and a packaged
+    folder run in its runtime's own LLM runner (issue 50: with validation off, the Qwen2-VL
+    OpenVINO folder these tests used was one `hfexport export` refused). A case with a tiny
+    processor (`tiny_processor`) is exported with it, as a model folder holding one is: the folder
+    carries it for `hfexport generate --image`."""
     from hfexport.loading import LoadedModel
 
     preset, static = CASES[case]
@@ -75,7 +77,7 @@ def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
     # seed's decode loops); ExecuTorch's LLM-runner program, its default, is tests/generation/test_executorch_llm_runner.py's.
     # LLaVA keeps the default: its ExecuTorch folder also holds MultimodalRunner's program
     # (tests/backends/executorch/test_multimodal.py), beside the components the other tests run
-    export_to_folder(loaded, config, directory, generate=True, static_cache=static, validate=False,
+    export_to_folder(loaded, config, directory, generate=True, static_cache=static,
                      llm_runner=None if case == "llava" else False)
     return SavedExport(directory, model, inputs, _generation_config(static), processor)
 

@@ -102,11 +102,14 @@ def test_static_cache_multi_token_decode_is_one_graph_with_the_seeds_mask():
 def test_multimodal_prefill_splits_into_encoder_projector_language_model_and_head():
     model, inputs = build_preset("llava")
     components = decompose_for_generation(model, inputs)
-    assert list(components) == ["image_encoder", "multi_modal_projector", "language_model", "lm_head",
-                                "text_embeddings", "decode"]
+    assert list(components) == ["image_encoder", "multi_modal_projector", "language_model", "lm_head", "decode"]
     assert unwrap(components["image_encoder"][0]) is model.get_encoder(modality="image")
-    # the embedding table on the prompt: the language model's embeddings wherever the token is text
-    table, kwargs = components["text_embeddings"]
+    # asked for what a runner needs besides (an export folder asks): the embedding table on the
+    # prompt, the language model's embeddings wherever the token is text
+    with_runner = decompose_for_generation(model, inputs, runner_components=True)
+    assert list(with_runner) == ["image_encoder", "multi_modal_projector", "language_model", "lm_head",
+                                 "text_embeddings", "decode"]
+    table, kwargs = with_runner["text_embeddings"]
     assert table is model.get_input_embeddings() and torch.equal(kwargs["input"], inputs["input_ids"])
     text = inputs["input_ids"] != model.config.image_token_index
     with torch.no_grad():
@@ -130,7 +133,7 @@ def test_a_model_without_projector_gets_none_and_its_tower_feeds_the_language_mo
     features are exactly the language model's embeddings at the image tokens."""
     model, inputs = build_preset("qwen2_vl")
     components = decompose_for_generation(model, inputs)
-    assert list(components) == ["image_encoder", "language_model", "lm_head", "text_embeddings", "decode"]
+    assert list(components) == ["image_encoder", "language_model", "lm_head", "decode"]  # the seed's keys, exactly
     tower, kwargs = components["image_encoder"]
     assert unwrap(tower) is model.get_encoder(modality="image")
     with torch.no_grad():

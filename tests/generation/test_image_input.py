@@ -71,6 +71,8 @@ def test_generate_from_an_image_file_equals_generate(saved_generation, fmt, case
     generate` in a new process; then the other drawn image and prompt through the runner's API."""
     require_backend(fmt)
     saved = saved_generation(fmt, case)
+    # the folder holds what the runner needs beyond export_for_generation's documented components
+    assert "text_embeddings" in json.loads((saved.directory / "manifest.json").read_text())["components"]
     pngs = [_png(tmp_path / f"image-{index}.png", size, seed=index) for index, size in enumerate(IMAGE_SIZES)]
     done = _generate(str(saved.directory), "--image", str(pngs[0]), "--prompt", PROMPTS[0], "--max-new-tokens",
                      str(NEW_TOKENS), "--min-new-tokens", str(NEW_TOKENS), "--json")

@@ -12,9 +12,14 @@
 # towers, a projector is looked up under the fixed names in `PROJECTOR_NAMES`, `get_decoder()` is
 # the language model and `get_output_embeddings()` the head. Their hooks see their own calls
 # wherever `generate` makes them (transformers 5.24 runs the vision tower and projector before
-# the first top-level forward, outside it). Prefill then splits into those components, plus the
-# token embedding table (`text_embeddings`), so a runner can merge image features into the
-# prompt's embeddings outside any graph (`multimodal.py`).
+# the first top-level forward, outside it). Prefill then splits into those components.
+#
+# NOTE: the seed documents a multimodal model's components as exactly the towers, the projector,
+# `language_model`, `lm_head` and `decode`. A runner that merges image features into the prompt's
+# embeddings outside any graph (`multimodal.py`, OpenVINO's `VLMPipeline`, ExecuTorch's
+# `MultimodalRunner`) also needs the token embedding table (`text_embeddings`); it is added only
+# when asked (`runner_components=True`: `export_to_folder` asks, through `GenerationPlan.runner_components`),
+# never to the documented result.
 """
 
 from __future__ import annotations
@@ -95,13 +100,15 @@ def decompose_for_generation(
     generation_config: Any = None,
     multi_token_decode: bool = False,
     decode_prefills: bool = False,
+    *,
+    runner_components: bool = False,
 ) -> dict[str, Component]:
     """Split `model`'s generation into components, each `(submodule, forward kwargs)`.
 
     Runs `model.generate(**inputs)` once (2 new tokens, 3 with `multi_token_decode`) with hooks that capture the kwargs of every
     forward call. Keys: `prefill` and `decode`; encoder-decoder models add `encoder`; multimodal
-    models have `image_encoder`/`audio_encoder`, the projector, `language_model`, `lm_head`,
-    `text_embeddings` (token ids -> embeddings, for the merge `generation/multimodal.py` does) and `decode`.
+    models have `image_encoder`/`audio_encoder`, the projector, `language_model`, `lm_head` and `decode`
+    (Qwen2-VL: `image_encoder`, `language_model`, `lm_head`, `decode`).
 
     Args:
         model: a generative `PreTrainedModel`.
@@ -114,6 +121,11 @@ def decompose_for_generation(
             no `prefill`: the `decode` graph takes the prompt on an empty cache too, with a 2-D
             `attention_mask` over cached + new tokens (OpenVINO's one stateful model,
             `backends/openvino/genai.py`). Another cache keeps its `prefill`.
+        runner_components: also the components a runner needs beyond the documented ones: for a
+            multimodal model, `text_embeddings` (token ids -> embeddings, the table the runner
+            embeds the prompt with before writing the image features over the image tokens' rows,
+            `generation/multimodal.py`), placed before `decode`. An export folder asks for them;
+            the seed's calls get exactly the documented keys.
 
     Returns:
         `{name: (submodule, kwargs)}`; `submodule(**kwargs)` reproduces what `generate` computed,
@@ -157,7 +169,8 @@ def decompose_for_generation(
                 raise PrepareError(f"{part} of {name} was not called during generate()",
                                    model=name, remedy="report this model class; it needs support")
             components[part] = (watched[part], calls[part][0])
-        components["text_embeddings"] = _text_embeddings(model, kwargs)
+        if runner_components:
+            components["text_embeddings"] = _text_embeddings(model, kwargs)
     else:
         if calls.get("encoder"):
             components["encoder"] = (watched["encoder"], calls["encoder"][0])

@@ -122,8 +122,10 @@ class GenerationRunner:
             raise ExportError(
                 f"{export.directory} holds multimodal components ({', '.join(sorted(names))}); the runner drives "
                 "text decoders, encoder-decoders and image-text models exported with a text_embeddings component",
-                remedy="export an image-text model again with this version of hfexport (--generate); for an audio "
-                "model, run the audio encoder and projector yourself and feed language_model/decode "
+                remedy="export an image-text model with `hfexport export MODEL --generate` (export_to_folder), whose "
+                "folder adds text_embeddings to the documented components, or from Python export "
+                "decompose_for_generation(model, inputs, runner_components=True) with exporter.export_components; "
+                "for an audio model, run the audio encoder and projector yourself and feed language_model/decode "
                 "(the components' inputs are listed in manifest.json)",
             )
         if "decode" not in names:

@@ -41,3 +41,17 @@ def test_padding_and_a_short_mask_are_refused_with_a_remedy():
     named["attention_mask"] = _causal(4, 2, 16)[..., :5]  # 4 cached + 2 new need 6 slots
     with pytest.raises(ExportError, match="need 6"):
         interface.feed(named)
+
+
+def test_a_masked_slot_is_recognised_at_the_lowest_value_of_a_16_bit_bias():
+    """Issue 50: a float16 graph blocks a masked slot with -65504 (`torch.finfo(float16).min`),
+    which a fixed floor of -1e30 did not take for a mask: the attention kept its MultiHeadAttention
+    and `--dtype float16` made no onnxruntime-genai package. Any dtype's lowest value blocks; a
+    finite bias above it does not (it is not the boolean mask, GroupQueryAttention's causal mask
+    would not be the model's)."""
+    from hfexport.backends.onnx.gqa import _blocks
+
+    assert _blocks(np.array(np.finfo(np.float16).min, np.float16))
+    assert _blocks(np.array(np.finfo(np.float32).min, np.float32)) and _blocks(np.array(-np.inf, np.float32))
+    assert not _blocks(np.array(-65504.0, np.float32))  # a float32 bias of float16's lowest: not the mask
+    assert not _blocks(np.array(-1000.0, np.float16)) and not _blocks(np.array(0.0, np.float16))

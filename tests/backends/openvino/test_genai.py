@@ -57,7 +57,7 @@ def exported(tmp_path_factory):
     model.save_pretrained(root / "hf")
     tokenizer.save_pretrained(root / "hf")
     export_to_folder(str(root / "hf"), OpenVINOConfig(dynamic=True), root / "export", generate=True,
-                     prompt="hello world", validate=False)
+                     prompt="hello world")  # validated, and run by LLMPipeline, as the CLI exports it
     return root / "export", model, tokenizer
 
 

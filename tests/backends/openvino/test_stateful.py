@@ -124,7 +124,7 @@ def test_gemma2_sliding_window_and_softcapping_on_the_growing_state_equal_genera
     model, inputs = build_preset("gemma2")
     assert model.config.sliding_window < inputs["input_ids"].shape[1] and model.config.attn_logit_softcapping
     export_to_folder((model, inputs), OpenVINOConfig(dynamic=True), tmp_path / "export", generate=True,
-                     static_cache=MAX_CACHE_LEN, validate=False)
+                     static_cache=MAX_CACHE_LEN)  # validated, as the CLI exports it
     saved = SavedExport(tmp_path / "export", model, inputs, _generation_config(MAX_CACHE_LEN))
     runner = GenerationRunner.load(saved.directory)
     assert list(runner.runners) == ["decode"] and runner.runners["decode"].starts_empty

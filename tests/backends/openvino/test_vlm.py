@@ -129,6 +129,9 @@ def test_qwen2_vl_vlm_pipeline_generates_eagers_tokens(saved_generation, backend
     saved = saved_generation("openvino", "qwen2_vl")
     entry = json.loads((saved.directory / "manifest.json").read_text())[VLM_ENTRY]
     assert entry["vlm_pipeline"] is True, entry
+    # exported as the CLI exports it, validated: the merger at whole images, as the report says
+    merger = json.loads((saved.directory / "report.json").read_text())["components"]["vision_embeddings_merger"]
+    assert merger["validation"]["passed"] and "resize_qwen2_vl_merger" in merger["validation"]["note"], merger
     assert entry["models"]["vision_embeddings_merger"] == "openvino_vision_embeddings_merger_model.xml"
     assert all((saved.directory / file).is_file() for file in entry["models"].values())
     cases = [(QWEN2_VL_IMAGE_TAG + prompt, np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8))
@@ -211,3 +214,33 @@ def test_qwen2_vl_split_tower_on_vlm_pipelines_inputs_equals_the_tower():
             embeddings = Qwen2VLPatchEmbeddings(model)(image["pixel_values"])
             merged = Qwen2VLMerger(model)(embeddings, **qwen2_vl_merger_inputs(model.config, image["image_grid_thw"]))
         torch.testing.assert_close(merged, tower, rtol=1e-5, atol=1e-5)
+
+
+def test_qwen2_vl_merger_resized_as_vlm_pipeline_feeds_it():
+    """Issue 50: validation moved every size of the merger's inputs (N + 2 patches, then 1), which
+    no image gives and eager refuses, so a correct export was refused. Its registered resizer adds
+    whole images (copies of the first frame): the inputs `VLMPipeline` computes for that grid, on
+    which the merger gives the tower's features; the report says which shapes were checked."""
+    from hfexport.backends.openvino.vlm import (Qwen2VLMerger, Qwen2VLPatchEmbeddings, qwen2_vl_merger_inputs,
+                                                resize_qwen2_vl_merger)
+    from hfexport.presets import qwen2_vl_image
+    from hfexport.validation import RESIZERS
+
+    assert RESIZERS["Qwen2VLMerger"] is resize_qwen2_vl_merger
+    model, _ = build_preset("qwen2_vl")
+    image = qwen2_vl_image(model.config, [(2, 2, 4), (1, 4, 2)], seed=5)  # two frames, then another image
+    grid = image["image_grid_thw"]
+    with torch.no_grad():
+        embeddings = Qwen2VLPatchEmbeddings(model)(image["pixel_values"])
+    sample = {"hidden_states": embeddings, **qwen2_vl_merger_inputs(model.config, grid)}
+    resized = resize_qwen2_vl_merger(sample, 2)
+    grown = torch.cat([grid, torch.tensor([[1, 2, 4]] * 2)])  # the first image's first frame, twice more
+    expected = {"hidden_states": torch.cat([embeddings, embeddings[:8], embeddings[:8]]),
+                **qwen2_vl_merger_inputs(model.config, grown)}
+    for name, value in expected.items():
+        torch.testing.assert_close(resized[name], value, rtol=0, atol=0)
+    pixels = torch.cat([image["pixel_values"], image["pixel_values"][:8], image["pixel_values"][:8]])
+    with torch.no_grad():
+        tower = model.model.visual(pixels, grown).pooler_output
+        merged = Qwen2VLMerger(model)(**resized)
+    torch.testing.assert_close(merged, tower, rtol=1e-5, atol=1e-5)

@@ -223,7 +223,7 @@ def _mask_bias(value: Any, mask: Any) -> Any:
         return None
     allowed, blocked = (_constant(v) for v in node.inputs[1:3])
     if allowed is None or blocked is None or allowed.size != 1 or blocked.size != 1 \
-            or float(allowed) != 0.0 or float(blocked) > -1e30:
+            or float(allowed) != 0.0 or not _blocks(blocked):
         return None
     condition = node.inputs[0]
     if condition is mask:
@@ -233,6 +233,21 @@ def _mask_bias(value: Any, mask: Any) -> Any:
         return None
     other = [v for v in both.inputs if v is not mask]
     return other[0] if len(other) == 1 else None
+
+
+def _blocks(bias: Any) -> bool:
+    """Whether the additive bias `bias` (one value) blocks a key: -inf, or at most the lowest
+    finite value of its dtype (what transformers fills a masked slot with, `torch.finfo(dtype).min`).
+
+    # NOTE: a fixed floor (-1e30) held for float32 (-3.4e38) and bfloat16, not for float16, whose
+    # lowest value is -65504: a `--dtype float16` graph's mask was not recognised and its attention
+    # kept, so the export had no onnxruntime-genai package (issue 50, item 3).
+    """
+    try:
+        lowest = float(np.finfo(bias.dtype).min)
+    except (TypeError, ValueError):  # not a floating dtype numpy knows
+        lowest = -1e30
+    return float(bias) <= max(lowest, -1e30)
 
 
 def _window_sizes(model: Any, layers: list[_Layer], positions: int) -> str | None:

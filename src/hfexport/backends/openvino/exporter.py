@@ -92,7 +92,14 @@ class OpenVINOExporter(HfExporter):
         return HfOpenVINOModel.wrap(ov_model, compress_to_fp16=config.compress_to_fp16)
 
     def _finish(self, artifact, record: ExportRecord, sample: dict[str, Any], config: OpenVINOConfig):
-        """The cache as state (`stateful.py`), after quantization so that calibration feeds the cache."""
+        """The cache as state (`stateful.py`), after quantization so that calibration feeds the cache;
+        the one model of OpenVINO GenAI's layout returns float32 logits (`genai.float32_logits`)."""
+        if config.genai_layout:
+            from .genai import float32_logits
+
+            widened = float32_logits(artifact)
+            if widened:
+                record.details["logits_widened"] = widened
         if config.stateful:
             import torch.utils._pytree as pytree
 

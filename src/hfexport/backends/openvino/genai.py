@@ -48,7 +48,7 @@ from typing import Any
 
 __all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "GENAI_ENTRY", "plan_genai_generation", "attention_window",
            "window_refusal", "llm_pipeline_refusal", "is_genai_layout", "convert_tokenizer_for_genai",
-           "genai_folder_files", "run_llm_pipeline"]
+           "float32_logits", "genai_folder_files", "run_llm_pipeline"]
 
 logger = logging.getLogger("hfexport")
 
@@ -94,6 +94,28 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
         plan.report[GENAI_ENTRY] = plan.record_details.setdefault("decode", {})[_REFUSED] = {
             "llm_pipeline": False, "why": why}
     return plan
+
+
+def float32_logits(model: Any) -> str | None:
+    """Give `model` (an `openvino.Model`, changed in place) float32 `logits` where a 16-bit model
+    computes them in its own dtype; return what was changed, or None.
+
+    # NOTE: OpenVINO GenAI 2026.4.1's `LLMPipeline` reads the logits as float32 ("Tensor data with
+    # element type f16, is not representable as pointer to f32"), as optimum-intel exports them: a
+    # `--dtype float16` model's package failed in its runner. The logits are converted at the end,
+    # which widens each value exactly; the rest of the graph keeps the model's dtype.
+    """
+    import openvino as ov
+    from openvino.preprocess import PrePostProcessor
+
+    port = next((output for output in model.outputs if "logits" in output.get_names()), None)
+    if port is None or port.get_element_type() == ov.Type.f32:
+        return None
+    was = str(port.get_element_type())
+    processor = PrePostProcessor(model)
+    processor.output("logits").tensor().set_element_type(ov.Type.f32)
+    processor.build()
+    return f"logits {was} -> f32 (LLMPipeline reads float32 logits)"
 
 
 def attention_window(config: Any) -> int | None:

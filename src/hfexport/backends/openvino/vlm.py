@@ -55,9 +55,10 @@ from typing import Any
 import torch
 
 from ...models.llava import LlavaVisionEmbeddings
+from ...validation import register_resizer
 
 __all__ = ["VLM_STEMS", "VLM_ENTRY", "QWEN2_VL_IMAGE_TAG", "vlm_components", "vlm_refusal", "vlm_folder_files",
-           "qwen2_vl_merger_inputs"]
+           "qwen2_vl_merger_inputs", "resize_qwen2_vl_merger"]
 
 logger = logging.getLogger("hfexport")
 
@@ -165,6 +166,27 @@ class Qwen2VLMerger(torch.nn.Module):
             hidden_states = hidden_states + attn.proj(output.reshape(patches, -1).contiguous())
             hidden_states = hidden_states + block.mlp(block.norm2(hidden_states))
         return self.tower.merger(hidden_states)
+
+
+@register_resizer("Qwen2VLMerger")
+def resize_qwen2_vl_merger(inputs: dict[str, Any], step: int) -> dict[str, Any]:
+    """The merger's inputs with `step` more images, each a copy of the first image's first frame
+    (its patch embeddings and rotary rows, attending only within itself).
+
+    # NOTE: the patch count of each image is tied to the merge (a multiple of `merge**2`) and to
+    # the mask's blocks, which a generic resize of every size (N + 2, or 1) breaks: eager refuses
+    # those inputs, so validation could not compare the artifact at any other size. Whole images
+    # are what `VLMPipeline` feeds it; the first block of `attention_mask` is the first frame.
+    """
+    mask, hidden, rotary = inputs["attention_mask"], inputs["hidden_states"], inputs["rotary_pos_emb"]
+    first, patches = int((mask[0, 0] == 0).sum()), mask.shape[-1]
+    total = patches + step * first
+    grown = torch.full((mask.shape[0], total, total), float("-inf"), dtype=mask.dtype)
+    grown[:, :patches, :patches] = mask
+    for start in range(patches, total, first):
+        grown[:, start:start + first, start:start + first] = 0.0
+    return {**inputs, "hidden_states": torch.cat([hidden, hidden[:first].repeat(step, 1)]),
+            "attention_mask": grown, "rotary_pos_emb": torch.cat([rotary, rotary[:first].repeat(step, 1)])}
 
 
 def qwen2_vl_merger_inputs(config: Any, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
