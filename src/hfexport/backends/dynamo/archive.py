@@ -20,10 +20,8 @@
 
 from __future__ import annotations
 
-import ast
 import io
 import json
-import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -31,14 +29,9 @@ from typing import Any
 import torch
 
 from ...errors import RuntimeLoadError
+from .expressions import is_guard, is_size_expression
 
 __all__ = ["check_archive"]
-
-#: A symbol as torch names a size (`s70`, `u0`): what sympify's `locals` holds for a bare name.
-_SYMBOL = re.compile(r"[a-z]+[0-9]+")
-#: A float's digits, as `srepr` writes them (`Float('0.5', precision=53)`).
-_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
-
 
 def check_archive(path: str | Path) -> None:
     """Refuse (`RuntimeLoadError`) a `.pt2` whose loading would run code it carries, before
@@ -97,78 +90,25 @@ def _check_pickle(path: Any, name: str, data: bytes) -> None:
 
 
 def _check_expressions(path: Any, tree: Any) -> None:
-    """Refuse every `expr_str` in `tree` (a model's JSON) that is not sympy's printed arithmetic."""
+    """Refuse every `expr_str` in `tree` (a model's JSON) outside the size grammar, and every guard
+    outside the guard grammar (`expressions.py`)."""
     if isinstance(tree, dict):
         for key, value in tree.items():
-            if key == "expr_str" and isinstance(value, str):
-                if not _is_sympy_arithmetic(value):
-                    _refuse(path, f"a symbolic size's expression {value[:120]!r} is not sympy arithmetic on sizes; "
-                                  "torch.export.load would evaluate it as Python (sympy.sympify)", "do not load it")
+            if key == "expr_str":
+                if not (isinstance(value, str) and is_size_expression(value)):
+                    _refuse(path, f"a symbolic size's expression {str(value)[:120]!r} is not one of the size "
+                                  "expressions hfexport's programs hold; torch.export.load would evaluate it as "
+                                  "Python (sympy.sympify)", "do not load it")
+            elif key == "guards_code" and isinstance(value, list):
+                for guard in value:
+                    if not (isinstance(guard, str) and is_guard(guard)):
+                        _refuse(path, f"its guard {str(guard)[:120]!r} is not a test on input sizes; the loaded "
+                                      "program would run it as Python before each run", "do not load it")
             else:
                 _check_expressions(path, value)
     elif isinstance(tree, list):
         for value in tree:
             _check_expressions(path, value)
-
-
-#: The syntax allowed around calls, names and numbers: arithmetic, comparisons, logic.
-_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.operator, ast.unaryop, ast.cmpop,
-               ast.boolop, ast.Load)
-
-
-def _is_sympy_arithmetic(text: str) -> bool:
-    """Whether `text` is made only of calls of sympy expression classes (`Mul(Integer(2), Symbol('s0',
-    positive=True))`), numbers, size symbols and arithmetic: what `sympify` evaluates without
-    reaching anything but sympy's own constructors."""
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        return False
-    names = set()  # the strings allowed: a symbol's name, a float's digits
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
-            first = node.args[0]
-            pattern = _SYMBOL if node.func.id in ("Symbol", "Dummy") else _FLOAT if node.func.id == "Float" else None
-            is_string = isinstance(first, ast.Constant) and isinstance(first.value, str)
-            if pattern and is_string and pattern.fullmatch(first.value):
-                names.add(id(first))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            if not (isinstance(node.func, ast.Name) and _is_sympy_class(node.func.id)):
-                return False
-        elif isinstance(node, ast.keyword):
-            if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, (bool, int))):
-                return False
-        elif isinstance(node, ast.Name):
-            if not (_SYMBOL.fullmatch(node.id) or _is_sympy_class(node.id) or _is_sympy_constant(node.id)):
-                return False
-        elif isinstance(node, ast.Constant):
-            if not (isinstance(node.value, (bool, int, float)) or id(node) in names):
-                return False
-        elif not isinstance(node, _ARITHMETIC):
-            return False
-    return True
-
-
-def _sympy_namespace(name: str) -> Any:
-    """What `name` is where `sympify` evaluates (sympy's namespace, torch's size functions)."""
-    import sympy
-    import torch.utils._sympy.functions as size_functions
-
-    return getattr(size_functions, name, None) or getattr(sympy, name, None)
-
-
-def _is_sympy_class(name: str) -> bool:
-    import sympy
-
-    found = _sympy_namespace(name)
-    return not name.startswith("_") and isinstance(found, type) and issubclass(found, sympy.Basic)
-
-
-def _is_sympy_constant(name: str) -> bool:
-    import sympy
-
-    return not name.startswith("_") and isinstance(_sympy_namespace(name), sympy.Basic)
 
 
 def _refuse(path: Any, why: str, remedy: str) -> None:
