@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Callable
@@ -43,7 +44,8 @@ def rewrite(source: Path, target: Path, change: Callable[[Members], Members]) ->
     with zipfile.ZipFile(source) as old:
         root = old.namelist()[0].split("/", 1)[0]
         members = [(item.filename.split("/", 1)[1], old.read(item)) for item in old.infolist()]
-    with zipfile.ZipFile(target, "w") as new:
+    with zipfile.ZipFile(target, "w") as new, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Duplicate name", UserWarning)  # a duplicate is an attack too
         for name, data in change(members):
             new.writestr(f"{root}/{name}", data)
     return target
@@ -54,8 +56,12 @@ def renamed(old: str, new: str, data: bytes | None = None) -> Callable[[Members]
     return lambda members: [(new, data if data is not None else d) if n == old else (n, d) for n, d in members]
 
 
-def added(name: str, data: bytes) -> Callable[[Members], Members]:
-    return lambda members: [*members, (name, data)]
+def added(name: str, data: bytes, after: str | None = None) -> Callable[[Members], Members]:
+    """A new member `name` at the end, or right after the member `after`."""
+    if after is None:
+        return lambda members: [*members, (name, data)]
+    return lambda members: [item for member in members
+                            for item in ([member, (name, data)] if member[0] == after else [member])]
 
 
 def replaced(name: str, data: bytes) -> Callable[[Members], Members]:

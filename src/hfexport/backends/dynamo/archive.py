@@ -1,30 +1,34 @@
 """What a `.pt2` may hold before `torch.export.load` opens it: `check_archive`.
 
-# NOTE: torch 2.13's `torch.export.load` runs code a file names, read in its source
-# (torch/export/pt2_archive/_package.py, torch/_export/serde/serialize.py):
-# - the example inputs are unpickled with `weights_only=True` and, when that fails, again with
-#   `weights_only=False` (serialize.py `deserialize_torch_artifact`): any global the pickle names;
-# - a weight or constant marked `use_pickle` in the archive's own config is unpickled with
-#   `weights_only=False` (_package.py `_load_state_dict`, `_load_constants`), an opaque constant with
-#   `pickle.loads`, a script object with TorchScript's unpickler;
-# - the archive layout of torch < 2.8 has every payload go through `deserialize_torch_artifact`;
-# - an AOTInductor model in the archive (`data/aotinductor/`) is a shared library it loads;
-# - a symbolic size's `expr_str` is parsed with `sympy.sympify`, which `eval`s the text.
-# `check_archive` reads those members first, refusing a pickle the weights-only unpickler refuses
-# (that unpickler imports and calls only its allowlist, so a pickle it accepts calls nothing else
-# when loaded again without it), opaque and script objects, AOTInductor libraries, the old layout,
-# and any expression other than sympy's printed form of arithmetic on sizes. hfexport writes none
-# of the refused kinds. The check guards hfexport's own load (`read_program`); a plain
-# `torch.export.load` of the same file does none of it.
+# NOTE: a reader that accepts only what hfexport writes, rather than a list of what is dangerous.
+# torch 2.13's `torch.export.load` runs code a file names (read in torch/export/pt2_archive/_package.py
+# and torch/_export/serde/serialize.py): pickles it unpickles without the weights-only check (example
+# inputs that fail it, `use_pickle` payloads, opaque and script constants, the layout of torch < 2.8),
+# an AOTInductor shared library, size expressions it `eval`s, guards it `exec`s. It finds members
+# through miniz, case-insensitively and under whatever root folder the first member names
+# (`models/model.JSON` is read as `models/model.json`). So `check_archive`:
+# - lists the members with Python's zipfile and with torch's own reader (`PT2ArchiveReader`, what
+#   `torch.export.load` uses), refuses the file unless both list the same names, all under one root
+#   folder, no two of them one name to miniz (case folded), each exactly one of `_MEMBERS` or
+#   `_NUMBERED`: what `torch.export.save` writes for one program, nothing else (no AOTInductor, old
+#   layout, extra file, custom object);
+# - reads every member it checks through torch's reader, so it checks the bytes torch will read;
+# - refuses a payload config naming anything but the raw tensor members listed, or `use_pickle`;
+# - refuses example inputs the weights-only unpickler refuses (that unpickler imports and calls only
+#   its allowlist, so a pickle it accepts calls nothing else when loaded again);
+# - refuses a program JSON whose size expressions or guards are outside `expressions.py`'s grammar.
+# The check guards hfexport's own load (`read_program`); a plain `torch.export.load` of the same
+# file does none of it.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -33,48 +37,166 @@ from .expressions import is_guard, is_size_expression
 
 __all__ = ["check_archive"]
 
-def check_archive(path: str | Path) -> None:
-    """Refuse (`RuntimeLoadError`) a `.pt2` whose loading would run code it carries, before
-    `torch.export.load` opens it: see this module's note for what is checked and why."""
-    from torch.export.pt2_archive import constants  # read from torch 2.13
-
-    with zipfile.ZipFile(path) as archive:
-        members = {name.split("/", 1)[1]: name for name in archive.namelist() if "/" in name}
-
-        def read(name: str) -> bytes:
-            return archive.read(members[name])
-
-        if constants.ARCHIVE_VERSION_PATH not in members:
-            _refuse(path, "it has the archive layout of torch < 2.8, whose every payload torch.export.load "
-                          "unpickles without the weights-only check",
-                    "save the program again with torch.export.save of torch >= 2.8")
-        if any(name.startswith(constants.AOTINDUCTOR_DIR) for name in members):
-            _refuse(path, f"it holds an AOTInductor model ({constants.AOTINDUCTOR_DIR}), a shared library that "
-                          "torch.export.load loads", "save the exported program again without AOTInductor")
-        for name in members:
-            if name.startswith(constants.WEIGHTS_DIR) and name.endswith("_config.json"):
-                _check_payloads(path, json.loads(read(name)), constants.WEIGHTS_DIR, read, constants)
-            elif name.startswith(constants.CONSTANTS_DIR) and name.endswith("_config.json"):
-                _check_payloads(path, json.loads(read(name)), constants.CONSTANTS_DIR, read, constants)
-            elif name.startswith("data/") and name.endswith(".pt"):  # example inputs, the old layout's weights
-                _check_pickle(path, name, read(name))
-            elif name.startswith(constants.MODELS_DIR) and name.endswith(".json"):
-                _check_expressions(path, json.loads(read(name)))
+#: Every member `torch.export.save` (torch 2.13) writes for one program, by its name under the
+#: archive's root folder, with what its text must be (None: checked on its own below).
+_MEMBERS: dict[str, re.Pattern | None] = {
+    "archive_format": re.compile(r"pt2"),
+    "archive_version": re.compile(r"0"),
+    ".data/version": re.compile(r"[0-9]+\n?"),
+    ".data/serialization_id": re.compile(r"[0-9]*"),
+    "byteorder": re.compile(r"little|big"),
+    "models/model.json": None,
+    "data/sample_inputs/model.pt": None,
+    "data/weights/model_weights_config.json": None,
+    "data/constants/model_constants_config.json": None,
+}
+#: The tensor payloads, by their folder and file-name prefix: raw bytes, named by a payload config.
+_NUMBERED = {"data/weights/": "weight_", "data/constants/": "tensor_"}
+_INDEX = re.compile(r"0|[1-9][0-9]*")
+#: The archive's root folder, as torch.export.save names it (the file's stem).
+_ROOT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_DO_NOT_LOAD = "load only a .pt2 that hfexport wrote, or export the model again; otherwise do not load it"
 
 
-def _check_payloads(path: Any, config: dict, folder: str, read: Any, constants: Any) -> None:
-    """Refuse the weights or constants of `config` (a payload config) that are not plain tensors
-    or pickles of them."""
-    for fqn, payload in config.get("config", {}).items():
-        name = payload.get("path_name", "")
-        if name.startswith((constants.CUSTOM_OBJ_FILENAME_PREFIX, constants.OPAQUE_OBJ_FILENAME_PREFIX)):
-            _refuse(path, f"its constant {fqn} is a pickled Python or TorchScript object ({name}), which "
-                          "torch.export.load unpickles without the weights-only check", "do not load it")
-        if payload.get("use_pickle"):
-            _check_pickle(path, folder + name, read(folder + name))
+def check_archive(source: str | Path | bytes, *, name: str | None = None) -> None:
+    """Refuse (`RuntimeLoadError`) a `.pt2` that holds anything but what hfexport writes, before
+    `torch.export.load` opens it: see this module's note for what is checked and why.
+
+    Args:
+        source: the file's bytes (as `read_program` checks them), or its path (read once).
+        name: what to call the file in a refusal (default: the path's name, or "the .pt2").
+    """
+    from ...capture.pytree import register_cache_pytree_nodes
+
+    data, name = _read(source, name)
+    members = _members(data, name)
+    program = _json(name, "models/model.json", members["models/model.json"])
+    _import_output_modules(program)
+    register_cache_pytree_nodes()  # after the imports: a modeling module may define a cache class
+    _check_program(name, program)
+    for folder, prefix in _NUMBERED.items():
+        kind = "weights" if prefix == "weight_" else "constants"
+        config = _json(name, f"{folder}model_{kind}_config.json", members[f"{folder}model_{kind}_config.json"])
+        _check_payloads(name, config, folder, prefix, members)
+    _check_pickle(name, "data/sample_inputs/model.pt", members["data/sample_inputs/model.pt"])
 
 
-def _check_pickle(path: Any, name: str, data: bytes) -> None:
+def _json(name: str, member: str, data: bytes | None) -> Any:
+    try:
+        return json.loads(data or b"")
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        _refuse(name, f"its {member} is not JSON ({str(error)[:120]})")
+
+
+def _import_output_modules(program: Any) -> None:
+    """Import the transformers modules whose classes the program's tree specs name.
+
+    # NOTE: transformers registers each `ModelOutput` class as a pytree node when its module is
+    # imported; `torch.export.load` of a program returning e.g. `LlavaCausalLMOutputWithPast`, in a
+    # process that has not imported `modeling_llava`, fails with a generic "error when
+    # deserializing" (the real NotImplementedError is only logged).
+    """
+    import importlib
+
+    for module in sorted(set(re.findall(r"(transformers(?:\.[a-z_0-9]+)+)\.[A-Z]\w*", json.dumps(program)))):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+    # A program's pickled `example_inputs` may hold a ModelOutput (an encoder-decoder's
+    # `encoder_outputs`); let the weights-only unpickler rebuild those plain containers.
+    from transformers.utils import ModelOutput
+
+    from ...capture.pytree import _all_subclasses
+
+    torch.serialization.add_safe_globals([ModelOutput, *_all_subclasses(ModelOutput)])
+
+
+def _read(source: str | Path | bytes, name: str | None) -> tuple[bytes, str]:
+    if isinstance(source, bytes):
+        return source, name or "the .pt2"
+    return Path(source).read_bytes(), name or Path(source).name
+
+
+def _members(data: bytes, name: str) -> dict[str, bytes | None]:
+    """`{member: bytes}` for every member of the archive `data` (None for the tensor payloads, which
+    are not read), read through torch's reader, once each name is one hfexport writes."""
+    from torch.export.pt2_archive import PT2ArchiveReader  # torch.export.load's reader, read from torch 2.13
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            full_names = [item.filename for item in archive.infolist()]
+    except zipfile.BadZipFile as error:
+        _refuse(name, f"it is not a zip archive ({error})")
+    root = full_names[0].partition("/")[0] if full_names else ""
+    if not _ROOT.fullmatch(root):
+        _refuse(name, f"its first member {full_names[0] if full_names else None!r} is not in a root folder")
+    names = []
+    for full in full_names:
+        folder, slash, member = full.partition("/")
+        if folder != root or not slash:
+            _refuse(name, f"its member {full!r} is outside the archive's root folder {root}/")
+        names.append(member)
+    folded: dict[str, str] = {}
+    for member in names:
+        if member.lower() in folded:
+            _refuse(name, f"its members {folded[member.lower()]!r} and {member!r} are one name to torch's reader, "
+                          "which ignores case")
+        folded[member.lower()] = member
+    for member in names:
+        if not _is_allowed(member):
+            _refuse(name, f"its member {member!r} is not one that torch.export.save writes for an hfexport program")
+    missing = [member for member in _MEMBERS if member not in names]
+    if missing:
+        _refuse(name, f"it has no {missing[0]!r}: it is not a .pt2 that torch.export.save wrote")
+    try:
+        reader = PT2ArchiveReader(io.BytesIO(data))
+        listed = reader.get_file_names()
+        members = {m: None if _numbered(m) else reader.read_bytes(m) for m in names}
+    except Exception as error:  # noqa: BLE001 (whatever torch's reader refuses, it says why)
+        _refuse(name, f"torch's reader refuses it ({str(error).splitlines()[0][:200]})")
+    if sorted(listed) != sorted(names):
+        _refuse(name, "torch's reader and Python's zipfile do not find the same members in it")
+    for member, text in _MEMBERS.items():
+        if text is not None and not text.fullmatch(members[member].decode("ascii", errors="replace")):
+            _refuse(name, f"its {member} holds {members[member][:40]!r}, not what torch.export.save writes there")
+    return members
+
+
+def _numbered(member: str) -> bool:
+    folder, _, file = member.rpartition("/")
+    prefix = _NUMBERED.get(folder + "/")
+    return prefix is not None and file.startswith(prefix) and bool(_INDEX.fullmatch(file[len(prefix):]))
+
+
+def _is_allowed(member: str) -> bool:
+    """Whether `member` is exactly (case included) a name `torch.export.save` writes for one program."""
+    return member in _MEMBERS or _numbered(member)
+
+
+def _check_payloads(name: str, config: Any, folder: str, prefix: str, members: dict[str, bytes | None]) -> None:
+    """Refuse a payload config (weights or constants) unless every entry is a raw tensor in a listed
+    `folder/prefix<N>` member, not pickled, and every such member is one an entry names."""
+    entries = config.get("config") if isinstance(config, dict) else None
+    if not isinstance(entries, dict):
+        _refuse(name, f"its {folder}model_*_config.json is not a payload config")
+    named = set()
+    for fqn, payload in entries.items():
+        path = payload.get("path_name") if isinstance(payload, dict) else None
+        if not (isinstance(path, str) and _numbered(folder + path) and path.startswith(prefix)
+                and folder + path in members):
+            _refuse(name, f"its {fqn!r} is stored as {str(path)[:80]!r}, not a raw tensor {folder}{prefix}N of the "
+                          "archive (a pickled object, a script or opaque constant?)")
+        if payload.get("use_pickle") is not False:
+            _refuse(name, f"its {fqn!r} ({folder}{path}) is marked use_pickle, which torch.export.load unpickles "
+                          "without the weights-only check")
+        named.add(folder + path)
+    unnamed = sorted(m for m in members if m.startswith(folder) and _numbered(m) and m not in named)
+    if unnamed:
+        _refuse(name, f"its member {unnamed[0]!r} is named by no entry of its payload config")
+
+
+def _check_pickle(name: str, member: str, data: bytes | None) -> None:
     """Refuse `data` (a `torch.save` pickle) unless `torch.load(weights_only=True)` takes it."""
     if not data:  # a program saved without example inputs: torch reads none
         return
@@ -83,33 +205,33 @@ def _check_pickle(path: Any, name: str, data: bytes) -> None:
     except Exception as error:  # noqa: BLE001 (any refusal of the weights-only unpickler)
         reason = str(error).splitlines()
         found = next((line for line in reason if "GLOBAL" in line), reason[0] if reason else type(error).__name__)
-        _refuse(path, f"its {name} is a pickle that needs more than the weights-only unpickler allows "
-                      f"({found.strip()}); torch.export.load would unpickle it without that check",
+        _refuse(name, f"its {member} is a pickle that needs more than the weights-only unpickler allows "
+                      f"({found.strip()[:200]}); torch.export.load would unpickle it without that check",
                 "if you trust the file and the classes it names are plain data, allow them with "
                 "torch.serialization.add_safe_globals before loading; otherwise do not load it")
 
 
-def _check_expressions(path: Any, tree: Any) -> None:
-    """Refuse every `expr_str` in `tree` (a model's JSON) outside the size grammar, and every guard
-    outside the guard grammar (`expressions.py`)."""
+def _check_program(name: str, tree: Any) -> None:
+    """Refuse every `expr_str` in `tree` (the program's JSON) outside the size grammar, and every
+    guard outside the guard grammar (`expressions.py`)."""
     if isinstance(tree, dict):
         for key, value in tree.items():
             if key == "expr_str":
                 if not (isinstance(value, str) and is_size_expression(value)):
-                    _refuse(path, f"a symbolic size's expression {str(value)[:120]!r} is not one of the size "
+                    _refuse(name, f"a symbolic size's expression {str(value)[:120]!r} is not one of the size "
                                   "expressions hfexport's programs hold; torch.export.load would evaluate it as "
-                                  "Python (sympy.sympify)", "do not load it")
+                                  "Python (sympy.sympify)")
             elif key == "guards_code" and isinstance(value, list):
                 for guard in value:
                     if not (isinstance(guard, str) and is_guard(guard)):
-                        _refuse(path, f"its guard {str(guard)[:120]!r} is not a test on input sizes; the loaded "
-                                      "program would run it as Python before each run", "do not load it")
+                        _refuse(name, f"its guard {str(guard)[:120]!r} is not a test on input sizes; the loaded "
+                                      "program would run it as Python before each run")
             else:
-                _check_expressions(path, value)
+                _check_program(name, value)
     elif isinstance(tree, list):
         for value in tree:
-            _check_expressions(path, value)
+            _check_program(name, value)
 
 
-def _refuse(path: Any, why: str, remedy: str) -> None:
-    raise RuntimeLoadError(f"refused to load {Path(path).name}: {why}", remedy=remedy)
+def _refuse(name: str, why: str, remedy: str = _DO_NOT_LOAD) -> NoReturn:
+    raise RuntimeLoadError(f"refused to load {name}: {why}".replace("\n", " "), remedy=remedy)
