@@ -14,9 +14,14 @@
 #   layout, extra file, custom object);
 # - reads every member it checks through torch's reader, so it checks the bytes torch will read;
 # - refuses a payload config naming anything but the raw tensor members listed, or `use_pickle`;
+# - imports the transformers modules the program's tree specs name by `tree_specs.py`'s rule only,
+#   then registers the cache classes (a modeling module may define one), then refuses a program
+#   JSON that `program_json.py`'s walk of torch's schema refuses: size expressions and guards
+#   outside `expressions.py`'s grammar, operators outside `torch.ops.aten`/`transformers`, names
+#   that are not identifiers, tree specs naming types or classes outside the table, a field or
+#   kind hfexport never writes;
 # - refuses example inputs the weights-only unpickler refuses (that unpickler imports and calls only
-#   its allowlist, so a pickle it accepts calls nothing else when loaded again);
-# - refuses a program JSON whose size expressions or guards are outside `expressions.py`'s grammar.
+#   its allowlist, so a pickle it accepts calls nothing else when loaded again).
 # The check guards hfexport's own load (`read_program`); a plain `torch.export.load` of the same
 # file does none of it.
 """
@@ -33,7 +38,8 @@ from typing import Any, NoReturn
 import torch
 
 from ...errors import RuntimeLoadError
-from .expressions import is_guard, is_size_expression
+from .program_json import payload_config_fault, program_fault
+from .tree_specs import import_output_modules
 
 __all__ = ["check_archive"]
 
@@ -71,12 +77,15 @@ def check_archive(source: str | Path | bytes, *, name: str | None = None) -> Non
     data, name = _read(source, name)
     members = _members(data, name)
     program = _json(name, "models/model.json", members["models/model.json"])
-    _import_output_modules(program)
+    import_output_modules(program)
     register_cache_pytree_nodes()  # after the imports: a modeling module may define a cache class
-    _check_program(name, program)
+    if fault := program_fault(program):
+        _refuse(name, f"its models/model.json: {fault}")
     for folder, prefix in _NUMBERED.items():
-        kind = "weights" if prefix == "weight_" else "constants"
-        config = _json(name, f"{folder}model_{kind}_config.json", members[f"{folder}model_{kind}_config.json"])
+        member = f"{folder}model_{'weights' if prefix == 'weight_' else 'constants'}_config.json"
+        config = _json(name, member, members[member])
+        if fault := payload_config_fault(config):
+            _refuse(name, f"its {member}: {fault}")
         _check_payloads(name, config, folder, prefix, members)
     _check_pickle(name, "data/sample_inputs/model.pt", members["data/sample_inputs/model.pt"])
 
@@ -86,30 +95,6 @@ def _json(name: str, member: str, data: bytes | None) -> Any:
         return json.loads(data or b"")
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
         _refuse(name, f"its {member} is not JSON ({str(error)[:120]})")
-
-
-def _import_output_modules(program: Any) -> None:
-    """Import the transformers modules whose classes the program's tree specs name.
-
-    # NOTE: transformers registers each `ModelOutput` class as a pytree node when its module is
-    # imported; `torch.export.load` of a program returning e.g. `LlavaCausalLMOutputWithPast`, in a
-    # process that has not imported `modeling_llava`, fails with a generic "error when
-    # deserializing" (the real NotImplementedError is only logged).
-    """
-    import importlib
-
-    for module in sorted(set(re.findall(r"(transformers(?:\.[a-z_0-9]+)+)\.[A-Z]\w*", json.dumps(program)))):
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            continue
-    # A program's pickled `example_inputs` may hold a ModelOutput (an encoder-decoder's
-    # `encoder_outputs`); let the weights-only unpickler rebuild those plain containers.
-    from transformers.utils import ModelOutput
-
-    from ...capture.pytree import _all_subclasses
-
-    torch.serialization.add_safe_globals([ModelOutput, *_all_subclasses(ModelOutput)])
 
 
 def _read(source: str | Path | bytes, name: str | None) -> tuple[bytes, str]:
@@ -209,28 +194,6 @@ def _check_pickle(name: str, member: str, data: bytes | None) -> None:
                       f"({found.strip()[:200]}); torch.export.load would unpickle it without that check",
                 "if you trust the file and the classes it names are plain data, allow them with "
                 "torch.serialization.add_safe_globals before loading; otherwise do not load it")
-
-
-def _check_program(name: str, tree: Any) -> None:
-    """Refuse every `expr_str` in `tree` (the program's JSON) outside the size grammar, and every
-    guard outside the guard grammar (`expressions.py`)."""
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            if key == "expr_str":
-                if not (isinstance(value, str) and is_size_expression(value)):
-                    _refuse(name, f"a symbolic size's expression {str(value)[:120]!r} is not one of the size "
-                                  "expressions hfexport's programs hold; torch.export.load would evaluate it as "
-                                  "Python (sympy.sympify)")
-            elif key == "guards_code" and isinstance(value, list):
-                for guard in value:
-                    if not (isinstance(guard, str) and is_guard(guard)):
-                        _refuse(name, f"its guard {str(guard)[:120]!r} is not a test on input sizes; the loaded "
-                                      "program would run it as Python before each run")
-            else:
-                _check_program(name, value)
-    elif isinstance(tree, list):
-        for value in tree:
-            _check_program(name, value)
 
 
 def _refuse(name: str, why: str, remedy: str = _DO_NOT_LOAD) -> NoReturn:
