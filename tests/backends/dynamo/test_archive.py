@@ -277,3 +277,25 @@ def test_the_member_allowlist_is_what_torch_export_save_writes(saved_llama):
                          constants.CONSTANTS_DIR: constants.TENSOR_CONSTANT_FILENAME_PREFIX}
     with zipfile.ZipFile(saved_llama[2]) as archive:
         assert expected <= {name.split("/", 1)[1] for name in archive.namelist()}
+
+
+def test_example_inputs_whose_paths_carry_code_are_refused(saved_decode, tmp_path):
+    """A weights-only pickle can still name things: torch writes the paths of the example inputs'
+    leaves into the source of the guard function the loaded module runs (a path's first key
+    unquoted), so a cache attribute named `" + <code> + "` ran that code on the first call."""
+    marker = tmp_path / "ran"
+    read_program(saved_decode)  # registers the cache classes the pickle names
+    with zipfile.ZipFile(saved_decode) as archive:
+        args, kwargs = torch.load(io.BytesIO(archive.read("decode/data/sample_inputs/model.pt")), weights_only=True)
+    layer = kwargs["past_key_values"].layers[0]
+    # pathlib.Path(marker).touch(), spelled without a single quote (repr would escape it)
+    spelled = "+".join(f"chr({ord(c)})" for c in "pathlib"), "+".join(f"chr({ord(c)})" for c in str(marker))
+    name = f'" + str(__import__({spelled[0]}).Path({spelled[1]}).touch()) + "'
+    setattr(layer, name, layer.keys.clone())
+    tampered = rewrite(saved_decode, tmp_path / "decode.pt2", replaced("data/sample_inputs/model.pt", pickled((args, kwargs))))
+    _refused(tampered, "its data/sample_inputs/model.pt does not nest as the program's inputs do")
+    assert not marker.exists()
+    delattr(layer, name)  # the real inputs again, for the call below
+    with contextlib.suppress(Exception):  # the check can fail: a plain load, then a call with real inputs
+        torch.export.load(tampered).module()(*args, **kwargs)
+    assert marker.exists()

@@ -21,7 +21,8 @@
 #   that are not identifiers, tree specs naming types or classes outside the table, a field or
 #   kind hfexport never writes;
 # - refuses example inputs the weights-only unpickler refuses (that unpickler imports and calls only
-#   its allowlist, so a pickle it accepts calls nothing else when loaded again).
+#   its allowlist, so a pickle it accepts calls nothing else when loaded again), or that do not nest
+#   as the checked input spec says (torch writes their paths into guard source).
 # The check guards hfexport's own load (`read_program`); a plain `torch.export.load` of the same
 # file does none of it.
 """
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
+import torch.utils._pytree as pytree
 
 from ...errors import RuntimeLoadError
 from .program_json import payload_config_fault, program_fault
@@ -87,7 +89,7 @@ def check_archive(source: str | Path | bytes, *, name: str | None = None) -> Non
         if fault := payload_config_fault(config):
             _refuse(name, f"its {member}: {fault}")
         _check_payloads(name, config, folder, prefix, members)
-    _check_pickle(name, "data/sample_inputs/model.pt", members["data/sample_inputs/model.pt"])
+    _check_example_inputs(name, members["data/sample_inputs/model.pt"], program)
 
 
 def _json(name: str, member: str, data: bytes | None) -> Any:
@@ -181,12 +183,21 @@ def _check_payloads(name: str, config: Any, folder: str, prefix: str, members: d
         _refuse(name, f"its member {unnamed[0]!r} is named by no entry of its payload config")
 
 
-def _check_pickle(name: str, member: str, data: bytes | None) -> None:
-    """Refuse `data` (a `torch.save` pickle) unless `torch.load(weights_only=True)` takes it."""
+def _check_example_inputs(name: str, data: bytes | None, program: Any) -> None:
+    """Refuse example inputs (a `torch.save` pickle) unless `torch.load(weights_only=True)` takes
+    them and they nest exactly as the program's own (checked) input spec says.
+
+    # NOTE: torch 2.13 writes the paths of the example inputs' leaves into the source of the guard
+    # function `ExportedProgram.module()` execs (`_unlift.py` `_convert_guards_code_to_fn`, a
+    # path's first key unquoted): a weights-only pickle of a cache whose attribute is named
+    # `" + <code> + "` ran that code on the program's first call. With the structure of the checked
+    # in_spec, every key is one `program_json.py` accepted.
+    """
     if not data:  # a program saved without example inputs: torch reads none
         return
+    member = "data/sample_inputs/model.pt"
     try:
-        torch.load(io.BytesIO(data), weights_only=True)
+        inputs = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:  # noqa: BLE001 (any refusal of the weights-only unpickler)
         reason = str(error).splitlines()
         found = next((line for line in reason if "GLOBAL" in line), reason[0] if reason else type(error).__name__)
@@ -194,6 +205,16 @@ def _check_pickle(name: str, member: str, data: bytes | None) -> None:
                       f"({found.strip()[:200]}); torch.export.load would unpickle it without that check",
                 "if you trust the file and the classes it names are plain data, allow them with "
                 "torch.serialization.add_safe_globals before loading; otherwise do not load it")
+    entries = program["graph_module"]["module_call_graph"]
+    signature = entries[0].get("signature") if entries else None
+    try:
+        matches = signature is not None and pytree.tree_structure(inputs) == pytree.treespec_loads(
+            signature["in_spec"])
+    except Exception:  # noqa: BLE001 (inputs that do not even flatten do not match)
+        matches = False
+    if not matches:
+        _refuse(name, f"its {member} does not nest as the program's inputs do (its in_spec); torch writes the "
+                      "paths of its leaves into the guard code the loaded program runs")
 
 
 def _refuse(name: str, why: str, remedy: str = _DO_NOT_LOAD) -> NoReturn:
