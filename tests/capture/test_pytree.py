@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 from transformers import DynamicCache, EncoderDecoderCache, StaticCache
-from transformers.cache_utils import StaticLayer
+from transformers.cache_utils import LinearAttentionLayer, StaticLayer
 
 from hfexport import DynamoConfig, DynamoExporter, register_pytree_node
 from hfexport.capture.pytree import (_from_dumpable_context, _table_class, _to_dumpable_context, flatten_with_names,
@@ -158,6 +158,7 @@ def test_only_the_cache_classes_a_caller_registered_and_layer_classes_resolve(tm
     register_pytree_node(module.UserCache)
     assert _table_class(f"{name}:UserCache") is module.UserCache
     assert _table_class(f"{name}:UserLayer") is module.UserLayer  # a CacheLayerMixin subclass
+    assert _table_class("transformers.cache_utils:LinearAttentionLayer") is LinearAttentionLayer  # the SSM layers' base
     for refused in (f"{name}:Other", f"{name}:UserCache.__mro__", "transformers.cache_utils:DynamicCache.__new__",
                     "transformers:DynamicCache", "transformers.cache_utils:Cache.__subclasses__"):
         with pytest.raises(RuntimeLoadError, match="not a cache class registered"):

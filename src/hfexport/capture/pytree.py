@@ -228,13 +228,20 @@ def _qualname(obj: type) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
 
 
+def _layer_classes() -> list[type]:
+    """transformers' cache layer classes, those of modules imported so far included: the subclasses
+    of its two layer bases (read from transformers 5.24: attention layers, and the linear-attention
+    and SSM layers of `LinearAttentionCacheLayerMixin`)."""
+    from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
+
+    return [*_all_subclasses(CacheLayerMixin), *_all_subclasses(LinearAttentionCacheLayerMixin)]
+
+
 def _class_table() -> dict[str, type]:
     """`module:qualname` -> class, for every class a saved tree spec may name: the `Cache` classes
     registered with `register_pytree_node` in this process and transformers' cache layer classes
-    (`CacheLayerMixin` subclasses, those of modules imported so far included)."""
-    from transformers.cache_utils import CacheLayerMixin
-
-    return {_qualname(cls): cls for cls in (*_registered, *_all_subclasses(CacheLayerMixin))}
+    (`_layer_classes`)."""
+    return {_qualname(cls): cls for cls in (*_registered, *_layer_classes())}
 
 
 def _table_class(path: Any) -> type:
@@ -341,7 +348,7 @@ def _checked_context(context: Any) -> tuple:
     """`context` if it has the shape `_flatten_cache_with_names` gives one: `(cache class, has layers,
     ((layer class, tensor names, state), ...), sub-cache names, tensor names, state)`, every class
     from `_class_table`, every name a plain attribute name."""
-    from transformers.cache_utils import Cache, CacheLayerMixin
+    from transformers.cache_utils import Cache
 
     if not (isinstance(context, tuple) and len(context) == 6):
         raise _refuse_context("is not the 6 fields _flatten_cache writes")
@@ -351,8 +358,7 @@ def _checked_context(context: Any) -> tuple:
     if not isinstance(has_layers, bool) or not isinstance(layer_specs, tuple):
         raise _refuse_context("gives its layers in another shape than _flatten_cache writes")
     for spec in layer_specs:
-        if not (isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[0], type)
-                and issubclass(spec[0], CacheLayerMixin)):
+        if not (isinstance(spec, tuple) and len(spec) == 3 and spec[0] in _layer_classes()):
             raise _refuse_context(f"gives a layer as {str(spec)[:80]}, not (layer class, tensor names, state)")
         _check_names(spec[0], spec[1], "tensor names")
         _check_state(spec[0], spec[2])
@@ -429,7 +435,7 @@ def _allow_in_weights_only_load(cls: type) -> None:
     """
     from transformers.cache_utils import CacheLayerMixin
 
-    torch.serialization.add_safe_globals([cls, CacheLayerMixin, *_all_subclasses(CacheLayerMixin)])
+    torch.serialization.add_safe_globals([cls, CacheLayerMixin, *_layer_classes()])
 
 
 def _all_subclasses(cls: type) -> list[type]:

@@ -7,13 +7,16 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import zipfile
 
 import pytest
 import torch
 
+from hfexport import DynamoConfig, DynamoExporter
 from hfexport.backends.dynamo import tree_specs
-from hfexport.backends.dynamo.artifact import read_program
+from hfexport.backends.dynamo.artifact import read_program, write_program
 from hfexport.errors import RuntimeLoadError
+from hfexport.presets import build_preset
 from tests.backends.dynamo.archives import cache_context_edited, program_edited, rewrite, state
 
 
@@ -200,3 +203,29 @@ def test_real_programs_of_every_kind_pass(saved_generation, saved_llama):
                                                   ("t5", "decode.pt2")])]
     for path in paths:
         assert isinstance(read_program(path), torch.export.ExportedProgram), path
+
+
+@pytest.mark.parametrize(("name", "dynamic", "part"), [
+    ("mamba", False, "transformers.cache_utils:LinearAttentionLayer"),  # an SSM cache layer in the outputs
+    ("llava", False, "torch.sym_ite"),
+    ("dinov2", True, "_operator.pow"),
+])
+def test_programs_with_rarer_parts_pass(tmp_path, name, dynamic, part):
+    """Found by exporting every preset: the layer classes of `LinearAttentionCacheLayerMixin`, and
+    size functions beyond arithmetic, are what hfexport writes too."""
+    model, inputs = build_preset(name)
+    program = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=dynamic))
+    path = write_program(program, tmp_path / "model.pt2")
+    with zipfile.ZipFile(path) as archive:
+        assert part in archive.read("model/models/model.json").decode()
+    assert isinstance(read_program(path), torch.export.ExportedProgram)
+
+
+def test_the_size_functions_are_torch_s_own():
+    """The table is written out; this fails the day torch serializes another set."""
+    from torch._export.serde.serialize import _SYM_OPS, GraphModuleSerializer
+
+    from hfexport.backends.dynamo.program_json import _SIZE_OPERATORS
+
+    serializer = GraphModuleSerializer.__new__(GraphModuleSerializer)  # serialize_operator reads no state
+    assert _SIZE_OPERATORS == {serializer.serialize_operator(op) for op in _SYM_OPS}

@@ -35,9 +35,13 @@ __all__ = ["program_fault", "payload_config_fault"]
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 _OVERLOAD = re.compile(r"torch\.ops\.(aten|transformers)\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z][A-Za-z0-9_]*)")
-#: The Python operators on sizes torch serializes by name (a subset of serialize.py's `_SYM_OPS`).
-_SIZE_OPERATORS = {f"_operator.{name}" for name in ("add", "sub", "mul", "floordiv", "mod", "neg", "eq", "ne", "lt",
-                                                    "le", "gt", "ge")} | {"torch.sym_max", "torch.sym_min"}
+#: The functions of sizes a node may call, as torch 2.13 serializes its `_SYM_OPS` (serialize.py): the
+#: only targets besides operators it deserializes (`llava`'s program calls `torch.sym_ite`).
+_SIZE_OPERATORS = {*(f"_operator.{name}" for name in ("add", "and_", "eq", "floordiv", "ge", "gt", "le", "lshift", "lt",
+                                                      "mod", "mul", "ne", "neg", "or_", "pos", "pow", "rshift", "sub",
+                                                      "truediv")),
+                   "math.trunc", "torch._sym_sqrt", "torch.sym_float", "torch.sym_int", "torch.sym_ite",
+                   "torch.sym_max", "torch.sym_min", "torch.sym_not"}
 
 
 def _operator_fault(text: str) -> str | None:
