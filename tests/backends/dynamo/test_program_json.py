@@ -229,3 +229,16 @@ def test_the_size_functions_are_torch_s_own():
 
     serializer = GraphModuleSerializer.__new__(GraphModuleSerializer)  # serialize_operator reads no state
     assert _SIZE_OPERATORS == {serializer.serialize_operator(op) for op in _SYM_OPS}
+
+
+def test_a_pt2e_int8_program_passes(tmp_path):
+    """`--quantize int8-dynamic` on dynamo writes the quantize/dequantize ops of
+    `torch.ops.quantized_decomposed`: a namespace hfexport's programs use."""
+    from hfexport.cli.main import main
+
+    folder = tmp_path / "q"
+    assert main(["export", "tiny:llama", "-f", "dynamo", "--task", "forward", "--quantize", "int8-dynamic",
+                 "--no-validate", "--quiet", "-o", str(folder)]) == 0
+    with zipfile.ZipFile(folder / "model.pt2") as archive:
+        assert "torch.ops.quantized_decomposed." in archive.read("model/models/model.json").decode()
+    assert isinstance(read_program(folder / "model.pt2"), torch.export.ExportedProgram)

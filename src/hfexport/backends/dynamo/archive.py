@@ -17,7 +17,7 @@
 # - imports the transformers modules the program's tree specs name by `tree_specs.py`'s rule only,
 #   then registers the cache classes (a modeling module may define one), then refuses a program
 #   JSON that `program_json.py`'s walk of torch's schema refuses: size expressions and guards
-#   outside `expressions.py`'s grammar, operators outside `torch.ops.aten`/`transformers`, names
+#   outside `expressions.py`'s grammar, operators outside the namespaces hfexport writes, names
 #   that are not identifiers, tree specs naming types or classes outside the table, a field or
 #   kind hfexport never writes;
 # - refuses example inputs the weights-only unpickler refuses (that unpickler imports and calls only

@@ -11,7 +11,7 @@
 # a guard's source; custom objects by class name. So the walk follows the same type hints, refuses
 # a field the schema lacks or a union member hfexport never writes, and holds every string field to
 # a rule of its own (`_STRINGS`, `_KEYS`): identifiers for names, dotted names for parameters,
-# an operator of `torch.ops.aten` or `torch.ops.transformers` (or size arithmetic) for targets, the
+# an operator of the namespaces hfexport's programs use (or a function of sizes) for targets, the
 # grammars of `expressions.py`, text without control characters for what is only shown. A string
 # field without a rule is refused: a field a later torch adds is refused until it has one.
 """
@@ -34,7 +34,10 @@ __all__ = ["program_fault", "payload_config_fault"]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DOTTED = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
-_OVERLOAD = re.compile(r"torch\.ops\.(aten|transformers)\.([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z][A-Za-z0-9_]*)")
+#: The operator namespaces of hfexport's programs: ATen, transformers' own custom ops (its MoE
+#: `grouped_mm_fallback`), and the quantize/dequantize ops of PT2E int8 (`--quantize int8-dynamic`).
+_OVERLOAD = re.compile(r"torch\.ops\.(aten|transformers|quantized_decomposed)\.([A-Za-z_][A-Za-z0-9_]*)"
+                       r"\.([A-Za-z][A-Za-z0-9_]*)")
 #: The functions of sizes a node may call, as torch 2.13 serializes its `_SYM_OPS` (serialize.py): the
 #: only targets besides operators it deserializes (`llava`'s program calls `torch.sym_ite`).
 _SIZE_OPERATORS = {*(f"_operator.{name}" for name in ("add", "and_", "eq", "floordiv", "ge", "gt", "le", "lshift", "lt",
@@ -51,7 +54,7 @@ def _operator_fault(text: str) -> str | None:
     if text in _SIZE_OPERATORS or match and _is_operator_name(match[1], match[2]) and inspect.getattr_static(
             torch._ops.OpOverloadPacket, match[3], None) is None:
         return None
-    return "is not an operator of torch.ops.aten or torch.ops.transformers, nor arithmetic on sizes"
+    return "is not an operator of torch.ops.aten, transformers or quantized_decomposed, nor a function of sizes"
 
 
 def _is_operator_name(namespace: str, name: str) -> bool:
