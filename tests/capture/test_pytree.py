@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import gc
 import importlib
+import json
+import re
 import sys
 import zipfile
 
@@ -11,13 +14,14 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 from transformers import DynamicCache, EncoderDecoderCache, StaticCache
-from transformers.cache_utils import StaticLayer
+from transformers.cache_utils import LinearAttentionLayer, StaticLayer
 
 from hfexport import DynamoConfig, DynamoExporter, register_pytree_node
-from hfexport.capture.pytree import (_from_dumpable_context, _import_qualname, _to_dumpable_context, flatten_with_names,
+from hfexport.capture.pytree import (_from_dumpable_context, _table_class, _to_dumpable_context, flatten_with_names,
                                      register_cache_pytree_nodes)
 from hfexport.errors import RuntimeLoadError
 from hfexport.presets import build_preset
+from tests.backends.dynamo.archives import cache_context_edited, file_closer, rewrite
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +120,11 @@ def test_a_context_naming_another_module_is_refused_before_importing_it(side_eff
     name, marker = side_effect_module
     dumped = _to_dumpable_context((StaticCache, True, ((StaticLayer, ("keys",), ()),), (), (), ()))
     assert _from_dumpable_context(dumped)[2][0][0] is StaticLayer  # the classes it names come back
-    with pytest.raises(RuntimeLoadError, match=f"(?s){name}.*not imported.*register_pytree_node"):
+    with pytest.raises(RuntimeLoadError, match=f"(?s){name}:StaticLayer.*nothing was imported.*register_pytree_node"):
         _from_dumpable_context(dumped.replace("transformers.cache_utils:StaticLayer", f"{name}:StaticLayer"))
-    with pytest.raises(RuntimeLoadError, match="not a class"):
-        _from_dumpable_context(dumped.replace("transformers.cache_utils:StaticLayer", "torch:save"))
+    for other in ("torch:save", "transformers.cache_utils:os.remove", "transformers.utils.hub:tempfile.TemporaryFile"):
+        with pytest.raises(RuntimeLoadError, match="not a cache class registered"):
+            _from_dumpable_context(dumped.replace("transformers.cache_utils:StaticLayer", other))
     assert not marker.exists() and name not in sys.modules
 
 
@@ -140,13 +145,100 @@ def test_a_pt2_whose_tree_spec_names_another_module_is_refused_by_torch_export_l
     assert not marker.exists() and name not in sys.modules
 
 
-def test_a_class_of_a_module_the_caller_registered_a_cache_from_is_resolved(tmp_path, monkeypatch):
+def test_only_the_cache_classes_a_caller_registered_and_layer_classes_resolve(tmp_path, monkeypatch):
     name = f"hfx_user_cache_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text("from transformers import DynamicCache\n"
-                                         "class UserCache(DynamicCache): pass\nclass UserLayer: pass\n")
+                                         "from transformers.cache_utils import DynamicLayer\n"
+                                         "class UserCache(DynamicCache): pass\nclass UserLayer(DynamicLayer): pass\n"
+                                         "class Other: pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     module = importlib.import_module(name)  # the user imports what they trust
-    with pytest.raises(RuntimeLoadError, match="not imported"):
-        _import_qualname(f"{name}:UserLayer")
+    with pytest.raises(RuntimeLoadError, match="not a cache class registered"):
+        _table_class(f"{name}:UserCache")
     register_pytree_node(module.UserCache)
-    assert _import_qualname(f"{name}:UserLayer") is module.UserLayer
+    assert _table_class(f"{name}:UserCache") is module.UserCache
+    assert _table_class(f"{name}:UserLayer") is module.UserLayer  # a CacheLayerMixin subclass
+    assert _table_class("transformers.cache_utils:LinearAttentionLayer") is LinearAttentionLayer  # the SSM layers' base
+    for refused in (f"{name}:Other", f"{name}:UserCache.__mro__", "transformers.cache_utils:DynamicCache.__new__",
+                    "transformers:DynamicCache", "transformers.cache_utils:Cache.__subclasses__"):
+        with pytest.raises(RuntimeLoadError, match="not a cache class registered"):
+            _table_class(refused)
+
+
+def _static_context() -> list:
+    """A real `StaticCache`'s dumped context, as JSON data to edit."""
+    register_pytree_node(StaticCache)
+    cache = StaticCache(config=build_preset("llama")[0].config, max_cache_len=8)
+    return json.loads(pytree.treespec_dumps(pytree.tree_flatten(cache)[1]))[1]["context"]
+
+
+def _edited(context: str, edit) -> str:
+    tree = json.loads(context)
+    edit(tree["t"])
+    return json.dumps(tree)
+
+
+def _layer_state(fields: list) -> dict:
+    """The (name, value) pairs `_dump_value` writes for a layer's state."""
+    return {"t": [{"t": [name, value]} for name, value in fields]}
+
+
+#: edits of a real StaticCache context, each of which hfexport never writes
+_BAD_CONTEXTS = {
+    "class outside the table": (lambda t: t[2]["t"][0]["t"].__setitem__(0, {"class": "torch.nn:Module"}),
+                                "not a cache class registered"),
+    "dunder attribute": (lambda t: t[2]["t"][0]["t"].__setitem__(2, _layer_state([("__class__", 1)])),
+                         "'__class__'"),
+    "a method's name": (lambda t: t[2]["t"][0]["t"].__setitem__(2, _layer_state([("update", 1)])), "'update'"),
+    "dtype naming a function": (lambda t: t[2]["t"][0]["t"].__setitem__(2, _layer_state([("dtype", {"dtype": "load"})])),
+                                "'load', which is not a torch.dtype"),
+    "dtype naming a submodule": (lambda t: t[2]["t"][0]["t"].__setitem__(2, _layer_state([("dtype", {"dtype": "onnx"})])),
+                                 "not a torch.dtype"),
+    "device": (lambda t: t[2]["t"][0]["t"].__setitem__(2, _layer_state([("device", {"device": "cpu;x"})])),
+               "never writes"),
+    "unknown kind": (lambda t: t[2]["t"][0]["t"].__setitem__(2, _layer_state([("x", {"eval": "1"})])), "never writes"),
+    "a list": (lambda t: t[2]["t"][0]["t"].__setitem__(2, [1]), "never writes"),
+    "five fields": (lambda t: t.pop(), "6 fields"),
+    "class value outside the table": (lambda t: t[5]["t"].append({"t": ["layer_class_to_replicate",
+                                                                         {"class": "builtins:eval"}]}),
+                                      "not a cache class registered"),
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_CONTEXTS))
+def test_a_context_of_another_shape_is_refused(case):
+    context = _static_context()
+    assert isinstance(_from_dumpable_context(context)[0], type)  # the real one loads
+    edit, message = _BAD_CONTEXTS[case]
+    with pytest.raises(RuntimeLoadError, match=re.escape(message)):
+        _from_dumpable_context(_edited(context, edit))
+
+
+def test_real_cache_contexts_with_underscored_attributes_load():
+    """A leading underscore is a real cache's own attribute (the sliding-window layers'
+    `_is_croppable`, `_sliding_window_tensor`): only dunder names are refused."""
+    config = build_preset("mistral")[0].config
+    register_cache_pytree_nodes()
+    dumped = []
+    for cache in (DynamicCache(config=config), StaticCache(config=config, max_cache_len=8),
+                  EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))):
+        spec = pytree.tree_flatten(cache)[1]
+        dumped.append(pytree.treespec_dumps(spec))
+        assert pytree.treespec_loads(dumped[-1]) == spec
+    assert "_is_croppable" in dumped[1] and "_sliding_window_tensor" in dumped[0]
+
+
+def test_a_tree_spec_that_builds_a_file_closer_is_refused_and_deletes_nothing(static_decode_pt2, tmp_path):
+    """The attack on the old class lookup (a module prefix, then any attribute chain):
+    `transformers.utils.hub:tempfile._TemporaryFileCloser`, rebuilt with `__new__` and a state naming
+    a file, deleted that file when collected."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    tampered = rewrite(static_decode_pt2, tmp_path / "decode.pt2", cache_context_edited(file_closer(victim)))
+    register_pytree_node(StaticCache)
+    with pytest.raises(RuntimeLoadError, match="'transformers.utils.hub:tempfile._TemporaryFileCloser', which is not"):
+        program = torch.export.load(tampered)
+        spec = program.call_spec.in_spec
+        pytree.tree_unflatten([torch.zeros(1)] * spec.num_leaves, spec)  # what a runner does with the spec
+    gc.collect()
+    assert victim.read_text() == "keep me"

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
-import importlib
+import inspect
+import json
+import re
 from typing import Any
 
 import torch
@@ -226,37 +228,41 @@ def _qualname(obj: type) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
 
 
-#: The packages whose classes a saved tree spec may name and `_import_qualname` imports: a module
-#: of theirs runs only their own code when imported.
-_TRUSTED_PACKAGES = ("torch", "transformers", "hfexport")
+def _layer_classes() -> list[type]:
+    """transformers' cache layer classes, those of modules imported so far included: the subclasses
+    of its two layer bases (read from transformers 5.24: attention layers, and the linear-attention
+    and SSM layers of `LinearAttentionCacheLayerMixin`)."""
+    from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
+
+    return [*_all_subclasses(CacheLayerMixin), *_all_subclasses(LinearAttentionCacheLayerMixin)]
 
 
-def _import_qualname(path: str) -> type:
-    """The class `path` (`module:qualname`, as `_qualname` wrote it) names in a saved tree spec.
+def _class_table() -> dict[str, type]:
+    """`module:qualname` -> class, for every class a saved tree spec may name: the `Cache` classes
+    registered with `register_pytree_node` in this process and transformers' cache layer classes
+    (`_layer_classes`)."""
+    return {_qualname(cls): cls for cls in (*_registered, *_layer_classes())}
+
+
+def _table_class(path: Any) -> type:
+    """The class `path` (`module:qualname`, as `_qualname` wrote it) names in a saved tree spec,
+    looked up in `_class_table`.
 
     # NOTE: a `.pt2` is a file from anywhere, and `torch.export.load` hands its tree specs' contexts
-    # to `_from_dumpable_context`; importing whatever module one names would run that module's
-    # code. So only a class of torch, transformers or hfexport (whose modules may be imported), or
-    # of a module holding a class registered with `register_pytree_node` in this process (already
-    # imported by the caller who trusts it), is resolved; anything else is refused before any import.
+    # to `_from_dumpable_context`. Resolving a name by importing its module and following its
+    # attributes let a file reach any object of an importable module
+    # (`transformers.utils.hub:tempfile._TemporaryFileCloser`, which `_unflatten_cache` then built
+    # with a file's state and which deleted that file when collected). An exact table of the classes
+    # this module rebuilds leaves a file nothing to name: nothing is imported, no attribute followed.
     """
-    module_name, _, qualname = path.partition(":")
-    registered_modules = {cls.__module__ for cls in _registered}
-    if module_name.split(".")[0] not in _TRUSTED_PACKAGES and module_name not in registered_modules:
+    found = _class_table().get(path) if isinstance(path, str) else None
+    if found is None:
         raise RuntimeLoadError(
-            f"the saved program's tree spec names the class {path!r}, from module {module_name!r}, which is not "
-            "torch, transformers or hfexport, nor holds a class registered with register_pytree_node; "
-            "the module was not imported",
-            remedy=f"if you trust the file, import {module_name} and register its cache class with "
-                   "hfexport.exporter_dynamo.register_pytree_node before torch.export.load; otherwise do not load it")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    if not isinstance(obj, type):
-        raise RuntimeLoadError(
-            f"the saved program's tree spec names {path!r}, which is not a class in {module_name}",
-            remedy="load the program with the torch, transformers and hfexport versions that saved it")
-    return obj
+            f"the saved program's tree spec names the class {str(path)[:200]!r}, which is not a cache class "
+            "registered with register_pytree_node nor a transformers cache layer class; nothing was imported",
+            remedy="if you trust the file and its cache class is your own, import it and register it with "
+                   "hfexport.exporter_dynamo.register_pytree_node before loading; otherwise do not load it")
+    return found
 
 
 def _dump_value(value: Any) -> Any:
@@ -277,41 +283,112 @@ def _dump_value(value: Any) -> Any:
     raise TypeError(f"cannot serialize cache attribute value {value!r} of type {type(value).__name__}")
 
 
+#: The devices a saved cache attribute may name (`torch.device(text)` parses; nothing is imported).
+_DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:[0-9]+)?")
+#: An attribute name `_restore` may set: a plain identifier, not a dunder (`__class__`, `__dict__`).
+_ATTRIBUTE = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _refuse_context(why: str) -> RuntimeLoadError:
+    return RuntimeLoadError(f"the saved program's tree spec has a cache context that {why}; hfexport writes "
+                            "none such", remedy="load only a .pt2 hfexport wrote; otherwise do not load it")
+
+
+def _dtype(name: Any) -> torch.dtype:
+    # a table rather than getattr(torch, name): torch's module __getattr__ imports a submodule it names
+    dtypes = {str(v).removeprefix("torch."): v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+    found = dtypes.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise _refuse_context(f"names the dtype {str(name)[:80]!r}, which is not a torch.dtype")
+    return found
+
+
 def _load_value(value: Any) -> Any:
-    if isinstance(value, dict):
-        (kind, payload), = value.items()
-        if kind == "t":
-            return tuple(_load_value(v) for v in payload)
-        if kind == "class":
-            return _import_qualname(payload)
-        if kind == "dtype":
-            return getattr(torch, payload)
-        if kind == "device":
-            return torch.device(payload)
-        if kind == "traced":
-            return _Traced(payload)
-        if kind == "nested":
-            return _Nested(_load_value(payload))
-    return value
+    """The value `_dump_value` wrote as `value`: plain JSON scalars, or one-key objects of the kinds
+    it writes; anything else (a list, another key, a class outside `_class_table`) is refused."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if not (isinstance(value, dict) and len(value) == 1):
+        raise _refuse_context(f"holds {type(value).__name__} {str(value)[:80]}, which _dump_value never writes")
+    (kind, payload), = value.items()
+    if kind == "t" and isinstance(payload, list):
+        return tuple(_load_value(v) for v in payload)
+    if kind == "class":
+        return _table_class(payload)
+    if kind == "dtype":
+        return _dtype(payload)
+    if kind == "device" and isinstance(payload, str) and _DEVICE.fullmatch(payload):
+        return torch.device(payload)
+    if kind == "traced" and isinstance(payload, str):
+        return _Traced(payload)
+    if kind == "nested":
+        return _Nested(_load_value(payload))
+    raise _refuse_context(f"holds {{{kind!r}: {str(payload)[:80]}}}, which _dump_value never writes")
+
+
+def _check_names(cls: type, names: Any, what: str) -> None:
+    """Refuse `names` unless a tuple of attribute names `_restore` may set on a `cls`: identifiers,
+    no dunder, none naming a method or property of the class."""
+    if not isinstance(names, tuple):
+        raise _refuse_context(f"gives {what} as {type(names).__name__}, not a tuple of names")
+    for name in names:
+        found = inspect.getattr_static(cls, name, None) if isinstance(name, str) else None
+        if not (isinstance(name, str) and _ATTRIBUTE.fullmatch(name)) or hasattr(found, "__get__"):
+            raise _refuse_context(f"sets the attribute {str(name)[:80]!r} of {cls.__name__}, which is not a plain "
+                                  "data attribute name")
+
+
+def _check_state(cls: type, state: Any) -> None:
+    if not (isinstance(state, tuple) and all(isinstance(item, tuple) and len(item) == 2 for item in state)):
+        raise _refuse_context(f"gives the state of {cls.__name__} as something else than (name, value) pairs")
+    _check_names(cls, tuple(name for name, _ in state), "state")
+
+
+def _checked_context(context: Any) -> tuple:
+    """`context` if it has the shape `_flatten_cache_with_names` gives one: `(cache class, has layers,
+    ((layer class, tensor names, state), ...), sub-cache names, tensor names, state)`, every class
+    from `_class_table`, every name a plain attribute name."""
+    from transformers.cache_utils import Cache
+
+    if not (isinstance(context, tuple) and len(context) == 6):
+        raise _refuse_context("is not the 6 fields _flatten_cache writes")
+    cls, has_layers, layer_specs, sub_caches, tensor_names, state = context
+    if not (isinstance(cls, type) and issubclass(cls, Cache) and cls in _registered):
+        raise _refuse_context(f"rebuilds {cls!r}, which is not a registered cache class")
+    if not isinstance(has_layers, bool) or not isinstance(layer_specs, tuple):
+        raise _refuse_context("gives its layers in another shape than _flatten_cache writes")
+    for spec in layer_specs:
+        if not (isinstance(spec, tuple) and len(spec) == 3 and spec[0] in _layer_classes()):
+            raise _refuse_context(f"gives a layer as {str(spec)[:80]}, not (layer class, tensor names, state)")
+        _check_names(spec[0], spec[1], "tensor names")
+        _check_state(spec[0], spec[2])
+    _check_names(cls, sub_caches, "sub-cache names")
+    _check_names(cls, tensor_names, "tensor names")
+    _check_state(cls, state)
+    return context
 
 
 def _to_dumpable_context(context: tuple) -> str:
-    import json
-
     return json.dumps(_dump_value(context))
 
 
 def _from_dumpable_context(dumped: str) -> tuple:
-    import json
-
-    return _load_value(json.loads(dumped))
+    """The context `_to_dumpable_context` wrote, checked (`_checked_context`) before anything is
+    built from it: `RuntimeLoadError` otherwise."""
+    try:
+        loaded = json.loads(dumped)
+    except (TypeError, ValueError):
+        raise _refuse_context("is not JSON") from None
+    return _checked_context(_load_value(loaded))
 
 
 def register_pytree_node(cls: type) -> type:
     """Register a transformers `Cache` class as a pytree node, so it can be an export input or output.
 
     Needed before `torch.export.load` of a program whose inputs hold a cache (the loader rebuilds
-    the cache object from the saved tree spec). Registering twice is a no-op.
+    the cache object from the saved tree spec). Registering twice is a no-op. A registered class
+    joins the table of classes a saved tree spec may name (with transformers' cache layer classes);
+    no other class is ever resolved from a file.
 
     Args:
         cls: a subclass of `transformers.cache_utils.Cache`.
@@ -358,7 +435,7 @@ def _allow_in_weights_only_load(cls: type) -> None:
     """
     from transformers.cache_utils import CacheLayerMixin
 
-    torch.serialization.add_safe_globals([cls, CacheLayerMixin, *_all_subclasses(CacheLayerMixin)])
+    torch.serialization.add_safe_globals([cls, CacheLayerMixin, *_layer_classes()])
 
 
 def _all_subclasses(cls: type) -> list[type]:

@@ -1,175 +1,221 @@
 """What a `.pt2` may hold before `torch.export.load` opens it: `check_archive`.
 
-# NOTE: torch 2.13's `torch.export.load` runs code a file names, read in its source
-# (torch/export/pt2_archive/_package.py, torch/_export/serde/serialize.py):
-# - the example inputs are unpickled with `weights_only=True` and, when that fails, again with
-#   `weights_only=False` (serialize.py `deserialize_torch_artifact`): any global the pickle names;
-# - a weight or constant marked `use_pickle` in the archive's own config is unpickled with
-#   `weights_only=False` (_package.py `_load_state_dict`, `_load_constants`), an opaque constant with
-#   `pickle.loads`, a script object with TorchScript's unpickler;
-# - the archive layout of torch < 2.8 has every payload go through `deserialize_torch_artifact`;
-# - an AOTInductor model in the archive (`data/aotinductor/`) is a shared library it loads;
-# - a symbolic size's `expr_str` is parsed with `sympy.sympify`, which `eval`s the text.
-# `check_archive` reads those members first, refusing a pickle the weights-only unpickler refuses
-# (that unpickler imports and calls only its allowlist, so a pickle it accepts calls nothing else
-# when loaded again without it), opaque and script objects, AOTInductor libraries, the old layout,
-# and any expression other than sympy's printed form of arithmetic on sizes. hfexport writes none
-# of the refused kinds. The check guards hfexport's own load (`read_program`); a plain
-# `torch.export.load` of the same file does none of it.
+# NOTE: a reader that accepts only what hfexport writes, rather than a list of what is dangerous.
+# torch 2.13's `torch.export.load` runs code a file names (read in torch/export/pt2_archive/_package.py
+# and torch/_export/serde/serialize.py): pickles it unpickles without the weights-only check (example
+# inputs that fail it, `use_pickle` payloads, opaque and script constants, the layout of torch < 2.8),
+# an AOTInductor shared library, size expressions it `eval`s, guards it `exec`s. It finds members
+# through miniz, case-insensitively and under whatever root folder the first member names
+# (`models/model.JSON` is read as `models/model.json`). So `check_archive`:
+# - lists the members with Python's zipfile and with torch's own reader (`PT2ArchiveReader`, what
+#   `torch.export.load` uses), refuses the file unless both list the same names, all under one root
+#   folder, no two of them one name to miniz (case folded), each exactly one of `_MEMBERS` or
+#   `_NUMBERED`: what `torch.export.save` writes for one program, nothing else (no AOTInductor, old
+#   layout, extra file, custom object);
+# - reads every member it checks through torch's reader, so it checks the bytes torch will read;
+# - refuses a payload config naming anything but the raw tensor members listed, or `use_pickle`;
+# - imports the transformers modules the program's tree specs name by `tree_specs.py`'s rule only,
+#   then registers the cache classes (a modeling module may define one), then refuses a program
+#   JSON that `program_json.py`'s walk of torch's schema refuses: size expressions and guards
+#   outside `expressions.py`'s grammar, operators outside the namespaces hfexport writes, names
+#   that are not identifiers, tree specs naming types or classes outside the table, a field or
+#   kind hfexport never writes;
+# - refuses example inputs the weights-only unpickler refuses (that unpickler imports and calls only
+#   its allowlist, so a pickle it accepts calls nothing else when loaded again), or that do not nest
+#   as the checked input spec says (torch writes their paths into guard source).
+# The check guards hfexport's own load (`read_program`); a plain `torch.export.load` of the same
+# file does none of it.
 """
 
 from __future__ import annotations
 
-import ast
 import io
 import json
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
+import torch.utils._pytree as pytree
 
 from ...errors import RuntimeLoadError
+from .program_json import payload_config_fault, program_fault
+from .tree_specs import import_output_modules
 
 __all__ = ["check_archive"]
 
-#: A symbol as torch names a size (`s70`, `u0`): what sympify's `locals` holds for a bare name.
-_SYMBOL = re.compile(r"[a-z]+[0-9]+")
-#: A float's digits, as `srepr` writes them (`Float('0.5', precision=53)`).
-_FLOAT = re.compile(r"[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
+#: Every member `torch.export.save` (torch 2.13) writes for one program, by its name under the
+#: archive's root folder, with what its text must be (None: checked on its own below).
+_MEMBERS: dict[str, re.Pattern | None] = {
+    "archive_format": re.compile(r"pt2"),
+    "archive_version": re.compile(r"0"),
+    ".data/version": re.compile(r"[0-9]+\n?"),
+    ".data/serialization_id": re.compile(r"[0-9]*"),
+    "byteorder": re.compile(r"little|big"),
+    "models/model.json": None,
+    "data/sample_inputs/model.pt": None,
+    "data/weights/model_weights_config.json": None,
+    "data/constants/model_constants_config.json": None,
+}
+#: The tensor payloads, by their folder and file-name prefix: raw bytes, named by a payload config.
+_NUMBERED = {"data/weights/": "weight_", "data/constants/": "tensor_"}
+_INDEX = re.compile(r"0|[1-9][0-9]*")
+#: The archive's root folder, as torch.export.save names it (the file's stem).
+_ROOT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_DO_NOT_LOAD = "load only a .pt2 that hfexport wrote, or export the model again; otherwise do not load it"
 
 
-def check_archive(path: str | Path) -> None:
-    """Refuse (`RuntimeLoadError`) a `.pt2` whose loading would run code it carries, before
-    `torch.export.load` opens it: see this module's note for what is checked and why."""
-    from torch.export.pt2_archive import constants  # read from torch 2.13
+def check_archive(source: str | Path | bytes, *, name: str | None = None) -> None:
+    """Refuse (`RuntimeLoadError`) a `.pt2` that holds anything but what hfexport writes, before
+    `torch.export.load` opens it: see this module's note for what is checked and why.
 
-    with zipfile.ZipFile(path) as archive:
-        members = {name.split("/", 1)[1]: name for name in archive.namelist() if "/" in name}
+    Args:
+        source: the file's bytes (as `read_program` checks them), or its path (read once).
+        name: what to call the file in a refusal (default: the path's name, or "the .pt2").
+    """
+    from ...capture.pytree import register_cache_pytree_nodes
 
-        def read(name: str) -> bytes:
-            return archive.read(members[name])
-
-        if constants.ARCHIVE_VERSION_PATH not in members:
-            _refuse(path, "it has the archive layout of torch < 2.8, whose every payload torch.export.load "
-                          "unpickles without the weights-only check",
-                    "save the program again with torch.export.save of torch >= 2.8")
-        if any(name.startswith(constants.AOTINDUCTOR_DIR) for name in members):
-            _refuse(path, f"it holds an AOTInductor model ({constants.AOTINDUCTOR_DIR}), a shared library that "
-                          "torch.export.load loads", "save the exported program again without AOTInductor")
-        for name in members:
-            if name.startswith(constants.WEIGHTS_DIR) and name.endswith("_config.json"):
-                _check_payloads(path, json.loads(read(name)), constants.WEIGHTS_DIR, read, constants)
-            elif name.startswith(constants.CONSTANTS_DIR) and name.endswith("_config.json"):
-                _check_payloads(path, json.loads(read(name)), constants.CONSTANTS_DIR, read, constants)
-            elif name.startswith("data/") and name.endswith(".pt"):  # example inputs, the old layout's weights
-                _check_pickle(path, name, read(name))
-            elif name.startswith(constants.MODELS_DIR) and name.endswith(".json"):
-                _check_expressions(path, json.loads(read(name)))
+    data, name = _read(source, name)
+    members = _members(data, name)
+    program = _json(name, "models/model.json", members["models/model.json"])
+    import_output_modules(program)
+    register_cache_pytree_nodes()  # after the imports: a modeling module may define a cache class
+    if fault := program_fault(program):
+        _refuse(name, f"its models/model.json: {fault}")
+    for folder, prefix in _NUMBERED.items():
+        member = f"{folder}model_{'weights' if prefix == 'weight_' else 'constants'}_config.json"
+        config = _json(name, member, members[member])
+        if fault := payload_config_fault(config):
+            _refuse(name, f"its {member}: {fault}")
+        _check_payloads(name, config, folder, prefix, members)
+    _check_example_inputs(name, members["data/sample_inputs/model.pt"], program)
 
 
-def _check_payloads(path: Any, config: dict, folder: str, read: Any, constants: Any) -> None:
-    """Refuse the weights or constants of `config` (a payload config) that are not plain tensors
-    or pickles of them."""
-    for fqn, payload in config.get("config", {}).items():
-        name = payload.get("path_name", "")
-        if name.startswith((constants.CUSTOM_OBJ_FILENAME_PREFIX, constants.OPAQUE_OBJ_FILENAME_PREFIX)):
-            _refuse(path, f"its constant {fqn} is a pickled Python or TorchScript object ({name}), which "
-                          "torch.export.load unpickles without the weights-only check", "do not load it")
-        if payload.get("use_pickle"):
-            _check_pickle(path, folder + name, read(folder + name))
+def _json(name: str, member: str, data: bytes | None) -> Any:
+    try:
+        return json.loads(data or b"")
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        _refuse(name, f"its {member} is not JSON ({str(error)[:120]})")
 
 
-def _check_pickle(path: Any, name: str, data: bytes) -> None:
-    """Refuse `data` (a `torch.save` pickle) unless `torch.load(weights_only=True)` takes it."""
+def _read(source: str | Path | bytes, name: str | None) -> tuple[bytes, str]:
+    if isinstance(source, bytes):
+        return source, name or "the .pt2"
+    return Path(source).read_bytes(), name or Path(source).name
+
+
+def _members(data: bytes, name: str) -> dict[str, bytes | None]:
+    """`{member: bytes}` for every member of the archive `data` (None for the tensor payloads, which
+    are not read), read through torch's reader, once each name is one hfexport writes."""
+    from torch.export.pt2_archive import PT2ArchiveReader  # torch.export.load's reader, read from torch 2.13
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            full_names = [item.filename for item in archive.infolist()]
+    except zipfile.BadZipFile as error:
+        _refuse(name, f"it is not a zip archive ({error})")
+    root = full_names[0].partition("/")[0] if full_names else ""
+    if not _ROOT.fullmatch(root):
+        _refuse(name, f"its first member {full_names[0] if full_names else None!r} is not in a root folder")
+    names = []
+    for full in full_names:
+        folder, slash, member = full.partition("/")
+        if folder != root or not slash:
+            _refuse(name, f"its member {full!r} is outside the archive's root folder {root}/")
+        names.append(member)
+    folded: dict[str, str] = {}
+    for member in names:
+        if member.lower() in folded:
+            _refuse(name, f"its members {folded[member.lower()]!r} and {member!r} are one name to torch's reader, "
+                          "which ignores case")
+        folded[member.lower()] = member
+    for member in names:
+        if not _is_allowed(member):
+            _refuse(name, f"its member {member!r} is not one that torch.export.save writes for an hfexport program")
+    missing = [member for member in _MEMBERS if member not in names]
+    if missing:
+        _refuse(name, f"it has no {missing[0]!r}: it is not a .pt2 that torch.export.save wrote")
+    try:
+        reader = PT2ArchiveReader(io.BytesIO(data))
+        listed = reader.get_file_names()
+        members = {m: None if _numbered(m) else reader.read_bytes(m) for m in names}
+    except Exception as error:  # noqa: BLE001 (whatever torch's reader refuses, it says why)
+        _refuse(name, f"torch's reader refuses it ({str(error).splitlines()[0][:200]})")
+    if sorted(listed) != sorted(names):
+        _refuse(name, "torch's reader and Python's zipfile do not find the same members in it")
+    for member, text in _MEMBERS.items():
+        if text is not None and not text.fullmatch(members[member].decode("ascii", errors="replace")):
+            _refuse(name, f"its {member} holds {members[member][:40]!r}, not what torch.export.save writes there")
+    return members
+
+
+def _numbered(member: str) -> bool:
+    folder, _, file = member.rpartition("/")
+    prefix = _NUMBERED.get(folder + "/")
+    return prefix is not None and file.startswith(prefix) and bool(_INDEX.fullmatch(file[len(prefix):]))
+
+
+def _is_allowed(member: str) -> bool:
+    """Whether `member` is exactly (case included) a name `torch.export.save` writes for one program."""
+    return member in _MEMBERS or _numbered(member)
+
+
+def _check_payloads(name: str, config: Any, folder: str, prefix: str, members: dict[str, bytes | None]) -> None:
+    """Refuse a payload config (weights or constants) unless every entry is a raw tensor in a listed
+    `folder/prefix<N>` member, not pickled, and every such member is one an entry names."""
+    entries = config.get("config") if isinstance(config, dict) else None
+    if not isinstance(entries, dict):
+        _refuse(name, f"its {folder}model_*_config.json is not a payload config")
+    named = set()
+    for fqn, payload in entries.items():
+        path = payload.get("path_name") if isinstance(payload, dict) else None
+        if not (isinstance(path, str) and _numbered(folder + path) and path.startswith(prefix)
+                and folder + path in members):
+            _refuse(name, f"its {fqn!r} is stored as {str(path)[:80]!r}, not a raw tensor {folder}{prefix}N of the "
+                          "archive (a pickled object, a script or opaque constant?)")
+        if payload.get("use_pickle") is not False:
+            _refuse(name, f"its {fqn!r} ({folder}{path}) is marked use_pickle, which torch.export.load unpickles "
+                          "without the weights-only check")
+        named.add(folder + path)
+    unnamed = sorted(m for m in members if m.startswith(folder) and _numbered(m) and m not in named)
+    if unnamed:
+        _refuse(name, f"its member {unnamed[0]!r} is named by no entry of its payload config")
+
+
+def _check_example_inputs(name: str, data: bytes | None, program: Any) -> None:
+    """Refuse example inputs (a `torch.save` pickle) unless `torch.load(weights_only=True)` takes
+    them and they nest exactly as the program's own (checked) input spec says.
+
+    # NOTE: torch 2.13 writes the paths of the example inputs' leaves into the source of the guard
+    # function `ExportedProgram.module()` execs (`_unlift.py` `_convert_guards_code_to_fn`, a
+    # path's first key unquoted): a weights-only pickle of a cache whose attribute is named
+    # `" + <code> + "` ran that code on the program's first call. With the structure of the checked
+    # in_spec, every key is one `program_json.py` accepted.
+    """
     if not data:  # a program saved without example inputs: torch reads none
         return
+    member = "data/sample_inputs/model.pt"
     try:
-        torch.load(io.BytesIO(data), weights_only=True)
+        inputs = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as error:  # noqa: BLE001 (any refusal of the weights-only unpickler)
         reason = str(error).splitlines()
         found = next((line for line in reason if "GLOBAL" in line), reason[0] if reason else type(error).__name__)
-        _refuse(path, f"its {name} is a pickle that needs more than the weights-only unpickler allows "
-                      f"({found.strip()}); torch.export.load would unpickle it without that check",
+        _refuse(name, f"its {member} is a pickle that needs more than the weights-only unpickler allows "
+                      f"({found.strip()[:200]}); torch.export.load would unpickle it without that check",
                 "if you trust the file and the classes it names are plain data, allow them with "
                 "torch.serialization.add_safe_globals before loading; otherwise do not load it")
-
-
-def _check_expressions(path: Any, tree: Any) -> None:
-    """Refuse every `expr_str` in `tree` (a model's JSON) that is not sympy's printed arithmetic."""
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            if key == "expr_str" and isinstance(value, str):
-                if not _is_sympy_arithmetic(value):
-                    _refuse(path, f"a symbolic size's expression {value[:120]!r} is not sympy arithmetic on sizes; "
-                                  "torch.export.load would evaluate it as Python (sympy.sympify)", "do not load it")
-            else:
-                _check_expressions(path, value)
-    elif isinstance(tree, list):
-        for value in tree:
-            _check_expressions(path, value)
-
-
-#: The syntax allowed around calls, names and numbers: arithmetic, comparisons, logic.
-_ARITHMETIC = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.operator, ast.unaryop, ast.cmpop,
-               ast.boolop, ast.Load)
-
-
-def _is_sympy_arithmetic(text: str) -> bool:
-    """Whether `text` is made only of calls of sympy expression classes (`Mul(Integer(2), Symbol('s0',
-    positive=True))`), numbers, size symbols and arithmetic: what `sympify` evaluates without
-    reaching anything but sympy's own constructors."""
+    entries = program["graph_module"]["module_call_graph"]
+    signature = entries[0].get("signature") if entries else None
     try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError:
-        return False
-    names = set()  # the strings allowed: a symbol's name, a float's digits
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
-            first = node.args[0]
-            pattern = _SYMBOL if node.func.id in ("Symbol", "Dummy") else _FLOAT if node.func.id == "Float" else None
-            is_string = isinstance(first, ast.Constant) and isinstance(first.value, str)
-            if pattern and is_string and pattern.fullmatch(first.value):
-                names.add(id(first))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            if not (isinstance(node.func, ast.Name) and _is_sympy_class(node.func.id)):
-                return False
-        elif isinstance(node, ast.keyword):
-            if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, (bool, int))):
-                return False
-        elif isinstance(node, ast.Name):
-            if not (_SYMBOL.fullmatch(node.id) or _is_sympy_class(node.id) or _is_sympy_constant(node.id)):
-                return False
-        elif isinstance(node, ast.Constant):
-            if not (isinstance(node.value, (bool, int, float)) or id(node) in names):
-                return False
-        elif not isinstance(node, _ARITHMETIC):
-            return False
-    return True
+        matches = signature is not None and pytree.tree_structure(inputs) == pytree.treespec_loads(
+            signature["in_spec"])
+    except Exception:  # noqa: BLE001 (inputs that do not even flatten do not match)
+        matches = False
+    if not matches:
+        _refuse(name, f"its {member} does not nest as the program's inputs do (its in_spec); torch writes the "
+                      "paths of its leaves into the guard code the loaded program runs")
 
 
-def _sympy_namespace(name: str) -> Any:
-    """What `name` is where `sympify` evaluates (sympy's namespace, torch's size functions)."""
-    import sympy
-    import torch.utils._sympy.functions as size_functions
-
-    return getattr(size_functions, name, None) or getattr(sympy, name, None)
-
-
-def _is_sympy_class(name: str) -> bool:
-    import sympy
-
-    found = _sympy_namespace(name)
-    return not name.startswith("_") and isinstance(found, type) and issubclass(found, sympy.Basic)
-
-
-def _is_sympy_constant(name: str) -> bool:
-    import sympy
-
-    return not name.startswith("_") and isinstance(_sympy_namespace(name), sympy.Basic)
-
-
-def _refuse(path: Any, why: str, remedy: str) -> None:
-    raise RuntimeLoadError(f"refused to load {Path(path).name}: {why}", remedy=remedy)
+def _refuse(name: str, why: str, remedy: str = _DO_NOT_LOAD) -> NoReturn:
+    raise RuntimeLoadError(f"refused to load {name}: {why}".replace("\n", " "), remedy=remedy)

@@ -3,9 +3,7 @@ transformers program needs to come back (its cache and output classes as pytree 
 
 from __future__ import annotations
 
-import importlib
-import re
-import zipfile
+import io
 from pathlib import Path
 from typing import Any
 
@@ -41,41 +39,18 @@ def write_program(program: torch.export.ExportedProgram, path: Path) -> Path:
     return path
 
 
-def _import_output_modules(path: Path) -> None:
-    """Import the transformers modules whose classes a saved program's tree specs name.
+def read_program(source: Path | bytes, *, name: str | None = None) -> torch.export.ExportedProgram:
+    """Load the program `write_program` wrote, from its bytes or its path (read once), after
+    `check_archive` found in those very bytes nothing but what hfexport writes (`RuntimeLoadError`
+    otherwise, naming the member and why).
 
-    # NOTE: transformers registers each `ModelOutput` class as a pytree node when its module is
-    # imported; `torch.export.load` of a program returning e.g. `LlavaCausalLMOutputWithPast`, in a
-    # process that has not imported `modeling_llava`, fails with a generic "error when
-    # deserializing" (the real NotImplementedError is only logged).
+    Args:
+        source: the `.pt2`'s bytes (e.g. read once and checked against a folder's manifest), or
+            its path.
+        name: what to call the file in a refusal (default: the path's name, or "the .pt2").
     """
-    modules: set[str] = set()
-    with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            if name.endswith(".json"):
-                text = archive.read(name).decode("utf-8", errors="ignore")
-                modules.update(re.findall(r"(transformers(?:\.[a-z_0-9]+)+)\.[A-Z]\w*", text))
-    for module in sorted(modules):
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            continue
-    # A program's pickled `example_inputs` may hold a ModelOutput (an encoder-decoder's
-    # `encoder_outputs`); let the weights-only unpickler rebuild those plain containers.
-    from transformers.utils import ModelOutput
-
-    from ...capture.pytree import _all_subclasses
-
-    torch.serialization.add_safe_globals([ModelOutput, *_all_subclasses(ModelOutput)])
-
-
-def read_program(path: Path) -> torch.export.ExportedProgram:
-    """Load the program `write_program` wrote (cache classes and output modules registered first),
-    after `check_archive` found nothing in it that loading would run (`RuntimeLoadError` if it did)."""
-    from ...capture.pytree import register_cache_pytree_nodes
     from .archive import check_archive
 
-    register_cache_pytree_nodes()  # so the program's cache inputs unflatten (and load weights-only)
-    _import_output_modules(path)
-    check_archive(path)  # after the registrations: the classes they allow load weights-only
-    return torch.export.load(path)
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    check_archive(data, name=name or (None if isinstance(source, bytes) else Path(source).name))
+    return torch.export.load(io.BytesIO(data))
