@@ -100,6 +100,15 @@ class RuntimeLoadError(ExportError):
     step = "run"
 
 
+class RefusedFileError(RuntimeLoadError):
+    """A file from an export folder holds what hfexport never writes (a `.pt2` member, expression,
+    tree spec or class outside the allowlists of `backends/dynamo/archive.py` and
+    `capture/pytree.py`): refused before its runtime loads it, as a damaged folder is (the CLI
+    exits 2)."""
+
+    step = "open"
+
+
 class ValidationError(ExportError):
     """The artifact's outputs differ from eager PyTorch beyond the tolerance."""
 

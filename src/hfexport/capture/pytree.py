@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ..errors import RuntimeLoadError
+from ..errors import RefusedFileError
 
 __all__ = ["register_pytree_node", "register_cache_pytree_nodes", "leaf_names", "flatten_with_names"]
 
@@ -257,7 +257,7 @@ def _table_class(path: Any) -> type:
     """
     found = _class_table().get(path) if isinstance(path, str) else None
     if found is None:
-        raise RuntimeLoadError(
+        raise RefusedFileError(
             f"the saved program's tree spec names the class {str(path)[:200]!r}, which is not a cache class "
             "registered with register_pytree_node nor a transformers cache layer class; nothing was imported",
             remedy="if you trust the file and its cache class is your own, import it and register it with "
@@ -289,8 +289,8 @@ _DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:[0-9]+)?")
 _ATTRIBUTE = re.compile(r"(?!__)[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _refuse_context(why: str) -> RuntimeLoadError:
-    return RuntimeLoadError(f"the saved program's tree spec has a cache context that {why}; hfexport writes "
+def _refuse_context(why: str) -> RefusedFileError:
+    return RefusedFileError(f"the saved program's tree spec has a cache context that {why}; hfexport writes "
                             "none such", remedy="load only a .pt2 hfexport wrote; otherwise do not load it")
 
 
@@ -374,7 +374,7 @@ def _to_dumpable_context(context: tuple) -> str:
 
 def _from_dumpable_context(dumped: str) -> tuple:
     """The context `_to_dumpable_context` wrote, checked (`_checked_context`) before anything is
-    built from it: `RuntimeLoadError` otherwise."""
+    built from it: `RefusedFileError` otherwise."""
     try:
         loaded = json.loads(dumped)
     except (TypeError, ValueError):

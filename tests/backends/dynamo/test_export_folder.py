@@ -116,9 +116,10 @@ def test_a_tampered_program_is_refused_by_generation_runner_load(export_folder, 
 @pytest.mark.parametrize("attack", ["upper-case-program", "upper-case-example-inputs", "guard", "file-closer"])
 def test_a_tampered_program_is_refused_by_hfexport_generate(export_folder, tmp_path, capsys, attack):
     folder, marker = _tampered(export_folder, tmp_path, attack)
-    assert main(["generate", str(folder), "--prompt-ids", "1,2,3"]) == 1  # RuntimeLoadError: exit 1
+    capsys.readouterr()
+    assert main(["generate", str(folder), "--prompt-ids", "1,2,3"]) == 2  # a refused folder, as a damaged one
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines[-1].startswith("hfexport: error: [run] refused to load decode.pt2: ")
+    assert len(lines) == 1 and lines[-1].startswith("hfexport: error: [open] refused to load decode.pt2: ")
     assert ATTACKS[attack][1].split(".*")[0] in lines[-1] and "What to do: " in lines[-1]
     assert _untouched(attack, marker)
 
@@ -128,7 +129,7 @@ def test_a_fresh_process_refuses_the_upper_case_program(export_folder, tmp_path)
     folder, marker = _tampered(export_folder, tmp_path, "upper-case-program")
     done = subprocess.run([sys.executable, "-m", "hfexport", "generate", str(folder), "--prompt-ids", "1,2,3"],
                           capture_output=True, text=True, timeout=600)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("hfexport: error: [run] refused to load decode.pt2: its member 'models/model.JSON'")
+    assert last.startswith("hfexport: error: [open] refused to load decode.pt2: its member 'models/model.JSON'")
     assert not marker.exists()

@@ -39,7 +39,7 @@ from typing import Any, NoReturn
 import torch
 import torch.utils._pytree as pytree
 
-from ...errors import RuntimeLoadError
+from ...errors import RefusedFileError
 from .program_json import payload_config_fault, program_fault
 from .tree_specs import import_output_modules
 
@@ -67,7 +67,7 @@ _DO_NOT_LOAD = "load only a .pt2 that hfexport wrote, or export the model again;
 
 
 def check_archive(source: str | Path | bytes, *, name: str | None = None) -> None:
-    """Refuse (`RuntimeLoadError`) a `.pt2` that holds anything but what hfexport writes, before
+    """Refuse (`RefusedFileError`, a `RuntimeLoadError`) a `.pt2` that holds anything but what hfexport writes, before
     `torch.export.load` opens it: see this module's note for what is checked and why.
 
     Args:
@@ -218,4 +218,4 @@ def _check_example_inputs(name: str, data: bytes | None, program: Any) -> None:
 
 
 def _refuse(name: str, why: str, remedy: str = _DO_NOT_LOAD) -> NoReturn:
-    raise RuntimeLoadError(f"refused to load {name}: {why}".replace("\n", " "), remedy=remedy)
+    raise RefusedFileError(f"refused to load {name}: {why}".replace("\n", " "), remedy=remedy)

@@ -38,4 +38,4 @@ class DynamoExporter(HfExporter):
         return [write_program(artifact, stem.with_suffix(".pt2"))]
 
     def _load(self, files: list[FileBytes]) -> torch.export.ExportedProgram:
-        return read_program(files[0].path)  # TODO(h-pt2): the bytes read
+        return read_program(files[0].data, name=files[0].name)  # the bytes checked are the bytes loaded
