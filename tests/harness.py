@@ -4,6 +4,7 @@ and the tiers' helpers: skip without a backend's extra, xfail a known failure.""
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -131,3 +132,16 @@ def both_llm_runners(folder, prompt: str, ids: list[int], new_tokens: int) -> di
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-2000:]
     return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def files_kept(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under `folder` with its bytes and mode: what a refusal must keep."""
+    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mode)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def output_refusal(capsys) -> str:
+    """The one line a command printed refusing an output path (`[output]`)."""
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("hfexport: error: [output] "), err
+    return err

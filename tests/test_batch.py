@@ -14,6 +14,7 @@ from hfexport.batch import BatchItem, name_problem, read_model_list, run_batch
 from hfexport.errors import OutputFolderError
 from hfexport.executors import LocalExecutor, RayExecutor
 from tests.processes import KillOnce, local_ray  # noqa: F401 - local_ray is a fixture
+from tests.harness import files_kept, output_refusal
 
 TWO = "# two presets, one a line\ntiny:bert\n\ntiny:llama  # a decoder\n"
 
@@ -64,7 +65,7 @@ def test_a_name_that_is_not_one_plain_folder_is_refused_with_the_rule(tmp_path, 
 
 
 @pytest.mark.parametrize("name", ["llama-gen", "llama_gen.v2", "Llama3", "modèle"])
-def test_a_plain_folder_name_is_kept(name):
+def test_a_plain_folder_name_isfiles_kept(name):
     assert BatchItem("tiny:llama", name=name).slug == name
 
 
@@ -173,31 +174,19 @@ def test_the_summaries_get_the_users_umask_not_a_private_mode(tmp_path, exports_
         assert (tmp_path / "out" / name).stat().st_mode & 0o777 == 0o644, name  # others may read them
 
 
-def _kept(folder: Path) -> dict[str, tuple[bytes, int]]:
-    """Every file under `folder` with its bytes and mode: what a refusal must keep."""
-    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mode)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _refusal(capsys) -> str:
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("hfexport: error: [output] "), err
-    return err
-
-
 def test_a_batch_into_a_folder_of_the_users_files_is_refused_before_any_work(tmp_path, monkeypatch, capsys,
                                                                             exports_run):
     (tmp_path / "models.txt").write_text("tiny:llama\n")
     (tmp_path / "summary.md").write_text("# my summary of the week\n")
     (tmp_path / "summary.md").chmod(0o640)
     monkeypatch.chdir(tmp_path)
-    before = _kept(tmp_path)
+    before = files_kept(tmp_path)
     assert _export_many("models.txt", ".") == 2
-    err = _refusal(capsys)
+    err = output_refusal(capsys)
     assert (f"{tmp_path} holds files that are not an hfexport batch (models.txt, summary.md; no summary.json): a "
             f"batch is written into a folder of its own What to do: name a new folder for the batch (e.g. -o "
             f"{tmp_path / 'batch'})") in err
-    assert _kept(tmp_path) == before and exports_run == []
+    assert files_kept(tmp_path) == before and exports_run == []
 
 
 def test_a_resumed_batch_replaces_its_own_summary_page_and_refuses_one_it_did_not_write(tmp_path, capsys,
@@ -211,12 +200,12 @@ def test_a_resumed_batch_replaces_its_own_summary_page_and_refuses_one_it_did_no
     assert (out / "summary.md").stat().st_mode & 0o777 == 0o640
     capsys.readouterr()
     (out / "summary.md").write_text("# my notes on these exports\n")
-    before = _kept(tmp_path)
+    before = files_kept(tmp_path)
     assert _export_many(tmp_path / "models.txt", out, "--resume") == 2
     assert (f"{out} holds an earlier hfexport batch and files it did not write (summary.md; summary.md is not the "
             f"page that batch wrote); hfexport never replaces files it did not write What to do: move those files "
-            f"out of {out}, or name a new folder for the batch (e.g. -o {tmp_path / 'out-2'})") in _refusal(capsys)
-    assert _kept(tmp_path) == before and exports_run == ["tiny-llama/dynamo"]  # the first run's only
+            f"out of {out}, or name a new folder for the batch (e.g. -o {tmp_path / 'out-2'})") in output_refusal(capsys)
+    assert files_kept(tmp_path) == before and exports_run == ["tiny-llama/dynamo"]  # the first run's only
 
 
 @pytest.mark.parametrize(("content", "why"), [
@@ -229,11 +218,11 @@ def test_a_summary_json_that_is_not_a_batchs_is_refused(tmp_path, capsys, export
     (tmp_path / "models.txt").write_text("tiny:llama\n")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "summary.json").write_text(content)
-    before = _kept(tmp_path)
+    before = files_kept(tmp_path)
     assert _export_many(tmp_path / "models.txt", tmp_path / "out", "--resume") == 2
-    err = _refusal(capsys)
+    err = output_refusal(capsys)
     assert f"{tmp_path / 'out' / 'summary.json'} is not an hfexport batch's summary (" in err and why in err
-    assert _kept(tmp_path) == before and exports_run == []
+    assert files_kept(tmp_path) == before and exports_run == []
 
 
 def test_an_earlier_batch_holding_a_users_file_is_refused(tmp_path, capsys, exports_run):
@@ -241,7 +230,7 @@ def test_an_earlier_batch_holding_a_users_file_is_refused(tmp_path, capsys, expo
     assert _export_many(tmp_path / "models.txt", tmp_path / "out") == 0
     (tmp_path / "out" / "tiny-llama" / "notes.md").write_text("mine")
     capsys.readouterr()
-    before = _kept(tmp_path)
+    before = files_kept(tmp_path)
     assert _export_many(tmp_path / "models.txt", tmp_path / "out", "--resume") == 2
-    assert "files it did not write (tiny-llama/notes.md)" in _refusal(capsys)
-    assert _kept(tmp_path) == before
+    assert "files it did not write (tiny-llama/notes.md)" in output_refusal(capsys)
+    assert files_kept(tmp_path) == before

@@ -14,6 +14,7 @@ import pytest
 
 from hfexport.coverage import (KNOWN_FAILURES, CaseResult, KnownFailure, load_results, merge_results, render_markdown,
                                run_case, save_results)
+from tests.harness import files_kept, output_refusal
 
 #: One case per kind the panel adds beyond the per-backend tests: a family each, a backend each.
 SUBSET = [
@@ -138,18 +139,6 @@ def _coverage(page, *more: str) -> int:
     return main(["coverage", "--only", "bert", "--backends", "dynamo", "--modes", "export", "-o", str(page), *more])
 
 
-def _kept(folder: Path) -> dict[str, tuple[bytes, int]]:
-    """Every file under `folder` with its bytes and mode: what a refusal must keep."""
-    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mode)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _refusal(capsys) -> str:
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and err.startswith("hfexport: error: [output] "), err
-    return err
-
-
 def test_the_repos_own_page_is_regenerated_in_place_keeping_its_mode(tmp_path, cases_run, capsys):
     for name in ("coverage.md", "coverage.json"):
         shutil.copy(DOCS / name, tmp_path / name)
@@ -178,27 +167,27 @@ def test_a_page_hfexport_did_not_write_is_refused_before_any_case(tmp_path, caps
     page = tmp_path / "coverage.md"
     page.write_text(content)
     page.chmod(0o640)
-    before = _kept(tmp_path)
+    before = files_kept(tmp_path)
     assert _coverage(page) == 2
-    err = _refusal(capsys)
+    err = output_refusal(capsys)
     assert f"{page} is not a coverage page hfexport wrote" in err and "never replaces a file it did not write" in err
     assert f"What to do: name another page (-o {tmp_path / 'coverage-coverage.md'}), or move {page} away" in err
-    assert _kept(tmp_path) == before and cases_run == []
+    assert files_kept(tmp_path) == before and cases_run == []
 
 
 @pytest.mark.parametrize("content", ["{}", "my notes", '{"runs": ["mine"], "results": [{"arch": "bert"}]}'])
 def test_a_json_beside_the_page_that_hfexport_did_not_write_is_refused(tmp_path, capsys, cases_run, content):
     (tmp_path / "notes.json").write_text(content)
     (tmp_path / "notes.json").chmod(0o640)
-    before = _kept(tmp_path)
+    before = files_kept(tmp_path)
     assert _coverage(tmp_path / "notes.md", "--merge") == 2
-    err = _refusal(capsys)
+    err = output_refusal(capsys)
     assert f"{tmp_path / 'notes.json'}, where the page's results go, is not the results JSON of hfexport coverage (" \
            in err and f"or move {tmp_path / 'notes.json'} away" in err
-    assert _kept(tmp_path) == before and cases_run == []
+    assert files_kept(tmp_path) == before and cases_run == []
 
 
 def test_a_page_named_as_its_own_json_is_refused(tmp_path, capsys, cases_run):
     assert _coverage(tmp_path / "coverage.json") == 2
-    assert f"What to do: name the page's Markdown file (-o {tmp_path / 'coverage.md'})" in _refusal(capsys)
+    assert f"What to do: name the page's Markdown file (-o {tmp_path / 'coverage.md'})" in output_refusal(capsys)
     assert list(tmp_path.iterdir()) == [] and cases_run == []
