@@ -92,9 +92,16 @@ def engine_refusal_as_usage() -> Iterator[None]:
         raise UsageError(str(error).replace("\n", " ").removeprefix("[run] ")) from None
 
 
-def engine_line(result) -> str:
-    """What generated `result`: the runtime's engine, or hfexport's loop and why."""
-    return result.engine + (f": {result.engine_reason}" if result.engine_reason else "")
+def ran_on(runner, result) -> str:
+    """The format, and what generated `result` where the folder has a runtime's engine: the
+    engine, or hfexport's loop and why (a folder without one says nothing more)."""
+    from ..generation.engine import HFEXPORT
+
+    if result.engine != HFEXPORT:
+        return f"{runner.export.format} ({result.engine})"
+    if runner.engine is not None:
+        return f"{runner.export.format} (hfexport's loop: {result.engine_reason})"
+    return runner.export.format
 
 
 def run(args) -> int:
@@ -129,7 +136,7 @@ def run(args) -> int:
         print(f"text:   {result.text}")
         if args.ids:
             print(f"tokens: {ids}")
-    print(f"{runner.export.format} ({engine_line(result)}): time to first token "
+    print(f"{ran_on(runner, result)}: time to first token "
           f"{result.time_to_first_token_s * 1000:.1f} ms, {result.tokens_per_s:.1f} tokens/s over "
           f"{max(len(result.tokens) - 1, 0)} decode steps")
     return 0

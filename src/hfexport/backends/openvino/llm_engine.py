@@ -1,10 +1,13 @@
 """OpenVINO GenAI's `LLMPipeline` driving `hfexport generate` and `chat` on an `LLMPipeline` folder
 (`generation/engine.py`).
 
-# NOTE: what the pipeline is given. `LLMPipeline(model_xml, weights, tokenizer, device, config,
-# **properties)` (openvino-genai 2026.4) takes the model and the tokenizer from memory, so it is
-# given the checked bytes of `openvino_model.xml/.bin` and of the converted tokenizer's four files,
-# and opens no file of the folder. Its properties are the precisions the export recorded (the
+# NOTE: what the pipeline is given. Its model is the `decode` component that the folder's load
+# read from the checked bytes (`artifact.read_openvino`), serialized into a private folder that
+# `LLMPipeline(folder, tokenizer, device, **properties)` reads: the folder's `openvino_model.xml/
+# .bin` are not read a second time (a file swapped after the load's check is never run, nor
+# refused half-way), and `LLMPipeline(model_xml, weights, ...)` from memory would want the bytes
+# the load let go of. The tokenizer's four files, which nothing else reads, are read once here and
+# given from memory (`Tokenizer(xml, weights, ...)`). Its properties are the precisions the export recorded (the
 # manifest's `openvino_genai.properties`), `$HFEXPORT_OV_COMPILE_CONFIG` (as the runner's own
 # compiles), and `ATTENTION_BACKEND="SDPA"`: the stateful model as the folder writes it, whose
 # chat keeps its state between turns and cuts it back to the tokens it shares with the next turn
@@ -20,7 +23,9 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from ...generation.engine import EngineRequest
@@ -37,7 +42,7 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
             openvino-genai is not installed.
     """
     from ...llm_package import RunnerUnavailable
-    from .genai import GENAI_ENTRY
+    from .genai import GENAI_ENTRY, GENAI_MODEL
     from .runner import compile_properties
 
     entry = export.manifest.get(GENAI_ENTRY) or {}
@@ -60,10 +65,11 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
 
     tokenizer = openvino_genai.Tokenizer(*model("openvino_tokenizer.xml"), *model("openvino_detokenizer.xml"))
     properties = {**entry.get("properties", {}), "ATTENTION_BACKEND": "SDPA", **compile_properties()}
-    pipe = openvino_genai.LLMPipeline(*model(entry["model"]), tokenizer, "CPU", openvino_genai.GenerationConfig(),
-                                      **properties)
-    record = export.components["decode"].record
-    bound = (record.details.get("state") or {}).get("max_cache_len")
+    decode = export.components["decode"]
+    with tempfile.TemporaryDirectory(prefix="hfexport-llm-pipeline-") as private:
+        ov.serialize(decode.artifact, str(Path(private) / f"{GENAI_MODEL}.xml"), str(Path(private) / f"{GENAI_MODEL}.bin"))
+        pipe = openvino_genai.LLMPipeline(private, tokenizer, "CPU", **properties)
+    bound = (decode.record.details.get("state") or {}).get("max_cache_len")
     return LlmPipelineEngine(openvino_genai, pipe, bound)
 
 
