@@ -25,9 +25,9 @@ GenerationRunner.load("out/llama", engine="hfexport")    # hfexport's own loop (
 # says where the cache ends.
 #
 # Trust (docs/trust.md): every engine opens files by path, so each is given a private folder of
-# the checked bytes (links to the private copies the component's load already made, or files
-# written from the checked bytes), never the export folder; OpenVINO GenAI takes the model and
-# its tokenizer from memory.
+# the checked bytes (links to the private copies the component's load already made, files written
+# from the checked bytes, the model the load read serialized again), never the export folder;
+# OpenVINO GenAI takes its tokenizer from memory.
 """
 
 from __future__ import annotations
