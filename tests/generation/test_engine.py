@@ -68,14 +68,14 @@ def test_what_the_engine_cannot_run_falls_back_and_says_why_or_is_refused(llm_pa
     assert main(["generate", str(package.folder), "--prompt-ids", "1,2", "--do-sample", "--engine", "runtime"]) == 2
     assert "sampling" in capsys.readouterr().err
 
-    # a minimum of new tokens: onnxruntime-genai and LLMPipeline mask the stop tokens as generate() does;
-    # TextLLMRunner has no such mask, so hfexport's loop runs it
+    # a minimum of new tokens: LLMPipeline masks the stop tokens as generate() does; onnxruntime-genai
+    # (its model's own end tokens only) and TextLLMRunner (none) cannot, so hfexport's loop runs it
     least = _generate(capsys, package.folder, ids, "--min-new-tokens", str(NEW_TOKENS))
     assert least["tokens"] == package.eager(NEW_TOKENS)
-    if runtime == "executorch":
-        assert least["engine"] == "hfexport" and "min_new_tokens" in least["engine_reason"], least
-    else:
+    if runtime == "openvino":
         assert least["engine"].startswith(ENGINES[runtime]), least
+    else:
+        assert least["engine"] == "hfexport" and "min_new_tokens" in least["engine_reason"], least
     # more tokens than the engine's cache holds: hfexport's loop, which says where the cache ends
     long = _generate(capsys, package.folder, ids, "--max-new-tokens", str(LLM_CACHE + 1 - len(ids)))
     assert long["engine"] == "hfexport" and "cache" in long["engine_reason"], long
@@ -83,9 +83,8 @@ def test_what_the_engine_cannot_run_falls_back_and_says_why_or_is_refused(llm_pa
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_engine_runs_a_private_copy_not_the_folder(llm_package, capsys, tmp_path, runtime):
-    """Once open, the folder's files are never read again: damaged after `load`, the engine (on a
-    stop token it had not made a model for, onnxruntime-genai's per-request `og.Model`) still
-    gives eager's tokens."""
+    """Once open, the folder's files are never read again: damaged after `load`, the engine still
+    gives eager's tokens (stopping at a token of the request's, not the model's)."""
     from hfexport import GenerationRunner
 
     package = llm_package("llama", runtime)

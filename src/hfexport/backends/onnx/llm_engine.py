@@ -10,10 +10,13 @@ folder (`generation/engine.py`).
 # (0.18) would hand the decoder from memory, but ONNX Runtime copies weights given from memory
 # beside the bytes held (docs/trust.md), and the config still comes from a folder.
 #
-# The stop tokens are the engine's `model.eos_token_id`, set per request through `og.Config.overlay`
-# on one `og.Model` per set of stop tokens (0.18 takes no end token in its search options; an empty
-# list never stops): its `min_length` masks exactly those, as `generate()`'s `min_new_tokens` masks
-# its end tokens (checked token for token against the loop). The decoder's thread count is
+# The stop tokens are checked here, between two `generate_next_token` calls (a set lookup), on the
+# one `og.Model` opened with `model.eos_token_id` set to none through `og.Config.overlay`: 0.18
+# takes no end token in its search options, and one model per set of stop tokens (a chat's differ
+# from a generation config's) would hold the weights once per set. Its `min_length` masks only the
+# config's end tokens, so a minimum of new tokens before a stop token runs hfexport's loop (a model
+# opened with the request's stop tokens gave `generate()`'s tokens, but at that price). The
+# decoder's thread count is
 # onnxruntime-genai's own unless `$HFEXPORT_ORT_SESSION_CONFIG` sets `intra_op_num_threads` or
 # `inter_op_num_threads` (what the runner's own sessions take).
 """
@@ -70,31 +73,26 @@ def open_genai_engine(export: Any) -> GenaiEngine:
 
 
 class GenaiEngine:
-    """`og.Model`s on a private folder, one per set of stop tokens (see the module note)."""
+    """One `og.Model` on a private folder, stopping at no token of its own (see the module note)."""
 
     def __init__(self, og: Any, folder: tempfile.TemporaryDirectory, source: Any, context_length: int):
+        from .session_options import session_config
+
         self.og = og
         self.name = f"onnxruntime-genai {og.__version__}"
         self.capacity = context_length
         self._folder = folder  # removed with the engine
         self._source = source  # the component's private copies the folder links to, kept alive
-        self._models: dict[tuple[int, ...], Any] = {}
-        self.model(())  # open it now: a folder the engine cannot load fails at `load`
-
-    def model(self, eos: tuple[int, ...]) -> Any:
-        """The `og.Model` stopping at `eos` (none: never)."""
-        key = tuple(sorted(set(eos)))
-        if key not in self._models:
-            from .session_options import session_config
-
-            config = self.og.Config(self._folder.name)
-            options = {k: v for k, v in session_config().items() if k in _THREAD_OPTIONS}
-            config.overlay(json.dumps({"model": {"eos_token_id": list(key),
-                                                 **({"decoder": {"session_options": options}} if options else {})}}))
-            self._models[key] = self.og.Model(config)
-        return self._models[key]
+        config = og.Config(folder.name)
+        options = {k: v for k, v in session_config().items() if k in _THREAD_OPTIONS}
+        config.overlay(json.dumps({"model": {"eos_token_id": [],
+                                             **({"decoder": {"session_options": options}} if options else {})}}))
+        self.model = og.Model(config)
 
     def refusal(self, request: EngineRequest) -> str | None:
+        if request.min_new_tokens and request.eos:
+            return ("onnxruntime-genai masks only its model's end tokens before min_length: a minimum of new tokens "
+                    "(min_new_tokens) runs hfexport's loop")
         return None
 
     def conversation(self, *, keep: bool) -> GenaiConversation:
@@ -109,15 +107,10 @@ class GenaiConversation:
         self.engine, self.keep = engine, keep
         self.fed: list[int] = []
         self._generator = None
-        self._eos: tuple[int, ...] | None = None
 
     def continuation(self, ids: list[int], request: EngineRequest) -> int | str:
         if self._generator is None:
             return 0
-        if tuple(sorted(set(request.eos))) != self._eos:
-            return "the turn stops at other tokens than the engine's generator was made for"
-        if request.min_new_tokens:
-            return "a minimum of new tokens is set when onnxruntime-genai's generator is made (min_length)"
         shared = 0
         for held, new in zip(self.fed, ids):
             if held != new:
@@ -130,12 +123,10 @@ class GenaiConversation:
 
         og = self.engine.og
         if self._generator is None:
-            model = self.engine.model(request.eos)
-            params = og.GeneratorParams(model)
+            params = og.GeneratorParams(self.engine.model)
             length = self.engine.capacity if self.keep else len(ids) + request.max_new_tokens
-            params.set_search_options(max_length=length, min_length=len(ids) + request.min_new_tokens,
-                                      do_sample=False)
-            self._generator, self._eos = og.Generator(model, params), tuple(sorted(set(request.eos)))
+            params.set_search_options(max_length=length, do_sample=False)
+            self._generator = og.Generator(self.engine.model, params)
         elif keep < self._generator.token_count():
             self._generator.rewind_to(keep)
         generator, eos = self._generator, frozenset(request.eos)
