@@ -21,7 +21,11 @@ tokenizer's, and the token the chat template closes an assistant turn with (`<|i
 # (`_State.rewind`) and only the rest is fed. A static cache is cut back by resetting its write
 # counters, a dynamic one by slicing its keys and values; a cache that cannot be cut back to a token
 # (a sliding window that has rolled over, a recurrent state) prefills the whole conversation again,
-# and `reprefill_reason` says why.
+# and `reprefill_reason` says why. On a runtime's LLM package the turns run on the runtime's own
+# engine (`engine.py`), whose conversation (`engine.EngineConversation`) keeps its cache the same
+# way where the engine can cut it back (onnxruntime-genai), or goes on only after what it holds
+# (`LLMPipeline`'s chat, `TextLLMRunner`) and else prefills again, saying why; a turn the engine
+# cannot run as asked runs hfexport's loop on a new state (and back).
 """
 
 from __future__ import annotations
