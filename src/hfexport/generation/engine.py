@@ -68,18 +68,22 @@ class EngineConversation(Protocol):
     Attributes:
         fed: the tokens whose keys and values the engine's cache holds, in order (the last
             generated token is never fed until the next turn feeds it).
+        first_token_at: when the last `generate` chose its first token (`time.perf_counter()`).
     """
 
     fed: list[int]
+    first_token_at: float | None
 
     def continuation(self, ids: list[int], request: EngineRequest) -> int | str:
         """How many of the first tokens of `ids` (the whole sequence of the next turn) the cache
         keeps for it (0: it starts over), or why this conversation cannot go on to `ids` (the
         caller starts a new one)."""
 
-    def generate(self, ids: list[int], keep: int, request: EngineRequest, on_token: Callable[[int], Any]) -> list[int]:
+    def generate(self, ids: list[int], keep: int, request: EngineRequest,
+                 on_token: Callable[[int], Any] | None) -> list[int]:
         """Feed `ids[keep:]` after the `keep` tokens kept (`continuation`), generate as `request`
-        asks, calling `on_token` with each new token as it comes; return the new tokens."""
+        asks, calling `on_token` with each new token as it comes (where given: a streamer's,
+        which may cost the engine a callback per token), and return the new tokens."""
 
 
 class LlmEngine(Protocol):
@@ -192,21 +196,18 @@ def run_on_engine(runner: Any, conversation: EngineConversation, ids: list[int],
     from .loop import GenerationResult
 
     start = time.perf_counter() if start is None else start
-    first_at: list[float] = []
+    on_token = None
     if streamer is not None:
         streamer.put(torch.tensor([ids]))
 
-    def on_token(token: int) -> None:
-        if not first_at:
-            first_at.append(time.perf_counter())
-        if streamer is not None:
+        def on_token(token: int) -> None:
             streamer.put(torch.tensor([token]))
 
     tokens = conversation.generate(ids, keep, request, on_token)
     if streamer is not None:
         streamer.end()
     end = time.perf_counter()
-    first = first_at[0] if first_at else end
+    first = conversation.first_token_at or end
     decoded = len(tokens) - 1
 
     def text(export=runner.export, tokens=tuple(tokens)) -> str | None:

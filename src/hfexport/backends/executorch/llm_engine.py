@@ -139,6 +139,7 @@ class TextLlmRunnerConversation:
     def __init__(self, engine: TextLlmRunnerEngine):
         self.engine = engine
         self.fed: list[int] = []
+        self.first_token_at: float | None = None
 
     def continuation(self, ids: list[int], request: EngineRequest) -> int | str:
         if self.engine._current is not self or not self.fed:
@@ -147,7 +148,10 @@ class TextLlmRunnerConversation:
             return "TextLLMRunner cannot cut its cache back to the tokens the conversation shares (only reset it)"
         return len(self.fed)
 
-    def generate(self, ids: list[int], keep: int, request: EngineRequest, on_token: Callable[[int], Any]) -> list[int]:
+    def generate(self, ids: list[int], keep: int, request: EngineRequest,
+                 on_token: Callable[[int], Any] | None) -> list[int]:
+        import time
+
         engine = self.engine
         if keep == 0:
             engine.runner.reset()
@@ -156,6 +160,7 @@ class TextLlmRunnerConversation:
         feed = ids[keep:]
         self.fed = ids[:keep]
         engine._current = None  # until the calls below end as planned
+        self.first_token_at = None
         while True:
             start = len(tokens)
 
@@ -163,7 +168,10 @@ class TextLlmRunnerConversation:
                 for char in piece:
                     token = ord(char) - engine._first
                     tokens.append(token)
-                    on_token(token)
+                    if self.first_token_at is None:
+                        self.first_token_at = time.perf_counter()
+                    if on_token is not None:
+                        on_token(token)
                     if token in stop:
                         if len(tokens) == start + 1:
                             raise _StopAtFirst()

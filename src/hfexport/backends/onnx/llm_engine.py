@@ -106,6 +106,7 @@ class GenaiConversation:
     def __init__(self, engine: GenaiEngine, keep: bool):
         self.engine, self.keep = engine, keep
         self.fed: list[int] = []
+        self.first_token_at: float | None = None
         self._generator = None
 
     def continuation(self, ids: list[int], request: EngineRequest) -> int | str:
@@ -118,7 +119,10 @@ class GenaiConversation:
             shared += 1
         return min(shared, len(ids) - 1) or "the conversation shares no tokens with the last one"
 
-    def generate(self, ids: list[int], keep: int, request: EngineRequest, on_token: Callable[[int], Any]) -> list[int]:
+    def generate(self, ids: list[int], keep: int, request: EngineRequest,
+                 on_token: Callable[[int], Any] | None) -> list[int]:
+        import time
+
         import numpy as np
 
         og = self.engine.og
@@ -133,12 +137,16 @@ class GenaiConversation:
         self.fed = ids[:keep]
         generator.append_tokens(np.array([ids[keep:]], dtype=np.int32))
         tokens: list[int] = []
+        self.first_token_at = None
         try:
             while len(tokens) < request.max_new_tokens and not generator.is_done():
                 generator.generate_next_token()
                 token = int(generator.get_next_tokens()[0])
                 tokens.append(token)
-                on_token(token)
+                if self.first_token_at is None:
+                    self.first_token_at = time.perf_counter()
+                if on_token is not None:
+                    on_token(token)
                 if token in eos:
                     break
         finally:

@@ -107,6 +107,7 @@ class LlmPipelineConversation:
     def __init__(self, engine: LlmPipelineEngine, keep: bool):
         self.engine, self.keep = engine, keep
         self.fed: list[int] = []
+        self.first_token_at: float | None = None
         self._held: list[int] | None = None  # the chat's conversation: what it fed and the last token
 
     def continuation(self, ids: list[int], request: EngineRequest) -> int | str:
@@ -118,7 +119,10 @@ class LlmPipelineConversation:
                     "answer's tokens re-encode to others)")
         return len(self.fed)
 
-    def generate(self, ids: list[int], keep: int, request: EngineRequest, on_token: Callable[[int], Any]) -> list[int]:
+    def generate(self, ids: list[int], keep: int, request: EngineRequest,
+                 on_token: Callable[[int], Any] | None) -> list[int]:
+        import time
+
         import numpy as np
         import openvino as ov
 
@@ -130,26 +134,29 @@ class LlmPipelineConversation:
                 pipe.start_chat()
             engine._current, self._held = self, [] if self.keep else None
         new = ids[len(self._held):] if keep else ids
-        tokens: list[int] = []
+        stream = None
+        if on_token is not None:  # a streamer costs the pipeline a call into Python per token: only where asked
 
-        class Stream(genai.StreamerBase):
-            def write(self, token):
-                for value in [token] if isinstance(token, int) else token:
-                    tokens.append(int(value))
-                    on_token(int(value))
-                return genai.StreamingStatus.RUNNING
+            class Stream(genai.StreamerBase):
+                def write(self, token):
+                    for value in [token] if isinstance(token, int) else token:
+                        on_token(int(value))
+                    return genai.StreamingStatus.RUNNING
 
-            def end(self):
-                pass
+                def end(self):
+                    pass
 
+            stream = Stream()
         array = np.array([new], dtype=np.int64)
         self.fed = ids[:keep]
+        begun = time.perf_counter()
         try:
             out = pipe.generate(genai.TokenizedInputs(ov.Tensor(array), ov.Tensor(np.ones_like(array))),
-                                engine.config(request), Stream())
+                                engine.config(request), stream)
         except BaseException:
             engine._current, self._held = None, None  # the pipeline's chat is in an unknown state
             raise
+        self.first_token_at = begun + out.perf_metrics.get_ttft().mean / 1000  # the pipeline's own clock, in ms
         tokens = [int(t) for t in out.tokens[0]]
         self.fed = ids + tokens[:-1]
         if self.keep:
