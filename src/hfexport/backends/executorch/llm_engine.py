@@ -142,8 +142,10 @@ class TextLlmRunnerConversation:
         self.first_token_at: float | None = None
 
     def continuation(self, ids: list[int], request: EngineRequest) -> int | str:
-        if self.engine._current is not self or not self.fed:
+        if not self.fed:
             return 0
+        if self.engine._current is not self:
+            return "another sequence ran on the runner since (or the last turn failed)"
         if len(ids) <= len(self.fed) or ids[:len(self.fed)] != self.fed:
             return "TextLLMRunner cannot cut its cache back to the tokens the conversation shares (only reset it)"
         return len(self.fed)

@@ -112,8 +112,10 @@ class LlmPipelineConversation:
 
     def continuation(self, ids: list[int], request: EngineRequest) -> int | str:
         held = self._held
-        if held is None or self.engine._current is not self:
+        if held is None:
             return 0
+        if self.engine._current is not self:
+            return "another sequence ran on the pipeline since (or the last turn failed)"
         if len(ids) <= len(held) or ids[:len(held)] != held:
             return ("LLMPipeline's chat on token ids goes on only after the whole conversation it holds (the last "
                     "answer's tokens re-encode to others)")
