@@ -209,7 +209,8 @@ class ChatSession:
         longest prefix it shares with `ids`, or a new one that prefills all of `ids`."""
         state = self._state
         if state is None and self._conversation is not None:
-            self.reprefill_reason = "the last turn ran on the runtime's engine, whose cache hfexport's loop does not hold"
+            self.reprefill_reason = ("the last turn ran on the runtime's engine, whose cache hfexport's loop does "
+                                     "not hold")
             self._conversation = None
         if state is not None:
             shared = 0

@@ -109,7 +109,7 @@ def loop_reason(config: Any, *, output_logits: bool = False, encoder_inputs: boo
                 "transformers' from the same seed")
     if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
         return "a repetition penalty runs hfexport's loop (transformers' RepetitionPenaltyLogitsProcessor)"
-    if getattr(config, "forced_bos_token_id", None) is not None or getattr(config, "forced_eos_token_id", None) is not None:
+    if any(getattr(config, name, None) is not None for name in ("forced_bos_token_id", "forced_eos_token_id")):
         return "forced first or last tokens run hfexport's loop"
     if output_logits:
         return "per-step logits (output_logits) come from hfexport's loop"

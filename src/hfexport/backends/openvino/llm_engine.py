@@ -67,7 +67,8 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
     properties = {**entry.get("properties", {}), "ATTENTION_BACKEND": "SDPA", **compile_properties()}
     decode = export.components["decode"]
     with tempfile.TemporaryDirectory(prefix="hfexport-llm-pipeline-") as private:
-        ov.serialize(decode.artifact, str(Path(private) / f"{GENAI_MODEL}.xml"), str(Path(private) / f"{GENAI_MODEL}.bin"))
+        stem = Path(private) / GENAI_MODEL
+        ov.serialize(decode.artifact, f"{stem}.xml", f"{stem}.bin")
         pipe = openvino_genai.LLMPipeline(private, tokenizer, "CPU", **properties)
     bound = (decode.record.details.get("state") or {}).get("max_cache_len")
     return LlmPipelineEngine(openvino_genai, pipe, bound)
@@ -92,7 +93,8 @@ class LlmPipelineEngine:
         """The pipeline's greedy `GenerationConfig` for `request`: its stop tokens exactly (the
         tokenizer's end token not added), `min_new_tokens` masking them."""
         config = self.genai.GenerationConfig()
-        config.max_new_tokens, config.min_new_tokens, config.do_sample = request.max_new_tokens, request.min_new_tokens, False
+        config.max_new_tokens, config.min_new_tokens = request.max_new_tokens, request.min_new_tokens
+        config.do_sample = False
         if request.eos:
             config.eos_token_id = request.eos[0]  # set: the pipeline would add its tokenizer's end token otherwise
             config.stop_token_ids = set(request.eos)
