@@ -104,7 +104,7 @@ def main() -> None:
             folder.parent.mkdir(parents=True, exist_ok=True)
             export(args.model, folder, args.prompt_length + args.steps + 8, args.quantize)
             print(f"export: {time.perf_counter() - start:.1f} s")
-        runner = GenerationRunner.load(folder)
+        runner = GenerationRunner.load(folder, engine="hfexport")  # its own loop, not the runtime's engine
         vocab = runner.export.config.vocab_size
         prompt = torch.randint(3, vocab, (args.prompt_length,), generator=torch.Generator().manual_seed(1)).tolist()
         method = runner.runners["decode"].method = TimedMethod(runner.runners["decode"].method)

@@ -1,5 +1,6 @@
 """Benchmark: `hfexport generate` (`GenerationRunner`) beside the vendor's runner on the SAME LLM
-package, side by side in one process (issue 43: "our runner at the vendor runner's speed").
+package, side by side in one process (issue 43: "our runner at the vendor runner's speed"; issue
+53: `hfexport generate` drives the runtime's own engine there, `generation/engine.py`).
 
     python bench/runner_vs_vendor.py                          # onnx + openvino, fp32 + int4, exported here
     python bench/runner_vs_vendor.py --root /tmp/rvv          # keep the exports (re-used where they exist)
@@ -23,11 +24,14 @@ Each `(format, scheme)` is one subprocess; in it, with 2 threads on both sides:
     runner check loads it, ids through its one-character-per-id tokenizer) against
     `GenerationRunner` on it (XNNPACK's threads: the 2 CPUs). `TextLLMRunner` stops at an end
     token, so its ids are compared as far as it went.
-On the ONNX folder both also run at onnxruntime-genai's own default thread count (half the logical
-CPUs: 1 here), and the runner also with genai's spin-waiting intra-op threads (2, `"session.
-intra_op.allow_spinning": "1"`; the runner's default does not spin: faster on a loaded machine,
-slower on a free one); the ratio is the faster of ours over the faster of the vendor's. A 32-token prompt, 64 greedy new tokens (no end token), decode tokens/s from the second new
-token on; one warm-up run each, then 3 rounds interleaved (vendor, ours), the best of the 3 each.
+"Ours" is `GenerationRunner.load(folder)` as `hfexport generate` opens it (`engine="auto"`: the
+runtime's engine, on a private copy of the folder; onnxruntime-genai's threads from the same
+`HFEXPORT_ORT_SESSION_CONFIG`), beside "loop", `engine="hfexport"`: hfexport's own decode loop,
+what `hfexport generate` ran before issue 53. On the ONNX folder all also run at onnxruntime-genai's
+own default thread count (half the logical CPUs: 1 here); each ratio is the faster of ours (or of the
+loop) over the faster of the vendor's. A 32-token prompt, 64 greedy new tokens (no end token), decode
+tokens/s from the second new token on; one warm-up run each, then 3 rounds interleaved (vendor,
+ours, loop), the best of the 3 each.
 The token ids of the runners must be equal (the row says so; a difference is marked). `--both`
 runs each folder twice, with the greedy fast path and with the generic loop (`use_fast_path =
 False`, what every step ran before issue 43): the before/after of one run.
@@ -104,20 +108,26 @@ def prompt_ids() -> list[int]:
 # -- the runners ---------------------------------------------------------------------------------
 
 
-def ours(folder: Path, prompt: list[int], fast: bool, ort_threads: int = THREADS, spinning: bool = False):
-    """`run()` generates once through `GenerationRunner`, returns `(tok/s, tokens)`; an ONNX
-    Runtime session gets `ort_threads` intra-op threads, spin-waiting where `spinning` (genai's
-    setting; the runner's default does not), through `$HFEXPORT_ORT_SESSION_CONFIG`."""
+def ours(folder: Path, prompt: list[int], fast: bool, ort_threads: int = THREADS, spinning: bool = False,
+         engine: str = "hfexport"):
+    """`run()` generates once through `GenerationRunner` (`engine`: "auto", what `hfexport generate`
+    runs, the runtime's engine on these folders; "hfexport", its own loop), returns `(tok/s,
+    tokens)`; an ONNX Runtime session (and onnxruntime-genai's, under "auto") gets `ort_threads`
+    intra-op threads, spin-waiting where `spinning` (genai's setting; the runner's default does
+    not), through `$HFEXPORT_ORT_SESSION_CONFIG`."""
     from hfexport import GenerationRunner
 
     config = {"intra_op_num_threads": ort_threads, **({"session.intra_op.allow_spinning": "1"} if spinning else {})}
     os.environ["HFEXPORT_ORT_SESSION_CONFIG"] = json.dumps(config)
-    runner = GenerationRunner.load(folder, verify=False)
+    runner = GenerationRunner.load(folder, verify=False, engine=engine)
     runner.use_fast_path = fast
 
     def run():
         result = runner.generate(prompt, max_new_tokens=NEW_TOKENS, eos_token_id=None)
-        assert result.fast_path == fast, f"fast_path {result.fast_path}, asked {fast}"
+        if engine == "hfexport":
+            assert result.fast_path == fast, f"fast_path {result.fast_path}, asked {fast}"
+        else:
+            assert result.engine != "hfexport", f"hfexport's loop ran: {result.engine_reason}"
         return result.tokens_per_s, result.tokens
 
     return run
@@ -181,10 +191,9 @@ def text_llm_runner(folder: Path, prompt: list[int]):
     import tempfile
 
     from hfexport.backends.executorch import text_runner
+    from hfexport.backends.executorch.llm_engine import runner_bindings
 
-    namespace: dict = {}
-    exec(text_runner.LOAD_RUNNER, namespace)  # binds the runner's bindings as `llm`
-    llm = namespace["llm"]
+    llm = runner_bindings()  # `text_runner.LOAD_RUNNER`, once per process (hfexport generate's engine shares it)
     tokenizer = Path(tempfile.mkdtemp(prefix="rvv-tokenizer-")) / "tokenizer.json"
     tokenizer.write_text(json.dumps(text_runner._id_tokenizer(text_runner._vocab_size(folder)), ensure_ascii=False),
                          encoding="utf-8")
@@ -212,11 +221,12 @@ def run_one(fmt: str, scheme: str, folder: Path, fast: bool) -> dict:
     """The side-by-side measurement of one folder, in this (fresh) process."""
     prompt = prompt_ids()
     vendors = {"onnx": og_generator, "openvino": llm_pipeline, "executorch": text_llm_runner}
-    runs = {"vendor": vendors[fmt](folder, prompt), "ours": ours(folder, prompt, fast)}
+    runs = {"vendor": vendors[fmt](folder, prompt), "ours": ours(folder, prompt, fast, engine="auto"),
+            "loop": ours(folder, prompt, fast)}
     if fmt == "onnx":  # also at genai's own thread count, half the logical CPUs (1 here), both sides
         runs["vendor_default"] = og_generator(folder, prompt, None)
-        runs["ours_default"] = ours(folder, prompt, fast, max(1, (os.cpu_count() or 2) // 2))
-        runs["ours_spinning"] = ours(folder, prompt, fast, spinning=True)  # genai's session settings, 2 threads
+        runs["ours_default"] = ours(folder, prompt, fast, max(1, (os.cpu_count() or 2) // 2), engine="auto")
+        runs["loop_default"] = ours(folder, prompt, fast, max(1, (os.cpu_count() or 2) // 2))
     for run in runs.values():  # warm-up
         run()
     speeds: dict[str, list[float]] = {key: [] for key in runs}
@@ -228,8 +238,9 @@ def run_one(fmt: str, scheme: str, folder: Path, fast: bool) -> dict:
     best = {key: max(values) for key, values in speeds.items()}
     vendor = max(value for key, value in best.items() if key.startswith("vendor"))
     mine = max(value for key, value in best.items() if key.startswith("ours"))
+    loop = max(value for key, value in best.items() if key.startswith("loop"))
     return {"format": fmt, "scheme": scheme, "fast": fast, "best": {k: round(v, 1) for k, v in best.items()},
-            "ratio": round(mine / vendor, 3),
+            "ratio": round(mine / vendor, 3), "loop_ratio": round(loop / vendor, 3),
             "all": {key: [round(v, 1) for v in values] for key, values in speeds.items()},
             # TextLLMRunner stops at an end token: its tokens are compared as far as they go
             "tokens_equal": all(t == tokens["ours"][:len(t)] for t in tokens.values()),
@@ -344,24 +355,25 @@ VENDOR = {"onnx": "og.Generator", "openvino": "LLMPipeline", "executorch": "Text
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| format | scheme | loop | vendor tok/s (2 threads; genai's default threads) | hfexport generate tok/s "
-             "(2 threads; genai's default threads; 2 spinning threads) | ours / vendor, the faster of each (target 0.95) "
-             "| same token ids "
-             "| rounds: vendor; ours | load |",
-             "|" + "---|" * 9]
+    lines = ["| format | scheme | vendor tok/s (2 threads; genai's default threads) | `hfexport generate` tok/s, "
+             "the runtime's engine (same) | ours / vendor, the faster of each (target 0.95) | hfexport's loop "
+             f"(`--engine hfexport`, {'fast' if rows and rows[0].get('fast', True) else 'generic'}) tok/s (same) "
+             "| loop / vendor | same token ids | rounds: vendor; ours; loop | load |",
+             "|" + "---|" * 10]
     for r in rows:
-        loop = "fast" if r["fast"] else "generic"
         if "error" in r:
-            lines.append(f"| {r['format']} | {r['scheme']} | {loop} | error: {r['error']} |" + " |" * 5)
+            lines.append(f"| {r['format']} | {r['scheme']} | error: {r['error']} |" + " |" * 7)
             continue
         best, rounds = r["best"], r["all"]
         vendor = f"{VENDOR[r['format']]} {best['vendor']}" + (f"; {best['vendor_default']}" if "vendor_default" in best
                                                               else "")
-        mine = "; ".join(str(best[key]) for key in ("ours", "ours_default", "ours_spinning") if key in best)
+        mine = "; ".join(str(best[key]) for key in ("ours", "ours_default") if key in best)
+        loop = "; ".join(str(best[key]) for key in ("loop", "loop_default") if key in best)
         miss = " **miss**" if r["ratio"] < 0.95 else ""
         same = "yes" if r["tokens_equal"] else "**no**"
-        lines.append(f"| {r['format']} | {r['scheme']} | {loop} | {vendor} | {mine} | {r['ratio']:.2f}{miss} "
-                     f"| {same} | {rounds['vendor']}; {rounds['ours']} | {r['load']} |")
+        lines.append(f"| {r['format']} | {r['scheme']} | {vendor} | {mine} | {r['ratio']:.2f}{miss} | {loop} "
+                     f"| {r['loop_ratio']:.2f} | {same} | {rounds['vendor']}; {rounds['ours']}; {rounds['loop']} "
+                     f"| {r['load']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -23,6 +23,7 @@ pytest_plugins = ["tests.strict_skips"]
 #: tests make.
 _GROUPS = {"tests/test_batch.py": "ray", "tests/test_executors.py": "ray",
            "tests/generation/test_llm_package.py": "llm-packages", "tests/generation/test_greedy.py": "llm-packages",
+           "tests/generation/test_engine.py": "llm-packages",
            "tests/test_deploy_docs.py": "llm-packages", "tests/test_trust.py": "llm-packages",
            "tests/generation/test_multimodal_generate.py": "image-exports",
            "tests/backends/executorch/test_multimodal.py": "image-exports"}

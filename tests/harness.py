@@ -109,7 +109,7 @@ _BOTH_LLM_RUNNERS = """
 import json, sys
 from hfexport import GenerationRunner
 folder, prompt, ids, new = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
-ours = GenerationRunner.load(folder).generate(ids, max_new_tokens=new, min_new_tokens=new).tokens
+ours = GenerationRunner.load(folder, engine="hfexport").generate(ids, max_new_tokens=new, min_new_tokens=new).tokens
 from executorch.extension.llm.custom_ops import custom_ops  # noqa: F401 - registers the llama:: kernels
 from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 pieces = []

@@ -437,6 +437,20 @@ class HfExporter:
         """
         return None
 
+    def open_llm_engine(self, export: Any) -> Any:
+        """The runtime's own LLM engine (`generation.engine.LlmEngine`) on the packaged generation
+        export `export` (a loaded `GenerationExport`), given a private copy of its checked files or
+        their bytes, never the folder (docs/trust.md): what drives `hfexport generate` and `chat`
+        on a runtime's LLM package.
+
+        Raises:
+            llm_package.RunnerUnavailable: this format has no engine hfexport drives, the engine's
+                package is not installed (`missing=True`), or the folder is not its package, with why.
+        """
+        from .llm_package import RunnerUnavailable
+
+        raise RunnerUnavailable(f"hfexport drives no runtime engine of the {self.format} format")
+
     def load(self, files: list[str | os.PathLike | FileBytes]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this
         backend's runner: an `ExportedProgram`, an ONNX model's files, an `openvino.Model`, a

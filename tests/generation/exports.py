@@ -90,6 +90,9 @@ def _generation_config(static: int | None) -> Any:
 
 #: The LLM packages' prompt: 8 tokens of `harness.tiny_bpe_tokenizer`, longer than the windowed presets' 4.
 LLM_PROMPT = "once upon a time there was a model"
+#: The LLM packages' chat template (`hfexport chat` on them): each turn between `<s>` and `</s>` (its EOS)
+LLM_CHAT_TEMPLATE = ("{% for message in messages %}<s>{{ message['role'] }}\n{{ message['content'] }}</s>\n"
+                     "{% endfor %}{% if add_generation_prompt %}<s>assistant\n{% endif %}")
 LLM_CACHE = 64
 #: runtime -> (the modules its export and vendor runner import, the CLI's package flags as job options:
 #: `-f onnx --generate --multi-token-decode --static-cache 64`, `-f openvino --generate`,
@@ -123,13 +126,14 @@ class LlmPackage:
 
 def export_llm_package(name: str, runtime: str, directory: Path, **overrides: Any) -> LlmPackage:
     """Save preset `name` (its vocabulary resized to the tiny tokenizer's, its config updated with
-    `overrides`) with that tokenizer, as transformers saves a model, and export its `runtime`
+    `overrides`) with that tokenizer and `LLM_CHAT_TEMPLATE`, as transformers saves a model, and export its `runtime`
     package from that folder by the CLI's job with the CLI's package flags (`LLM_RUNTIMES`) into
     `directory / "out"`."""
     from hfexport.presets import build_preset, tiny_processor  # noqa: F401 - tests import it from here
     from tests.harness import tiny_bpe_tokenizer
 
     tokenizer = tiny_bpe_tokenizer()
+    tokenizer.chat_template = LLM_CHAT_TEMPLATE
     model, _ = build_preset(name, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1, **overrides)
     model.save_pretrained(directory / "source")
     tokenizer.save_pretrained(directory / "source")

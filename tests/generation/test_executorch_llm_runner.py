@@ -295,7 +295,7 @@ def test_greedy_runs_the_fast_path_with_generates_tokens_and_anything_else_the_g
     from hfexport.generation.loop import _State
 
     result, tokenizer, _, _ = llm_export
-    model, runner = result.model, GenerationRunner.load(result.directory)
+    model, runner = result.model, GenerationRunner.load(result.directory, engine="hfexport")
     draw = random.Random(31)
     for length in (1, draw.randint(2, 8), draw.randint(9, 24)):
         ids = torch.tensor([[draw.randrange(2, len(tokenizer)) for _ in range(length)]])

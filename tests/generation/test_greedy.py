@@ -65,7 +65,7 @@ def test_the_fast_path_gives_eagers_tokens_where_the_mask_grows(llm_package, dra
         assert package.model.config.num_key_value_heads == DRAWN_LLAMA["num_key_value_heads"], DRAWN_LLAMA
     vocab = package.model.config.vocab_size
     ids = torch.randint(2, vocab, (1, length), generator=torch.Generator().manual_seed(length * 100 + new_tokens))
-    runner = GenerationRunner.load(package.folder)
+    runner = GenerationRunner.load(package.folder, engine="hfexport")
     fast = runner.generate(ids, max_new_tokens=new_tokens, eos_token_id=None)
     runner.use_fast_path = False
     generic = runner.generate(ids, max_new_tokens=new_tokens, eos_token_id=None)
@@ -78,7 +78,7 @@ def test_the_fast_path_leaves_the_state_the_generic_loop_continues(llm_package, 
     """After the bound steps, a generic step on the same state (a chat's next turn) gives eager's
     next token: the cache, its write counters and the session's bindings are where they belong."""
     package = llm_package("llama", runtime)
-    runner = GenerationRunner.load(package.folder)
+    runner = GenerationRunner.load(package.folder, engine="hfexport")
     ids = package.ids
     config = runner.generation_config(max_new_tokens=6, eos_token_id=None)
     state = _State(runner, ids, None, {})
@@ -112,7 +112,7 @@ def test_token_ids_in_and_out_build_no_model_config_or_tokenizer(llm_package, tm
     script = f"""
 import json, sys
 from hfexport import GenerationRunner
-runner = GenerationRunner.load({str(folder)!r})
+runner = GenerationRunner.load({str(folder)!r}, engine="hfexport")
 result = runner.generate({ids}, max_new_tokens=4, eos_token_id=None)
 built = [m for m in ("transformers.models.llama.configuration_llama", "transformers.tokenization_utils_tokenizers",
                      "transformers.tokenization_utils_base") if m in sys.modules]
@@ -129,7 +129,7 @@ print(json.dumps({{"tokens": result.tokens, "built": built, "text": result.text,
     from hfexport import GenerationRunner
     from hfexport.errors import ExportFolderError
 
-    runner = GenerationRunner.load(folder)
+    runner = GenerationRunner.load(folder, engine="hfexport")
     result = runner.generate(package.ids, max_new_tokens=2, eos_token_id=None)
     (folder / "tokenizer.json").write_text((folder / "tokenizer.json").read_text().replace('"<s>"', '"<x>"', 1))
     with pytest.raises(ExportFolderError, match="tokenizer.json"):

@@ -21,15 +21,17 @@ def _write(text: str) -> None:
 
 def run(args) -> int:
     """Run `hfexport chat` with the parsed `args`: answer each line of stdin until /quit or its end."""
-    from ..generation.chat import ChatSession, TextStream
-    from ..generation.loop import GenerationRunner
+    from ..generation.chat import ChatSession
+    from .generate import engine_refusal_as_usage, load_runner
 
-    runner = GenerationRunner.load(args.export_dir, verify=not args.no_verify)
+    runner = load_runner(args)
     chat = ChatSession(runner, system=args.system)
     interactive = sys.stdin.isatty()
+    engine = runner.engine.name if runner.engine is not None else "hfexport's loop" + (
+        f" ({runner.engine_reason})" if runner.engine_reason else "")
     print(f"hfexport: chatting with {runner.export.manifest.get('model_class')} ({runner.export.format}, "
-          f"{'static' if runner.static else 'dynamic'} cache) from {args.export_dir}; {RESET} starts over, "
-          f"{QUIT[0]} or end of input (Ctrl-D) ends", file=sys.stderr, flush=True)
+          f"{'static' if runner.static else 'dynamic'} cache, {engine}) from {args.export_dir}; {RESET} starts "
+          f"over, {QUIT[0]} or end of input (Ctrl-D) ends", file=sys.stderr, flush=True)
     told = None
     while True:
         if interactive:
@@ -44,13 +46,8 @@ def run(args) -> int:
         if not message.strip():
             continue
         try:
-            if args.json:
-                result = chat.send(message, args.max_new_tokens)
-                print(json.dumps({"format": runner.export.format, "prefilled": chat.prefilled, **result.to_dict()}),
-                      flush=True)
-            else:
-                result = chat.send(message, args.max_new_tokens, streamer=TextStream(chat.tokenizer, _write))
-                _write("\n")
+            with engine_refusal_as_usage():
+                result = _answer(chat, message, args)
         except ExportError as error:  # this turn failed (a full static cache); the user may /reset
             print(f"hfexport: error: {str(error).replace(chr(10), ' ')}", file=sys.stderr, flush=True)
             continue
@@ -65,3 +62,17 @@ def run(args) -> int:
         if interactive:
             print(f"[{len(result.tokens)} tokens, {result.tokens_per_s:.1f} tokens/s, "
                   f"{chat.prefilled} prompt tokens fed]", file=sys.stderr, flush=True)
+
+
+def _answer(chat, message: str, args):
+    """One turn: printed as one JSON line (`--json`), or streamed as it comes."""
+    from ..generation.chat import TextStream
+
+    if args.json:
+        result = chat.send(message, args.max_new_tokens)
+        print(json.dumps({"format": chat.runner.export.format, "prefilled": chat.prefilled, **result.to_dict()}),
+              flush=True)
+    else:
+        result = chat.send(message, args.max_new_tokens, streamer=TextStream(chat.tokenizer, _write))
+        _write("\n")
+    return result

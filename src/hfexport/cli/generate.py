@@ -4,7 +4,9 @@ the components of a saved export; `--image-inputs FILE.npz` adds an image-text e
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 
 from .._versions import is_importable, pip_line
 from ..errors import PrepareError
@@ -70,29 +72,60 @@ def _generate_from_image(args, runner, limit: int, options: dict):
     return runner.generate_from_image(args.image, args.prompt, max_new_tokens=limit, **options)
 
 
+def load_runner(args):
+    """`GenerationRunner.load` of `args.export_dir` as `--no-verify` and `--engine` ask (an
+    `--engine runtime` the folder has no engine for exits 2, saying why)."""
+    from ..generation.loop import GenerationRunner
+
+    with engine_refusal_as_usage():
+        return GenerationRunner.load(args.export_dir, verify=not args.no_verify, engine=args.engine)
+
+
+@contextlib.contextmanager
+def engine_refusal_as_usage() -> Iterator[None]:
+    """`--engine runtime` refused (`engine.EngineRefused`) as a usage error: exit 2, before any work."""
+    from ..generation.engine import EngineRefused
+
+    try:
+        yield
+    except EngineRefused as error:
+        raise UsageError(str(error).replace("\n", " ").removeprefix("[run] ")) from None
+
+
+def ran_on(runner, result) -> str:
+    """The format, and what generated `result` where the folder has a runtime's engine: the
+    engine, or hfexport's loop and why (a folder without one says nothing more)."""
+    from ..generation.engine import HFEXPORT
+
+    if result.engine != HFEXPORT:
+        return f"{runner.export.format} ({result.engine})"
+    if runner.engine is not None:
+        return f"{runner.export.format} (hfexport's loop: {result.engine_reason})"
+    return runner.export.format
+
+
 def run(args) -> int:
     """Run `hfexport generate` with the parsed `args`: generate from a saved export and print the text (the
     token ids with `--ids`, or where the export holds no tokenizer; everything with `--json`)."""
-    from ..generation.loop import GenerationRunner
-
     if args.system is not None and args.chat is None:
         raise ValueError("--system is the system message of a --chat turn; add --chat MESSAGE")
     _check_image_options(args)
-    runner = GenerationRunner.load(args.export_dir, verify=not args.no_verify)
+    runner = load_runner(args)
     options = {"min_new_tokens": args.min_new_tokens, "do_sample": args.do_sample, "temperature": args.temperature,
                "top_k": args.top_k, "top_p": args.top_p, "repetition_penalty": args.repetition_penalty,
                "seed": args.seed}
-    if args.chat is not None:
-        from ..generation.chat import ChatSession
+    with engine_refusal_as_usage():
+        if args.chat is not None:
+            from ..generation.chat import ChatSession
 
-        limit = 256 if args.max_new_tokens is None else args.max_new_tokens
-        result = ChatSession(runner, system=args.system).send(args.chat, limit, **options)
-    elif args.image is not None:
-        limit = 16 if args.max_new_tokens is None else args.max_new_tokens
-        result = _generate_from_image(args, runner, limit, options)
-    else:
-        limit = 16 if args.max_new_tokens is None else args.max_new_tokens
-        result = runner.generate(_prompt_ids(args, runner), max_new_tokens=limit, **options, **_image_inputs(args))
+            limit = 256 if args.max_new_tokens is None else args.max_new_tokens
+            result = ChatSession(runner, system=args.system).send(args.chat, limit, **options)
+        elif args.image is not None:
+            limit = 16 if args.max_new_tokens is None else args.max_new_tokens
+            result = _generate_from_image(args, runner, limit, options)
+        else:
+            limit = 16 if args.max_new_tokens is None else args.max_new_tokens
+            result = runner.generate(_prompt_ids(args, runner), max_new_tokens=limit, **options, **_image_inputs(args))
     if args.json:
         print(json.dumps({"format": runner.export.format, **result.to_dict()}))
         return 0
@@ -103,6 +136,7 @@ def run(args) -> int:
         print(f"text:   {result.text}")
         if args.ids:
             print(f"tokens: {ids}")
-    print(f"{runner.export.format}: time to first token {result.time_to_first_token_s * 1000:.1f} ms, "
-          f"{result.tokens_per_s:.1f} tokens/s over {max(len(result.tokens) - 1, 0)} decode steps")
+    print(f"{ran_on(runner, result)}: time to first token "
+          f"{result.time_to_first_token_s * 1000:.1f} ms, {result.tokens_per_s:.1f} tokens/s over "
+          f"{max(len(result.tokens) - 1, 0)} decode steps")
     return 0

@@ -155,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--top-p", type=float, default=None)
     generate.add_argument("--repetition-penalty", type=float, default=None)
     generate.add_argument("--seed", type=int, default=None, help="seed for --do-sample (reproducible tokens)")
+    _add_engine(generate)
     generate.add_argument("--json", action="store_true", help="print the result as JSON (token ids, text, timings)")
     generate.add_argument("--ids", action="store_true",
                           help="print the generated token ids after the text (printed anyway where the export "
@@ -166,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("export_dir", help="the folder `hfexport export --generate -o DIR` wrote (with a chat template)")
     chat.add_argument("--system", help="a system message to start the conversation with")
     chat.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per answer (default 256)")
+    _add_engine(chat)
     _add_no_verify(chat)
     chat.add_argument("--json", action="store_true",
                       help="print each answer as one JSON line (tokens, text, timings) instead of streaming it")
@@ -240,6 +242,13 @@ def _export_epilog(formats: list[str], schemes: dict[str, dict]) -> str:
 
     return ("--quantize schemes per --format:\n" + "\n".join(lines) + "\n\n" + epilog(formats)
             + "\n\n`hfexport presets` lists the tiny:NAME models.")
+
+
+def _add_engine(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=("auto", "runtime", "hfexport"), default="auto",
+                        help="what generates: auto (default) the runtime's own engine (og.Generator, LLMPipeline, "
+                        "TextLLMRunner) on a runtime's LLM package where it is installed and runs the options given, "
+                        "else hfexport's loop; runtime: the engine or exit 2 saying why not; hfexport: hfexport's loop")
 
 
 def _add_no_verify(parser: argparse.ArgumentParser) -> None:

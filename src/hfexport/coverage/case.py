@@ -105,7 +105,7 @@ def run_generate(arch: str, backend: str, image: bool = False) -> dict[str, Any]
             return {**summary, "status": "ok", "tokens": "in the generate-image mode"}
         _stage("tokens")
         prompt = {k: v for k, v in result.inputs.items() if not k.startswith("decoder_")}
-        runner = GenerationRunner.load(result.directory)
+        runner = GenerationRunner.load(result.directory, engine="hfexport")  # the components, as exported
         encoder_inputs = {k: v for k, v in prompt.items() if k not in ("input_ids", "attention_mask")}
         ids = prompt.get("input_ids", torch.tensor([[0]]))
         try:

@@ -230,7 +230,7 @@ def _check_runner(checks: _Checks, example: Example, directory: Path, eager: Eag
     """`GenerationRunner` on the saved export: tokens and per-step logits equal `generate()`'s."""
     from ..generation.loop import GenerationRunner
 
-    runner = checks.attempt("runner", GenerationRunner.load, directory)
+    runner = checks.attempt("runner", GenerationRunner.load, directory, engine="hfexport")
     extra = {"attention_mask": eager.attention_mask} if ARCHS[example.arch].seq2seq else {}
     result = checks.attempt("runner", runner.generate, eager.prompt, max_new_tokens=example.new_tokens,
                             min_new_tokens=example.new_tokens, output_logits=True, **extra)

@@ -152,7 +152,7 @@ def greedy_agreement(directory: str | Path, model: torch.nn.Module, prompt: dict
     just written and hashed."""
     from .loop import GenerationRunner
 
-    runner = GenerationRunner.load(directory, verify=verify)
+    runner = GenerationRunner.load(directory, verify=verify, engine="hfexport")  # what the components give
     ids = prompt["input_ids"][:1]
     encoder = model.config.is_encoder_decoder
     if runner.max_cache_len and not encoder:  # a static cache, or an OpenVINO state bounded at its length

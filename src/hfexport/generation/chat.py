@@ -21,7 +21,11 @@ tokenizer's, and the token the chat template closes an assistant turn with (`<|i
 # (`_State.rewind`) and only the rest is fed. A static cache is cut back by resetting its write
 # counters, a dynamic one by slicing its keys and values; a cache that cannot be cut back to a token
 # (a sliding window that has rolled over, a recurrent state) prefills the whole conversation again,
-# and `reprefill_reason` says why.
+# and `reprefill_reason` says why. On a runtime's LLM package the turns run on the runtime's own
+# engine (`engine.py`), whose conversation (`engine.EngineConversation`) keeps its cache the same
+# way where the engine can cut it back (onnxruntime-genai), or goes on only after what it holds
+# (`LLMPipeline`'s chat, `TextLLMRunner`) and else prefills again, saying why; a turn the engine
+# cannot run as asked runs hfexport's loop on a new state (and back).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import torch
 from transformers import TextStreamer
 
 from ..errors import ExportError
+from .engine import route, run_on_engine
 from .loop import GenerationResult, GenerationRunner, _as_list, _State
 
 __all__ = ["ChatSession", "TextStream", "end_of_turn_ids"]
@@ -123,12 +128,14 @@ class ChatSession:
         #: whether the last answer stopped because the static cache was full (`send`)
         self.cache_full = False
         self._state: _State | None = None
+        self._conversation: Any = None  # the runtime engine's (`engine.EngineConversation`), where it runs the turns
         self.reset()
 
     def reset(self) -> None:
         """Start a new conversation (the system message kept)."""
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
         self._state = None
+        self._conversation = None
 
     def prompt_ids(self, message: str) -> list[int]:
         """The token ids of the conversation with `message` as the next user turn, templated
@@ -153,15 +160,37 @@ class ChatSession:
         max_new_tokens = min(max_new_tokens, room)
         seed = options.pop("seed", None)
         config = self.runner.generation_config(max_new_tokens, eos_token_id=self.end_ids, **options)
-        state, new_ids = self._continued(ids)
-        self._state = None  # a turn that fails leaves no half-fed cache behind
-        result = self.runner._generate_on(state, torch.tensor([new_ids]), torch.tensor([ids]), config, seed=seed,
-                                          streamer=streamer)
-        self._state, self.prefilled = state, len(new_ids)
+        request, why = route(self.runner, config, len(ids))
+        if request is not None:
+            result = self._send_on_engine(ids, request, streamer)
+        else:
+            state, new_ids = self._continued(ids)
+            self._state = None  # a turn that fails leaves no half-fed cache behind
+            result = self.runner._generate_on(state, torch.tensor([new_ids]), torch.tensor([ids]), config, seed=seed,
+                                              streamer=streamer)
+            self._state, self.prefilled = state, len(new_ids)
+            result.engine_reason = why
         # the answer ran into the end of a static cache, not to an end of turn: the next turn cannot fit
         self.cache_full = len(result.tokens) >= room and not (result.tokens and result.tokens[-1] in self.end_ids)
         answer = self.tokenizer.decode(result.tokens, skip_special_tokens=True)
         self.messages += [{"role": "user", "content": message}, {"role": "assistant", "content": answer}]
+        return result
+
+    def _send_on_engine(self, ids: list[int], request: Any, streamer: Any) -> GenerationResult:
+        """The turn on the runtime's engine (`engine.py`), in the conversation it holds where that
+        conversation goes on to `ids` (else a new one, `reprefill_reason` saying why)."""
+        conversation, keep = self._conversation, 0
+        if conversation is None and self._state is not None:
+            self.reprefill_reason = "the last turn ran hfexport's loop, whose cache the runtime's engine does not hold"
+        elif conversation is not None:
+            keep = conversation.continuation(ids, request)
+            if isinstance(keep, str):
+                self.reprefill_reason, conversation, keep = keep, None, 0
+        if conversation is None:
+            conversation = self.runner.engine.conversation(keep=True)
+        self._state = self._conversation = None  # a turn that fails leaves no half-fed cache behind
+        result = run_on_engine(self.runner, conversation, ids, keep, request, streamer=streamer)
+        self._conversation, self.prefilled = conversation, len(ids) - keep
         return result
 
     def _room(self, prompt_length: int) -> int:
@@ -179,6 +208,10 @@ class ChatSession:
         """The state to generate on and the tokens to feed it: the kept state cut back to the
         longest prefix it shares with `ids`, or a new one that prefills all of `ids`."""
         state = self._state
+        if state is None and self._conversation is not None:
+            self.reprefill_reason = ("the last turn ran on the runtime's engine, whose cache hfexport's loop does "
+                                     "not hold")
+            self._conversation = None
         if state is not None:
             shared = 0
             for held, new in zip(state.fed, ids):

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from ..errors import ExportError
+from .engine import open_engine, route, run_on_engine
 from .greedy import GreedySteps
 from .multimodal import ImagePrefill
 from .package import GenerationExport
@@ -65,6 +66,10 @@ class GenerationResult:
     logits: list[torch.Tensor] | None = None  # per step, the last position's logits (`output_logits=True`)
     stopped_at_eos: bool = False  # the last token is an end token (else `max_new_tokens` ran out)
     fast_path: bool = False  # the decode steps after the first token ran `greedy.GreedySteps`
+    #: what generated: the runtime's own engine ("onnxruntime-genai 0.18.0", `engine.py`) or hfexport's loop
+    engine: str = "hfexport"
+    #: why hfexport's loop ran where the runtime's engine was not asked against (engine="auto"), else None
+    engine_reason: str | None = None
     #: the text, or what decodes it at first use (`text`): loading a tokenizer imports transformers'
     #: tokenizer classes, seconds a caller of token ids in and out does not need
     _text: Callable[[], str | None] | str | None = dataclasses.field(default=None, repr=False, compare=False)
@@ -90,10 +95,10 @@ class _ComponentRunners(Mapping):
     MultimodalRunner's program: each holds the language model's weights again), which are then
     never loaded."""
 
-    def __init__(self, components: dict[str, Any]):
+    def __init__(self, components: dict[str, Any], *, open_decode: bool = True):
         self._components = components
         self._open: dict[str, Any] = {}
-        if "decode" in components:
+        if open_decode and "decode" in components:  # not where the runtime's engine runs it (opened at its first use)
             self._open["decode"] = components["decode"].runner()
 
     def __getitem__(self, name: str) -> Any:
@@ -113,9 +118,17 @@ class GenerationRunner:
 
     Args:
         export: a loaded export (`GenerationExport.load(dir)`); `GenerationRunner.load(dir)` does both.
+        engine: what generates where it can (`engine.ENGINE_CHOICES`): `"auto"` the runtime's own
+            engine on a runtime's LLM package where it is installed and the options allow
+            (`engine.py`), else hfexport's loop; `"runtime"` the engine or an `EngineRefused`;
+            `"hfexport"` hfexport's loop.
+
+    Attributes:
+        engine: the runtime's engine opened on the folder (`engine.LlmEngine`), or None.
+        engine_reason: why there is none (None where `engine="hfexport"` was asked).
     """
 
-    def __init__(self, export: GenerationExport):
+    def __init__(self, export: GenerationExport, *, engine: str = "auto"):
         self.export = export
         names = set(export.components)
         if names & set(_MULTIMODAL) and not {"image_encoder", "text_embeddings"} <= names or "audio_encoder" in names:
@@ -130,7 +143,9 @@ class GenerationRunner:
             )
         if "decode" not in names:
             raise ExportError(f"{export.directory} has no 'decode' component", remedy="export with --generate")
-        self.runners = _ComponentRunners(export.components)
+        self.engine_choice = engine
+        self.engine, self.engine_reason = open_engine(export, engine)
+        self.runners = _ComponentRunners(export.components, open_decode=self.engine is None)
         self.records = {name: component.record for name, component in export.components.items()}
         self.static = export.manifest.get("cache") == "static"
         decode_ids = dict(zip(self.records["decode"].input_names, self.records["decode"].input_shapes)).get("input_ids")
@@ -166,11 +181,11 @@ class GenerationRunner:
         return self._attends[key]
 
     @classmethod
-    def load(cls, directory: str | os.PathLike, *, verify: bool = True) -> GenerationRunner:
+    def load(cls, directory: str | os.PathLike, *, verify: bool = True, engine: str = "auto") -> GenerationRunner:
         """Open the export in `directory` (written by `hfexport export --generate` or
         `save_generation_export`); `verify=False` skips the SHA-256 check of its files
-        (`GenerationExport.load`)."""
-        return cls(GenerationExport.load(directory, verify=verify))
+        (`GenerationExport.load`); `engine` as the class takes it."""
+        return cls(GenerationExport.load(directory, verify=verify), engine=engine)
 
     # -- generation ---------------------------------------------------------------------------
 
@@ -215,11 +230,18 @@ class GenerationRunner:
         prompt = _as_prompt(input_ids)
         config = self.generation_config(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
                                         repetition_penalty, eos_token_id)
+        request, why = route(self, config, prompt.shape[1], output_logits=output_logits,
+                             encoder_inputs=bool(encoder_inputs) or attention_mask is not None)
+        if request is not None:
+            ids = prompt[0].tolist()
+            return run_on_engine(self, self.engine.conversation(keep=False), ids, 0, request, streamer=streamer,
+                                 start=start)
         state = _State(self, prompt, attention_mask, encoder_inputs)
         prefix = state.decoder_prefix()
         result = self._generate_on(state, prefix, prefix, config, seed=seed, output_logits=output_logits,
                                    streamer=streamer, start=start)
         result.prompt = prompt[0].tolist()  # an encoder-decoder's is the encoder's input, not the decoder's start
+        result.engine_reason = why
         return result
 
     def processor(self) -> Any:

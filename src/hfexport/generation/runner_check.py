@@ -121,7 +121,7 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
         from .loop import GenerationRunner
 
         against = "hfexport's runner on the same folder"
-        expected = list(GenerationRunner.load(folder, verify=False).generate(
+        expected = list(GenerationRunner.load(folder, verify=False, engine="hfexport").generate(
             ids, max_new_tokens=request.max_new_tokens).tokens)  # verify=False: the folder it hashed a moment ago
     tokens = list(got.tokens)
     agreement = sum(a == b for a, b in zip(tokens, expected)) / max(len(tokens), len(expected), 1)

@@ -35,7 +35,7 @@ def _details(directory) -> dict:
 def static_llama(saved_generation):
     """The static-cache Llama (multi-token decode) saved to ONNX, with its runner."""
     saved = saved_generation("onnx", "llama-static")
-    return saved, GenerationRunner.load(saved.directory)
+    return saved, GenerationRunner.load(saved.directory, engine="hfexport")  # its components, driven by the loop
 
 
 def test_the_decode_graph_is_fused_and_says_what_did_not_fuse(static_llama):

@@ -137,6 +137,12 @@ class ExecutorchExporter(HfExporter):
                    else None) or context.plan.report.get("multimodal_runner", {}).get("why")
         return Packaged(multimodal_package(folder, artifacts, context, why), runner_package(folder, artifacts, context))
 
+    def open_llm_engine(self, export: Any) -> Any:
+        """ExecuTorch's `TextLLMRunner` on a private copy (`llm_engine.py`)."""
+        from .llm_engine import open_text_llm_runner_engine
+
+        return open_text_llm_runner_engine(export)
+
     def run_llm_runner(self, folder: Path, request: Any) -> Any:
         """ExecuTorch `TextLLMRunner`'s greedy tokens on the folder's program (`text_runner.py`)."""
         from .text_runner import run_text_llm_runner

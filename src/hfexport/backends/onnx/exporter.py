@@ -53,6 +53,12 @@ class OnnxExporter(HfExporter):
 
         return Packaged(genai_folder_files(folder, artifacts, context), {})
 
+    def open_llm_engine(self, export: Any) -> Any:
+        """onnxruntime-genai's `og.Generator` on a private copy (`llm_engine.py`)."""
+        from .llm_engine import open_genai_engine
+
+        return open_genai_engine(export)
+
     def run_llm_runner(self, folder: Path, request: Any) -> Any:
         """onnxruntime-genai's greedy tokens on the folder (`genai.run_genai`)."""
         from .genai import run_genai

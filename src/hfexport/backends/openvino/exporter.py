@@ -169,6 +169,12 @@ class OpenVINOExporter(HfExporter):
                    **vlm_folder_files(artifacts, folder, context, refusal)}
         return Packaged(entries, {})
 
+    def open_llm_engine(self, export: Any) -> Any:
+        """OpenVINO GenAI's `LLMPipeline` on the checked bytes (`llm_engine.py`)."""
+        from .llm_engine import open_llm_pipeline_engine
+
+        return open_llm_pipeline_engine(export)
+
     def run_llm_runner(self, folder: Path, request: Any) -> Any:
         """OpenVINO GenAI `LLMPipeline`'s greedy tokens on the folder (`genai.run_llm_pipeline`)."""
         from .genai import run_llm_pipeline
