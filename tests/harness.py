@@ -99,6 +99,7 @@ def tiny_bpe_tokenizer():
               "once upon a time there was a model"] * 20
     alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"]  # byte-level's own character for a space
     tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                                              show_progress=False,
                                                               initial_alphabet=alphabet))
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
 

@@ -198,8 +198,9 @@ def _byte_level_bpe(corpus: list[str], size: int, special: list[str], *, newline
     tokenizer.decoder = decoders.ByteLevel()
     # byte-level's own characters for a space (0x20 -> U+0120) and a newline (0x0A -> U+010A)
     alphabet = [chr(b) for b in range(33, 127)] + ["\u0120"] + (["\u010a"] if newline else [])
+    # no progress bar: the trainer writes blank lines to stdout where it is no terminal (the report's)
     tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=size, special_tokens=special,
-                                                              initial_alphabet=alphabet))
+                                                              initial_alphabet=alphabet, show_progress=False))
     tokenizer.add_special_tokens([f"<unused{i}>" for i in range(size - tokenizer.get_vocab_size())])
     return tokenizer
 

@@ -31,8 +31,9 @@ def exported_llama(tmp_path_factory):
 def test_export_writes_artifact_and_report(exported_llama):
     out, result = exported_llama
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", "export_config.json", "manifest.json", "model.pt2", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == [  # tiny:llama carries a tokenizer and its chat template
+        "chat_template.jinja", "config.json", "export_config.json", "manifest.json", "model.pt2", "report.json",
+        "tokenizer.json", "tokenizer_config.json"]
     report = json.loads((out / "report.json").read_text())
     assert report["model_class"] == "LlamaForCausalLM" and report["format"] == "dynamo"
     assert report["artifact_bytes"] == (out / "model.pt2").stat().st_size > 0

@@ -106,7 +106,10 @@ ATTACKS = {
                          "is not a Python identifier"),
     "source-fn-stack": (_first_node(lambda n: n["metadata"].update(source_fn_stack="linear,torch.nn.Linear")),
                         "source_fn_stack is node metadata hfexport never writes"),
-    "custom-metadata": (_first_node(lambda n: n["metadata"].update(custom="{}")), "never writes"),
+    # torchao-quantized programs carry {"_torchdynamo_disable": true, ...}; FX prints it into a comment
+    "custom-metadata-line": (_first_node(lambda n: n["metadata"].update(
+        custom='{"note": "\\n__import__(\'os\').system(\'id\')"}')), "control characters"),
+    "custom-metadata-list": (_first_node(lambda n: n["metadata"].update(custom="[1]")), "not a JSON object"),
     "stack-trace-carriage-return": (_first_node(lambda n: n["metadata"].update(stack_trace="File x\rimport os")),
                                     "stack_trace is not text without control characters"),
     "string-input": (lambda tree: tree["graph_module"]["graph"]["inputs"].__setitem__(0, {"as_string": "x'"}),

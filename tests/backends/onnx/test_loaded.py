@@ -6,17 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hfexport.backends.onnx.loaded import external_locations
+from hfexport.errors import ExportFolderError
+
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx.external_data_helper import set_external_data  # noqa: E402
-
-from hfexport.backends.onnx.loaded import external_locations  # noqa: E402
-from hfexport.errors import ExportFolderError  # noqa: E402
+TensorProto, helper, numpy_helper = onnx.TensorProto, onnx.helper, onnx.numpy_helper
 
 
-def _external(name: str, location: str, values=(1.0, 2.0)) -> TensorProto:
+def _external(name: str, location: str, values=(1.0, 2.0)):
     tensor = numpy_helper.from_array(np.array(values, dtype=np.float32), name)
-    set_external_data(tensor, location, offset=0, length=len(tensor.raw_data))
+    onnx.external_data_helper.set_external_data(tensor, location, offset=0, length=len(tensor.raw_data))
     tensor.data_location = TensorProto.EXTERNAL
     tensor.ClearField("raw_data")
     return tensor
@@ -24,10 +23,8 @@ def _external(name: str, location: str, values=(1.0, 2.0)) -> TensorProto:
 
 def _by_onnx(model) -> set[str]:
     """The locations as the `onnx` package finds them (onnx 1.23's walker over every tensor)."""
-    from onnx.external_data_helper import _get_all_tensors
-
     found = set()
-    for tensor in _get_all_tensors(model):
+    for tensor in onnx.external_data_helper._get_all_tensors(model):
         found.update(e.value for e in tensor.external_data if e.key == "location")
     return found
 

@@ -22,6 +22,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import json
 import re
 import types
 import typing
@@ -112,17 +113,34 @@ _STRINGS: dict[tuple[str, str], Callable[[str], str | None]] = {
 #: (schema class, dict field) -> the rule its keys must meet.
 _KEYS: dict[tuple[str, str], Callable[[str], str | None]] = {
     ("ExportedProgram", "opset_version"): _NAME,
-    ("ExportedProgram", "range_constraints"): _NAME,
+    ("ExportedProgram", "range_constraints"): _TEXT,  # a size's name or printed expression, only looked up
     ("Graph", "tensor_values"): _NAME,
     ("Graph", "sym_int_values"): _NAME,
     ("Graph", "sym_bool_values"): _NAME,
     ("Graph", "sym_float_values"): _NAME,
     ("PayloadConfig", "config"): _FQN,
 }
+def _custom(text: str) -> str | None:
+    """The rule of a node's `custom` metadata: a JSON object of plain values (torch's tracer marks
+    nodes `{"_torchdynamo_disable": true, ...}` in a torchao-quantized program), its names
+    identifiers and its strings free of control characters: torch 2.13 `json.loads` it and FX
+    prints it into a comment of the source it generates (`fx/graph.py`, "Annotation:")."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return "is not JSON"
+    if not (isinstance(value, dict) and all(isinstance(k, str) and _IDENTIFIER.fullmatch(k) for k in value)):
+        return "is not a JSON object keyed by names"
+    for item in value.values():
+        if not (item is None or isinstance(item, (bool, int, float)) or (isinstance(item, str) and not _TEXT(item))):
+            return "holds a value other than a number, a boolean or text without control characters"
+    return None
+
+
 #: Node metadata torch reads without resolving anything, and the rule of its text: hfexport's
-#: programs hold these four (`source_fn_stack` is resolved by getattr, `custom` is pasted into
-#: generated source as a comment).
-_METADATA = {"stack_trace": _TRACE, "nn_module_stack": _TEXT, "torch_fn": _TEXT, "from_node": _TEXT}
+#: programs hold these five (`source_fn_stack` is resolved by getattr).
+_METADATA = {"stack_trace": _TRACE, "nn_module_stack": _TEXT, "torch_fn": _TEXT, "from_node": _TEXT,
+             "custom": _custom}
 #: Union members hfexport never writes, which name code, graphs or objects, or feed guards' source.
 _REFUSED_MEMBERS = {
     "Argument": {"as_custom_obj", "as_operator", "as_graph", "as_string_to_argument"},
