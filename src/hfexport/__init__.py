@@ -63,7 +63,7 @@ _LAZY = {
     "ValidationError": "hfexport.errors",
     "TESTED_VERSIONS": "hfexport._versions",
     "GenerationRunner": "hfexport.generation.loop",
-    "GenerationResult": "hfexport.generation.loop",
+    "GenerationResult": "hfexport.generation.result",
     "GenerationExport": "hfexport.generation.package",
     "save_generation_export": "hfexport.generation.package",
 }

@@ -39,7 +39,8 @@ from transformers import TextStreamer
 
 from ..errors import ExportError
 from .engine import route, run_on_engine
-from .loop import GenerationResult, GenerationRunner, _as_list, _State
+from .loop import GenerationRunner, _State
+from .result import GenerationResult, as_token_list
 
 __all__ = ["ChatSession", "TextStream", "end_of_turn_ids"]
 
@@ -50,8 +51,8 @@ _SENTINEL = "hfexport-answer-sentinel"
 def end_of_turn_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
     """The tokens that end a model's turn: the generation config's end tokens, the tokenizer's
     end token, and the special token the chat template writes right after an assistant message."""
-    ids = [*_as_list(getattr(generation_config, "eos_token_id", None)),
-           *_as_list(getattr(tokenizer, "eos_token_id", None))]
+    ids = [*as_token_list(getattr(generation_config, "eos_token_id", None)),
+           *as_token_list(getattr(tokenizer, "eos_token_id", None))]
     try:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _SENTINEL}], tokenize=False)

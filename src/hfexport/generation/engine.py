@@ -155,10 +155,10 @@ def open_engine(export: Any, choice: str) -> tuple[LlmEngine | None, str | None]
 
 def engine_request(config: Any) -> EngineRequest:
     """The `EngineRequest` of a generation config (`GenerationRunner.generation_config`)."""
-    from .loop import _as_list
+    from .result import as_token_list
 
     return EngineRequest(int(config.max_new_tokens), int(config.min_new_tokens or 0),
-                         tuple(_as_list(config.eos_token_id)))
+                         tuple(as_token_list(config.eos_token_id)))
 
 
 def route(runner: Any, config: Any, length: int, *, output_logits: bool = False,
@@ -193,7 +193,7 @@ def run_on_engine(runner: Any, conversation: EngineConversation, ids: list[int],
 
     import torch
 
-    from .loop import GenerationResult
+    from .result import GenerationResult
 
     start = time.perf_counter() if start is None else start
     on_token = None

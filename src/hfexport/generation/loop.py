@@ -35,7 +35,6 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 from __future__ import annotations
 
 import copy
-import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -49,43 +48,11 @@ from .engine import open_engine, route, run_on_engine
 from .greedy import GreedySteps
 from .multimodal import ImagePrefill
 from .package import GenerationExport
+from .result import GenerationResult, as_token_list
 
 __all__ = ["GenerationRunner", "GenerationResult"]
 
 _MULTIMODAL = ("image_encoder", "audio_encoder", "language_model")
-
-
-@dataclasses.dataclass
-class GenerationResult:
-    """What `GenerationRunner.generate` produced, and how fast."""
-
-    tokens: list[int]  # the new tokens (an encoder-decoder's decoder start token not included)
-    prompt: list[int]
-    time_to_first_token_s: float
-    tokens_per_s: float  # decode steps after the first token, per second (nan with one token)
-    logits: list[torch.Tensor] | None = None  # per step, the last position's logits (`output_logits=True`)
-    stopped_at_eos: bool = False  # the last token is an end token (else `max_new_tokens` ran out)
-    fast_path: bool = False  # the decode steps after the first token ran `greedy.GreedySteps`
-    #: what generated: the runtime's own engine ("onnxruntime-genai 0.18.0", `engine.py`) or hfexport's loop
-    engine: str = "hfexport"
-    #: why hfexport's loop ran where the runtime's engine was not asked against (engine="auto"), else None
-    engine_reason: str | None = None
-    #: the text, or what decodes it at first use (`text`): loading a tokenizer imports transformers'
-    #: tokenizer classes, seconds a caller of token ids in and out does not need
-    _text: Callable[[], str | None] | str | None = dataclasses.field(default=None, repr=False, compare=False)
-
-    @property
-    def text(self) -> str | None:
-        """The new tokens decoded by the export's tokenizer (special tokens skipped), None without one."""
-        if callable(self._text):
-            self._text = self._text()
-        return self._text
-
-    def to_dict(self) -> dict[str, Any]:
-        """The result as a JSON-able dict (per-step logits left out)."""
-        out = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
-               if field.name not in ("logits", "_text")}
-        return {**out, "text": self.text}
 
 
 class _ComponentRunners(Mapping):
@@ -281,7 +248,7 @@ class GenerationRunner:
         `config` says: the loop of `generate`, on a state a caller may keep between calls (a chat's
         conversation, `chat.ChatSession`). Returns what `generate` returns, `prompt` being `sequence`."""
         start = time.perf_counter() if start is None else start
-        eos = _as_list(config.eos_token_id)
+        eos = as_token_list(config.eos_token_id)
         processors = _logits_processors(config, eos)
         generator = torch.Generator().manual_seed(seed) if seed is not None else None
         is_plain_greedy = self.use_fast_path and not (config.do_sample or processors or output_logits)
@@ -399,7 +366,7 @@ class _State:
             start = getattr(config, "decoder_start_token_id", None)
         if start is None:
             raise ExportError("the saved configs name no decoder_start_token_id", remedy="set it in generation_config.json")
-        return torch.tensor([[int(_as_list(start)[0])]])
+        return torch.tensor([[int(as_token_list(start)[0])]])
 
     def _run_encoder(self) -> None:
         runner = self.runner.runners["encoder"]
@@ -588,14 +555,6 @@ def _as_prompt(input_ids: Any) -> torch.Tensor:
     if isinstance(input_ids, torch.Tensor):
         return input_ids.reshape(1, -1).long()
     return torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
-
-
-def _as_list(value: Any) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]
 
 
 def _logits_processors(config: Any, eos: list[int]):

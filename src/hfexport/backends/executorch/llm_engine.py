@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ...generation.engine import EngineRequest
+from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
 from ...manifest import ListedFiles, parse_json
 
 __all__ = ["TextLlmRunnerEngine", "open_text_llm_runner_engine"]
@@ -97,7 +97,7 @@ class _StopAtFirst(Exception):
     """Raised out of the runner's callback at a stop token that is a call's first (module note)."""
 
 
-class TextLlmRunnerEngine:
+class TextLlmRunnerEngine(LlmEngine):
     """One `TextLLMRunner`: a sequence at a time (a new one resets the runner)."""
 
     def __init__(self, runner: Any, folder: Any, program: Any, name: str, capacity: int, first: int):
@@ -116,6 +116,7 @@ class TextLlmRunnerEngine:
         return TextLlmRunnerConversation(self)
 
     def text(self, ids: list[int]) -> str:
+        """The text the runner's one-character-per-token tokenizer reads back as `ids` (module note)."""
         return "".join(chr(self._first + token) for token in ids)
 
     def call(self, ids: list[int], max_new_tokens: int, on_piece: Callable[[str], Any]) -> None:
@@ -133,7 +134,7 @@ class TextLlmRunnerEngine:
             raise _failed(error, said, Path(self._folder.name) / "decode.pte")
 
 
-class TextLlmRunnerConversation:
+class TextLlmRunnerConversation(EngineConversation):
     """A sequence in the runner, whose position it keeps between calls (module note)."""
 
     def __init__(self, engine: TextLlmRunnerEngine):

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...generation.engine import EngineRequest
+from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
 from ...manifest import ListedFiles, parse_json
 
 __all__ = ["GenaiEngine", "open_genai_engine"]
@@ -72,7 +72,7 @@ def open_genai_engine(export: Any) -> GenaiEngine:
     return GenaiEngine(og, folder, decode.artifact, int(content["model"]["context_length"]))
 
 
-class GenaiEngine:
+class GenaiEngine(LlmEngine):
     """One `og.Model` on a private folder, stopping at no token of its own (see the module note)."""
 
     def __init__(self, og: Any, folder: tempfile.TemporaryDirectory, source: Any, context_length: int):
@@ -99,7 +99,7 @@ class GenaiEngine:
         return GenaiConversation(self, keep)
 
 
-class GenaiConversation:
+class GenaiConversation(EngineConversation):
     """One `og.Generator`: a chat's next turn cuts its sequence back (`rewind_to`) to the tokens
     it shares with the turn's, and appends the rest."""
 

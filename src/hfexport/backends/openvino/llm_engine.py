@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...generation.engine import EngineRequest
+from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
 from ...manifest import ListedFiles
 
 __all__ = ["LlmPipelineEngine", "open_llm_pipeline_engine"]
@@ -74,7 +74,7 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
     return LlmPipelineEngine(openvino_genai, pipe, bound)
 
 
-class LlmPipelineEngine:
+class LlmPipelineEngine(LlmEngine):
     """One `LLMPipeline`: a sequence at a time (a new conversation ends the last one's chat)."""
 
     def __init__(self, genai: Any, pipe: Any, capacity: int | None):
@@ -103,7 +103,7 @@ class LlmPipelineEngine:
         return config
 
 
-class LlmPipelineConversation:
+class LlmPipelineConversation(EngineConversation):
     """A sequence in the pipeline: generated once, or the pipeline's chat on token ids (module note)."""
 
     def __init__(self, engine: LlmPipelineEngine, keep: bool):
