@@ -129,14 +129,25 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"format": runner.export.format, **result.to_dict()}))
         return 0
+    print("\n".join(result_lines(args, runner, result)))
+    return 0
+
+
+def result_lines(args, runner, result) -> list[str]:
+    """What `generate` prints of `result` without `--json`: the text (or the ids), a hint where a
+    `--prompt` ended at once on a chat model's end token, and what ran it how fast."""
     ids = ",".join(str(t) for t in result.tokens)
     if result.text is None:  # the ids are all there is
-        print(f"tokens: {ids} ({args.export_dir} holds no tokenizer to turn them into text)")
+        lines = [f"tokens: {ids} ({args.export_dir} holds no tokenizer to turn them into text)"]
     else:
-        print(f"text:   {result.text}")
-        if args.ids:
-            print(f"tokens: {ids}")
-    print(f"{ran_on(runner, result)}: time to first token "
-          f"{result.time_to_first_token_s * 1000:.1f} ms, {result.tokens_per_s:.1f} tokens/s over "
-          f"{max(len(result.tokens) - 1, 0)} decode steps")
-    return 0
+        lines = [f"text:   {result.text}"] + ([f"tokens: {ids}"] if args.ids else [])
+    tokenizer = runner.export.tokenizer if result.text is not None else None
+    if (args.chat is None and result.stopped_at_eos and len(result.tokens) == 1
+            and getattr(tokenizer, "chat_template", None)):
+        lines.append("note:   the model's first token was its end token: its tokenizer has a chat template, so it "
+                     "likely expects a chat turn: ask with --chat MESSAGE")
+    speed = (f"{result.tokens_per_s:.1f} tokens/s over {len(result.tokens) - 1} decode steps"
+             if len(result.tokens) > 1 else "no decode steps")
+    lines.append(f"{ran_on(runner, result)}: time to first token {result.time_to_first_token_s * 1000:.1f} ms, "
+                 f"{speed}")
+    return lines
