@@ -70,7 +70,7 @@ def test_chat_without_a_tokenizer_gives_a_remedy_that_runs(without_tokenizer, ca
 
 def test_a_prompt_that_ends_at_once_on_a_chat_model_says_to_chat(with_tokenizer, capsys):
     """SmolLM2-Instruct answers a bare `--prompt` with its end token: the empty text gets a hint, and
-    the hint's remedy runs; a longer answer, a `--chat` turn and a folder without a chat template get none."""
+    the hint's remedy runs; a longer answer, a `--chat` turn and an image prompt (`--chat` takes no image) get none."""
     from types import SimpleNamespace
 
     from hfexport.generation.loop import GenerationRunner
@@ -78,7 +78,7 @@ def test_a_prompt_that_ends_at_once_on_a_chat_model_says_to_chat(with_tokenizer,
 
     runner = GenerationRunner.load(with_tokenizer)
     end = runner.export.tokenizer.eos_token_id
-    args = SimpleNamespace(export_dir=str(with_tokenizer), ids=False, chat=None)
+    args = SimpleNamespace(export_dir=str(with_tokenizer), ids=False, chat=None, image=None, image_inputs=None)
 
     def printed(tokens, **changes):
         result = GenerationResult(tokens=tokens, prompt=[5, 6], time_to_first_token_s=0.01, tokens_per_s=50.0 if tokens[1:] else float("nan"),
@@ -89,6 +89,8 @@ def test_a_prompt_that_ends_at_once_on_a_chat_model_says_to_chat(with_tokenizer,
     assert ended[0] == "text:   " and "ask with --chat MESSAGE" in ended[1]
     assert ended[2].endswith("time to first token 10.0 ms, no decode steps")
     assert not any("--chat" in line for line in printed([7, end]) + printed([end], chat="hi"))
+    # --chat takes no image: an image prompt that ends at once gets no remedy that would be refused
+    assert not any("--chat" in line for line in printed([end], image="cat.png") + printed([end], image_inputs="x.npz"))
     assert printed([7, end])[-1].endswith("50.0 tokens/s over 1 decode steps")
     chatted = _generated(capsys, str(with_tokenizer), "--chat", "hello", *GENERATE)
     assert chatted[0].startswith("text:") and len(chatted) == 2

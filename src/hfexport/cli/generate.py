@@ -142,8 +142,9 @@ def result_lines(args, runner, result) -> list[str]:
     else:
         lines = [f"text:   {result.text}"] + ([f"tokens: {ids}"] if args.ids else [])
     tokenizer = runner.export.tokenizer if result.text is not None else None
-    if (args.chat is None and result.stopped_at_eos and len(result.tokens) == 1
-            and getattr(tokenizer, "chat_template", None)):
+    # not after --image or --image-inputs: --chat takes neither (`_check_image_options`)
+    if (args.chat is None and args.image is None and args.image_inputs is None and result.stopped_at_eos
+            and len(result.tokens) == 1 and getattr(tokenizer, "chat_template", None)):
         lines.append("note:   the model's first token was its end token: its tokenizer has a chat template, so it "
                      "likely expects a chat turn: ask with --chat MESSAGE")
     speed = (f"{result.tokens_per_s:.1f} tokens/s over {len(result.tokens) - 1} decode steps"
