@@ -65,7 +65,7 @@ def test_a_name_that_is_not_one_plain_folder_is_refused_with_the_rule(tmp_path, 
 
 
 @pytest.mark.parametrize("name", ["llama-gen", "llama_gen.v2", "Llama3", "modèle"])
-def test_a_plain_folder_name_isfiles_kept(name):
+def test_a_plain_folder_name_is_kept(name):
     assert BatchItem("tiny:llama", name=name).slug == name
 
 
