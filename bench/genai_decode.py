@@ -127,7 +127,7 @@ def run_one(model_name: str, scheme: str, cache: int) -> dict:
         export_seconds = time.perf_counter() - start
         row = {"model": model_name, "scheme": scheme, "cache": cache, "export_s": round(export_seconds, 1),
                "artifact_mb": round(sum(e["bytes"] for e in result.manifest["components"].values()) / 1e6, 1),
-               "llm_pipeline_folder": result.manifest.get("openvino_genai", {}).get("llm_pipeline"), "prompts": []}
+               "llm_pipeline_folder": (result.manifest.get("runtime_package") or {}).get("ready"), "prompts": []}
         for prompt in prompts:
             eager, ours, pipe = _eager(model, prompt, new_tokens), _runner(folder, prompt, new_tokens), \
                 _pipeline(folder, prompt, new_tokens)

@@ -180,10 +180,12 @@ def vlm_pipeline(folder: Path, picture):
     import openvino as ov
     import openvino_genai as ov_genai
 
-    entry = json.loads((folder / "manifest.json").read_text()).get("openvino_genai_vlm", {})
-    if not entry.get("vlm_pipeline"):
-        raise SystemExit(f"{folder} is no VLMPipeline folder: {entry.get('why')}")
-    pipe = ov_genai.VLMPipeline(str(folder), "CPU", INFERENCE_NUM_THREADS=THREADS, **entry.get("properties", {}))
+    from hfexport.manifest import read_manifest, runtime_package
+
+    entry = runtime_package(read_manifest(folder), "VLMPipeline") or {"ready": False, "why": "no VLMPipeline entry"}
+    if not entry["ready"]:
+        raise SystemExit(f"{folder} is no VLMPipeline folder: {entry['why']}")
+    pipe = ov_genai.VLMPipeline(str(folder), "CPU", INFERENCE_NUM_THREADS=THREADS, **entry["settings"]["properties"])
     config = ov_genai.GenerationConfig()
     config.max_new_tokens = config.min_new_tokens = NEW_TOKENS
     config.do_sample, config.ignore_eos, config.apply_chat_template = False, True, False

@@ -243,7 +243,7 @@ def test_openvino_gets_the_llm_pipeline_folder(drawn, tmp_path):
     folder, model, _, ids = drawn
     report = _export(folder, "openvino", tmp_path / "ov")
     assert report["task"]["cache"]["tokens"] is None  # the state grows with the conversation
-    assert json.loads((tmp_path / "ov" / "manifest.json").read_text())["openvino_genai"]["llm_pipeline"] is True
+    assert json.loads((tmp_path / "ov" / "manifest.json").read_text())["runtime_package"]["ready"] is True
     pipe = ov_genai.LLMPipeline(str(tmp_path / "ov"), "CPU", **GENAI_PROPERTIES)
     config = ov_genai.GenerationConfig()
     config.max_new_tokens = config.min_new_tokens = NEW_TOKENS

@@ -34,14 +34,15 @@ def _copy(package, tmp_path: Path) -> Path:
 
 def _rehash(folder: Path, *, add: tuple[str, ...] = (), drop: tuple[str, ...] = ()) -> None:
     """Rewrite `manifest.json`'s `files` to what the folder's listed files hold now (as anyone who
-    can write the files can), listing `add` too and unlisting `drop` (from the components too)."""
+    can write the files can), listing `add` too and unlisting `drop` (from the components and the
+    runtime package too)."""
     manifest = json.loads((folder / "manifest.json").read_text())
     names = (set(manifest["files"]) | set(add)) - set(drop)
     manifest["files"] = {name: {"bytes": (folder / name).stat().st_size,
                                 "sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest()}
                          for name in sorted(names)}
-    for component in manifest["components"].values():
-        component["files"] = [f for f in component["files"] if f not in drop]
+    for entry in [*manifest["components"].values(), *filter(None, [manifest.get("runtime_package")])]:
+        entry["files"] = [f for f in entry["files"] if f not in drop]
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 

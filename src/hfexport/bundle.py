@@ -177,8 +177,10 @@ def save_export(
             save_processor_files(processor, staging)
         packaged = Packaged({}, {})
         if kind == "generation":  # the runtime's own files, once the folder holds everything else
-            packaged = exporter.package_folder(staging, artifacts, context or FolderContext(
-                getattr(model, "config", None), generation_config, tokenizer, processor=processor))
+            context = context or FolderContext(getattr(model, "config", None), generation_config, tokenizer,
+                                               processor=processor)
+            files = {name: entry["files"] for name, entry in components.items()}
+            packaged = exporter.package_folder(staging, artifacts, dataclasses.replace(context, component_files=files))
         manifest = {
             "kind": kind,
             "format": exporter.format,
@@ -187,7 +189,8 @@ def save_export(
             **packaged.manifest,
             "components": components,
         }
-        report = {**report, **packaged.report} if report is not None else None
+        package = {"runtime_package": packaged.manifest["runtime_package"]} if "runtime_package" in packaged.manifest else {}
+        report = {**report, **package, **packaged.report} if report is not None else None
         written = _with_sizes(report, components) if report is not None else None
         if written is not None:
             (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))

@@ -86,6 +86,8 @@ class FolderContext:
     plan: GenerationPlan | None = None
     #: an image-text model's processor (`None` where the model came without one)
     processor: Any = None
+    #: `{component: [file names]}` as written into the folder (filled in by `bundle.save_export`)
+    component_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 class Packaged(NamedTuple):
@@ -415,8 +417,9 @@ class HfExporter:
         into `folder` (a staged export folder, its components, configs and tokenizer already
         written), and say what was written: the one hook through which each backend makes its
         folder the runtime's package (onnxruntime-genai's `genai_config.json`, OpenVINO GenAI's
-        converted tokenizer, the `tokenizer.json` ExecuTorch's `TextLLMRunner` reads). Nothing by
-        default."""
+        converted tokenizer, the `tokenizer.json` ExecuTorch's `TextLLMRunner` reads), with the
+        manifest's one `runtime_package` entry (`manifest.runtime_package_entry`): the runner, the
+        files it reads, or why it does not open the folder. Nothing by default."""
         return Packaged({}, {})
 
     @property

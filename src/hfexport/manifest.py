@@ -1,12 +1,16 @@
 """`manifest.json`: what an export folder holds, written with the export and read back with suspicion.
 
 ```
-{"hfexport_manifest": 3, "kind": "generation", "format": "onnx",
+{"hfexport_manifest": 4, "kind": "generation", "format": "onnx",
  "files": {"decode.onnx": {"bytes": 1234, "sha256": "..."}, "config.json": {...}, ...},
- "components": {"decode": {"files": ["decode.onnx", "decode.onnx.data"], "inputs": [...], ...}}, ...}
+ "components": {"decode": {"files": ["decode.onnx", "decode.onnx.data"], "inputs": [...], ...}},
+ "runtime_package": {"runner": "onnxruntime-genai", "ready": true, "why": null,
+                     "files": ["genai_config.json", "decode.onnx", ...], "settings": {}}, ...}
 ```
 `files` lists every file the export wrote (all but the manifest itself) by its path relative to the
-folder, with its size and full SHA-256. `read_manifest` is the one reader: it refuses an oversized,
+folder, with its size and full SHA-256. `runtime_package` says, in one shape for every backend,
+whether the runtime's own runner (`RUNNERS`) opens the folder, the files it reads and why not
+(`runtime_package_entry` writes it, `runtime_package` reads it). `read_manifest` is the one reader: it refuses an oversized,
 too deeply nested, damaged or incomplete manifest, a newer version and an older one (which records
 no hashes), and any path that is absolute, climbs out with `..` or leads out of the folder through
 a link, each in one line naming the file. `ListedFiles` hands out the listed files (`FileBytes`) to
@@ -39,13 +43,23 @@ from typing import Any
 
 from .errors import ExportFolderError
 
-__all__ = ["MANIFEST", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES", "FileBytes", "ListedFiles", "file_table",
-           "listed_path", "owned_files", "parse_json", "read_manifest", "sha256_of", "upgrade_manifest",
-           "write_manifest"]
+__all__ = ["MANIFEST", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES", "RUNNERS", "FileBytes", "ListedFiles",
+           "file_table", "listed_path", "owned_files", "parse_json", "read_manifest", "runtime_package",
+           "runtime_package_entry", "sha256_of", "upgrade_manifest", "write_manifest"]
 
 MANIFEST = "manifest.json"
-#: 1: a generation export, no `kind`; 2: `kind`; 3: `files`, every file's size and full SHA-256.
-MANIFEST_VERSION = 3
+#: 1: a generation export, no `kind`; 2: `kind`; 3: `files`, every file's size and full SHA-256;
+#: 4: `runtime_package`, one entry for every runtime's package (version 3 had five shapes, which
+#: `read_manifest` still reads: `_legacy_runtime_package`).
+MANIFEST_VERSION = 4
+#: The first version that records every file's hash: older ones are refused (`read_manifest`).
+_HASHED_VERSION = 3
+#: The runtimes' own runners an export folder can be the package of (`runtime_package.runner`),
+#: with the format whose folders each opens.
+RUNNERS = {"onnxruntime-genai": "onnx", "LLMPipeline": "openvino", "VLMPipeline": "openvino",
+           "TextLLMRunner": "executorch", "MultimodalRunner": "executorch"}
+#: Version 3's entries that `runtime_package` replaces (`_legacy_runtime_package`).
+_LEGACY_PACKAGE_KEYS = ("onnxruntime_genai", "openvino_genai", "openvino_genai_vlm", "executorch_multimodal_runner")
 #: What hfexport wrote beside the components before version 3 listed every file (`owned_files`).
 _LEGACY_OWN_FILES = frozenset({
     MANIFEST, "report.json", "export_config.json", "config.json", "generation_config.json", "tokenizer.json",
@@ -129,7 +143,7 @@ def read_manifest(folder: str | os.PathLike, *, verify: bool = True, older: bool
     manifest = parse_json(_read_whole(path, folder, limit=MAX_MANIFEST_BYTES), path)
     _check_shape(folder, manifest)
     version = manifest["hfexport_manifest"]
-    if version < MANIFEST_VERSION:
+    if version < _HASHED_VERSION:
         if older:
             return manifest
         raise ExportFolderError(
@@ -148,9 +162,34 @@ def read_manifest(folder: str | os.PathLike, *, verify: bool = True, older: bool
         if unlisted:
             raise _damaged(folder, f"names {', '.join(map(repr, unlisted))} for component {name!r} without listing "
                            "it under 'files'")
+    if version < 4 and (legacy := _legacy_runtime_package(manifest)) is not None:
+        manifest["runtime_package"] = legacy
+    for key in _LEGACY_PACKAGE_KEYS:  # read as `runtime_package` only
+        manifest.pop(key, None)
+    _check_runtime_package(folder, manifest)
     if verify:
         _each(lambda item: check_file(folder / item[0], item[1], folder=folder), list(files.items()))
     return manifest
+
+
+def runtime_package_entry(runner: str, *, files: list[str] | tuple[str, ...] = (), why: str | None = None,
+                          settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest's `{"runtime_package": ...}` entry of an export folder that `runner` (one of
+    `RUNNERS`) opens, with the `files` it reads (the model files it loads and those written for
+    it), or, given `why`, does not open (`ready` false), and the runner's own `settings` (the
+    compile properties `LLMPipeline` is given, the methods of a `MultimodalRunner` program)."""
+    if runner not in RUNNERS:
+        raise ValueError(f"unknown runtime runner {runner!r}; one of {', '.join(RUNNERS)}")
+    return {"runtime_package": {"runner": runner, "ready": why is None, "why": why,
+                                "files": sorted(dict.fromkeys(files)), "settings": dict(settings or {})}}
+
+
+def runtime_package(manifest: dict[str, Any], runner: str | None = None) -> dict[str, Any] | None:
+    """The `runtime_package` entry of a manifest `read_manifest` returned, or None where the
+    folder is no runtime's package (a single model, a dynamo export); with `runner`, None unless
+    the entry is that runner's."""
+    entry = manifest.get("runtime_package")
+    return entry if entry is not None and (runner is None or entry["runner"] == runner) else None
 
 
 def parse_json(data: bytes, path: Path) -> Any:
@@ -378,8 +417,13 @@ def upgrade_manifest(folder: str | os.PathLike) -> int | None:
     folder = Path(folder)
     manifest = read_manifest(folder, verify=False, older=True)
     version = manifest["hfexport_manifest"]
-    if version >= MANIFEST_VERSION:
-        return None
+    if version >= _HASHED_VERSION:
+        if version >= MANIFEST_VERSION:
+            return None
+        manifest = read_manifest(folder, verify=True)  # version 3: its files checked, its entries rewritten
+        with atomic_file(folder / MANIFEST) as stream:
+            stream.write(json.dumps({**manifest, "hfexport_manifest": MANIFEST_VERSION}, indent=2))
+        return version
     components = {f for entry in manifest["components"].values() for f in entry["files"]}
     for entry in manifest["components"].values():  # what 0.3 recorded of a weights file: its size and ends
         for name, expected in (entry.get("fingerprints") or {}).items():
@@ -395,6 +439,9 @@ def upgrade_manifest(folder: str | os.PathLike) -> int | None:
             files[relative] = {"bytes": os.fstat(stream.fileno()).st_size,
                                "sha256": hashlib.file_digest(stream, "sha256").hexdigest()}
     body = {k: v for k, v in manifest.items() if k not in ("hfexport_manifest", "files")}
+    if (legacy := _legacy_runtime_package({**body, "files": files})) is not None:
+        body["runtime_package"] = legacy
+    body = {k: v for k, v in body.items() if k not in _LEGACY_PACKAGE_KEYS}
     with atomic_file(folder / MANIFEST) as stream:
         stream.write(json.dumps({"hfexport_manifest": MANIFEST_VERSION, **body, "files": files}, indent=2))
     return version
@@ -421,7 +468,7 @@ def _check_shape(folder: Path, manifest: Any) -> None:
             f"{folder / MANIFEST} was written by a newer hfexport (manifest version {version}; this one reads "
             f"versions 1-{MANIFEST_VERSION})", remedy="upgrade hfexport (pip install -U hfexport) to open it")
     manifest.setdefault("hfexport_manifest", version)
-    required = {"format": str, "components": dict, **({"files": dict} if version >= 3 else {})}
+    required = {"format": str, "components": dict, **({"files": dict} if version >= _HASHED_VERSION else {})}
     for key, kind in required.items():
         if not isinstance(manifest.get(key), kind):
             what = "lacks" if key not in manifest else f"has a {type(manifest[key]).__name__} as"
@@ -440,6 +487,67 @@ def _check_shape(folder: Path, manifest: Any) -> None:
             raise _damaged(folder, f"gives component {name!r} an output that is not a name")
         for relative in component["files"]:
             listed_path(folder, relative)
+
+
+def _check_runtime_package(folder: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a `runtime_package` entry of another shape than `runtime_package_entry` writes, of a
+    runner that does not open the manifest's format, or naming a file the manifest does not list."""
+    entry = manifest.get("runtime_package")
+    if entry is None:
+        return
+    shape = {"runner": str, "ready": bool, "why": (str, type(None)), "files": list, "settings": dict}
+    if not isinstance(entry, dict) or set(entry) != set(shape) or not all(
+            isinstance(entry[key], kind) for key, kind in shape.items()):
+        raise _damaged(folder, "has a 'runtime_package' entry of another shape than hfexport writes")
+    if RUNNERS.get(entry["runner"]) != manifest["format"]:
+        raise _damaged(folder, f"names {entry['runner']!r} as the runner of a {manifest['format']} export")
+    if entry["ready"] == (entry["why"] is not None):
+        raise _damaged(folder, "has a 'runtime_package' entry that is ready and says why not, or neither")
+    unlisted = [f for f in entry["files"] if not isinstance(f, str) or f not in manifest["files"]]
+    if unlisted:
+        raise _damaged(folder, f"names {', '.join(map(repr, unlisted))} for its runtime package without listing "
+                       "it under 'files'")
+
+
+def _legacy_runtime_package(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The `runtime_package` entry of a version-3 manifest, from the five shapes it wrote instead:
+    `onnxruntime_genai`, `openvino_genai`, `openvino_genai_vlm`, `executorch_multimodal_runner`
+    and ExecuTorch's `cache: "program"` (whose refusals were in `report.json` only). Nothing is
+    trusted by it: the entry it returns is checked as a version-4 one is."""
+    def entry(runner: str, files: list[Any], why: Any, settings: dict[str, Any]) -> dict[str, Any]:
+        listed = sorted(dict.fromkeys(f for f in files if isinstance(f, str) and f))
+        return {"runner": runner, "ready": why is None, "why": why if why is None else str(why),
+                "files": listed if why is None else [],
+                "settings": settings}
+
+    def model_files(stem: Any) -> list[Any]:
+        return [stem, stem[: -len(".xml")] + ".bin"] if isinstance(stem, str) and stem.endswith(".xml") else [stem]
+
+    if isinstance(old := manifest.get("onnxruntime_genai"), dict):
+        decode = manifest["components"].get("decode", {}).get("files", [])
+        return entry("onnxruntime-genai", [old.get("config"), *decode],
+                     None if old.get("config") else old.get("reason", "no genai_config.json"), {})
+    if isinstance(old := manifest.get("openvino_genai"), dict):
+        return entry("LLMPipeline", [*model_files(old.get("model")), *(old.get("tokenizer") or [])],
+                     None if old.get("llm_pipeline") else old.get("why", "not an LLMPipeline folder"),
+                     {**({"model": old["model"]} if "model" in old else {}), "properties": old.get("properties") or {}})
+    if isinstance(old := manifest.get("openvino_genai_vlm"), dict):
+        models = old.get("models") or {}
+        files = [f for stem in models.values() for f in model_files(stem)]
+        return entry("VLMPipeline", [*files, *(old.get("tokenizer") or []), old.get("image_processor")],
+                     None if old.get("vlm_pipeline") else old.get("why", "not a VLMPipeline folder"),
+                     {"models": models, "properties": old.get("properties") or {}})
+    if isinstance(old := manifest.get("executorch_multimodal_runner"), dict):
+        settings = {k: old[k] for k in ("program", "data", "methods", "image", "image_token_id", "max_cache_len")
+                    if k in old}
+        return entry("MultimodalRunner", [old.get("program"), old.get("data"), old.get("tokenizer")],
+                     None if old.get("multimodal_runner") else old.get("why", "not a MultimodalRunner folder"),
+                     settings)
+    if manifest.get("cache") == "program":
+        files = [f for f in ("decode.pte", "decode.ptd", "tokenizer.json") if f in manifest["files"]]
+        return entry("TextLLMRunner", files, None, {"program": "decode.pte",
+                                                     "data": "decode.ptd" if "decode.ptd" in files else None})
+    return None
 
 
 def _damaged(folder: Path, what: str) -> ExportFolderError:

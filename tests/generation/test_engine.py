@@ -146,3 +146,33 @@ def test_chat_on_the_engine_keeps_the_conversation_and_gives_eagers_answers(llm_
     assert main(["chat", str(package.folder), "--max-new-tokens", str(NEW_TOKENS)]) == 0
     decoded = [package.tokenizer.decode(tokens, skip_special_tokens=True) for tokens in (first, second)]
     assert capsys.readouterr().out == "".join(f"{text}\n" for text in decoded)
+
+
+def _as_version_3(folder) -> None:
+    """Rewrite `folder`'s manifest as hfexport 0.4 wrote it (version 3): the runtime's package
+    in its runtime's own entry (ExecuTorch's: the cache kind alone), no `runtime_package`."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    entry = manifest.pop("runtime_package")
+    old = {"onnxruntime-genai": lambda: {"onnxruntime_genai": {"config": "genai_config.json"}},
+           "LLMPipeline": lambda: {"openvino_genai": {
+               "model": entry["settings"]["model"], "properties": entry["settings"]["properties"], "llm_pipeline": True,
+               "tokenizer": [f for f in entry["files"] if f.startswith(("openvino_tokenizer", "openvino_detokenizer"))]}},
+           "TextLLMRunner": lambda: {}}[entry["runner"]]()
+    (folder / "manifest.json").write_text(json.dumps({**manifest, **old, "hfexport_manifest": 3}))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_folder_hfexport_0_4_wrote_still_drives_the_runtimes_engine(llm_package, capsys, tmp_path, runtime):
+    """A version-3 manifest's runtime package (five shapes, one per runner) is read as the one
+    `runtime_package` entry: the folder still opens in its runtime's engine with eager's tokens,
+    and `verify --upgrade` rewrites it as version 4, which does too."""
+    package = llm_package("llama", runtime)
+    folder = shutil.copytree(package.folder, tmp_path / "copy")
+    _as_version_3(folder)
+    ids, eager = package.ids[0].tolist(), package.eager(NEW_TOKENS, stop_at_eos=True)
+    got = _generate(capsys, folder, ids)
+    assert got["engine"].startswith(ENGINES[runtime]) and got["tokens"] == eager, got
+    assert main(["verify", str(folder), "--upgrade"]) == 0
+    assert "upgraded from version 3 to 4, its runtime package written as one entry" in capsys.readouterr().out
+    assert json.loads((folder / "manifest.json").read_text())["runtime_package"] == package.manifest["runtime_package"]
+    assert _generate(capsys, folder, ids)["tokens"] == eager

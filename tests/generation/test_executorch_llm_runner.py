@@ -234,6 +234,9 @@ def test_the_program_holds_its_cache_and_says_what_the_runner_reads(llm_export):
     result, tokenizer, _, _ = llm_export
     manifest = result.manifest
     assert manifest["cache"] == "program" and manifest["max_cache_len"] == CACHE
+    package = manifest["runtime_package"]
+    assert package["runner"] == "TextLLMRunner" and package["ready"] and package["settings"]["program"] == "decode.pte"
+    assert {"decode.pte", "tokenizer.json"} <= set(package["files"]) <= set(manifest["files"]), package
     decode = manifest["components"]["decode"]
     assert [i["name"] for i in decode["inputs"]] == ["input_ids", "input_pos"] and decode["outputs"] == ["logits"]
     assert decode["kernel_libraries"] == ["llama"]  # what a fresh process loads before the program

@@ -115,8 +115,9 @@ def test_the_onnx_folder_says_why_onnxruntime_genai_does_not_run_it(saved_genera
     """onnxruntime-genai 0.18's multimodal processors serve other architectures: the manifest says
     so, and which, instead of a text decoder's remedy."""
     require_backend("onnx")
-    entry = json.loads((saved_generation("onnx", case).directory / "manifest.json").read_text())["onnxruntime_genai"]
-    assert entry["config"] is None and "qwen2_5_vl" in entry["reason"] and "hfexport generate --image" in entry["reason"]
+    entry = json.loads((saved_generation("onnx", case).directory / "manifest.json").read_text())["runtime_package"]
+    assert entry["runner"] == "onnxruntime-genai" and entry["ready"] is False and entry["files"] == [], entry
+    assert "qwen2_5_vl" in entry["why"] and "hfexport generate --image" in entry["why"]
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ import numpy as np
 import openvino as ov
 import openvino_genai as ov_genai
 folder, ids, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-properties = json.load(open(folder + "/manifest.json"))["openvino_genai"]["properties"]
+properties = json.load(open(folder + "/manifest.json"))["runtime_package"]["settings"]["properties"]
 pipe = ov_genai.LLMPipeline(folder, "CPU", **properties)
 config = ov_genai.GenerationConfig()
 config.max_new_tokens = config.min_new_tokens = new
@@ -96,8 +96,9 @@ def test_the_vendor_runner_generates_eagers_tokens(llm_package, name, runtime):
         stop = next((i + 1 for i, token in enumerate(eager) if token == eos), NEW_TOKENS)
         assert got["pieces"] == [package.tokenizer.decode([token]) for token in eager][:stop]
         return
-    entry = package.manifest["onnxruntime_genai" if runtime == "onnx" else "openvino_genai"]
-    assert entry.get("config") or entry.get("llm_pipeline"), entry
+    entry = package.manifest["runtime_package"]
+    assert entry["ready"] and entry["runner"] == {"onnx": "onnxruntime-genai", "openvino": "LLMPipeline"}[runtime], entry
+    assert set(entry["files"]) <= set(package.manifest["files"]), entry
     assert _vendor_tokens(runtime, package.folder, ids) == eager
 
 
@@ -108,9 +109,9 @@ def test_a_refused_package_is_components_that_say_why(llm_package, name, runtime
     from hfexport import GenerationRunner
 
     package = llm_package(name, runtime)
-    entry = package.manifest["openvino_genai"]
-    assert entry["llm_pipeline"] is False and REFUSED[name, runtime] in entry["why"], entry
-    assert json.loads((package.folder / "report.json").read_text())["openvino_genai"] == entry
+    entry = package.manifest["runtime_package"]
+    assert entry["runner"] == "LLMPipeline" and entry["ready"] is False and REFUSED[name, runtime] in entry["why"], entry
+    assert json.loads((package.folder / "report.json").read_text())["runtime_package"] == entry
     assert not (package.folder / "openvino_model.xml").exists()
     assert not (package.folder / "openvino_tokenizer.xml").exists()
     got = GenerationRunner.load(package.folder).generate(package.ids, max_new_tokens=NEW_TOKENS,

@@ -178,7 +178,9 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--upgrade", action="store_true",
                         help="for a folder written by hfexport 0.3 or older (manifest version 1-2, no hashes): "
                         "record the SHA-256 of the files it holds now, then check it. Only on a copy you trust: "
-                        "the hashes prove the files stay as they are now, not that they are what was exported")
+                        "the hashes prove the files stay as they are now, not that they are what was exported. "
+                        "For one written by hfexport 0.4 (version 3, which opens as it is): rewrite its runtime "
+                        "package as version 4's one entry")
 
     coverage = sub.add_parser("coverage", help="export every tiny architecture to every backend, check each "
                               "against eager, write the matrix (Markdown + JSON)")

@@ -1,5 +1,6 @@
 """`hfexport verify DIR [--upgrade]`: check an export folder as `generate` and `chat` open it,
-running nothing; `--upgrade` first records the hashes an older manifest lacks."""
+running nothing; `--upgrade` first records the hashes an older manifest lacks (or writes a
+version-3 manifest's runtime package as version 4's one entry)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ def run(args) -> int:
     from pathlib import Path
 
     from ..generation.package import GenerationExport
-    from ..manifest import read_manifest, upgrade_manifest
+    from ..manifest import MANIFEST_VERSION, read_manifest, upgrade_manifest
 
     folder = Path(args.export_dir)
     if args.upgrade:
         upgraded = upgrade_manifest(folder)
-        print(f"{folder}: manifest.json upgraded from version {upgraded} to 3, the hashes of the files it holds now "
-              "recorded" if upgraded else f"{folder}: manifest.json is already version 3; nothing upgraded")
+        what = ("its runtime package written as one entry" if upgraded == 3
+                else "the hashes of the files it holds now recorded")
+        print(f"{folder}: manifest.json upgraded from version {upgraded} to {MANIFEST_VERSION}, {what}" if upgraded
+              else f"{folder}: manifest.json is already version {MANIFEST_VERSION}; nothing upgraded")
     loaded = GenerationExport.load(folder)
     read = [what for what, value in (("config", loaded.config), ("tokenizer", loaded.tokenizer)) if value is not None]
     if loaded.has_processor:

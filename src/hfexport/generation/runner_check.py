@@ -24,7 +24,6 @@ warned about, once per export.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ import torch
 
 from ..errors import ValidationError
 from ..llm_package import RunnerRequest, RunnerTokens, RunnerUnavailable
+from ..manifest import read_manifest
 
 __all__ = ["runner_check", "skipped_entry", "RUNNER_TOKENS"]
 
@@ -99,7 +99,7 @@ def _request(folder: Path, model: torch.nn.Module, prompt: dict[str, Any], gener
     if mask is not None:
         ids = ids[mask[0].bool()]
     new_tokens = RUNNER_TOKENS
-    bound = json.loads((folder / "manifest.json").read_text()).get("max_cache_len")
+    bound = read_manifest(folder, verify=False).get("max_cache_len")  # the folder this export just wrote
     if bound:
         new_tokens = max(1, min(new_tokens, int(bound) - len(ids)))
     eos = getattr(generation_config, "eos_token_id", None)

@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("executorch")
 
-from hfexport.backends.executorch.multimodal import MULTIMODAL_ENTRY, multimodal_refusal  # noqa: E402
+from hfexport.backends.executorch.multimodal import multimodal_refusal  # noqa: E402
 from hfexport.backends.executorch.multimodal_runner import run_multimodal_runner, split_prompt  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
 
@@ -35,9 +35,10 @@ def test_multimodal_runner_generates_eagers_tokens(saved_generation):
     """Two drawn images × two prompts: `MultimodalRunner`'s greedy token ids are eager's on the
     same processor output (the image as the processor's float `pixel_values`)."""
     saved = saved_generation("executorch", "llava")
-    entry = json.loads((saved.directory / "manifest.json").read_text())[MULTIMODAL_ENTRY]
-    assert entry["multimodal_runner"] is True, entry
-    assert (saved.directory / entry["program"]).is_file() and (saved.directory / entry["tokenizer"]).is_file()
+    entry = json.loads((saved.directory / "manifest.json").read_text())["runtime_package"]
+    assert entry["runner"] == "MultimodalRunner" and entry["ready"] is True, entry
+    assert entry["settings"]["program"] == "multimodal.pte" and {"multimodal.pte", "tokenizer.json"} <= set(entry["files"])
+    assert all((saved.directory / file).is_file() for file in entry["files"])
     got, eager = [], []
     for prompt in PROMPTS:
         for image in IMAGES:
@@ -53,8 +54,8 @@ def test_multimodal_runner_generates_eagers_tokens(saved_generation):
 @pytest.mark.slow  # reads the shared Qwen2-VL ExecuTorch export
 def test_an_image_text_model_the_runner_does_not_serve_says_why(saved_generation):
     qwen = json.loads((saved_generation("executorch", "qwen2_vl").directory / "manifest.json").read_text())
-    entry = qwen[MULTIMODAL_ENTRY]
-    assert entry["multimodal_runner"] is False and "LLaVA only" in entry["why"], entry
+    entry = qwen["runtime_package"]
+    assert entry["runner"] == "MultimodalRunner" and entry["ready"] is False and "LLaVA only" in entry["why"], entry
     assert "multimodal" not in qwen["components"]
 
 
@@ -114,22 +115,27 @@ def test_the_prompt_is_split_around_its_one_image_as_generate_hf_splits_it():
 
 def test_a_folder_that_is_no_multimodal_runner_folder_is_refused_with_its_why(tmp_path):
     from hfexport.errors import ExportFolderError, RuntimeLoadError
-    from hfexport.manifest import write_manifest
+    from hfexport.manifest import runtime_package_entry, write_manifest
+
+    def package(program: str, files: list[str]) -> dict:
+        settings = {"program": program, "data": None, "image_token_id": 120}
+        return {"format": "executorch", "components": {}, **runtime_package_entry(
+            "MultimodalRunner", files=files, settings=settings)}
 
     write_manifest(tmp_path, {"format": "executorch", "components": {},
-                              MULTIMODAL_ENTRY: {"multimodal_runner": False, "why": "LLaVA only"}})
+                              **runtime_package_entry("MultimodalRunner", why="LLaVA only")})
     with pytest.raises(RuntimeLoadError, match="not a MultimodalRunner folder: LLaVA only"):
         run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)
     # a folder from elsewhere whose manifest points the runner outside it is refused before anything runs
-    write_manifest(tmp_path, {"format": "executorch", "components": {},
-                              MULTIMODAL_ENTRY: {"multimodal_runner": True, "program": "../other.pte",
-                                                 "image_token_id": 120}})
-    with pytest.raises(ExportFolderError, match="outside the folder"):
+    write_manifest(tmp_path, package("../other.pte", ["../other.pte"]))
+    with pytest.raises(ExportFolderError, match="'../other.pte' for its runtime package without listing it"):
+        run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)
+    write_manifest(tmp_path, package("../other.pte", []))
+    with pytest.raises(ExportFolderError, match="names a MultimodalRunner program or data file its runtime package "
+                                                "does not list"):
         run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)
     # nor a program its manifest does not list (so did not check), put there after it was written
-    write_manifest(tmp_path, {"format": "executorch", "components": {},
-                              MULTIMODAL_ENTRY: {"multimodal_runner": True, "program": "multimodal.pte",
-                                                 "image_token_id": 120}})
+    write_manifest(tmp_path, package("multimodal.pte", ["multimodal.pte"]))
     (tmp_path / "multimodal.pte").write_bytes(b"not the export's")
-    with pytest.raises(ExportFolderError, match="multimodal.pte is not a file manifest.json lists"):
+    with pytest.raises(ExportFolderError, match="'multimodal.pte' for its runtime package without listing it"):
         run_multimodal_runner(tmp_path, [1, 120, 2], torch.zeros(1, 3, 16, 16), 2)

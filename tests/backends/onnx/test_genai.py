@@ -104,7 +104,9 @@ def test_onnxruntime_genai_runs_the_folder_with_eagers_tokens(exported):
     model, prompt, folder = exported
     genai_config = json.loads((folder / "genai_config.json").read_text())
     assert genai_config["search"]["past_present_share_buffer"] and genai_config["model"]["context_length"] == CACHE
-    assert json.loads((folder / "manifest.json").read_text())["onnxruntime_genai"] == {"config": "genai_config.json"}
+    assert json.loads((folder / "manifest.json").read_text())["runtime_package"] == {
+        "runner": "onnxruntime-genai", "ready": True, "why": None, "settings": {},
+        "files": sorted(["genai_config.json", *(p.name for p in folder.glob("decode.onnx*"))])}
     assert _genai_tokens(og, folder, prompt) == _eager_tokens(model, prompt)
     # the export job ran the folder in onnxruntime-genai too, on the drawn heads and prompt (runner_check)
     runner = json.loads((folder / "report.json").read_text())["runner"]

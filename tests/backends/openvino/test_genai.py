@@ -80,8 +80,10 @@ def _config(**options):
 def test_the_folder_is_an_llm_pipeline_folder(exported):
     directory, _, _ = exported
     manifest = json.loads((directory / "manifest.json").read_text())
-    assert manifest["openvino_genai"]["llm_pipeline"] is True, manifest["openvino_genai"]
-    assert manifest["openvino_genai"]["properties"] == GENAI_PROPERTIES
+    entry = manifest["runtime_package"]
+    assert entry["runner"] == "LLMPipeline" and entry["ready"] is True, entry
+    assert entry["settings"]["properties"] == GENAI_PROPERTIES
+    assert {"openvino_model.xml", "openvino_model.bin", "openvino_tokenizer.xml"} <= set(entry["files"]), entry
     for name in ("openvino_model", "openvino_tokenizer", "openvino_detokenizer"):
         assert (directory / f"{name}.xml").is_file() and (directory / f"{name}.bin").is_file()
     assert (directory / "config.json").is_file() and (directory / "generation_config.json").is_file()

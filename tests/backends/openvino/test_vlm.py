@@ -19,7 +19,7 @@ pytest.importorskip("openvino")
 pytest.importorskip("openvino_genai")
 pytest.importorskip("openvino_tokenizers")
 
-from hfexport.backends.openvino.vlm import IMAGE_TAG, QWEN2_VL_IMAGE_TAG, VLM_ENTRY  # noqa: E402
+from hfexport.backends.openvino.vlm import IMAGE_TAG, QWEN2_VL_IMAGE_TAG  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
 
 NEW_TOKENS = 8
@@ -95,9 +95,9 @@ def test_vlm_pipeline_generates_eagers_tokens(llava_folder, backend):
     """Two image contents × two prompt lengths, on both attention backends: `VLMPipeline`'s
     greedy token ids are eager's."""
     folder, manifest, model, tokenizer, processor = llava_folder
-    entry = manifest[VLM_ENTRY]
-    assert entry["vlm_pipeline"] is True, entry
-    assert all((folder / file).is_file() for file in entry["models"].values())
+    entry = manifest["runtime_package"]
+    assert entry["runner"] == "VLMPipeline" and entry["ready"] is True, entry
+    assert set(entry["settings"]["models"].values()) <= set(entry["files"]) <= set(manifest["files"])
     cases = [(prompt, seed) for prompt in PROMPTS for seed in IMAGE_SEEDS]
     got = _run_vlm_pipeline(folder, [(prompt, _image(seed)) for prompt, seed in cases], backend)
     eager = []
@@ -127,13 +127,13 @@ def test_qwen2_vl_vlm_pipeline_generates_eagers_tokens(saved_generation, backend
     backends: `VLMPipeline`'s greedy token ids are eager `generate`'s on the processor's output
     for the same prompt and image (its split tower, M-RoPE positions and rope delta included)."""
     saved = saved_generation("openvino", "qwen2_vl")
-    entry = json.loads((saved.directory / "manifest.json").read_text())[VLM_ENTRY]
-    assert entry["vlm_pipeline"] is True, entry
+    entry = json.loads((saved.directory / "manifest.json").read_text())["runtime_package"]
+    assert entry["runner"] == "VLMPipeline" and entry["ready"] is True, entry
     # exported as the CLI exports it, validated: the merger at whole images, as the report says
     merger = json.loads((saved.directory / "report.json").read_text())["components"]["vision_embeddings_merger"]
     assert merger["validation"]["passed"] and "resize_qwen2_vl_merger" in merger["validation"]["note"], merger
-    assert entry["models"]["vision_embeddings_merger"] == "openvino_vision_embeddings_merger_model.xml"
-    assert all((saved.directory / file).is_file() for file in entry["models"].values())
+    assert entry["settings"]["models"]["vision_embeddings_merger"] == "openvino_vision_embeddings_merger_model.xml"
+    assert all((saved.directory / file).is_file() for file in entry["files"])
     cases = [(QWEN2_VL_IMAGE_TAG + prompt, np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8))
              for prompt in PROMPTS for size, seed in zip(QWEN_SIZES, IMAGE_SEEDS)]
     got = _run_vlm_pipeline(saved.directory, cases, backend)
@@ -158,8 +158,8 @@ def test_an_image_text_model_vlm_pipeline_does_not_serve_says_why(tmp_path):
     from hfexport.backends.openvino.vlm import vlm_folder_files, vlm_refusal
 
     refusal = vlm_refusal(Qwen2_5_VLConfig(), OpenVINOConfig(dynamic=True))
-    entry = vlm_folder_files({"image_encoder": object()}, tmp_path, None, refusal)[VLM_ENTRY]
-    assert entry["vlm_pipeline"] is False and "'qwen2_5_vl'" in entry["why"], entry
+    entry = vlm_folder_files({"image_encoder": object()}, tmp_path, None, refusal)["runtime_package"]
+    assert entry["runner"] == "VLMPipeline" and entry["ready"] is False and "'qwen2_5_vl'" in entry["why"], entry
     assert "llava and qwen2_vl only" in entry["why"] and "keeps the components" in entry["why"]
 
 

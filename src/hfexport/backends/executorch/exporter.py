@@ -125,8 +125,9 @@ class ExecutorchExporter(HfExporter):
 
     def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
         """The `tokenizer.json` ExecuTorch's `TextLLMRunner` reads, beside the LLM-runner program,
-        and the report's `llm_runner` entry (`llm_export.runner_package`); for an image-text
-        export, the manifest's word on the folder as a `MultimodalRunner` folder (`multimodal.py`)."""
+        the manifest's `runtime_package` and the report's `llm_runner` entries
+        (`llm_export.runner_package`); for an image-text export, the manifest's word on the folder
+        as a `MultimodalRunner` folder (`multimodal.py`)."""
         from .llm_export import runner_package
         from .multimodal import multimodal_package, multimodal_refusal
 
@@ -135,7 +136,9 @@ class ExecutorchExporter(HfExporter):
         else:
             why = (multimodal_refusal(context.model_config, context.plan.config) if context.model_config is not None
                    else None) or context.plan.report.get("multimodal_runner", {}).get("why")
-        return Packaged(multimodal_package(folder, artifacts, context, why), runner_package(folder, artifacts, context))
+        if "image_encoder" in artifacts:
+            return Packaged(multimodal_package(folder, artifacts, context, why), {})
+        return Packaged(*runner_package(folder, artifacts, context))
 
     def open_llm_engine(self, export: Any) -> Any:
         """ExecuTorch's `TextLLMRunner` on a private copy (`llm_engine.py`)."""

@@ -62,10 +62,13 @@ def open_text_llm_runner_engine(export: Any) -> TextLlmRunnerEngine:
     """
     from ..._versions import installed_version, is_importable
     from ...llm_package import RunnerUnavailable
+    from ...manifest import runtime_package
+    from .llm_export import TEXT_RUNNER
     from .text_runner import _FIRST, _id_tokenizer, _vocab_size
 
-    if export.manifest.get("cache") != "program":
-        raise RunnerUnavailable("the folder is the components, not ExecuTorch's LLM-runner program")
+    entry = runtime_package(export.manifest, TEXT_RUNNER)
+    if entry is None or "program" not in entry["settings"]:
+        raise RunnerUnavailable((entry or {}).get("why") or "the folder holds no LLM-runner program")
     if not is_importable("executorch"):
         raise RunnerUnavailable("executorch is not installed: pip install 'hfexport[executorch]'", missing=True)
     program = export.components["decode"].artifact  # `PteBuffer`: the checked bytes, private copies

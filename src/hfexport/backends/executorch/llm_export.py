@@ -49,7 +49,7 @@ from ...tasks import DEFAULT_CACHE_LENGTH
 from ...tasks import default_cache_length as _package_cache_length
 from .llm import OPT_OUT, LlmProgram
 
-__all__ = ["plan_llm_program", "llm_component", "default_llm_component", "try_llm_component", "refusal",
+__all__ = ["TEXT_RUNNER", "plan_llm_program", "llm_component", "default_llm_component", "try_llm_component", "refusal",
            "fallback_note", "runner_tokenizer", "runner_package", "default_cache_length", "TOKENIZER_FILE",
            "DEFAULT_CACHE_LENGTH"]
 
@@ -57,6 +57,8 @@ logger = logging.getLogger("hfexport")
 
 #: The tokenizer file ExecuTorch's runner reads (`TextLLMRunner(pte, tokenizer_path)`): Hugging Face's JSON.
 TOKENIZER_FILE = "tokenizer.json"
+#: the runner of the manifest's `runtime_package` entry of a text folder (`manifest.RUNNERS`)
+TEXT_RUNNER = "TextLLMRunner"
 
 
 def plan_llm_program(model: torch.nn.Module, prompt: dict[str, Any], config: Any, generation_config: Any,
@@ -122,17 +124,28 @@ def _refuse_prompt_calibration(config: Any) -> None:
                            "which calibrate on every prompt, or choose a dynamic or weight-only scheme")
 
 
-def runner_package(folder: Path, artifacts: dict[str, Any], context: Any) -> dict[str, Any]:
-    """The report's `llm_runner` entry of an export folder holding the LLM-runner program, with
-    the tokenizer file its runner reads placed beside it (`runner_tokenizer`); `{}` for one
-    holding the components (`context`: an `exporter.FolderContext`)."""
+def runner_package(folder: Path, artifacts: dict[str, Any], context: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The manifest's `runtime_package` entry and the report's `llm_runner` entry of a text
+    export folder (`context`: an `exporter.FolderContext`): for the LLM-runner program, the files
+    `TextLLMRunner` reads, with the tokenizer file it reads placed beside it (`runner_tokenizer`);
+    for the components, why the runner cannot load them (the report's `llm_runner` says it already)."""
+    from ...manifest import runtime_package_entry
     from ...record import record_of
 
-    if not any("llm_program" in record_of(artifact).details for artifact in artifacts.values()):
-        return {}
     planned = context.plan.report.get("llm_runner", {}) if context.plan is not None else {}
-    return {"llm_runner": {**runner_tokenizer(folder, context.tokenizer),
-                           **({"cache": planned["cache"]} if "cache" in planned else {})}}
+    if not any("llm_program" in record_of(artifact).details for artifact in artifacts.values()):
+        why = planned.get("why") or ("saved without its export plan (save_generation_export alone)"
+                                     if context.plan is None else "the components were asked for (--no-llm-runner, "
+                                     "or static shapes without --static-cache N)")
+        return runtime_package_entry(TEXT_RUNNER, why=f"the folder holds the generation components: {why}"), {}
+    placed = runner_tokenizer(folder, context.tokenizer)
+    program = context.component_files.get("decode", [])
+    settings = {"program": "decode.pte", "data": "decode.ptd" if "decode.ptd" in program else None}
+    entry = (runtime_package_entry(TEXT_RUNNER, files=[*program, placed["tokenizer"]], settings=settings)
+             if placed["tokenizer"] else runtime_package_entry(  # the program runs on a tokenizer given beside it
+                 TEXT_RUNNER, why="the export was given no tokenizer: TextLLMRunner needs tokenizer.json",
+                 settings=settings))
+    return entry, {"llm_runner": {**placed, **({"cache": planned["cache"]} if "cache" in planned else {})}}
 
 
 def llm_component(model: torch.nn.Module, prompt: dict[str, Any], max_cache_len: int) -> dict[str, Any]:

@@ -49,13 +49,13 @@ import torch
 
 from .llm import LlmProgram
 
-__all__ = ["MultimodalProgram", "EmbeddedLlmProgram", "MULTIMODAL_ENTRY", "PROGRAM", "DECODER_METHOD",
+__all__ = ["MultimodalProgram", "EmbeddedLlmProgram", "RUNNER", "PROGRAM", "DECODER_METHOD",
            "multimodal_refusal", "multimodal_component", "multimodal_package", "method_programs"]
 
 logger = logging.getLogger("hfexport")
 
-#: The manifest's entry on the folder as a `MultimodalRunner` folder.
-MULTIMODAL_ENTRY = "executorch_multimodal_runner"
+#: The runner of the manifest's `runtime_package` entry of an image-text folder (`manifest.RUNNERS`).
+RUNNER = "MultimodalRunner"
 #: The component (and file stem) of the program.
 PROGRAM = "multimodal"
 #: The method the export pipeline captures and validates (`MultimodalProgram.forward`).
@@ -181,27 +181,29 @@ def multimodal_component(model: Any, components: dict[str, Any], max_cache_len: 
 
 
 def multimodal_package(folder: Path, artifacts: dict[str, Any], context: Any, why: str | None) -> dict[str, Any]:
-    """The manifest's entry of an image-text generation export folder: whether `MultimodalRunner`
-    can open it (`multimodal.pte` and the `tokenizer.json` placed beside it), and why not; `{}`
-    for any other export."""
+    """The manifest's `runtime_package` entry of an image-text generation export folder: the
+    files `MultimodalRunner` reads (`multimodal.pte`, its `.ptd`, the `tokenizer.json` placed
+    beside it), and the program's methods and image input, or why it cannot open the folder;
+    `{}` for any other export."""
+    from ...manifest import runtime_package_entry
     from ...record import record_of
     from .llm_export import runner_tokenizer
 
     if "image_encoder" not in artifacts:
         return {}
     if PROGRAM not in artifacts:
-        return {MULTIMODAL_ENTRY: {"multimodal_runner": False, "why": why or f"the export has no {PROGRAM} program"}}
+        return runtime_package_entry(RUNNER, why=why or f"the export has no {PROGRAM} program")
     placed = runner_tokenizer(folder, context.tokenizer)
     summary = record_of(artifacts[PROGRAM]).details.get("multimodal_program", {})
-    data = f"{PROGRAM}.ptd" if (folder / f"{PROGRAM}.ptd").is_file() else None  # weights outside the program
-    entry = {"program": f"{PROGRAM}.pte", "data": data, "methods": summary.get("methods"),
-             "image": {"input": "pixel_values", "shape": summary.get("image"), "dtype": "float32",
-                       "given_as": "the processor's pixel_values (resized and normalized)"},
-             "image_token_id": int(getattr(context.model_config, "image_token_index")),
-             "max_cache_len": summary.get("max_cache_len"),
-             "tokenizer": placed["tokenizer"]}
+    data = f"{PROGRAM}.ptd" if f"{PROGRAM}.ptd" in context.component_files.get(PROGRAM, []) else None
+    settings = {"program": f"{PROGRAM}.pte", "data": data, "methods": summary.get("methods"),
+                "image": {"input": "pixel_values", "shape": summary.get("image"), "dtype": "float32",
+                          "given_as": "the processor's pixel_values (resized and normalized)"},
+                "image_token_id": int(getattr(context.model_config, "image_token_index")),
+                "max_cache_len": summary.get("max_cache_len")}
     if placed["tokenizer"] is None:
         logger.warning("the export folder is not a MultimodalRunner folder: it was given no tokenizer")
-        return {MULTIMODAL_ENTRY: {**entry, "multimodal_runner": False,
-                                   "why": "the export was given no tokenizer: MultimodalRunner needs tokenizer.json"}}
-    return {MULTIMODAL_ENTRY: {**entry, "multimodal_runner": True}}
+        return runtime_package_entry(RUNNER, why="the export was given no tokenizer: MultimodalRunner needs "
+                                     "tokenizer.json", settings=settings)
+    return runtime_package_entry(RUNNER, files=[*context.component_files.get(PROGRAM, []), placed["tokenizer"]],
+                                 settings=settings)

@@ -78,9 +78,9 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
         RuntimeLoadError: the folder holds no `MultimodalRunner` program (why, from its
             manifest), or the runner failed.
     """
-    from ...errors import RuntimeLoadError
-    from ...manifest import ListedFiles, parse_json, read_manifest
-    from .multimodal import MULTIMODAL_ENTRY
+    from ...errors import ExportFolderError, RuntimeLoadError
+    from ...manifest import ListedFiles, parse_json, read_manifest, runtime_package
+    from .multimodal import RUNNER
 
     folder = Path(folder)
     # a folder from elsewhere: its manifest checked, and the program, data file and config read
@@ -88,17 +88,22 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
     # path) is given private copies of those bytes, so a file swapped in the folder after its
     # check is not what it reads
     manifest = read_manifest(folder, verify=False)
-    entry = manifest.get(MULTIMODAL_ENTRY, {})
-    if not entry.get("multimodal_runner"):
-        why = entry.get("why", "not an image-text export")
+    entry = runtime_package(manifest, RUNNER)
+    if entry is None or not entry["ready"]:
+        why = (entry or {}).get("why") or "not an image-text export"
         raise RuntimeLoadError(f"{folder} is not a MultimodalRunner folder: {why}",
                                remedy="export a LLaVA model with --format executorch --generate")
+    settings = entry["settings"]
+    if settings.get("program") not in entry["files"] or settings.get("data") not in (None, *entry["files"]):
+        raise ExportFolderError(f"{folder / 'manifest.json'} names a MultimodalRunner program or data file its "
+                                "runtime package does not list",
+                                remedy="copy the export folder again, whole, from where it was written, or export again")
     listed = ListedFiles(folder, manifest)
-    program_bytes = listed.read(entry["program"])
-    data_bytes = listed.read(entry["data"]) if entry.get("data") else None
+    program_bytes = listed.read(settings["program"])
+    data_bytes = listed.read(settings["data"]) if settings.get("data") else None
     config = listed.read("config.json")
-    listed.check_others({entry["program"], entry.get("data"), "config.json"})
-    pieces = split_prompt(input_ids, entry["image_token_id"])
+    listed.check_others({settings["program"], settings.get("data"), "config.json"})
+    pieces = split_prompt(input_ids, settings["image_token_id"])
     with tempfile.TemporaryDirectory(prefix="hfexport-runner-") as scratch:
         program, data = (Path(scratch) / name for name in ("model.pte", "model.ptd"))
         program.write_bytes(program_bytes.data)
@@ -115,7 +120,7 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
                               capture_output=True, text=True, encoding="utf-8", timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
-        raise RuntimeLoadError(f"ExecuTorch's MultimodalRunner failed on {folder / entry['program']} (exit "
+        raise RuntimeLoadError(f"ExecuTorch's MultimodalRunner failed on {folder / settings['program']} (exit "
                                f"{done.returncode}): {done.stderr.strip()[-1500:]}",
                                remedy="run the folder with hfexport generate to see whether its components run")
     tokens = [ord(c) - _FIRST for c in "".join(json.loads(lines[-1].removeprefix("RESULT ")))]

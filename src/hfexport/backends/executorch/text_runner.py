@@ -65,26 +65,27 @@ def run_text_llm_runner(folder: Path, request: Any) -> Any:
 
     Raises:
         RunnerUnavailable: the folder holds the components rather than the LLM-runner program
-            (why, from its report), or executorch's LLM runner is not installed.
+            (why, from its manifest), or executorch's LLM runner is not installed.
         RuntimeLoadError: the runner failed or its tokens cannot be read back.
     """
     from ..._versions import installed_version, is_importable
     from ...errors import RuntimeLoadError
     from ...llm_package import RunnerTokens, RunnerUnavailable
+    from ...manifest import read_manifest, runtime_package
+    from .llm_export import TEXT_RUNNER
 
-    manifest = json.loads((folder / "manifest.json").read_text())
-    if manifest.get("cache") != "program":
-        why = json.loads((folder / "report.json").read_text()).get("llm_runner", {}).get("why", "no LLM-runner program")
-        raise RunnerUnavailable(f"this model's folder is the components: {why}")
+    entry = runtime_package(read_manifest(folder, verify=False), TEXT_RUNNER)  # the folder this export just wrote
+    if entry is None or "program" not in entry["settings"]:
+        raise RunnerUnavailable((entry or {}).get("why") or "the folder holds no LLM-runner program")
     if not is_importable("executorch"):
         raise RunnerUnavailable("executorch is not installed: pip install 'hfexport[executorch]'", missing=True)
-    data = folder / "decode.ptd"
+    data = entry["settings"].get("data")
     with tempfile.TemporaryDirectory(prefix="hfexport-runner-") as scratch:
         tokenizer = Path(scratch) / "tokenizer.json"
         tokenizer.write_text(json.dumps(_id_tokenizer(_vocab_size(folder)), ensure_ascii=False), encoding="utf-8")
         prompt = "".join(chr(_FIRST + i) for i in request.prompt_ids)
         done = subprocess.run([sys.executable, "-c", _SCRIPT, str(folder / "decode.pte"), str(tokenizer), prompt,
-                               str(request.max_new_tokens), str(data) if data.is_file() else ""],
+                               str(request.max_new_tokens), str(folder / data) if data else ""],
                               capture_output=True, text=True, encoding="utf-8", timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:

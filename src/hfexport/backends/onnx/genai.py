@@ -29,9 +29,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENAI_CONFIG", "genai_status", "genai_config", "genai_folder_files", "run_genai", "check_genai_config"]
+__all__ = ["GENAI_CONFIG", "RUNNER", "genai_status", "genai_config", "genai_folder_files", "run_genai", "check_genai_config"]
 
 GENAI_CONFIG = "genai_config.json"
+#: the runner of the manifest's `runtime_package` entry (`manifest.RUNNERS`)
+RUNNER = "onnxruntime-genai"
 
 #: onnxruntime-genai 0.18.0's decoder-only model types (`model.type`); any other is given as "decoder".
 _GENAI_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "olmo", "granite", "smollm3")
@@ -176,16 +178,18 @@ def _token(generation_config: Any, config: Any, name: str) -> Any:
 
 def genai_folder_files(folder: Path, artifacts: dict[str, Any], context: Any) -> dict[str, Any]:
     """Write `genai_config.json` into the export `folder` where `artifacts` can be an
-    onnxruntime-genai model (`genai_status`); return the manifest's `onnxruntime_genai` entry,
-    naming the file or saying why there is none (`context`: an `exporter.FolderContext`)."""
+    onnxruntime-genai model (`genai_status`); return the manifest's `runtime_package` entry,
+    naming the files og reads or saying why there are none (`context`: an `exporter.FolderContext`)."""
+    from ...manifest import runtime_package_entry
+
     if context.model_config is None:
         return {}
     why = genai_status(artifacts, context.generation_config)
     if why is not None:
-        return {"onnxruntime_genai": {"config": None, "reason": why}}
+        return runtime_package_entry(RUNNER, why=why)
     content = genai_config(artifacts["decode"], context.model_config, context.generation_config)
     (folder / GENAI_CONFIG).write_text(json.dumps(content, indent=4))
-    return {"onnxruntime_genai": {"config": GENAI_CONFIG}}
+    return runtime_package_entry(RUNNER, files=[GENAI_CONFIG, *context.component_files.get("decode", [])])
 
 
 def run_genai(folder: Path, request: Any) -> Any:
@@ -198,10 +202,11 @@ def run_genai(folder: Path, request: Any) -> Any:
             onnxruntime-genai is not installed.
     """
     from ...llm_package import RunnerTokens, RunnerUnavailable
+    from ...manifest import read_manifest, runtime_package
 
-    if not (folder / GENAI_CONFIG).is_file():
-        entry = json.loads((folder / "manifest.json").read_text()).get("onnxruntime_genai") or {}
-        raise RunnerUnavailable(f"this model's folder is the components: {entry.get('reason', 'no genai_config.json')}")
+    entry = runtime_package(read_manifest(folder, verify=False), RUNNER)  # the folder this export just wrote
+    if entry is None or not entry["ready"]:
+        raise RunnerUnavailable(f"this model's folder is the components: {(entry or {}).get('why') or 'no genai_config.json'}")
     try:
         import onnxruntime_genai as og
     except ImportError as error:

@@ -48,11 +48,12 @@ def open_genai_engine(export: Any) -> GenaiEngine:
             onnxruntime-genai is not installed.
     """
     from ...llm_package import RunnerUnavailable
-    from .genai import GENAI_CONFIG, check_genai_config
+    from ...manifest import runtime_package
+    from .genai import GENAI_CONFIG, RUNNER, check_genai_config
 
-    entry = export.manifest.get("onnxruntime_genai") or {}
-    if GENAI_CONFIG not in export.manifest["files"]:
-        raise RunnerUnavailable(f"the folder is the components: {entry.get('reason', 'no genai_config.json')}")
+    entry = runtime_package(export.manifest, RUNNER)
+    if entry is None or not entry["ready"] or GENAI_CONFIG not in entry["files"]:
+        raise RunnerUnavailable(f"the folder is the components: {(entry or {}).get('why') or 'no genai_config.json'}")
     try:
         import onnxruntime_genai as og
     except ImportError as error:

@@ -165,8 +165,7 @@ class OpenVINOExporter(HfExporter):
 
         refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
                    else "saved without its export plan (save_generation_export alone)")
-        entries = {**genai_folder_files(artifacts, folder, context.tokenizer),
-                   **vlm_folder_files(artifacts, folder, context, refusal)}
+        entries = {**genai_folder_files(artifacts, folder, context), **vlm_folder_files(artifacts, folder, context, refusal)}
         return Packaged(entries, {})
 
     def open_llm_engine(self, export: Any) -> Any:

@@ -41,12 +41,11 @@ and `GenerationRunner.load(out)` both run it.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "GENAI_ENTRY", "plan_genai_generation", "attention_window",
+__all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "RUNNER", "plan_genai_generation", "attention_window",
            "window_refusal", "llm_pipeline_refusal", "is_genai_layout", "convert_tokenizer_for_genai",
            "float32_logits", "genai_folder_files", "run_llm_pipeline"]
 
@@ -59,8 +58,8 @@ GENAI_MODEL = "openvino_model"
 #: processors that have bf16
 GENAI_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 _TOKENIZER, _DETOKENIZER = "openvino_tokenizer", "openvino_detokenizer"
-#: the manifest's and the report's entry on the folder as an `LLMPipeline` folder
-GENAI_ENTRY = "openvino_genai"
+#: the runner of the manifest's `runtime_package` entry (`manifest.RUNNERS`)
+RUNNER = "LLMPipeline"
 #: the decode record's entry saying why its folder is no `LLMPipeline` folder (`window_refusal`)
 _REFUSED = "llm_pipeline_refused"
 #: the OpenVINO GenAI whose PagedAttention was seen to attend past a sliding window (`window_refusal`)
@@ -91,8 +90,7 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
     why = window_refusal(model.config, config.max_cache_len)
     if why is not None:  # the decode's record carries it to the packaging (`genai_folder_files`)
         logger.warning("the export folder will not be an LLMPipeline folder (`hfexport generate` runs it): %s", why)
-        plan.report[GENAI_ENTRY] = plan.record_details.setdefault("decode", {})[_REFUSED] = {
-            "llm_pipeline": False, "why": why}
+        plan.record_details.setdefault("decode", {})[_REFUSED] = why
     return plan
 
 
@@ -152,9 +150,9 @@ def _text_config(config: Any) -> Any:
     return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
-def llm_pipeline_refusal(artifacts: dict[str, Any]) -> dict[str, Any] | None:
-    """The manifest's `openvino_genai` entry of a generation export in the `LLMPipeline` layout
-    that its plan kept from being an `LLMPipeline` folder (`window_refusal`), or None."""
+def llm_pipeline_refusal(artifacts: dict[str, Any]) -> str | None:
+    """Why a generation export in the `LLMPipeline` layout is no `LLMPipeline` folder, by its
+    plan (`window_refusal`), or None."""
     from ...record import record_of
 
     return record_of(artifacts["decode"]).details.get(_REFUSED) if is_genai_layout(artifacts) else None
@@ -193,31 +191,39 @@ def convert_tokenizer_for_genai(tokenizer: Any, directory: Path) -> list[Path]:
     return written
 
 
-def genai_folder_files(artifacts: dict[str, Any], directory: Path, tokenizer: Any) -> dict[str, Any]:
+def genai_folder_files(artifacts: dict[str, Any], directory: Path, context: Any) -> dict[str, Any]:
     """For a generation export in the `LLMPipeline` layout (`is_genai_layout`), write the
     converted tokenizer into `directory` (the staged folder) and return the manifest's
-    `openvino_genai` entry: whether `LLMPipeline` can open the folder, its files, and why not
-    (a refused one, `llm_pipeline_refusal`, gets no tokenizer and keeps its `decode` name)."""
+    `runtime_package` entry: the files `LLMPipeline` reads, or why it cannot open the folder (a
+    refused one, `llm_pipeline_refusal`, gets no tokenizer and keeps its `decode` name). A text
+    export in another layout (`OpenVINOConfig(stateful=False)`, an encoder-decoder) says so;
+    an image-text one is `vlm.vlm_folder_files`'."""
+    from ...manifest import runtime_package_entry
     from ...record import record_of
 
-    if not is_genai_layout(artifacts):
+    if "image_encoder" in artifacts:
         return {}
+    if not is_genai_layout(artifacts):
+        return runtime_package_entry(RUNNER, why=(
+            "the folder holds the components, not one stateful model in LLMPipeline's layout "
+            "(OpenVINOConfig(stateful=False), or an encoder-decoder model)"))
     if (refused := llm_pipeline_refusal(artifacts)) is not None:
-        return {GENAI_ENTRY: refused}
+        return runtime_package_entry(RUNNER, why=refused)
     # the precisions the export recorded (`OpenVINOConfig.inference_precision`, `kv_cache_precision`):
     # what `LLMPipeline(folder, "CPU", **properties)` is to be given to run as validated
     properties = record_of(artifacts["decode"]).details.get("compile_properties") or {}
-    entry: dict[str, Any] = {"model": f"{GENAI_MODEL}.xml", "properties": dict(properties)}
-    if tokenizer is None:
-        return {GENAI_ENTRY: {**entry, "llm_pipeline": False,
-                              "why": "no tokenizer was given: LLMPipeline needs openvino_tokenizer.xml"}}
+    settings = {"model": f"{GENAI_MODEL}.xml", "properties": dict(properties)}
+    if context.tokenizer is None:
+        return runtime_package_entry(RUNNER, why="no tokenizer was given: LLMPipeline needs openvino_tokenizer.xml",
+                                     settings=settings)
     try:
-        files = convert_tokenizer_for_genai(tokenizer, directory)
+        files = convert_tokenizer_for_genai(context.tokenizer, directory)
     except Exception as error:  # noqa: BLE001 - the export stands; the manifest and a warning say why LLMPipeline cannot open it
         why = f"openvino-tokenizers could not convert the tokenizer: {type(error).__name__}: {error}"
         logger.warning("the export folder is not an LLMPipeline folder: %s", why)
-        return {GENAI_ENTRY: {**entry, "llm_pipeline": False, "why": why}}
-    return {GENAI_ENTRY: {**entry, "llm_pipeline": True, "tokenizer": [f.name for f in files]}}
+        return runtime_package_entry(RUNNER, why=why, settings=settings)
+    return runtime_package_entry(RUNNER, files=[*context.component_files.get("decode", []), *(f.name for f in files)],
+                                 settings=settings)
 
 
 def run_llm_pipeline(folder: Path, request: Any) -> Any:
@@ -231,13 +237,12 @@ def run_llm_pipeline(folder: Path, request: Any) -> Any:
             openvino-genai is not installed.
     """
     from ...llm_package import RunnerTokens, RunnerUnavailable
+    from ...manifest import read_manifest, runtime_package
 
-    entry = json.loads((folder / "manifest.json").read_text()).get(GENAI_ENTRY)
-    if entry is None:
-        raise RunnerUnavailable("this model's folder is the components: not one stateful model in LLMPipeline's "
-                                "layout (OpenVINOConfig(stateful=False), an encoder-decoder or multimodal model)")
-    if "model" not in entry:  # `window_refusal`: the model is written as the components' decode
-        raise RunnerUnavailable(f"this model's folder is the components: {entry.get('why', 'not an LLMPipeline folder')}")
+    entry = runtime_package(read_manifest(folder, verify=False), RUNNER)  # the folder this export just wrote
+    if entry is None or "model" not in entry["settings"]:  # `window_refusal`: written as the components' decode
+        raise RunnerUnavailable("this model's folder is the components: " + (
+            (entry or {}).get("why") or "not one stateful model in LLMPipeline's layout (a multimodal model)"))
     try:
         import numpy as np
         import openvino as ov
@@ -245,7 +250,7 @@ def run_llm_pipeline(folder: Path, request: Any) -> Any:
     except ImportError as error:
         raise RunnerUnavailable(f"openvino-genai is not installed ({error}): pip install 'hfexport[openvino-genai]'",
                                 missing=True) from error
-    pipe = openvino_genai.LLMPipeline(str(folder), "CPU", **entry.get("properties", {}))
+    pipe = openvino_genai.LLMPipeline(str(folder), "CPU", **entry["settings"].get("properties", {}))
     config = pipe.get_generation_config()
     config.max_new_tokens, config.do_sample = request.max_new_tokens, False
     config.stop_token_ids = set(request.eos_token_ids)

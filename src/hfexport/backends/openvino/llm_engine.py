@@ -8,7 +8,7 @@
 # refused half-way), and `LLMPipeline(model_xml, weights, ...)` from memory would want the bytes
 # the load let go of. The tokenizer's four files, which nothing else reads, are read once here and
 # given from memory (`Tokenizer(xml, weights, ...)`). Its properties are the precisions the export recorded (the
-# manifest's `openvino_genai.properties`), `$HFEXPORT_OV_COMPILE_CONFIG` (as the runner's own
+# manifest's `runtime_package.settings.properties`), `$HFEXPORT_OV_COMPILE_CONFIG` (as the runner's own
 # compiles), and `ATTENTION_BACKEND="SDPA"`: the stateful model as the folder writes it, whose
 # chat keeps its state between turns and cuts it back to the tokens it shares with the next turn
 # (`pipeline_stateful.cpp`); the default PagedAttention backend rewrites the model into another.
@@ -42,14 +42,14 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
             openvino-genai is not installed.
     """
     from ...llm_package import RunnerUnavailable
-    from .genai import GENAI_ENTRY, GENAI_MODEL
+    from ...manifest import runtime_package
+    from .genai import GENAI_MODEL, RUNNER
     from .runner import compile_properties
 
-    entry = export.manifest.get(GENAI_ENTRY) or {}
-    if not entry.get("llm_pipeline"):
-        raise RunnerUnavailable("the folder is the components: " + entry.get(
-            "why", "not one stateful model in LLMPipeline's layout (OpenVINOConfig(stateful=False), an "
-                   "encoder-decoder or multimodal model)"))
+    entry = runtime_package(export.manifest, RUNNER)
+    if entry is None or not entry["ready"]:
+        raise RunnerUnavailable("the folder is the components: " + (
+            (entry or {}).get("why") or "not one stateful model in LLMPipeline's layout (a multimodal model)"))
     try:
         import numpy as np
         import openvino as ov
@@ -64,7 +64,7 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
         return listed.read(xml).data.decode("utf-8"), ov.Tensor(np.frombuffer(weights, np.uint8), shared_memory=False)
 
     tokenizer = openvino_genai.Tokenizer(*model("openvino_tokenizer.xml"), *model("openvino_detokenizer.xml"))
-    properties = {**entry.get("properties", {}), "ATTENTION_BACKEND": "SDPA", **compile_properties()}
+    properties = {**entry["settings"].get("properties", {}), "ATTENTION_BACKEND": "SDPA", **compile_properties()}
     decode = export.components["decode"]
     with tempfile.TemporaryDirectory(prefix="hfexport-llm-pipeline-") as private:
         stem = Path(private) / GENAI_MODEL

@@ -57,7 +57,7 @@ import torch
 from ...models.llava import LlavaVisionEmbeddings
 from ...validation import register_resizer
 
-__all__ = ["VLM_STEMS", "VLM_ENTRY", "QWEN2_VL_IMAGE_TAG", "vlm_components", "vlm_refusal", "vlm_folder_files",
+__all__ = ["VLM_STEMS", "RUNNER", "QWEN2_VL_IMAGE_TAG", "vlm_components", "vlm_refusal", "vlm_folder_files",
            "qwen2_vl_merger_inputs", "resize_qwen2_vl_merger"]
 
 logger = logging.getLogger("hfexport")
@@ -67,8 +67,8 @@ VLM_STEMS = {"vision_embeddings": "openvino_vision_embeddings_model",
              "vision_embeddings_merger": "openvino_vision_embeddings_merger_model",
              "text_embeddings": "openvino_text_embeddings_model",
              "vlm_language_model": "openvino_language_model"}
-#: the manifest's entry on the folder as a `VLMPipeline` folder
-VLM_ENTRY = "openvino_genai_vlm"
+#: the runner of the manifest's `runtime_package` entry of an image-text folder (`manifest.RUNNERS`)
+RUNNER = "VLMPipeline"
 #: the image placeholder `VLMPipeline` 2026.4.1 writes into a LLaVA prompt (`VLMConfig::im_start`)
 IMAGE_TAG = "<image>"
 #: the image placeholder a Qwen2-VL prompt holds (`InputsEmbedderQwen2VL::NATIVE_TAG`), put in
@@ -270,17 +270,19 @@ def _qwen2_vl_vision(model: Any, encoder_inputs: dict[str, Any]) -> dict[str, An
 def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, refusal: str | None) -> dict[str, Any]:
     """For an image-text generation export, write what `VLMPipeline` reads besides the models
     (the converted tokenizer, the image processor's config) into `directory` (the staged folder)
-    and return the manifest's entry: whether `VLMPipeline` can open the folder, and why not."""
+    and return the manifest's `runtime_package` entry: the files `VLMPipeline` reads, or why it
+    cannot open the folder."""
+    from ...manifest import runtime_package_entry
     from ...record import record_of
     from .genai import convert_tokenizer_for_genai
 
     if "image_encoder" not in artifacts:
         return {}
     if refusal is not None or "vision_embeddings" not in artifacts:
-        return {VLM_ENTRY: {"vlm_pipeline": False, "why": refusal or "the export has no vision_embeddings model"}}
+        return runtime_package_entry(RUNNER, why=refusal or "the export has no vision_embeddings model")
     properties = record_of(artifacts["vlm_language_model"]).details.get("compile_properties") or {}
-    entry: dict[str, Any] = {"models": {name: f"{stem}.xml" for name, stem in VLM_STEMS.items() if name in artifacts},
-                             "properties": dict(properties)}
+    settings: dict[str, Any] = {"models": {name: f"{stem}.xml" for name, stem in VLM_STEMS.items()
+                                           if name in artifacts}, "properties": dict(properties)}
     why = _tokenizer_refusal(context)
     # the processor the export carries (its image processor's settings), else the model folder's file
     image_processor = getattr(getattr(context, "processor", None), "image_processor", None)
@@ -298,13 +300,13 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
             why = f"openvino-tokenizers could not convert the tokenizer: {type(error).__name__}: {error}"
     if why is not None:
         logger.warning("the export folder is not a VLMPipeline folder: %s", why)
-        return {VLM_ENTRY: {**entry, "vlm_pipeline": False, "why": why}}
+        return runtime_package_entry(RUNNER, why=why, settings=settings)
     if isinstance(processor, Path):
         shutil.copyfile(processor, directory / _PROCESSOR)
     elif not (directory / _PROCESSOR).is_file():  # the processor's own save may have written it
         processor.to_json_file(directory / _PROCESSOR)
-    return {VLM_ENTRY: {**entry, "vlm_pipeline": True, "tokenizer": [f.name for f in files],
-                        "image_processor": _PROCESSOR}}
+    models = [f for name in VLM_STEMS if name in artifacts for f in context.component_files.get(name, [])]
+    return runtime_package_entry(RUNNER, files=[*models, *(f.name for f in files), _PROCESSOR], settings=settings)
 
 
 def _processor_config(name_or_path: str | None) -> Path | None:
