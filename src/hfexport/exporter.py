@@ -204,7 +204,7 @@ class HfExporter:
         goes in the record, a failure raises `ValidationError` with it."""
         from .errors import ValidationError
         from .record import record_of
-        from .validation import validate
+        from .validation.driver import validate
 
         report = validate(artifact, model, kwargs)
         record_of(artifact).details["validation"] = report.to_dict()

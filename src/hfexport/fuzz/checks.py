@@ -131,7 +131,7 @@ def _logits_at_other_shape(artifact: Any, inputs: dict[str, torch.Tensor]) -> to
 
 def _check_other_shape(checks: _Checks, example: Example, model: torch.nn.Module, artifact: Any) -> None:
     """Run the artifact at the drawn other shape and compare its logits (padding left out) with eager."""
-    from ..validation import DEFAULT_TOLERANCE
+    from ..validation.compare import DEFAULT_TOLERANCE
 
     inputs = sample_inputs(example, model, other=True)
     try:
@@ -155,7 +155,7 @@ def _check_other_shape(checks: _Checks, example: Example, model: torch.nn.Module
 def _check_export(checks: _Checks, example: Example, model: torch.nn.Module, inputs: dict[str, Any]) -> None:
     """One graph: export, `validate` (sample + resized shapes), then the fuzzer's own other shape."""
     from ..auto import AutoHfExporter
-    from ..validation import validate
+    from ..validation.driver import validate
 
     config = _export_config(example.backend)
     exporter = AutoHfExporter.from_config(config)
@@ -290,7 +290,7 @@ def _check_generate(checks: _Checks, example: Example, model: torch.nn.Module, i
     from ..auto import AutoHfExporter
     from ..generation.package import save_generation_export
     from ..utils import decompose_for_generation
-    from ..validation import validate_components
+    from ..validation.driver import validate_components
 
     prompt = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
     generation_config = example.generation_config()
