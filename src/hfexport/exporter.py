@@ -151,7 +151,7 @@ class HfExporter:
             quantizer.check(self.format)  # before any tracing
         start = time.perf_counter()
         phases = Phases()
-        from .generation.decompose import full_length_caches
+        from .generation.caches import full_length_caches
         from .generation.front import traced_sample
 
         with recording(phases, "model"), inference_mode(model), full_length_caches(), \
@@ -304,7 +304,7 @@ class HfExporter:
         Returns:
             `{component name: artifact}`.
         """
-        from .generation.decompose import interface_kwargs, note_initial_cache
+        from .generation.components import interface_kwargs, note_initial_cache
 
         artifacts = {}
         for name, (module, kwargs) in components.items():
@@ -320,7 +320,7 @@ class HfExporter:
     def _calibration(self, quantizer: Any, model: torch.nn.Module, sample: dict[str, Any],
                      keys: list[str]) -> list[dict[str, Any]]:
         """The quantizer's calibration samples as the program takes them (its input names)."""
-        from .generation.decompose import interface_kwargs
+        from .generation.components import interface_kwargs
 
         samples = quantizer.calibration_samples() if quantizer.needs_calibration or quantizer.calibration is not None \
             else [sample]
@@ -576,7 +576,7 @@ def _for_component(config: ExportConfig | None, samples: list[dict[str, Any]]) -
         return config
     import dataclasses
 
-    from .generation.decompose import interface_kwargs
+    from .generation.components import interface_kwargs
 
     return dataclasses.replace(config, quantizer=quantizer.with_calibration([interface_kwargs(s) for s in samples]))
 

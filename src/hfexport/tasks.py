@@ -106,7 +106,7 @@ def infer_task(model: Any) -> tuple[str, str]:
     """`(task, reason)` for `model` when no task is named: a text decoder that generates gets
     `text-generation-with-past`, a recurrent one (Mamba) its generation components, everything
     else `forward`; the reason says why and how to ask for another."""
-    from .generation.decompose import is_text_decoder
+    from .generation.components import is_text_decoder
 
     name = type(model).__name__
     config = model.config

@@ -9,7 +9,7 @@
 # takes one boolean causal mask (the interface the README documents) `[batch, 1, query, cache_length]` (padding included)
 # and the component's front (`front.ComponentFront`) builds from it, in the graph, what the model was given:
 # the window applied from each query's own slot (the last position its row attends, which is its
-# cache position: sliding-window layers keep a full-length cache, see `decompose`), the dtype
+# cache position: sliding-window layers keep a full-length cache, see `caches.full_length_caches`), the dtype
 # and additive form converted. The front is used only when it reproduces, exactly, every mask
 # `generate` computed during the capture (`masks_from_causal` is checked against them); any
 # other mask (chunked attention, a model-specific mask function) keeps its captured form.

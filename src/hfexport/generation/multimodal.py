@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import ExportError
-from .decompose import PROJECTOR_NAMES
+from .components import PROJECTOR_NAMES
 
 __all__ = ["image_prompt_entry", "ImagePrefill", "IMAGE_INPUT_ALIASES"]
 

@@ -68,7 +68,7 @@ def _shapes(inputs: dict[str, Any]) -> dict[str, list[int]]:
 
 def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=None,
               min_cache_cosine=None, advisory=False) -> CaseReport:
-    from ..generation.decompose import full_length_caches
+    from ..generation.caches import full_length_caches
 
     try:  # the caches a model builds keep every token, as in the export (see `full_length_caches`)
         eager_inputs = copy.deepcopy(inputs)

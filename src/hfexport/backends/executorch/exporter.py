@@ -94,7 +94,7 @@ class ExecutorchExporter(HfExporter):
         components = super().generation_components(model, plan)
         if not self.in_folder or "image_encoder" not in components or multimodal_refusal(model.config, plan.config):
             return components
-        from ...generation.decompose import Component
+        from ...generation.components import Component
 
         named = getattr(plan.generation_config, "max_cache_len", None)  # static_cache=N (--static-cache N)
         cache = named or default_cache_length(model, plan.config.max_sequence_length)[0]
