@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hfexport.backends.onnx.gqa import GraphInterface
+from hfexport.backends.onnx.graph_interface import GraphInterface
 from hfexport.errors import ExportError
 
 

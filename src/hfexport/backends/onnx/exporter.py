@@ -20,7 +20,7 @@ from .config import OnnxConfig
 from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
-from .gqa import GRAPH_INTERFACE, GraphInterface
+from .graph_interface import GRAPH_INTERFACE, GraphInterface
 from .loaded import OnnxModelFiles
 from .runner import in_place_writers
 
@@ -132,7 +132,7 @@ class OnnxExporter(HfExporter):
 
     def _artifact_inputs(self, artifact: HfOnnxProgram, record: ExportRecord, leaves: list[torch.Tensor]) -> list[Any]:
         """`leaves` as the graph's inputs in its order: a GroupQueryAttention graph takes a 2-D mask
-        and no write counters (`gqa.GraphInterface`), which a calibration feed must match."""
+        and no write counters (`graph_interface.GraphInterface`), which a calibration feed must match."""
         interface = GraphInterface.of(record)
         if interface is None:
             return leaves
