@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .errors import PrepareError
+from .model_config import text_config
 from .presets import build_preset, tiny_tokenizer
 
 __all__ = ["DTYPES", "LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for",
@@ -186,7 +187,7 @@ def with_end_token(loaded: LoadedModel) -> LoadedModel:
     """
     generation = getattr(loaded.model, "generation_config", None)
     config = getattr(loaded.model, "config", None)
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     eos = getattr(loaded.tokenizer, "eos_token_id", None)
     if generation is None or eos is None or generation.eos_token_id is not None \
             or getattr(text, "eos_token_id", None) is not None:

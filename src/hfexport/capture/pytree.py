@@ -75,7 +75,7 @@ def _thaw(value: Any) -> Any:
 def is_static_cache(obj: Any) -> bool:
     """A cache whose every layer is preallocated to a fixed length (`StaticCache`, and its
     sliding-window layers), as opposed to one that grows (`DynamicCache`)."""
-    layers = getattr(obj, "layers", None) if _is_cache(obj) else None
+    layers = getattr(obj, "layers", None) if is_cache_object(obj) else None
     if not layers:
         return False
     from transformers.cache_utils import StaticLayer
@@ -83,7 +83,8 @@ def is_static_cache(obj: Any) -> bool:
     return all(isinstance(layer, StaticLayer) for layer in layers)
 
 
-def _is_cache(obj: Any) -> bool:
+def is_cache_object(obj: Any) -> bool:
+    """Whether `obj` is a transformers `Cache` (a model's key/value cache, not a tensor of one)."""
     from transformers.cache_utils import Cache
 
     return isinstance(obj, Cache)
@@ -145,7 +146,7 @@ def _split_state(obj: Any) -> tuple[list[str], tuple, list[tuple[str, torch.Tens
             tensor_names.append(name)
         elif _holds_tensor(value):
             state.append((name, _Nested(_extract(value, name, nested))))
-        elif name not in ("layers",) and not _is_cache(value):
+        elif name not in ("layers",) and not is_cache_object(value):
             if isinstance(value, torch.Stream):
                 raise TypeError(
                     f"{type(obj).__name__} was built with offloading=True, which cannot be exported. "
@@ -175,7 +176,7 @@ def _flatten_cache_with_names(cache: Any) -> tuple[list[Any], tuple[list[str], t
             names.append(f"{index}.{name}")
     sub_caches = []
     for name, value in sorted(vars(cache).items()):
-        if _is_cache(value):
+        if is_cache_object(value):
             sub_caches.append(name)
             children.append(value)
             names.append(name.removesuffix("_cache"))
@@ -453,8 +454,8 @@ def register_cache_pytree_nodes(tree: Any = None) -> None:
     for cls in (Cache, *_all_subclasses(Cache)):
         register_pytree_node(cls)
     if tree is not None:
-        for leaf in pytree.tree_leaves(tree, is_leaf=_is_cache):
-            if _is_cache(leaf):
+        for leaf in pytree.tree_leaves(tree, is_leaf=is_cache_object):
+            if is_cache_object(leaf):
                 register_pytree_node(type(leaf))
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from ..model_config import text_config
+
 __all__ = ["mask_layout", "causal_mask", "masks_from_causal", "same_masks", "PADDING_ROW"]
 
 #: Layer types whose mask is the causal mask, optionally with a window on it.
@@ -41,7 +43,7 @@ def mask_layout(config: Any, captured: Any, *, static: bool = False) -> Layout |
     """How the model's `attention_mask` is laid out, given the text `config` and a captured
     mask; `None` when it is not a causal mask with at most a sliding window. With a `static`
     cache a 2-D mask is a padding mask over the whole cache (`PADDING_ROW`)."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     window = getattr(text, "sliding_window", None)
     if static and isinstance(captured, torch.Tensor) and captured.dim() == 2:
         return [(None, PADDING_ROW, captured.dtype)]

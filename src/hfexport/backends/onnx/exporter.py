@@ -13,6 +13,7 @@ from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
 from ...exporter import FolderContext, HfExporter, Packaged
 from ...manifest import FileBytes, ListedFiles, parse_json
+from ...model_config import text_config
 from ...record import ExportRecord
 from ...timing import phase
 from .artifact import HfOnnxProgram, write_onnx
@@ -163,7 +164,7 @@ def _rotary_positions(model: torch.nn.Module, inputs: dict[str, Any]) -> int | N
     position; a cache longer than the config's positions is still served, and validation grows it);
     None without a config, which keeps the rotary outside GQA."""
     config = getattr(model, "config", None)
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     value = getattr(text, "max_position_embeddings", None)
     if not isinstance(value, int) or value <= 0:
         return None
