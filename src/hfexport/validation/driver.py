@@ -5,9 +5,10 @@ dimensions, a second set of inputs where every symbolic size moves (batch 1 -> 3
 a dimension that was silently specialised then shows up as a failure, not a pass.
 
 Where the export job's accuracy gate runs (`generation/accuracy.py`; a quantized generation export
-with the default criteria), the job makes the cosine floors (`hfexport.validation.compare`) advisory (`cosine_advisory=`, its reason): each output's cosine is still measured and
-reported, one under its floor marked `below floor (advisory)`, but only a wrong shape, an integer
-output or a non-finite value fails. On a real LLM one position's logits are a lottery under a
+with the default criteria), the job makes the cosine floors (`hfexport.validation.compare`)
+advisory (`cosine_advisory=`, its reason): each output's cosine is still measured and reported,
+one under its floor marked `below floor (advisory)`, but only a wrong shape, an integer output or
+a non-finite value fails. On a real LLM one position's logits are a lottery under a
 correct int4 quantization (SmolLM2's sample prompt: cosine 0.95 at its last position; per position
 0.99 down to -0.23 over a chat prompt, eager PyTorch with the same round-to-nearest int4), so a
 floor on them refuses correct exports at random; the gate's teacher-forced steps over a real prompt

@@ -40,11 +40,11 @@ the graph onnxruntime-genai runs (`genai.py` writes its config).
 # Softcapped scores (Gemma-2's `attn_logit_softcapping`) leave no MultiHeadAttention: onnxscript's
 # SDPA fusion does not match `Softmax(cap * tanh(scale * q k^T / cap) + bias)`. Such an attention
 # is matched from its `Softmax` whose input adds the mask bias (the same rule as for a
-# MultiHeadAttention's bias, window included) to scores that `softcap.py` reads and checks in ONNX Runtime as exactly a softcap, with
-# q, the cache writes behind k and the values, and the `Transpose` of its output; it becomes GQA
-# with `softcap` and `scale` (ONNX Runtime 1.32 caps the scaled scores, measured there). Anything
-# else (alibi, cross-attention, a partial rotary kept outside, scores capped another way) keeps
-# today's graph or today's rotary, and the record says why.
+# MultiHeadAttention's bias, window included) to scores that `softcap.py` reads and checks in ONNX
+# Runtime as exactly a softcap, with q, the cache writes behind k and the values, and the
+# `Transpose` of its output; it becomes GQA with `softcap` and `scale` (ONNX Runtime 1.32 caps the
+# scaled scores, measured there). Anything else (alibi, cross-attention, a partial rotary kept
+# outside, scores capped another way) keeps today's graph or today's rotary, and the record says why.
 #
 # The rules that match an attention (read-only on the graph) are `gqa_match.py`; this module is
 # the rewrite: the rotary caches, the new nodes, and the interface left behind.
