@@ -176,9 +176,9 @@ def run_one(backend: str, source: str | None, repeats: int) -> dict:
 def decode_graph_ms(generation, prompt) -> float:
     """Median time of the `decode` graph's own call after the prompt, through the cache session the
     runner holds (the runner's feed, without the loop around it)."""
-    from hfexport.generation.loop import _State  # the runner's loop state: its feed, without the loop
+    from hfexport.generation.loop import DecodeState  # the runner's loop state: its feed, without the loop
 
-    state = _State(generation, prompt, None, {})
+    state = DecodeState(generation, prompt, None, {})
     state.step(prompt)
     session = state.session[1]
     record = generation.runners["decode"].record

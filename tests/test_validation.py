@@ -9,7 +9,8 @@ import torch
 
 from hfexport import DynamoConfig, DynamoExporter, validate
 from hfexport.presets import build_preset
-from hfexport.validation import _compare, _tile
+from hfexport.validation.compare import compare_output
+from hfexport.validation.inputs import _tile
 
 
 def test_report_lists_every_output_with_its_tolerance(dynamic_llama):
@@ -48,9 +49,9 @@ def test_advisory_floors_report_what_is_under_them_and_fail_only_what_is_wrong(d
     binding = validate(program, model, inputs, resized=False, min_cosine=1.01, min_cache_cosine=0.5)
     assert not binding.passed and binding.below_floor == []
 
-    wrong = _compare("logits", torch.zeros(1, 2), torch.ones(1, 3), 0, 0, min_cosine=0.5, advisory=True)
+    wrong = compare_output("logits", torch.zeros(1, 2), torch.ones(1, 3), 0, 0, min_cosine=0.5, advisory=True)
     assert not wrong.passed and "shape" in wrong.error
-    nan = _compare("logits", torch.tensor([1.0, float("nan")]), torch.ones(2), 0, 0, min_cosine=0.5, advisory=True)
+    nan = compare_output("logits", torch.tensor([1.0, float("nan")]), torch.ones(2), 0, 0, min_cosine=0.5, advisory=True)
     assert not nan.passed and "non-finite" in nan.error
     with pytest.raises(ValueError, match="pass min_cosine too"):
         validate(program, model, inputs, resized=False, cosine_advisory=why)
@@ -58,7 +59,7 @@ def test_advisory_floors_report_what_is_under_them_and_fail_only_what_is_wrong(d
 
 @pytest.mark.parametrize("seed", range(4))
 def test_compare_measures_the_finite_entries_as_a_direct_computation_does(seed):
-    """`_compare` skips its selection of finite entries when every entry is finite: drawn shapes,
+    """`compare_output` skips its selection of finite entries when every entry is finite: drawn shapes,
     dtypes and non-finite entries (NaN and inf at the same places on both sides, or not) give the
     numbers a direct computation over the finite entries gives."""
     generator = torch.Generator().manual_seed(seed)
@@ -74,7 +75,7 @@ def test_compare_measures_the_finite_entries_as_a_direct_computation_does(seed):
         w, g = w.view(shape), g.view(shape)
         finite = torch.isfinite(w.double())
         a, b = g.double()[finite], w.double()[finite]
-        diff = _compare("logits", g, w, 1e-2, 0)
+        diff = compare_output("logits", g, w, 1e-2, 0)
         expected = float((a - b).abs().max()) if a.numel() else 0.0
         assert diff.max_abs == pytest.approx(expected, rel=1e-12, abs=0)
         assert diff.passed == (expected <= 1e-2)
@@ -82,7 +83,7 @@ def test_compare_measures_the_finite_entries_as_a_direct_computation_does(seed):
             assert diff.cosine == pytest.approx(float((a * b).sum() / (a.norm() * b.norm())), rel=1e-12)
         if blanks:  # the same non-finite value on one side only fails
             g.view(-1)[0] = 0.0
-            one_sided = _compare("logits", g, w, 1e-2, 0)
+            one_sided = compare_output("logits", g, w, 1e-2, 0)
             assert not one_sided.passed and "non-finite" in one_sided.error
 
 
@@ -152,7 +153,7 @@ def test_a_static_cache_mask_is_resized_as_a_causal_mask():
     """Tiling a causal mask's rows gave the padded row of a shorter prompt no key at all (the
     fuzzer's Gemma-3 and OLMoE static prefills on ONNX then differed from eager)."""
     from hfexport.generation.masks import causal_mask
-    from hfexport.validation import _causal_mask
+    from hfexport.validation.inputs import _causal_mask
 
     padding = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
     prefill = causal_mask(padding, 0, 4, 8)  # [2, 1, 4, 8]
@@ -212,7 +213,7 @@ def test_a_static_cache_that_holds_the_writes_is_still_resized():
 def test_a_cache_leaf_is_masked_by_slot_even_when_its_heads_equal_the_prompt_length():
     """Fuzz seed 303: a GPT-J key cache `[2, 4, 4, 8]` under a 2 x 4 padding mask was masked along
     its heads (they equal the prompt length), so its padded slot was compared with eager."""
-    from hfexport.validation import _padding_keep
+    from hfexport.validation.compare import _padding_keep
 
     mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]])
     keep = _padding_keep((2, 4, 4, 8), mask, cache=True)
@@ -226,7 +227,7 @@ def test_a_cache_longer_than_a_mask_over_the_written_slots_is_masked_by_slot():
     `test_a_fixed_seed_finds_no_failure`: a padded prefill's resized key cache [2, 3, 18, 8]
     under a [2, 1, 10, 10] mask compared its padded slot)."""
     from hfexport.generation.masks import causal_mask
-    from hfexport.validation import _padding_keep
+    from hfexport.validation.compare import _padding_keep
 
     padding = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]])
     mask = causal_mask(padding, 0, 4, 4)  # [2, 1, 4, 4]: the written slots only
@@ -238,7 +239,7 @@ def test_a_cache_longer_than_a_mask_over_the_written_slots_is_masked_by_slot():
 def test_an_advisory_report_that_fails_names_the_wrong_output_not_a_floor(dynamic_llama, monkeypatch, tmp_path):
     """The export job's refusal when validation's floors were advisory: it names the output that is
     wrong (a shape here) and does not offer a cosine floor as the remedy."""
-    import hfexport.validation as validation
+    import hfexport.validation.driver as driver
     from hfexport.errors import ValidationError
     from hfexport.job import _validated
 
@@ -247,7 +248,7 @@ def test_an_advisory_report_that_fails_names_the_wrong_output_not_a_floor(dynami
     logits = report.cases[0].outputs[0]
     report.cases[0].outputs[0] = dataclasses.replace(logits, shape=[9], passed=False, cosine=None,
                                                      error="shape [9] but eager gives " + str(logits.shape))
-    monkeypatch.setattr(validation, "validate_components", lambda *args, **kwargs: {"decode": report})
+    monkeypatch.setattr(driver, "validate_components", lambda *args, **kwargs: {"decode": report})
     with pytest.raises(ValidationError, match=r"sample case, logits: shape \[9\]") as caught:
         _validated({"decode": program}, {}, tmp_path / "out")
     assert "no cosine floor accepts" in str(caught.value) and "--min-cosine" not in str(caught.value)

@@ -14,7 +14,8 @@ import time
 import traceback
 from typing import Any
 
-from hfexport.executors import StageLines, first_line
+from hfexport.errors import first_line
+from hfexport.executors import StageLines
 
 
 def export(spec: dict[str, Any], fmt: str, out: str) -> dict[str, Any]:

@@ -40,12 +40,14 @@ BUILTIN_FORMATS: tuple[str, ...] = tuple(fmt.value for fmt in ExportFormat)
 EXTERNAL_WEIGHTS_BYTES = 64 * 2**20
 
 
-def _check_choice(owner: str, field: str, value: Any, allowed: tuple) -> None:
+def check_choice(owner: str, field: str, value: Any, allowed: tuple) -> None:
+    """Refuse `value` for option `owner.field` (`ValueError`) unless it is one of `allowed`."""
     if value not in allowed:
         raise ValueError(f"{owner}.{field} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
 
 
-def _check_type(owner: str, field: str, value: Any, types: type | tuple[type, ...]) -> None:
+def check_type(owner: str, field: str, value: Any, types: type | tuple[type, ...]) -> None:
+    """Refuse `value` for option `owner.field` (`ValueError`) unless it is of `types` (a bool is not an int)."""
     if not isinstance(value, types) or (types is int and isinstance(value, bool)):
         names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
         raise ValueError(f"{owner}.{field} must be a {names}; got {value!r} ({type(value).__name__})")
@@ -137,7 +139,7 @@ class ExportConfig:
         owner = type(self).__name__
         for name in ("dynamic", "prefer_deferred_runtime_asserts_over_guards", "strict", "allow_size_one_specialization",
                      "validate"):
-            _check_type(owner, name, getattr(self, name), bool)
+            check_type(owner, name, getattr(self, name), bool)
         if self.dynamic_shapes is not None and not isinstance(self.dynamic_shapes, (dict, list, tuple)):
             raise ValueError(
                 f"{owner}.dynamic_shapes must be a dict (or tuple) like torch.export's; "

@@ -135,3 +135,9 @@ def summarize(error: BaseException, limit: int = 400) -> str:
     kept = [line for line in lines if line and not line.startswith(_BOILERPLATE) and "This is step" not in line]
     text = " | ".join(kept) or type(root).__name__
     return f"{type(root).__name__}: {text}"[:limit]
+
+
+def first_line(error: BaseException) -> str:
+    """`Type: message` of `error`, its first non-empty line (300 characters at most)."""
+    text = f"{type(error).__name__}: {error}".strip()
+    return next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)[:300]

@@ -31,8 +31,10 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .errors import first_line
+
 __all__ = ["LOST", "Cell", "Executor", "LocalExecutor", "Outcome", "RayExecutor", "StageLines", "choose_executor",
-           "first_line", "run_subprocess"]
+           "run_subprocess"]
 
 #: Key of a result dict saying that its attempt was lost (popped by the executor, never saved).
 LOST = "lost"
@@ -124,12 +126,6 @@ def _text(output: str | bytes | None) -> str:
 def _last_stage(stdout: str | bytes | None) -> str:
     stages = [line.split(" ", 1)[1] for line in _text(stdout).splitlines() if line.startswith("STAGE ")]
     return stages[-1] if stages else "startup"
-
-
-def first_line(error: BaseException) -> str:
-    """`Type: message` of `error`, its first non-empty line (300 characters at most)."""
-    text = f"{type(error).__name__}: {error}".strip()
-    return next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)[:300]
 
 
 def _call(function: Callable[..., dict[str, Any]], args: tuple[Any, ...]) -> dict[str, Any]:

@@ -153,7 +153,7 @@ class HfExporter:
             quantizer.check(self.format)  # before any tracing
         start = time.perf_counter()
         phases = Phases()
-        from .generation.decompose import full_length_caches
+        from .generation.caches import full_length_caches
         from .generation.front import traced_sample
 
         with recording(phases, "model"), inference_mode(model), full_length_caches(), \
@@ -206,7 +206,7 @@ class HfExporter:
         goes in the record, a failure raises `ValidationError` with it."""
         from .errors import ValidationError
         from .record import record_of
-        from .validation import validate
+        from .validation.driver import validate
 
         report = validate(artifact, model, kwargs)
         record_of(artifact).details["validation"] = report.to_dict()
@@ -306,7 +306,7 @@ class HfExporter:
         Returns:
             `{component name: artifact}`.
         """
-        from .generation.decompose import interface_kwargs, note_initial_cache
+        from .generation.components import interface_kwargs, note_initial_cache
 
         artifacts = {}
         for name, (module, kwargs) in components.items():
@@ -322,7 +322,7 @@ class HfExporter:
     def _calibration(self, quantizer: Any, model: torch.nn.Module, sample: dict[str, Any],
                      keys: list[str]) -> list[dict[str, Any]]:
         """The quantizer's calibration samples as the program takes them (its input names)."""
-        from .generation.decompose import interface_kwargs
+        from .generation.components import interface_kwargs
 
         samples = quantizer.calibration_samples() if quantizer.needs_calibration or quantizer.calibration is not None \
             else [sample]
@@ -579,7 +579,7 @@ def _for_component(config: ExportConfig | None, samples: list[dict[str, Any]]) -
         return config
     import dataclasses
 
-    from .generation.decompose import interface_kwargs
+    from .generation.components import interface_kwargs
 
     return dataclasses.replace(config, quantizer=quantizer.with_calibration([interface_kwargs(s) for s in samples]))
 

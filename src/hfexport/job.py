@@ -523,7 +523,7 @@ def _captured_calibration(exporter: Any, loaded: Any, plan: Any, config: ExportC
 def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Path, **options: Any) -> dict[str, Any]:
     """Every artifact validated against its eager module; `ValidationError` (holding every report)
     when one differs."""
-    from .validation import validate_components
+    from .validation.driver import validate_components
 
     reports = validate_components(artifacts, components, **options)
     for name, report in reports.items():

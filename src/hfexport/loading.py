@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from .errors import PrepareError
+from .model_config import text_config
 from .presets import build_preset, tiny_tokenizer
 
 __all__ = ["DTYPES", "LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for",
@@ -73,7 +74,7 @@ def sample_inputs_for(model: torch.nn.Module, tokenizer: Any = None, prompt: str
         if tokenizer is not None:
             inputs = dict(tokenizer(prompt, return_tensors="pt"))
         else:
-            inputs = presets._text_inputs(config)
+            inputs = presets.text_inputs(config)
         if getattr(config, "is_encoder_decoder", False):
             start = getattr(config, "decoder_start_token_id", None) or 0
             inputs["decoder_input_ids"] = torch.tensor([[start]], dtype=torch.long).repeat(1, 3)
@@ -81,11 +82,11 @@ def sample_inputs_for(model: torch.nn.Module, tokenizer: Any = None, prompt: str
             inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
         return inputs
     if first == "pixel_values":
-        return presets._image_inputs(config)
+        return presets.image_inputs(config)
     if first == "input_features":
-        return presets._whisper_inputs(config)
+        return presets.whisper_inputs(config)
     if first == "input_values":
-        return presets._audio_inputs(config)
+        return presets.audio_inputs(config)
     raise PrepareError(
         f"cannot make sample inputs for a model whose forward starts with {first!r}",
         model=type(model).__name__,
@@ -186,7 +187,7 @@ def with_end_token(loaded: LoadedModel) -> LoadedModel:
     """
     generation = getattr(loaded.model, "generation_config", None)
     config = getattr(loaded.model, "config", None)
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     eos = getattr(loaded.tokenizer, "eos_token_id", None)
     if generation is None or eos is None or generation.eos_token_id is not None \
             or getattr(text, "eos_token_id", None) is not None:

@@ -20,7 +20,8 @@ _TEXT = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_la
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
 
 
-def _text_inputs(config: Any, batch: int = 1, seq: int = 8, *, token_type_ids: bool = False) -> dict[str, torch.Tensor]:
+def text_inputs(config: Any, batch: int = 1, seq: int = 8, *, token_type_ids: bool = False) -> dict[str, torch.Tensor]:
+    """Random token ids (seeded) and a mask of ones for a text model's `config`, `[batch, seq]`."""
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(3, config.vocab_size, (batch, seq), generator=generator)
     out = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -30,18 +31,20 @@ def _text_inputs(config: Any, batch: int = 1, seq: int = 8, *, token_type_ids: b
 
 
 def _seq2seq_inputs(config: Any) -> dict[str, torch.Tensor]:
-    out = _text_inputs(config, seq=7)
+    out = text_inputs(config, seq=7)
     out["decoder_input_ids"] = torch.tensor([[config.decoder_start_token_id or 0, 5, 9]])
     return out
 
 
-def _image_inputs(config: Any) -> dict[str, torch.Tensor]:
+def image_inputs(config: Any) -> dict[str, torch.Tensor]:
+    """Random `pixel_values` (seeded) for a vision model's `config`: one image of its size."""
     generator = torch.Generator().manual_seed(1)
     size = config.image_size
     return {"pixel_values": torch.randn(1, config.num_channels, size, size, generator=generator)}
 
 
-def _whisper_inputs(config: Any) -> dict[str, torch.Tensor]:
+def whisper_inputs(config: Any) -> dict[str, torch.Tensor]:
+    """Random `input_features` (seeded) for a Whisper-like `config`, and three decoder ids."""
     generator = torch.Generator().manual_seed(1)
     frames = 2 * config.max_source_positions
     return {
@@ -50,7 +53,8 @@ def _whisper_inputs(config: Any) -> dict[str, torch.Tensor]:
     }
 
 
-def _audio_inputs(config: Any) -> dict[str, torch.Tensor]:
+def audio_inputs(config: Any) -> dict[str, torch.Tensor]:
+    """Random `input_values` (seeded): 800 samples of raw audio."""
     generator = torch.Generator().manual_seed(1)
     return {"input_values": torch.randn(1, 800, generator=generator)}
 
@@ -249,14 +253,14 @@ class Preset:
 def _decoder(name: str, family: str, *, config_class: str | None = None, **config: Any) -> Preset:
     """A causal LM (`<Family>ForCausalLM`) whose config takes the common Llama-style keyword names."""
     return Preset(name, f"{family}ForCausalLM", config_class or f"{family}Config",
-                  dict(_TEXT, bos_token_id=1, eos_token_id=2, **config), _text_inputs, "decoder", True)
+                  dict(_TEXT, bos_token_id=1, eos_token_id=2, **config), text_inputs, "decoder", True)
 
 
 def _encoder(name: str, family: str, **config: Any) -> Preset:
     """A BERT-style text encoder (`<Family>Model`)."""
     base = dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=128)
-    return Preset(name, f"{family}Model", f"{family}Config", dict(base, **config), _text_inputs, "encoder")
+    return Preset(name, f"{family}Model", f"{family}Config", dict(base, **config), text_inputs, "encoder")
 
 
 def _seq2seq(name: str, model_class: str, config_class: str, **config: Any) -> Preset:
@@ -275,8 +279,8 @@ def _speech2text_inputs(config: Any) -> dict[str, torch.Tensor]:
 
 
 def _clip_inputs(config: Any) -> dict[str, torch.Tensor]:
-    out = _text_inputs(config.text_config)
-    out.update(_image_inputs(config.vision_config))
+    out = text_inputs(config.text_config)
+    out.update(image_inputs(config.vision_config))
     return out
 
 
@@ -286,18 +290,18 @@ def _ast_inputs(config: Any) -> dict[str, torch.Tensor]:
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in [
-    Preset("llama", "LlamaForCausalLM", "LlamaConfig", dict(_TEXT), _text_inputs, "decoder", True),
-    Preset("qwen3", "Qwen3ForCausalLM", "Qwen3Config", dict(_TEXT, head_dim=8), _text_inputs, "decoder", True),
+    Preset("llama", "LlamaForCausalLM", "LlamaConfig", dict(_TEXT), text_inputs, "decoder", True),
+    Preset("qwen3", "Qwen3ForCausalLM", "Qwen3Config", dict(_TEXT, head_dim=8), text_inputs, "decoder", True),
     Preset("gpt2", "GPT2LMHeadModel", "GPT2Config",
-           dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2), _text_inputs, "decoder", True),
+           dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2), text_inputs, "decoder", True),
     Preset("mistral", "MistralForCausalLM", "MistralConfig", dict(_TEXT, sliding_window=4, head_dim=8),
-           _text_inputs, "decoder", True),
+           text_inputs, "decoder", True),
     Preset("qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
            dict(_TEXT, head_dim=8, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2,
-                decoder_sparse_step=1), _text_inputs, "decoder", True),
+                decoder_sparse_step=1), text_inputs, "decoder", True),
     Preset("mamba", "MambaForCausalLM", "MambaConfig",
            dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
-                intermediate_size=64), _text_inputs, "ssm", True),
+                intermediate_size=64), text_inputs, "ssm", True),
     Preset("llava", "LlavaForConditionalGeneration", "LlavaConfig",
            dict(vision_config=SubConfig("CLIPVisionConfig", dict(hidden_size=32, intermediate_size=64,
                                                                  num_hidden_layers=2, num_attention_heads=4,
@@ -314,22 +318,22 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("bert", "BertModel", "BertConfig",
            dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=128),
-           lambda config: _text_inputs(config, token_type_ids=True), "encoder"),
+           lambda config: text_inputs(config, token_type_ids=True), "encoder"),
     Preset("t5", "T5ForConditionalGeneration", "T5Config",
            dict(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0),
            _seq2seq_inputs, "encoder-decoder", True),
     Preset("vit", "ViTForImageClassification", "ViTConfig",
            dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                intermediate_size=64, num_labels=5), _image_inputs, "vision"),
+                intermediate_size=64, num_labels=5), image_inputs, "vision"),
     Preset("whisper", "WhisperForConditionalGeneration", "WhisperConfig",
            dict(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                 decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8,
                 max_source_positions=16, max_target_positions=32, decoder_start_token_id=1, pad_token_id=0,
-                eos_token_id=2, bos_token_id=1), _whisper_inputs, "encoder-decoder", True),
+                eos_token_id=2, bos_token_id=1), whisper_inputs, "encoder-decoder", True),
     Preset("wav2vec2", "Wav2Vec2Model", "Wav2Vec2Config",
            dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8), num_conv_pos_embeddings=16,
-                num_conv_pos_embedding_groups=2, num_feat_extract_layers=2), _audio_inputs, "audio"),
+                num_conv_pos_embedding_groups=2, num_feat_extract_layers=2), audio_inputs, "audio"),
     # -- the coverage panel: more families of each kind (docs/coverage.md) --------------------
     _decoder("qwen2", "Qwen2"),
     _decoder("phi3", "Phi3", pad_token_id=0),
@@ -341,24 +345,24 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     _decoder("smollm3", "SmolLM3", pad_token_id=0),
     _decoder("mixtral", "Mixtral", num_local_experts=4, num_experts_per_tok=2),
     _decoder("olmoe", "Olmoe", num_experts=4, num_experts_per_tok=2),
-    Preset("gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXConfig", dict(_TEXT), _text_inputs, "decoder", True),
+    Preset("gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXConfig", dict(_TEXT), text_inputs, "decoder", True),
     Preset("opt", "OPTForCausalLM", "OPTConfig",
            dict(vocab_size=128, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4,
-                max_position_embeddings=128, word_embed_proj_dim=32, pad_token_id=0), _text_inputs, "decoder", True),
+                max_position_embeddings=128, word_embed_proj_dim=32, pad_token_id=0), text_inputs, "decoder", True),
     Preset("bloom", "BloomForCausalLM", "BloomConfig",
-           dict(vocab_size=128, hidden_size=32, n_layer=2, n_head=4), _text_inputs, "decoder", True),
+           dict(vocab_size=128, hidden_size=32, n_layer=2, n_head=4), text_inputs, "decoder", True),
     Preset("falcon", "FalconForCausalLM", "FalconConfig",
            dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_kv_heads=2,
-                new_decoder_architecture=True, max_position_embeddings=128), _text_inputs, "decoder", True),
+                new_decoder_architecture=True, max_position_embeddings=128), text_inputs, "decoder", True),
     Preset("gptj", "GPTJForCausalLM", "GPTJConfig",
            dict(vocab_size=128, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=128, bos_token_id=1,
-                eos_token_id=2), _text_inputs, "decoder", True),
+                eos_token_id=2), text_inputs, "decoder", True),
     Preset("mamba2", "Mamba2ForCausalLM", "Mamba2Config",
            dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
-                num_heads=8, head_dim=8, n_groups=1, chunk_size=16), _text_inputs, "ssm", True),
+                num_heads=8, head_dim=8, n_groups=1, chunk_size=16), text_inputs, "ssm", True),
     Preset("falcon_mamba", "FalconMambaForCausalLM", "FalconMambaConfig",
            dict(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4,
-                intermediate_size=64), _text_inputs, "ssm", True),
+                intermediate_size=64), text_inputs, "ssm", True),
     _seq2seq("bart", "BartForConditionalGeneration", "BartConfig"),
     _seq2seq("marian", "MarianMTModel", "MarianConfig", decoder_start_token_id=0),
     Preset("speech_to_text", "Speech2TextForConditionalGeneration", "Speech2TextConfig",
@@ -373,21 +377,21 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     _encoder("modernbert", "ModernBert", global_attn_every_n_layers=2, local_attention=4, pad_token_id=0,
              bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2),
     Preset("convnext", "ConvNextForImageClassification", "ConvNextConfig",
-           dict(num_channels=3, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], image_size=32, num_labels=5), _image_inputs,
+           dict(num_channels=3, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], image_size=32, num_labels=5), image_inputs,
            "vision"),
     Preset("resnet", "ResNetForImageClassification", "ResNetConfig",
            dict(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=5, image_size=32),
-           _image_inputs, "vision"),
+           image_inputs, "vision"),
     Preset("swin", "SwinForImageClassification", "SwinConfig",
            dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 4], window_size=4,
-                num_labels=5), _image_inputs, "vision"),
+                num_labels=5), image_inputs, "vision"),
     Preset("dinov2", "Dinov2Model", "Dinov2Config",
            dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                intermediate_size=64), _image_inputs, "vision"),
+                intermediate_size=64), image_inputs, "vision"),
     Preset("hubert", "HubertModel", "HubertConfig",
            dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8), num_conv_pos_embeddings=16,
-                num_conv_pos_embedding_groups=2, num_feat_extract_layers=2), _audio_inputs, "audio"),
+                num_conv_pos_embedding_groups=2, num_feat_extract_layers=2), audio_inputs, "audio"),
     Preset("ast", "ASTForAudioClassification", "ASTConfig",
            dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, patch_size=8,
                 num_mel_bins=16, max_length=32, frequency_stride=8, time_stride=8, num_labels=5), _ast_inputs,

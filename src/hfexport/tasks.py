@@ -27,6 +27,7 @@ import inspect
 from typing import Any
 
 from .errors import TaskError
+from .model_config import text_config
 
 __all__ = ["Task", "TASKS", "TaskChoice", "GenerationFlags", "DEFAULT_CACHE_LENGTH", "default_cache_length",
            "infer_task", "resolve_task", "check_task_options", "graph_component"]
@@ -94,7 +95,7 @@ class TaskChoice:
 def default_cache_length(model: Any) -> tuple[int, str]:
     """The cache of an LLM package that names none, and where it comes from: the model's
     `max_position_embeddings` up to `DEFAULT_CACHE_LENGTH`."""
-    config = model.config.get_text_config(decoder=True) if hasattr(model.config, "get_text_config") else model.config
+    config = text_config(model.config)
     positions = getattr(config, "max_position_embeddings", None)
     if positions and int(positions) <= DEFAULT_CACHE_LENGTH:
         return int(positions), "the model config's max_position_embeddings"
@@ -106,7 +107,7 @@ def infer_task(model: Any) -> tuple[str, str]:
     """`(task, reason)` for `model` when no task is named: a text decoder that generates gets
     `text-generation-with-past`, a recurrent one (Mamba) its generation components, everything
     else `forward`; the reason says why and how to ask for another."""
-    from .generation.decompose import is_text_decoder
+    from .generation.components import is_text_decoder
 
     name = type(model).__name__
     config = model.config

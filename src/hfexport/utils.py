@@ -2,6 +2,6 @@
 
 from .capture.pytree import register_pytree_node
 from .generation.decompose import decompose_for_generation
-from .validation import validate
+from .validation.driver import validate
 
 __all__ = ["decompose_for_generation", "register_pytree_node", "validate"]

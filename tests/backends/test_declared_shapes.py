@@ -78,7 +78,7 @@ def _as_the_graph_takes_it(record):
     and unread inputs left out, the 4-D mask `[batch, 1, query, attended]` as `[batch, attended]`."""
     import dataclasses
 
-    from hfexport.backends.onnx.gqa import GraphInterface
+    from hfexport.backends.onnx.graph_interface import GraphInterface
 
     interface = GraphInterface.of(record)
     if interface is None:

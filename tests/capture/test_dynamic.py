@@ -11,7 +11,7 @@ import torch
 
 from hfexport.capture.dynamic import plan_dynamic_shapes
 from hfexport.capture.pytree import register_cache_pytree_nodes
-from hfexport.generation.decompose import interface_kwargs
+from hfexport.generation.components import interface_kwargs
 from hfexport.presets import build_preset
 from hfexport.utils import decompose_for_generation
 
@@ -21,7 +21,7 @@ _GROW_IN_A_FRESH_PROCESS = """
 import json, torch
 import torch.utils._pytree as pytree
 from hfexport.capture.dynamic import grow_batch
-from hfexport.generation.decompose import interface_kwargs
+from hfexport.generation.components import interface_kwargs
 from hfexport.presets import build_preset
 from hfexport.utils import decompose_for_generation
 

@@ -17,7 +17,7 @@ from transformers import DynamicCache, EncoderDecoderCache, StaticCache
 from transformers.cache_utils import LinearAttentionLayer, StaticLayer
 
 from hfexport import DynamoConfig, DynamoExporter, register_pytree_node
-from hfexport.capture.pytree import (_from_dumpable_context, _table_class, _to_dumpable_context, flatten_with_names,
+from hfexport.capture.pytree import (_table_class, _to_dumpable_context, flatten_with_names, from_dumpable_context,
                                      register_cache_pytree_nodes)
 from hfexport.errors import RuntimeLoadError
 from hfexport.presets import build_preset
@@ -119,12 +119,12 @@ def side_effect_module(tmp_path, monkeypatch):
 def test_a_context_naming_another_module_is_refused_before_importing_it(side_effect_module):
     name, marker = side_effect_module
     dumped = _to_dumpable_context((StaticCache, True, ((StaticLayer, ("keys",), ()),), (), (), ()))
-    assert _from_dumpable_context(dumped)[2][0][0] is StaticLayer  # the classes it names come back
+    assert from_dumpable_context(dumped)[2][0][0] is StaticLayer  # the classes it names come back
     with pytest.raises(RuntimeLoadError, match=f"(?s){name}:StaticLayer.*nothing was imported.*register_pytree_node"):
-        _from_dumpable_context(dumped.replace("transformers.cache_utils:StaticLayer", f"{name}:StaticLayer"))
+        from_dumpable_context(dumped.replace("transformers.cache_utils:StaticLayer", f"{name}:StaticLayer"))
     for other in ("torch:save", "transformers.cache_utils:os.remove", "transformers.utils.hub:tempfile.TemporaryFile"):
         with pytest.raises(RuntimeLoadError, match="not a cache class registered"):
-            _from_dumpable_context(dumped.replace("transformers.cache_utils:StaticLayer", other))
+            from_dumpable_context(dumped.replace("transformers.cache_utils:StaticLayer", other))
     assert not marker.exists() and name not in sys.modules
 
 
@@ -208,10 +208,10 @@ _BAD_CONTEXTS = {
 @pytest.mark.parametrize("case", list(_BAD_CONTEXTS))
 def test_a_context_of_another_shape_is_refused(case):
     context = _static_context()
-    assert isinstance(_from_dumpable_context(context)[0], type)  # the real one loads
+    assert isinstance(from_dumpable_context(context)[0], type)  # the real one loads
     edit, message = _BAD_CONTEXTS[case]
     with pytest.raises(RuntimeLoadError, match=re.escape(message)):
-        _from_dumpable_context(_edited(context, edit))
+        from_dumpable_context(_edited(context, edit))
 
 
 def test_real_cache_contexts_with_underscored_attributes_load():

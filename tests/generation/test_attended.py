@@ -97,11 +97,11 @@ def test_the_runner_passes_a_mask_over_the_written_slots(saved_generation):
     """`GenerationRunner` feeds cached + query slots, not the whole cache (else every step would
     still cost what max_cache_len costs, with the same tokens)."""
     from hfexport import GenerationRunner
-    from hfexport.generation.loop import _State
+    from hfexport.generation.loop import DecodeState
 
     runner = GenerationRunner.load(saved_generation("dynamo", "llama-static").directory)
     record = runner.runners["decode"].record
-    state = _State(runner, torch.tensor([PROMPT]), None, {})
+    state = DecodeState(runner, torch.tensor([PROMPT]), None, {})
     state.step(torch.tensor([PROMPT]))
     shape = dict(zip(record.input_names, record.input_shapes))["attention_mask"]
     mask = state._value(record, "attention_mask", shape, "bool", torch.tensor([[7]]))

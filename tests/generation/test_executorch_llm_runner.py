@@ -295,7 +295,7 @@ def test_greedy_runs_the_fast_path_with_generates_tokens_and_anything_else_the_g
     takes the generic loop and gives `generate`'s tokens under the same seed; a state kept between
     two calls (a chat's) continues where the fast steps left it."""
     from hfexport import GenerationRunner
-    from hfexport.generation.loop import _State
+    from hfexport.generation.loop import DecodeState
 
     result, tokenizer, _, _ = llm_export
     model, runner = result.model, GenerationRunner.load(result.directory, engine="hfexport")
@@ -321,7 +321,7 @@ def test_greedy_runs_the_fast_path_with_generates_tokens_and_anything_else_the_g
         assert not got.fast_path and got.tokens == want, options
 
     config = runner.generation_config(4, eos_token_id=None)
-    state = _State(runner, ids, None, {})
+    state = DecodeState(runner, ids, None, {})
     first = runner._generate_on(state, ids, ids, config)
     assert first.fast_path and state.past == ids.shape[1] + 3 and state.fed == ids[0].tolist() + first.tokens[:-1]
     sequence = torch.tensor([ids[0].tolist() + first.tokens])

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from hfexport import GenerationRunner
-from hfexport.generation.loop import _State
+from hfexport.generation.loop import DecodeState
 
 from .exports import LLM_RUNTIMES, export_llm_package
 
@@ -81,7 +81,7 @@ def test_the_fast_path_leaves_the_state_the_generic_loop_continues(llm_package, 
     runner = GenerationRunner.load(package.folder, engine="hfexport")
     ids = package.ids
     config = runner.generation_config(max_new_tokens=6, eos_token_id=None)
-    state = _State(runner, ids, None, {})
+    state = DecodeState(runner, ids, None, {})
     first = runner._generate_on(state, ids, ids, config)
     assert first.fast_path
     assert state.past == ids.shape[1] + 5 and state.fed == ids[0].tolist() + first.tokens[:-1]

@@ -55,14 +55,14 @@ def has_fixed_batch(inputs: dict[str, Any]) -> bool:
 def is_decode_step(inputs: dict[str, Any]) -> bool:
     """Whether `inputs` carry a cache that already holds tokens (a decode step, not a prompt): a
     static cache whose write counter has moved, any other cache with non-empty tensors."""
-    from .pytree import _is_cache, is_static_cache
+    from .pytree import is_cache_object, is_static_cache
 
     def holds_tokens(cache: Any) -> bool:
         if is_static_cache(cache):  # allocated buffers hold zeros before the first token
             return any(int(getattr(layer, "cumulative_length", 0)) > 0 for layer in cache.layers)
         return any(isinstance(leaf, torch.Tensor) and leaf.numel() > 1 for leaf in pytree.tree_leaves(cache))
 
-    return any(_is_cache(value) and holds_tokens(value) for value in inputs.values())
+    return any(is_cache_object(value) and holds_tokens(value) for value in inputs.values())
 
 
 def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_batch: bool,
@@ -96,10 +96,10 @@ def _plan_for(value: Any, name: str, bounds: Bounds | None, fixed_batch: bool = 
     if node_type in pytree.SUPPORTED_NODES:  # custom nodes (caches, ModelOutput): a list of children
         # torch.export reads the dynamic shapes of a custom pytree node as the list of its children.
         from .names import CACHE_PREFIX
-        from .pytree import _is_cache
+        from .pytree import is_cache_object
 
         children, _ = pytree.SUPPORTED_NODES[node_type].flatten_fn(value)
-        prefix = CACHE_PREFIX if _is_cache(value) else name
+        prefix = CACHE_PREFIX if is_cache_object(value) else name
         return [_plan_for(child, f"{prefix}.{i}", bounds, fixed_batch, decode_step) for i, child in enumerate(children)]
     return None
 
@@ -180,10 +180,10 @@ def grow_batch(inputs: dict[str, Any], size: int = 2, roles: tuple[str, ...] = (
         node_type = type(value)
         if node_type in pytree.SUPPORTED_NODES and node_type not in (list, tuple, dict):
             from .names import CACHE_PREFIX
-            from .pytree import _is_cache
+            from .pytree import is_cache_object
 
             children, context = pytree.SUPPORTED_NODES[node_type].flatten_fn(value)
-            if _is_cache(value):
+            if is_cache_object(value):
                 names = [f"{CACHE_PREFIX}.{i}" for i in range(len(children))]
             else:  # a ModelOutput (`encoder_outputs`): its children by field name (`last_hidden_state`)
                 keys = context if isinstance(context, (list, tuple)) and len(context) == len(children) else None

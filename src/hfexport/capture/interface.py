@@ -15,7 +15,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .names import INTERFACE_CACHE_NAME
-from .pytree import _is_cache
+from .pytree import is_cache_object
 
 __all__ = ["split_constants", "named_kwargs_forward", "call_model", "model_argument_names"]
 
@@ -26,7 +26,7 @@ def split_constants(inputs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     rather than becoming inputs of the artifact."""
     traced, constants = {}, {}
     for name, value in inputs.items():
-        holds_tensor = any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value)) or _is_cache(value)
+        holds_tensor = any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value)) or is_cache_object(value)
         (traced if holds_tensor else constants)[name] = value
     return traced, constants
 
@@ -74,7 +74,7 @@ def _without_none(value: Any) -> Any:
     ("Tensor name is not a number")."""
     if isinstance(value, (tuple, list)) and not hasattr(value, "_fields"):
         return type(value)(_without_none(v) for v in value if v is not None)
-    if hasattr(value, "keys") and hasattr(value, "__setitem__") and not _is_cache(value):
+    if hasattr(value, "keys") and hasattr(value, "__setitem__") and not is_cache_object(value):
         for key in list(value.keys()):
             value[key] = _without_none(value[key])
         return value

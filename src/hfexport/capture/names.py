@@ -25,7 +25,7 @@ from typing import Any
 
 import torch.utils._pytree as pytree
 
-from .pytree import _is_cache, _key_name
+from .pytree import is_cache_object, key_name
 
 __all__ = ["io_leaf_names", "dim_names", "role_of", "CACHE_PREFIX", "INTERFACE_CACHE_NAME",
            "with_interface_cache_name"]
@@ -53,7 +53,7 @@ def io_leaf_names(tree: dict[str, Any] | Any, *, side: str | None = None) -> lis
     caches = _top_level_caches(tree)
     names = []
     for path, _leaf in pairs:
-        parts = [_key_name(k) for k in path]
+        parts = [key_name(k) for k in path]
         if parts and parts[0] in caches:
             name = ".".join([CACHE_PREFIX, *parts[1:]])
             names.append(f"{side}.{name}" if side else name)
@@ -64,7 +64,7 @@ def io_leaf_names(tree: dict[str, Any] | Any, *, side: str | None = None) -> lis
 
 def _top_level_caches(tree: Any) -> set[str]:
     if hasattr(tree, "items"):
-        return {str(k) for k, v in tree.items() if _is_cache(v)}
+        return {str(k) for k, v in tree.items() if is_cache_object(v)}
     return set()
 
 

@@ -75,7 +75,7 @@ def _thaw(value: Any) -> Any:
 def is_static_cache(obj: Any) -> bool:
     """A cache whose every layer is preallocated to a fixed length (`StaticCache`, and its
     sliding-window layers), as opposed to one that grows (`DynamicCache`)."""
-    layers = getattr(obj, "layers", None) if _is_cache(obj) else None
+    layers = getattr(obj, "layers", None) if is_cache_object(obj) else None
     if not layers:
         return False
     from transformers.cache_utils import StaticLayer
@@ -83,7 +83,8 @@ def is_static_cache(obj: Any) -> bool:
     return all(isinstance(layer, StaticLayer) for layer in layers)
 
 
-def _is_cache(obj: Any) -> bool:
+def is_cache_object(obj: Any) -> bool:
+    """Whether `obj` is a transformers `Cache` (a model's key/value cache, not a tensor of one)."""
     from transformers.cache_utils import Cache
 
     return isinstance(obj, Cache)
@@ -145,7 +146,7 @@ def _split_state(obj: Any) -> tuple[list[str], tuple, list[tuple[str, torch.Tens
             tensor_names.append(name)
         elif _holds_tensor(value):
             state.append((name, _Nested(_extract(value, name, nested))))
-        elif name not in ("layers",) and not _is_cache(value):
+        elif name not in ("layers",) and not is_cache_object(value):
             if isinstance(value, torch.Stream):
                 raise TypeError(
                     f"{type(obj).__name__} was built with offloading=True, which cannot be exported. "
@@ -175,7 +176,7 @@ def _flatten_cache_with_names(cache: Any) -> tuple[list[Any], tuple[list[str], t
             names.append(f"{index}.{name}")
     sub_caches = []
     for name, value in sorted(vars(cache).items()):
-        if _is_cache(value):
+        if is_cache_object(value):
             sub_caches.append(name)
             children.append(value)
             names.append(name.removesuffix("_cache"))
@@ -234,7 +235,7 @@ def _layer_classes() -> list[type]:
     and SSM layers of `LinearAttentionCacheLayerMixin`)."""
     from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
 
-    return [*_all_subclasses(CacheLayerMixin), *_all_subclasses(LinearAttentionCacheLayerMixin)]
+    return [*all_subclasses(CacheLayerMixin), *all_subclasses(LinearAttentionCacheLayerMixin)]
 
 
 def _class_table() -> dict[str, type]:
@@ -249,7 +250,7 @@ def _table_class(path: Any) -> type:
     looked up in `_class_table`.
 
     # NOTE: a `.pt2` is a file from anywhere, and `torch.export.load` hands its tree specs' contexts
-    # to `_from_dumpable_context`. Resolving a name by importing its module and following its
+    # to `from_dumpable_context`. Resolving a name by importing its module and following its
     # attributes let a file reach any object of an importable module
     # (`transformers.utils.hub:tempfile._TemporaryFileCloser`, which `_unflatten_cache` then built
     # with a file's state and which deleted that file when collected). An exact table of the classes
@@ -372,7 +373,7 @@ def _to_dumpable_context(context: tuple) -> str:
     return json.dumps(_dump_value(context))
 
 
-def _from_dumpable_context(dumped: str) -> tuple:
+def from_dumpable_context(dumped: str) -> tuple:
     """The context `_to_dumpable_context` wrote, checked (`_checked_context`) before anything is
     built from it: `RefusedFileError` otherwise."""
     try:
@@ -380,6 +381,11 @@ def _from_dumpable_context(dumped: str) -> tuple:
     except (TypeError, ValueError):
         raise _refuse_context("is not JSON") from None
     return _checked_context(_load_value(loaded))
+
+
+def is_registered_cache_class(cls: Any) -> bool:
+    """Whether `cls` is a `Cache` class registered with `register_pytree_node` in this process."""
+    return cls in _registered
 
 
 def register_pytree_node(cls: type) -> type:
@@ -415,7 +421,7 @@ def register_pytree_node(cls: type) -> type:
         _unflatten_cache,
         serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
         to_dumpable_context=_to_dumpable_context,
-        from_dumpable_context=_from_dumpable_context,
+        from_dumpable_context=from_dumpable_context,
         flatten_with_keys_fn=_flatten_cache_with_keys,
     )
     import torch.fx._pytree as fx_pytree
@@ -438,11 +444,12 @@ def _allow_in_weights_only_load(cls: type) -> None:
     torch.serialization.add_safe_globals([cls, CacheLayerMixin, *_layer_classes()])
 
 
-def _all_subclasses(cls: type) -> list[type]:
+def all_subclasses(cls: type) -> list[type]:
+    """Every subclass of `cls` defined so far, at any depth."""
     out = []
     for sub in cls.__subclasses__():
         out.append(sub)
-        out.extend(_all_subclasses(sub))
+        out.extend(all_subclasses(sub))
     return out
 
 
@@ -450,18 +457,19 @@ def register_cache_pytree_nodes(tree: Any = None) -> None:
     """Register every `Cache` class known now, and any cache class found inside `tree`."""
     from transformers.cache_utils import Cache
 
-    for cls in (Cache, *_all_subclasses(Cache)):
+    for cls in (Cache, *all_subclasses(Cache)):
         register_pytree_node(cls)
     if tree is not None:
-        for leaf in pytree.tree_leaves(tree, is_leaf=_is_cache):
-            if _is_cache(leaf):
+        for leaf in pytree.tree_leaves(tree, is_leaf=is_cache_object):
+            if is_cache_object(leaf):
                 register_pytree_node(type(leaf))
 
 
 # -- Leaf names ----------------------------------------------------------------------------------
 
 
-def _key_name(key: Any) -> str:
+def key_name(key: Any) -> str:
+    """One step of a pytree path as it reads in a leaf name: a dict key, a list index, an attribute."""
     if isinstance(key, pytree.MappingKey):
         return str(key.key)
     if isinstance(key, pytree.SequenceKey):
@@ -476,7 +484,7 @@ def flatten_with_names(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
     pairs, _ = pytree.tree_flatten_with_path(tree)
     out = []
     for path, leaf in pairs:
-        name = ".".join(_key_name(k) for k in path)
+        name = ".".join(key_name(k) for k in path)
         out.append((f"{prefix}{name}" if name else prefix.rstrip(".") or "output", leaf))
     return out
 

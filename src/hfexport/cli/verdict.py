@@ -83,9 +83,9 @@ def _closeness(report: Any, output: Any) -> float:
 
 def _floor(report: Any, output: Any) -> float:
     """The cosine floor `output` was held to (the cache's for a cache tensor)."""
-    from ..validation import _is_cache
+    from ..validation.compare import is_cache_output
 
-    if _is_cache(output.name) and report.min_cache_cosine is not None:
+    if is_cache_output(output.name) and report.min_cache_cosine is not None:
         return report.min_cache_cosine
     return report.min_cosine
 

@@ -16,16 +16,13 @@ from typing import Any
 
 import torch
 
+from hfexport.errors import first_line
+
 NEW_TOKENS = 4
 
 
 def _stage(name: str) -> None:
     print(f"STAGE {name}", flush=True)
-
-
-def _first_line(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}".strip()
-    return next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)[:300]
 
 
 def _judge(report: Any) -> tuple[str, str | None]:
@@ -75,9 +72,9 @@ def _job(arch: str, backend: str, out: str, **options: Any) -> tuple[Any, dict[s
                 prefix = f"{name}: " if options.get("generate") else ""
                 return None, {"status": status, "detail": f"{prefix}{detail}",
                               **({} if options.get("generate") else _main_output(report))}
-        return None, {"status": "runtime failure", "detail": _first_line(error)}
+        return None, {"status": "runtime failure", "detail": first_line(error)}
     except Exception as error:  # noqa: BLE001 - reported, not raised
-        return None, {"status": "export failure", "detail": _first_line(error)}
+        return None, {"status": "export failure", "detail": first_line(error)}
 
 
 def run_export(arch: str, backend: str) -> dict[str, Any]:
@@ -112,7 +109,7 @@ def run_generate(arch: str, backend: str, image: bool = False) -> dict[str, Any]
             got = runner.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                   attention_mask=prompt.get("attention_mask"), **encoder_inputs).tokens
         except Exception as error:  # noqa: BLE001
-            return {**summary, "status": "runtime failure", "detail": f"runner: {_first_line(error)}"}
+            return {**summary, "status": "runtime failure", "detail": f"runner: {first_line(error)}"}
     with torch.no_grad():
         out = result.model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                                     output_logits=True, return_dict_in_generate=True)
@@ -132,7 +129,7 @@ def main(argv: list[str]) -> int:
         result = run_export(arch, backend) if mode == "export" else run_generate(arch, backend, mode == "generate-image")
     except Exception as error:  # noqa: BLE001 - a case never raises; the traceback goes to stderr
         traceback.print_exc()
-        result = {"status": "runtime failure", "detail": _first_line(error)}
+        result = {"status": "runtime failure", "detail": first_line(error)}
     result["seconds"] = round(time.perf_counter() - start, 1)
     print("RESULT " + json.dumps(result, default=str), flush=True)
     return 0

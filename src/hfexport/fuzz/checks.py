@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .example import ARCHS, Example, build_example, sample_inputs
-from .outcomes import Failure, InvalidExample, Outcome, _first_lines, signature
+from .outcomes import Failure, InvalidExample, Outcome, first_lines, signature
 
 #: `validate`'s resized cases: every symbolic size moved by 2, then by 5.
 VALIDATE_STEPS = (2, 5)
@@ -58,7 +58,7 @@ class _Checks:
         except (InvalidExample, _Abort):
             raise
         except Exception as error:  # noqa: BLE001 - every exception is a verdict on the library
-            text = _first_lines(error)
+            text = first_lines(error)
             entry = Failure(stage, "error", text, signature(text), type(error).__name__)
             (self.outcome.refusals if _is_refusal(stage, error) else self.outcome.failures).append(entry)
         raise _Abort(stage)
@@ -131,14 +131,14 @@ def _logits_at_other_shape(artifact: Any, inputs: dict[str, torch.Tensor]) -> to
 
 def _check_other_shape(checks: _Checks, example: Example, model: torch.nn.Module, artifact: Any) -> None:
     """Run the artifact at the drawn other shape and compare its logits (padding left out) with eager."""
-    from ..validation import DEFAULT_TOLERANCE
+    from ..validation.compare import DEFAULT_TOLERANCE
 
     inputs = sample_inputs(example, model, other=True)
     try:
         with torch.no_grad():
             want = model(**inputs).logits
     except Exception as error:  # noqa: BLE001 - eager itself rejects the shape: nothing to compare
-        checks.outcome.notes.append(f"other-shape: eager rejects it ({_first_lines(error, 1)})")
+        checks.outcome.notes.append(f"other-shape: eager rejects it ({first_lines(error, 1)})")
         return
     got = checks.attempt("other-shape", _logits_at_other_shape, artifact, inputs)
     if not ARCHS[example.arch].seq2seq:  # decoder logits are laid out along the prompt
@@ -155,7 +155,7 @@ def _check_other_shape(checks: _Checks, example: Example, model: torch.nn.Module
 def _check_export(checks: _Checks, example: Example, model: torch.nn.Module, inputs: dict[str, Any]) -> None:
     """One graph: export, `validate` (sample + resized shapes), then the fuzzer's own other shape."""
     from ..auto import AutoHfExporter
-    from ..validation import validate
+    from ..validation.driver import validate
 
     config = _export_config(example.backend)
     exporter = AutoHfExporter.from_config(config)
@@ -193,7 +193,7 @@ def eager_generation(model: torch.nn.Module, example: Example, inputs: dict[str,
         _generate(model, prompt, example)
         out = _generate(model, first, example)
     except Exception as error:  # noqa: BLE001 - eager itself cannot generate: the example is no case
-        raise InvalidExample(f"eager generate() fails: {_first_lines(error, 1)}") from error
+        raise InvalidExample(f"eager generate() fails: {first_lines(error, 1)}") from error
     start = 1 if ARCHS[example.arch].seq2seq else first["input_ids"].shape[1]  # a decoder start token leads
     return EagerGeneration(first["input_ids"], first["attention_mask"], out.sequences[0, start:].tolist(),
                            [step[0].float() for step in out.logits])
@@ -290,7 +290,7 @@ def _check_generate(checks: _Checks, example: Example, model: torch.nn.Module, i
     from ..auto import AutoHfExporter
     from ..generation.package import save_generation_export
     from ..utils import decompose_for_generation
-    from ..validation import validate_components
+    from ..validation.driver import validate_components
 
     prompt = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
     generation_config = example.generation_config()
@@ -318,7 +318,7 @@ def _check_eager(model: torch.nn.Module, inputs: dict[str, Any]) -> None:
         with torch.no_grad():
             model(**inputs)
     except Exception as error:  # noqa: BLE001 - eager itself rejects the inputs: the example is no case
-        raise InvalidExample(f"eager forward fails: {_first_lines(error, 1)}") from error
+        raise InvalidExample(f"eager forward fails: {first_lines(error, 1)}") from error
 
 
 def run_example(example: Example) -> Outcome:

@@ -10,7 +10,7 @@ from typing import Any
 from ..config import BUILTIN_FORMATS
 from ..errors import OutputFolderError
 from .checks import run_example
-from .driver import FuzzOptions, _quiet, fuzz
+from .driver import FuzzOptions, fuzz, quiet_upstream
 from .example import DEFAULT_ARCHS, MODES, Example
 from .reproductions import reproduction
 
@@ -48,7 +48,7 @@ def options_from_args(args: argparse.Namespace) -> FuzzOptions:
 def replay(text: str, out: Any = sys.stdout) -> int:
     """Run the one example `text` (an `Example` as JSON); print its outcome; 1 if it failed."""
     example = Example.from_json(text)
-    with _quiet():
+    with quiet_upstream():
         outcome = run_example(example)
     print(f"{example.label()}: {outcome.status} ({outcome.seconds:.1f} s)", file=out)
     for entry in outcome.failures + outcome.refusals:

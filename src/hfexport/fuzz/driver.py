@@ -249,7 +249,7 @@ def fuzz(options: FuzzOptions, out: Any = sys.stdout, err: Any = sys.stderr) -> 
     session = _Session(options, out, err)
     round_seed = options.seed
     empty_rounds = 0
-    with _quiet():
+    with quiet_upstream():
         while session.summary.run < options.examples and empty_rounds < _EMPTY_ROUNDS:
             before = session.summary.run
             # room for the examples hypothesis repeats (not run again); those past the budget pass unrun
@@ -282,7 +282,7 @@ def _check_options(options: FuzzOptions) -> None:
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet_upstream() -> Iterator[None]:
     """Upstream deprecation and tracing warnings off: one line per example is the fuzzer's output."""
     import logging
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .outcomes import InvalidExample, _first_lines
+from .outcomes import InvalidExample, first_lines
 
 MODES = ("export", "generate")
 
@@ -283,7 +283,7 @@ def build_example(example: Example) -> tuple[torch.nn.Module, dict[str, torch.Te
     try:
         model, _ = build_preset(example.arch, example.seed, **example.overrides)
     except Exception as error:  # noqa: BLE001 - a config the model class (or its validators) refuses
-        raise InvalidExample(f"the config is not valid: {_first_lines(error, 1)}") from error
+        raise InvalidExample(f"the config is not valid: {first_lines(error, 1)}") from error
     return model, sample_inputs(example, model)
 
 

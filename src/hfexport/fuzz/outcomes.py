@@ -58,7 +58,9 @@ class InvalidExample(Exception):
     """Eager PyTorch cannot run the example (the drawn config is not a model): no verdict."""
 
 
-def _first_lines(error: BaseException, count: int = 3) -> str:
+def first_lines(error: BaseException, count: int = 3) -> str:
+    """The first `count` non-empty lines of `Type: message` of `error`, and its root cause where they
+    do not name it (`errors.summarize`)."""
     from ..errors import summarize
 
     lines = [line for line in f"{type(error).__name__}: {error}".splitlines() if line.strip()]

@@ -46,7 +46,7 @@ def _snip_validate(example: Example, model: torch.nn.Module) -> list[str]:
 
 
 def _snip_other_shape(example: Example, model: torch.nn.Module) -> list[str]:
-    from ..validation import DEFAULT_TOLERANCE
+    from ..validation.compare import DEFAULT_TOLERANCE
 
     atol, rtol = DEFAULT_TOLERANCE.get(example.backend, (1e-4, 1e-4))
     keep = "" if ARCHS[example.arch].seq2seq else '[other["attention_mask"].bool()]'

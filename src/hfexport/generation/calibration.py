@@ -36,7 +36,7 @@ def captured_calibration(capture: Callable[[Any], dict[str, Any]], plan: Any,
             which cannot be captured again on other prompts; or a prompt's capture gives other
             components than the export's.
     """
-    from .decompose import interface_kwargs
+    from .components import interface_kwargs
 
     if plan.components is not None:
         raise PrepareError("this backend builds its generation program itself, from the sample prompt only; "

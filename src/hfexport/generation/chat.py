@@ -18,7 +18,7 @@ tokenizer's, and the token the chat template closes an assistant turn with (`<|i
 # NOTE: the cache is kept between turns rather than prefilling the conversation again: the next
 # turn's tokens start with those the cache holds (the last answer's last token aside, and the
 # template's end-of-turn text after it), so the cache is cut back to the longest common prefix
-# (`_State.rewind`) and only the rest is fed. A static cache is cut back by resetting its write
+# (`DecodeState.rewind`) and only the rest is fed. A static cache is cut back by resetting its write
 # counters, a dynamic one by slicing its keys and values; a cache that cannot be cut back to a token
 # (a sliding window that has rolled over, a recurrent state) prefills the whole conversation again,
 # and `reprefill_reason` says why. On a runtime's LLM package the turns run on the runtime's own
@@ -39,7 +39,7 @@ from transformers import TextStreamer
 
 from ..errors import ExportError
 from .engine import route, run_on_engine
-from .loop import GenerationRunner, _State
+from .loop import DecodeState, GenerationRunner
 from .result import GenerationResult, as_token_list
 
 __all__ = ["ChatSession", "TextStream", "end_of_turn_ids"]
@@ -128,7 +128,7 @@ class ChatSession:
         self.prefilled = 0
         #: whether the last answer stopped because the static cache was full (`send`)
         self.cache_full = False
-        self._state: _State | None = None
+        self._state: DecodeState | None = None
         self._conversation: Any = None  # the runtime engine's (`engine.EngineConversation`), where it runs the turns
         self.reset()
 
@@ -205,7 +205,7 @@ class ChatSession:
                               "with a larger --static-cache")
         return capacity - prompt_length + 1
 
-    def _continued(self, ids: list[int]) -> tuple[_State, list[int]]:
+    def _continued(self, ids: list[int]) -> tuple[DecodeState, list[int]]:
         """The state to generate on and the tokens to feed it: the kept state cut back to the
         longest prefix it shares with `ids`, or a new one that prefills all of `ids`."""
         state = self._state
@@ -224,4 +224,4 @@ class ChatSession:
             if reason is None:
                 return state, ids[keep:]
             self.reprefill_reason = reason
-        return _State(self.runner, torch.tensor([ids]), None, {}), ids
+        return DecodeState(self.runner, torch.tensor([ids]), None, {}), ids

@@ -28,29 +28,19 @@ import contextlib
 import copy
 import inspect
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
 from ..capture.prepare import inference_mode, model_name, normalize_inputs
-from ..capture.names import io_leaf_names, with_interface_cache_name
 from ..capture.pytree import is_static_cache
 from ..errors import PrepareError
+from .caches import CACHE_KEYS, full_length_caches
+from .components import PROJECTOR_NAMES, Component, interface_kwargs, watched_modules
 from .front import fronted
 
-__all__ = ["decompose_for_generation", "interface_kwargs", "initial_cache", "starting_component",
-           "note_initial_cache", "merge_decode_steps", "is_text_decoder", "Component", "PROJECTOR_NAMES"]
-
-#: Attribute names under which a multimodal model exposes its projector (the names the README documents).
-PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
-
-class Component(NamedTuple):
-    """One generation component: the module to export and the kwargs `generate` called it with
-    (a tuple, so `for name, (submodel, subinputs) in components.items()` reads it)."""
-
-    module: torch.nn.Module
-    kwargs: dict[str, Any]
+__all__ = ["decompose_for_generation", "merge_decode_steps"]
 
 
 @contextlib.contextmanager
@@ -145,7 +135,7 @@ def decompose_for_generation(
         )
     kwargs = normalize_inputs(inputs, model=model)
     config = _generation_config(model, generation_config, new_tokens=3 if multi_token_decode else 2)
-    watched = _watched_modules(model)
+    watched = watched_modules(model)
     calls: dict[str, list[dict[str, Any]]] = {part: [] for part in watched}
     top_calls: list[dict[str, Any]] = []
     with inference_mode(model), full_length_caches(), contextlib.ExitStack() as stack:
@@ -174,16 +164,16 @@ def decompose_for_generation(
     else:
         if calls.get("encoder"):
             components["encoder"] = (watched["encoder"], calls["encoder"][0])
-        static = is_static_cache(next((top_calls[1][k] for k in _CACHE_KEYS if k in top_calls[1]), None))
+        static = is_static_cache(next((top_calls[1][k] for k in CACHE_KEYS if k in top_calls[1]), None))
         if not (multi_token_decode and (static or decode_prefills and _grows_by_concat(top_calls[1]))):
             components["prefill"] = (_static_prefill(model, top_calls[0], top_calls[1], kwargs) if static
                                      else _with_causal_mask(model, [top_calls[0]], top_calls[0], kwargs, past=0))
     decode = merge_decode_steps(top_calls[1], top_calls[2]) if multi_token_decode else top_calls[1]
     prompt_length = kwargs["input_ids"].shape[1] if isinstance(kwargs.get("input_ids"), torch.Tensor) else 0
     components["decode"] = _with_causal_mask(model, top_calls[1:needed], decode, kwargs, past=prompt_length)
-    if "prefill" not in components and not is_static_cache(next((decode[k] for k in _CACHE_KEYS if k in decode), None)):
+    if "prefill" not in components and not is_static_cache(next((decode[k] for k in CACHE_KEYS if k in decode), None)):
         components["decode"] = _with_padding_mask(model, *components["decode"])
-    if is_static_cache(next((decode[k] for k in _CACHE_KEYS if k in decode), None)):
+    if is_static_cache(next((decode[k] for k in CACHE_KEYS if k in decode), None)):
         for part, past in (("prefill", 0), ("decode", prompt_length)):
             if part in components:
                 components[part] = _with_positions(model, *components[part], past=past)
@@ -210,7 +200,7 @@ def _with_padding_mask(model: torch.nn.Module, module: torch.nn.Module, kwargs: 
     # decode captured so takes none; a runtime that batches padded prompts (OpenVINO GenAI's
     # `LLMPipeline`) feeds `attention_mask` to every call.
     """
-    ids, cache = kwargs.get("input_ids"), next((kwargs[k] for k in _CACHE_KEYS if k in kwargs), None)
+    ids, cache = kwargs.get("input_ids"), next((kwargs[k] for k in CACHE_KEYS if k in kwargs), None)
     if "attention_mask" in kwargs or not isinstance(ids, torch.Tensor) or not hasattr(cache, "get_seq_length"):
         return module, kwargs
     try:
@@ -228,45 +218,8 @@ def _grows_by_concat(decode: dict[str, Any]) -> bool:
     its tokens), which an empty cache of the same layers starts."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    cache = next((decode[k] for k in _CACHE_KEYS if k in decode), None)
+    cache = next((decode[k] for k in CACHE_KEYS if k in decode), None)
     return type(cache) is DynamicCache and bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
-
-
-@contextlib.contextmanager
-def full_length_caches() -> Iterator[None]:
-    """Caches that `generate` (or a forward without a cache) builds while this is active keep
-    every token in sliding-window and chunked layers (a `DynamicLayer` / `StaticLayer` where transformers would use a window-sized
-    layer); the masks still apply the window.
-
-    # NOTE: sliding-window layers are exported with a full key-value cache (the mask applies the window). A window-sized
-    # layer gives each layer type its own cache length (a runner would allocate several shapes),
-    # caps a dynamic cache's length at the window (a decode step traced on a short prompt is then
-    # guarded on that one length), and makes the prefill take the window as a tensor input
-    # (`_sliding_window_tensor`), which a caller would have to know to feed. Read from
-    # transformers 5.24 `cache_utils.{DYNAMIC,STATIC}_LAYER_TYPE_MAPPING`, which `DynamicCache` and
-    # `StaticCache` look layer classes up in when they are built.
-    """
-    from transformers import cache_utils
-
-    full = [
-        (cache_utils.DYNAMIC_LAYER_TYPE_MAPPING, {
-            "sliding_attention": cache_utils.DynamicLayer, "chunked_attention": cache_utils.DynamicLayer,
-            "hybrid_sliding": cache_utils.LinearAttentionAndFullAttentionLayer}),
-        (cache_utils.STATIC_LAYER_TYPE_MAPPING, {
-            "sliding_attention": cache_utils.StaticLayer, "chunked_attention": cache_utils.StaticLayer,
-            "hybrid_sliding": cache_utils.LinearAttentionAndStaticFullAttentionLayer}),
-    ]
-    saved = [(mapping, key, mapping.get(key)) for mapping, swaps in full for key in swaps]
-    try:
-        for mapping, swaps in full:
-            for key, layer in swaps.items():
-                if key in mapping:
-                    mapping[key] = layer
-        yield
-    finally:
-        for mapping, key, layer in saved:
-            if layer is not None:
-                mapping[key] = layer
 
 
 def _with_causal_mask(model: torch.nn.Module, steps: list[dict[str, Any]], component: dict[str, Any],
@@ -278,7 +231,7 @@ def _with_causal_mask(model: torch.nn.Module, steps: list[dict[str, Any]], compo
     from .masks import causal_mask, mask_layout, masks_from_causal, same_masks
 
     captured = [step.get("attention_mask") for step in steps]
-    static = is_static_cache(next((component[k] for k in _CACHE_KEYS if k in component), None))
+    static = is_static_cache(next((component[k] for k in CACHE_KEYS if k in component), None))
     layout = mask_layout(model.config, captured[0], static=static)
     ids = prompt.get("input_ids")
     if static and captured[0] is None and ids is not None and isinstance(component.get("input_ids"), torch.Tensor):
@@ -316,7 +269,7 @@ def _with_mask_where_none(model: torch.nn.Module, component: dict[str, Any], pro
         parameters = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return model, component
-    cache = next((component[k] for k in _CACHE_KEYS if k in component), None)
+    cache = next((component[k] for k in CACHE_KEYS if k in component), None)
     keys = [layer.keys for layer in getattr(cache, "layers", []) if isinstance(getattr(layer, "keys", None), torch.Tensor)]
     if "attention_mask" not in parameters or not keys:
         return model, component
@@ -367,7 +320,7 @@ def _attending_written_slots(module: torch.nn.Module, kwargs: dict[str, Any], *,
     from .front import ComponentFront
     from .masks import PADDING_ROW
 
-    cache = next((kwargs[k] for k in _CACHE_KEYS if k in kwargs), None)
+    cache = next((kwargs[k] for k in CACHE_KEYS if k in kwargs), None)
     if not (isinstance(cache, StaticCache) and cache.layers and all(type(layer) is StaticLayer for layer in cache.layers)):
         return module, kwargs
     layout = module.layout if isinstance(module, ComponentFront) else None
@@ -410,8 +363,8 @@ def _with_allocated_cache(prefill: dict[str, Any], decode: dict[str, Any]) -> di
     # Allocated, the prefill takes the same buffers as the decode and writes into them in place,
     # and both keep the cache length symbolic (resizable at load).
     """
-    key = next((k for k in _CACHE_KEYS if k in prefill), None)
-    source = next((decode[k] for k in _CACHE_KEYS if k in decode), None)
+    key = next((k for k in CACHE_KEYS if k in prefill), None)
+    source = next((decode[k] for k in CACHE_KEYS if k in decode), None)
     if key is None or source is None or all(getattr(layer, "is_initialized", False) for layer in prefill[key].layers):
         return prefill
     cache = copy.deepcopy(source)
@@ -453,7 +406,6 @@ _QUERY_AXIS = {
     "input_ids": 1, "position_ids": -1, "cache_position": 0, "inputs_embeds": 1, "token_type_ids": 1,
     "decoder_input_ids": 1, "decoder_position_ids": -1, "decoder_inputs_embeds": 1,
 }
-_CACHE_KEYS = ("cache", "past_key_values", "cache_params")
 
 
 def merge_decode_steps(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
@@ -468,7 +420,7 @@ def merge_decode_steps(first: dict[str, Any], second: dict[str, Any]) -> dict[st
     # (`logits_to_keep=0`): a caller checking a block of speculative tokens, or prefilling, needs
     # them all.
     """
-    merged = {key: value if key in _CACHE_KEYS else _merged(key, value, second.get(key))
+    merged = {key: value if key in CACHE_KEYS else _merged(key, value, second.get(key))
               for key, value in first.items()}
     if "logits_to_keep" in merged:
         merged["logits_to_keep"] = 0
@@ -494,87 +446,3 @@ def _merged(key: str, value: Any, later: Any) -> Any:
         "and is not known to be laid out along the query axis, so the two steps cannot be merged",
         remedy="export without multi_token_decode=True, or report this model class so its input gets a query axis",
     )
-
-
-def initial_cache(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The scalar leaves of the empty cache generation starts from, by leaf name
-    (`cache.0.cumulative_length`: 0, `cache.0._sliding_window_tensor`: 4).
-
-    A runner allocates the large buffers itself (zeros of the recorded shapes); these small ones
-    carry values it cannot guess. A static cache is `reset()` first, as the README's Dynamo loop resets the
-    program's own template: its write counters start at 0 whatever the capture left in them.
-    """
-    key = next((k for k in _CACHE_KEYS if k in kwargs), None)
-    if key is None:
-        return {}
-    cache = copy.deepcopy(kwargs[key])
-    if is_static_cache(cache):
-        cache.reset()
-    tree = {key: cache}
-    leaves = pytree.tree_leaves(tree)
-    return {name: leaf.tolist() for name, leaf in zip(io_leaf_names(tree), leaves)
-            if isinstance(leaf, torch.Tensor) and leaf.numel() <= 1}
-
-
-def starting_component(components: dict[str, Any]) -> str:
-    """The component that takes the prompt: `prefill`, else the static-cache `decode`."""
-    return "prefill" if "prefill" in components else "decode"
-
-
-def note_initial_cache(components: dict[str, Component], artifacts: dict[str, Any]) -> None:
-    """Record on the starting component's artifact the scalars of the cache it starts from
-    (`record.details["initial_cache"]`), for a runner that has no model to build one."""
-    from ..record import record_of
-
-    name = starting_component(components)
-    if name in artifacts:
-        values = initial_cache(components[name][1])
-        if values:
-            record_of(artifacts[name]).details["initial_cache"] = values
-
-
-def interface_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """`kwargs` with the cache under its long-standing name, `past_key_values`: the exported
-    interface is the documented one (`decode(input_ids=..., past_key_values=...)`) while transformers 5.24
-    calls the argument `cache`. The capture front hands it to the model under the model's own name
-    (`capture.named_kwargs_forward`), so models whose old name differs (Mamba's `cache_params`)
-    still get their cache.
-
-    The order is the documented one too: `input_ids, attention_mask, position_ids`, the rest, the cache
-    last. Runtimes that take inputs by position (ExecuTorch's `method.execute`, the C++
-    `set_input(.., i)`) see `[input_ids, attention_mask, position_ids, cache x N]`."""
-    kwargs = with_interface_cache_name(kwargs)
-    first = [k for k in _LEADING if k in kwargs]
-    last = [k for k in ("past_key_values", *_CACHE_KEYS) if k in kwargs]
-    middle = [k for k in kwargs if k not in first and k not in last]
-    return {k: kwargs[k] for k in (*first, *middle, *dict.fromkeys(last))}
-
-
-_LEADING = ("input_ids", "decoder_input_ids", "attention_mask", "decoder_attention_mask", "position_ids",
-            "decoder_position_ids")
-
-
-def is_text_decoder(model: torch.nn.Module) -> bool:
-    """Whether `generate` runs `model` as one text decoder (no encoder, no image/audio tower)."""
-    return not getattr(model.config, "is_encoder_decoder", False) and not _watched_modules(model)
-
-
-def _watched_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
-    """The submodules whose calls name components: towers, projector, language model, head, and
-    the text encoder of an encoder-decoder model."""
-    watched: dict[str, torch.nn.Module] = {}
-    base = getattr(model, "base_model", model)
-    for modality in ("image", "audio"):
-        tower = model.get_encoder(modality=modality)
-        if tower is not model and tower is not base:
-            watched[f"{modality}_encoder"] = tower
-    if watched:
-        for name in PROJECTOR_NAMES:
-            owner = next((m for m in (model, base) if isinstance(getattr(m, name, None), torch.nn.Module)), None)
-            if owner is not None:
-                watched[name] = getattr(owner, name)
-        watched["language_model"] = model.get_decoder()
-        watched["lm_head"] = model.get_output_embeddings()
-    elif getattr(model.config, "is_encoder_decoder", False):
-        watched["encoder"] = model.get_encoder()
-    return watched

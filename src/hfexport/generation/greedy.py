@@ -4,10 +4,10 @@ with no Python between two runtime calls but what choosing the token needs.
 # NOTE: why a second loop beside `GenerationRunner._generate_on`'s: a decode step of the tiny
 # Llama's ExecuTorch LLM-runner program took 0.556 ms through the generic loop where a bare loop
 # of `method.execute` + argmax took 0.119 ms (`bench/RESULTS.md`, issue 30): the generic step
-# builds its input dict, goes through `_State.step` -> `CacheSession.run` -> `run_named` ->
+# builds its input dict, goes through `DecodeState.step` -> `CacheSession.run` -> `run_named` ->
 # `run_flat`, applies transformers' processors and concatenates the sequence, which 0.44 ms of
 # Python a step is 8-16% of the 134 MB Llama's step. Here the feed is built once by
-# `_State._value` (the generic path's own filling), bound to the runtime (`CacheSession.bind`),
+# `DecodeState._value` (the generic path's own filling), bound to the runtime (`CacheSession.bind`),
 # and each step writes the token and its position into it in place, calls the runtime, and takes
 # the argmax of the logits' last row. It serves only what needs nothing else: greedy, no logits
 # processor, no per-step logits asked for, every input a token, a position or an attention mask
@@ -49,7 +49,7 @@ class GreedySteps:
 
     @classmethod
     def of(cls, state: Any, steps: int) -> GreedySteps | None:
-        """The fast steps of `state` (a `loop._State` that has run its first call) for up to `steps`
+        """The fast steps of `state` (a `loop.DecodeState` that has run its first call) for up to `steps`
         more tokens, or None where its decode component or session needs the generic loop: an
         input other than the token and its position, a cache passed in and out, or `steps` that
         would overflow the cache (the generic step raises at the step that does)."""

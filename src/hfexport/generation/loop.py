@@ -203,7 +203,7 @@ class GenerationRunner:
             ids = prompt[0].tolist()
             return run_on_engine(self, self.engine.conversation(keep=False), ids, 0, request, streamer=streamer,
                                  start=start)
-        state = _State(self, prompt, attention_mask, encoder_inputs)
+        state = DecodeState(self, prompt, attention_mask, encoder_inputs)
         prefix = state.decoder_prefix()
         result = self._generate_on(state, prefix, prefix, config, seed=seed, output_logits=output_logits,
                                    streamer=streamer, start=start)
@@ -241,7 +241,7 @@ class GenerationRunner:
         inputs = image_prompt_inputs(processor, image, prompt)
         return self.generate(inputs.pop("input_ids"), max_new_tokens, **options, **inputs)
 
-    def _generate_on(self, state: _State, new_ids: torch.Tensor, sequence: torch.Tensor, config: Any, *,
+    def _generate_on(self, state: DecodeState, new_ids: torch.Tensor, sequence: torch.Tensor, config: Any, *,
                      seed: int | None = None, output_logits: bool = False, streamer: Any = None,
                      start: float | None = None) -> GenerationResult:
         """Feed `new_ids` to `state` (whose cache holds the rest of `sequence`) and generate as
@@ -308,7 +308,7 @@ class GenerationRunner:
         of `tokens` fed in turn; entry `i` is what the export predicts for `tokens[i]` (`len(tokens)`
         entries). What an accuracy check compares with eager, free of the drift a free-running
         loop accumulates after its first differing token."""
-        state = _State(self, _as_prompt(input_ids), None, encoder_inputs)
+        state = DecodeState(self, _as_prompt(input_ids), None, encoder_inputs)
         step_ids, logits = state.decoder_prefix(), []
         for token in tokens:
             logits.append(state.step(step_ids)[0, -1].float().clone())
@@ -335,7 +335,7 @@ class GenerationRunner:
         return config
 
 
-class _State:
+class DecodeState:
     """What the loop carries between calls: cache leaves, the number of tokens already in the
     cache, the encoder's outputs."""
 

@@ -9,7 +9,7 @@
 # takes one boolean causal mask (the interface the README documents) `[batch, 1, query, cache_length]` (padding included)
 # and the component's front (`front.ComponentFront`) builds from it, in the graph, what the model was given:
 # the window applied from each query's own slot (the last position its row attends, which is its
-# cache position: sliding-window layers keep a full-length cache, see `decompose`), the dtype
+# cache position: sliding-window layers keep a full-length cache, see `caches.full_length_caches`), the dtype
 # and additive form converted. The front is used only when it reproduces, exactly, every mask
 # `generate` computed during the capture (`masks_from_causal` is checked against them); any
 # other mask (chunked attention, a model-specific mask function) keeps its captured form.
@@ -23,6 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from ..model_config import text_config
 
 __all__ = ["mask_layout", "causal_mask", "masks_from_causal", "same_masks", "PADDING_ROW"]
 
@@ -41,7 +43,7 @@ def mask_layout(config: Any, captured: Any, *, static: bool = False) -> Layout |
     """How the model's `attention_mask` is laid out, given the text `config` and a captured
     mask; `None` when it is not a causal mask with at most a sliding window. With a `static`
     cache a 2-D mask is a padding mask over the whole cache (`PADDING_ROW`)."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     window = getattr(text, "sliding_window", None)
     if static and isinstance(captured, torch.Tensor) and captured.dim() == 2:
         return [(None, PADDING_ROW, captured.dtype)]

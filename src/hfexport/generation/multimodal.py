@@ -15,7 +15,7 @@ runner.generate(input_ids, max_new_tokens=8, pixel_values=..., image_grid_thw=..
 #   of the image tokens -> `language_model(inputs_embeds, position_ids)` -> `lm_head` on the last
 #   position. Qwen2-VL's 3-D M-RoPE positions come from transformers' own `get_rope_index`, run on a
 #   model built on the meta device from the saved config (no weights), so they are computed as
-#   transformers computes them. The decode steps are the text loop's (`loop._State`), with the
+#   transformers computes them. The decode steps are the text loop's (`loop.DecodeState`), with the
 #   rope delta added to the M-RoPE rows.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import ExportError
-from .decompose import PROJECTOR_NAMES
+from .components import PROJECTOR_NAMES
 
 __all__ = ["image_prompt_entry", "ImagePrefill", "IMAGE_INPUT_ALIASES"]
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from ..workarounds import register_patch
-from ..validation import register_resizer
+from ..validation.inputs import register_resizer
 
 __all__ = ["vision_patch_layout", "block_diagonal_mask"]
 

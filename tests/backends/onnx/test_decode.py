@@ -12,7 +12,7 @@ pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
 
 from hfexport import GenerationRunner, OnnxConfig, OnnxExporter, record_of  # noqa: E402
-from hfexport.generation.loop import _State  # noqa: E402
+from hfexport.generation.loop import DecodeState  # noqa: E402
 from hfexport.runner import CacheSession, runner_for  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -84,7 +84,7 @@ def test_the_bound_cache_equals_the_base_sessions_after_the_same_steps(static_ll
     def after_steps(make_session):
         decode.cache_session = make_session
         try:
-            state = _State(runner, saved.inputs["input_ids"], None, {})
+            state = DecodeState(runner, saved.inputs["input_ids"], None, {})
             ids = saved.inputs["input_ids"]
             for _ in range(6):
                 ids = state.step(ids)[:, -1:].argmax(-1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hfexport.backends.onnx.gqa import GraphInterface
+from hfexport.backends.onnx.graph_interface import GraphInterface
 from hfexport.errors import ExportError
 
 
@@ -49,7 +49,7 @@ def test_a_masked_slot_is_recognised_at_the_lowest_value_of_a_16_bit_bias():
     and `--dtype float16` made no onnxruntime-genai package. Any dtype's lowest value blocks; a
     finite bias above it does not (it is not the boolean mask, GroupQueryAttention's causal mask
     would not be the model's)."""
-    from hfexport.backends.onnx.gqa import _blocks
+    from hfexport.backends.onnx.gqa_match import _blocks
 
     assert _blocks(np.array(np.finfo(np.float16).min, np.float16))
     assert _blocks(np.array(np.finfo(np.float32).min, np.float32)) and _blocks(np.array(-np.inf, np.float32))

@@ -7,7 +7,7 @@ their classes come from (`import_output_modules`), and what a spec may say (`tre
 # `json.loads(..., object_hook=enum_object_hook)`: an object `{"__enum__": ..., "fqn": "mod:Name"}`
 # anywhere in that JSON imports `mod`. So a spec is accepted only when each node is a leaf, a tuple,
 # list or dict (keys: plain names), a `ModelOutput` subclass transformers registered (context: its
-# own field names), or a cache class from hfexport's table (context: `_from_dumpable_context`'s
+# own field names), or a cache class from hfexport's table (context: `from_dumpable_context`'s
 # checked shape). The modules imported first are named by an explicit rule, not by what a file says
 # anywhere: `transformers.modeling_outputs`, `transformers.cache_utils`, and
 # `transformers.models.<m>.modeling_<m>` for a model module `<m>` transformers' own table lists.
@@ -90,9 +90,9 @@ def import_output_modules(program: Any) -> None:
     # `encoder_outputs`); let the weights-only unpickler rebuild those plain containers.
     from transformers.utils import ModelOutput
 
-    from ...capture.pytree import _all_subclasses
+    from ...capture.pytree import all_subclasses
 
-    torch.serialization.add_safe_globals([ModelOutput, *_all_subclasses(ModelOutput)])
+    torch.serialization.add_safe_globals([ModelOutput, *all_subclasses(ModelOutput)])
 
 
 def _keys(context: Any, allowed: set[str] | None = None) -> str | None:
@@ -111,7 +111,7 @@ def _keys(context: Any, allowed: set[str] | None = None) -> str | None:
 def _node_fault(node: Any) -> str | None:
     from transformers.utils import ModelOutput
 
-    from ...capture.pytree import _from_dumpable_context, _registered
+    from ...capture.pytree import from_dumpable_context, is_registered_cache_class
 
     if not (isinstance(node, dict) and set(node) == {"type", "context", "children_spec"}
             and isinstance(node["children_spec"], list)):
@@ -127,9 +127,9 @@ def _node_fault(node: Any) -> str | None:
         fault = _keys(context)
     elif isinstance(kind, type) and issubclass(kind, ModelOutput) and dataclasses.is_dataclass(kind):
         fault = _keys(context, {field.name for field in dataclasses.fields(kind)})
-    elif kind in _registered:
+    elif is_registered_cache_class(kind):
         try:
-            fault = None if _from_dumpable_context(context)[0] is kind else f"its {name} context rebuilds another class"
+            fault = None if from_dumpable_context(context)[0] is kind else f"its {name} context rebuilds another class"
         except RuntimeLoadError as error:
             fault = str(error).splitlines()[0].removeprefix(f"[{error.step}] ")
     else:

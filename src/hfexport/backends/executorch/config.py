@@ -6,7 +6,7 @@ import dataclasses
 import warnings
 from typing import Any
 
-from ...config import ExportConfig, _check_choice, _check_type
+from ...config import ExportConfig, check_choice, check_type
 
 __all__ = ["ExecutorchConfig", "DELEGATES"]
 
@@ -76,21 +76,21 @@ class ExecutorchConfig(ExportConfig):
                           stacklevel=4)
             self.delegate = self.backend
         self.backend = self.delegate
-        _check_choice("ExecutorchConfig", "delegate", self.delegate, DELEGATES)
+        check_choice("ExecutorchConfig", "delegate", self.delegate, DELEGATES)
         for name in ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers"):
-            _check_type("ExecutorchConfig", name, getattr(self, name), bool)
+            check_type("ExecutorchConfig", name, getattr(self, name), bool)
         for name in ("max_batch_size", "max_image_patches"):
-            _check_type("ExecutorchConfig", name, getattr(self, name), int)
+            check_type("ExecutorchConfig", name, getattr(self, name), int)
             if getattr(self, name) < 1:
                 raise ValueError(f"ExecutorchConfig.{name} must be >= 1; got {getattr(self, name)}")
         if self.max_sequence_length is not None:
-            _check_type("ExecutorchConfig", "max_sequence_length", self.max_sequence_length, int)
+            check_type("ExecutorchConfig", "max_sequence_length", self.max_sequence_length, int)
             if self.max_sequence_length < 2:
                 raise ValueError(f"ExecutorchConfig.max_sequence_length must be >= 2; got {self.max_sequence_length}")
         if self.external_weights is not None:
-            _check_type("ExecutorchConfig", "external_weights", self.external_weights, bool)
+            check_type("ExecutorchConfig", "external_weights", self.external_weights, bool)
         if self.llm_runner is not None:
-            _check_type("ExecutorchConfig", "llm_runner", self.llm_runner, bool)
+            check_type("ExecutorchConfig", "llm_runner", self.llm_runner, bool)
         if self.external_weights and self.delegate != "xnnpack":
             raise ValueError(f"ExecutorchConfig(external_weights=True) files XNNPACK's weights outside the program; "
                              f"the {self.delegate} delegate keeps its own (executorch 1.4.1: CUDA writes them to its "

@@ -21,10 +21,11 @@ from ...capture.trace import Capture
 from ...capture.dynamic import grown_sample, has_fixed_batch
 from ...capture.names import ATTENDED_ROLE, role_of
 from ...capture.prepare import model_name
-from ...capture.pytree import _is_cache, is_static_cache
+from ...capture.pytree import is_cache_object, is_static_cache
 from ...errors import ConversionError, PrepareError
 from ...exporter import FolderContext, HfExporter, Packaged
 from ...manifest import FileBytes
+from ...model_config import text_config
 from ...record import ExportRecord
 from .config import ExecutorchConfig
 from .compat import data_payloads
@@ -94,7 +95,7 @@ class ExecutorchExporter(HfExporter):
         components = super().generation_components(model, plan)
         if not self.in_folder or "image_encoder" not in components or multimodal_refusal(model.config, plan.config):
             return components
-        from ...generation.decompose import Component
+        from ...generation.components import Component
 
         named = getattr(plan.generation_config, "max_cache_len", None)  # static_cache=N (--static-cache N)
         cache = named or default_cache_length(model, plan.config.max_sequence_length)[0]
@@ -362,8 +363,7 @@ class ConfigBounds:
 
     def __init__(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExecutorchConfig):
         model_config = getattr(model, "config", None)  # a projector or an lm_head component has none
-        text = (model_config.get_text_config(decoder=True) if hasattr(model_config, "get_text_config")
-                else model_config)
+        text = text_config(model_config)
         positions = (getattr(text, "max_position_embeddings", None)
                      or getattr(model_config, "max_target_positions", None))
         if config.max_sequence_length is not None:
@@ -469,7 +469,7 @@ def _rank_of(inputs: dict[str, Any], name: str) -> int:
     value = inputs.get(head)
     if isinstance(value, torch.Tensor):
         return value.dim()
-    if head == "cache" or _is_cache(value):
+    if head == "cache" or is_cache_object(value):
         return 4
     return 0
 

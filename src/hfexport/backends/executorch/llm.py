@@ -45,6 +45,7 @@ import torch
 
 from ...capture.prepare import model_name
 from ...errors import PrepareError
+from ...model_config import text_config
 
 __all__ = ["LlmProgram", "ATTENTION", "OPT_OUT"]
 
@@ -267,7 +268,7 @@ class LlmProgram(torch.nn.Module):
         """The program's logits for a 3-token prompt then one more token equal the model's own
         forward on the 4 tokens (within 1e-3 of the logits' scale, or 4 epsilons of a 16-bit
         model's dtype: its float32 attention rounds otherwise than the model's), or `PrepareError`."""
-        vocab = int(_text_config(self.model).vocab_size)
+        vocab = int(text_config(self.model.config).vocab_size)
         ids = (torch.arange(4) * 7 + 3)[None] % vocab
         with torch.no_grad():
             want = self.model(input_ids=ids, use_cache=False).logits[0, -1].float()
@@ -371,7 +372,7 @@ class LlmProgram(torch.nn.Module):
 
     def constant_methods(self) -> dict[str, Any]:
         """The metadata ExecuTorch's LLM runner reads from the program (executorch 1.4.1)."""
-        text = _text_config(self.model)
+        text = text_config(self.model.config)
         generation = getattr(self.model, "generation_config", None)
         bos = getattr(generation, "bos_token_id", None)
         bos = bos if bos is not None else getattr(text, "bos_token_id", None)
@@ -414,13 +415,8 @@ def _attention_configs(model: torch.nn.Module) -> list[Any]:
     return list(seen.values())
 
 
-def _text_config(model: torch.nn.Module) -> Any:
-    config = model.config
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-
-
 def _num_layers(model: torch.nn.Module) -> int:
-    return int(_text_config(model).num_hidden_layers)
+    return int(text_config(model.config).num_hidden_layers)
 
 
 def _cache_argument(model: torch.nn.Module) -> str:

@@ -203,7 +203,7 @@ def default_cache_length(model: torch.nn.Module, max_sequence_length: int | None
 def refusal(model: torch.nn.Module, prompt: dict[str, Any]) -> str | None:
     """Why the LLM-runner program cannot serve an export of `model` on the sample `prompt`, or
     `None`: it holds one sequence of a text decoder's cache and takes token ids and positions only."""
-    from ...generation.decompose import is_text_decoder
+    from ...generation.components import is_text_decoder
 
     if getattr(model.config, "is_encoder_decoder", False) or not is_text_decoder(model):
         return ("ExecuTorch's LLM runner drives a text decoder; this model has an encoder or an image/audio tower, "

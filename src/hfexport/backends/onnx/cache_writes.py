@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .ir_values import transpose_perm
+
 __all__ = ["fix_index_copy_transposes"]
 
 _TO_FRONT, _TO_BACK = [2, 0, 1, 3], [1, 2, 0, 3]
@@ -58,13 +60,13 @@ def _match(scatter: Any) -> tuple | None:
     """`(front, back, indices, updates)` when `scatter` is the middle of the pattern, else None."""
     data, indices, updates = scatter.inputs[:3]
     front = data.producer() if data is not None else None
-    if front is None or front.op_type != "Transpose" or _perm(front) != _TO_FRONT or len(data.uses()) != 1:
+    if front is None or front.op_type != "Transpose" or transpose_perm(front) != _TO_FRONT or len(data.uses()) != 1:
         return None
     users = list(scatter.outputs[0].uses())
     if len(users) != 1 or scatter.outputs[0].is_graph_output():
         return None
     back = users[0].node
-    if back.op_type != "Transpose" or _perm(back) != _TO_BACK:
+    if back.op_type != "Transpose" or transpose_perm(back) != _TO_BACK:
         return None
     # indices address the cache axis only: [q, 1]
     if indices.shape is None or len(indices.shape) != 2 or indices.shape[1] != 1:
@@ -79,13 +81,8 @@ def _untransposed(updates: Any, graph: Any, before: Any) -> Any:
     import onnx_ir as ir
 
     producer = updates.producer()
-    if producer is not None and producer.op_type == "Transpose" and _perm(producer) == _TO_FRONT:
+    if producer is not None and producer.op_type == "Transpose" and transpose_perm(producer) == _TO_FRONT:
         return producer.inputs[0]
     node = ir.node("Transpose", inputs=[updates], attributes={"perm": _TO_BACK})
     graph.insert_before(before, [node])
     return node.outputs[0]
-
-
-def _perm(node: Any) -> list[int] | None:
-    attribute = node.attributes.get("perm")
-    return list(attribute.value) if attribute is not None else None

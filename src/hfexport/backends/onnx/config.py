@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...config import ExportConfig, _check_type
+from ...config import ExportConfig, check_type
 
 __all__ = ["OnnxConfig"]
 
@@ -53,12 +53,12 @@ class OnnxConfig(ExportConfig):
     group_query_attention: bool | None = None
 
     def _validate(self) -> None:
-        _check_type("OnnxConfig", "opset", self.opset, int)
+        check_type("OnnxConfig", "opset", self.opset, int)
         if self.opset not in SUPPORTED_OPSETS:
             raise ValueError(f"OnnxConfig.opset must be one of {', '.join(map(str, SUPPORTED_OPSETS))}; got {self.opset}")
-        _check_type("OnnxConfig", "optimize", self.optimize, bool)
-        _check_type("OnnxConfig", "ort_fusions", self.ort_fusions, bool)
+        check_type("OnnxConfig", "optimize", self.optimize, bool)
+        check_type("OnnxConfig", "ort_fusions", self.ort_fusions, bool)
         if self.group_query_attention is not None:
-            _check_type("OnnxConfig", "group_query_attention", self.group_query_attention, bool)
+            check_type("OnnxConfig", "group_query_attention", self.group_query_attention, bool)
         if self.external_data is not None:
-            _check_type("OnnxConfig", "external_data", self.external_data, bool)
+            check_type("OnnxConfig", "external_data", self.external_data, bool)

@@ -13,6 +13,7 @@ from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
 from ...exporter import FolderContext, HfExporter, Packaged
 from ...manifest import FileBytes, ListedFiles, parse_json
+from ...model_config import text_config
 from ...record import ExportRecord
 from ...timing import phase
 from .artifact import HfOnnxProgram, write_onnx
@@ -20,7 +21,7 @@ from .config import OnnxConfig
 from .cache_writes import fix_index_copy_transposes
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
-from .gqa import GRAPH_INTERFACE, GraphInterface
+from .graph_interface import GRAPH_INTERFACE, GraphInterface
 from .loaded import OnnxModelFiles
 from .runner import in_place_writers
 
@@ -132,7 +133,7 @@ class OnnxExporter(HfExporter):
 
     def _artifact_inputs(self, artifact: HfOnnxProgram, record: ExportRecord, leaves: list[torch.Tensor]) -> list[Any]:
         """`leaves` as the graph's inputs in its order: a GroupQueryAttention graph takes a 2-D mask
-        and no write counters (`gqa.GraphInterface`), which a calibration feed must match."""
+        and no write counters (`graph_interface.GraphInterface`), which a calibration feed must match."""
         interface = GraphInterface.of(record)
         if interface is None:
             return leaves
@@ -163,7 +164,7 @@ def _rotary_positions(model: torch.nn.Module, inputs: dict[str, Any]) -> int | N
     position; a cache longer than the config's positions is still served, and validation grows it);
     None without a config, which keeps the rotary outside GQA."""
     config = getattr(model, "config", None)
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     value = getattr(text, "max_position_embeddings", None)
     if not isinstance(value, int) or value <= 0:
         return None

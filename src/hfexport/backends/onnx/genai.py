@@ -45,7 +45,7 @@ _GENAI_VISION_TYPES = ("phi3v", "phi4mm", "gemma3", "qwen2_5_vl", "qwen3_vl", "m
 def genai_status(artifacts: dict[str, Any], generation_config: Any) -> str | None:
     """Why the export `artifacts` cannot be an onnxruntime-genai folder, or None when it can."""
     from ...record import record_of
-    from .gqa import GRAPH_INTERFACE
+    from .graph_interface import GRAPH_INTERFACE
 
     if "image_encoder" in artifacts:
         return ("onnxruntime-genai 0.18's multimodal pipeline (og.MultiModalProcessor) reads the vision layouts of "

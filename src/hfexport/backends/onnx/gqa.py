@@ -34,56 +34,36 @@ the graph onnxruntime-genai runs (`genai.py` writes its config).
 # The graph's interface changes: `attention_mask` is 2-D int64, the write counters
 # (`cache.<l>.cumulative_length`) leave it (GQA counts from the mask). The export record keeps the interface hfexport's runners and validation feed
 # (4-D mask, counters) and `record.details["graph_interface"]` says how to translate it
-# (`GraphInterface`, used by `OnnxRunner`). A sliding window (the mask and-ed with a window the
-# graph computes from it) becomes GQA's `local_window_size`, per layer (`_window_sizes`).
+# (`graph_interface.GraphInterface`, used by `OnnxRunner`). A sliding window (the mask and-ed with a
+# window the graph computes from it) becomes GQA's `local_window_size`, per layer (`window_sizes`).
 #
 # Softcapped scores (Gemma-2's `attn_logit_softcapping`) leave no MultiHeadAttention: onnxscript's
 # SDPA fusion does not match `Softmax(cap * tanh(scale * q k^T / cap) + bias)`. Such an attention
-# is matched from its `Softmax` whose input adds the mask bias (the same `_mask_bias`, window
-# included) to scores that `softcap.py` reads and checks in ONNX Runtime as exactly a softcap, with
-# q, the cache writes behind k and the values, and the `Transpose` of its output; it becomes GQA
-# with `softcap` and `scale` (ONNX Runtime 1.32 caps the scaled scores, measured there). Anything
-# else (alibi, cross-attention, a partial rotary kept outside, scores capped another way) keeps
-# today's graph or today's rotary, and the record says why.
+# is matched from its `Softmax` whose input adds the mask bias (the same rule as for a
+# MultiHeadAttention's bias, window included) to scores that `softcap.py` reads and checks in ONNX
+# Runtime as exactly a softcap, with q, the cache writes behind k and the values, and the
+# `Transpose` of its output; it becomes GQA with `softcap` and `scale` (ONNX Runtime 1.32 caps the
+# scaled scores, measured there). Anything else (alibi, cross-attention, a partial rotary kept
+# outside, scores capped another way) keeps today's graph or today's rotary, and the record says why.
+#
+# The rules that match an attention (read-only on the graph) are `gqa_match.py`; this module is
+# the rewrite: the rotary caches, the new nodes, and the interface left behind.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
-from .softcap import softcapped_scores
+from .gqa_match import (BHSD, MASK, GqaLayer, attentions, evaluate, match_attention, match_rotary, match_softcapped,
+                        window_sizes)
+from .ir_values import constant_array, transpose_perm
 
-__all__ = ["fuse_static_gqa", "GraphInterface", "GRAPH_INTERFACE"]
+__all__ = ["fuse_static_gqa"]
 
-#: The record's key for the translation from hfexport's interface to the graph's.
-GRAPH_INTERFACE = "graph_interface"
-
-_MASK = "attention_mask"
-_BHSD = [0, 2, 1, 3]
-_MHA_ATTRIBUTES = {"num_heads", "scale", "mask_filter_value", "unidirectional"}
 #: The positions a sliding window is measured over where the config gives no max_position_embeddings.
 _WINDOW_POSITIONS = 4096
-
-
-@dataclasses.dataclass
-class _Layer:
-    attention: Any  # the node the rewrite goes before: the MultiHeadAttention, or a softcapped attention's Transpose
-    query: Any  # q as [b, s, h * d] (MultiHeadAttention's), or None
-    query_bhsd: Any  # q as [b, h, s, d] where the graph has it, else None
-    output: Any  # what GroupQueryAttention's output replaces: [b, s, h * d], or [b, s, h, d] where `split_output`
-    keys: Any  # the ScatterElements writing the keys
-    values: Any
-    heads: int
-    kv_heads: int
-    scale: float | None
-    softcap: float = 0.0  # GQA's attribute: `softcap * tanh(scale * scores / softcap)` (0: none)
-    split_output: bool = False
-    rotary: tuple | None = None  # (x_query, x_key, cos, sin): the unrotated q/k [b, h, s, d], the rotation's inputs
-    window: Any = None  # the boolean the mask is and-ed with (a sliding window), or None
-    local_window_size: int = -1  # GQA's attribute: the keys it attends, up to the query's own (-1: all)
 
 
 def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[str, Any]]:
@@ -96,24 +76,24 @@ def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[st
         max_positions: rows of the rotary caches, the positions GQA can rotate (ONNX Runtime
             refuses a longer sequence); `None` keeps the rotary outside GQA.
     """
-    mask = next((v for v in model.graph.inputs if v.name == _MASK), None)
-    if mask is None or not _attentions(model.graph, mask):
+    mask = next((v for v in model.graph.inputs if v.name == MASK), None)
+    if mask is None or not attentions(model.graph, mask):
         return model, {"kept": "no MultiHeadAttention (or softmax over the mask) over a static cache with a boolean "
                                "attention_mask"}
     if mask.dtype is None or mask.dtype.name != "BOOL" or mask.shape is None or len(mask.shape) != 4:
         return model, {"kept": "the attention_mask is not the 4-D boolean causal mask of a static cache"}
     candidate = model.clone()  # the weights' tensors shared; the rewrite is all or nothing
     graph = candidate.graph
-    mask = next(v for v in graph.inputs if v.name == _MASK)
+    mask = next(v for v in graph.inputs if v.name == MASK)
     layers = []
-    for node in _attentions(graph, mask):
-        layer = _match(node, mask) if node.op_type == "MultiHeadAttention" else _match_softcapped(node, mask)
+    for node in attentions(graph, mask):
+        layer = match_attention(node, mask) if node.op_type == "MultiHeadAttention" else match_softcapped(node, mask)
         if isinstance(layer, str):
             return model, {"kept": f"{node.name or 'a ' + node.op_type}: {layer}"}
         layers.append(layer)
-    if why := _window_sizes(candidate, layers, max_positions or _WINDOW_POSITIONS):
+    if why := window_sizes(candidate, layers, max_positions or _WINDOW_POSITIONS):
         return model, {"kept": why}
-    rotary_reason = _match_rotary(layers, max_positions)
+    rotary_reason = match_rotary(layers, max_positions)
     caches = _rotary_caches(candidate, layers, max_positions) if rotary_reason is None else {}
     if isinstance(caches, str):
         rotary_reason, caches = caches, {}
@@ -133,277 +113,10 @@ def fuse_static_gqa(model: Any, max_positions: int | None) -> tuple[Any, dict[st
                           else {})}
 
 
-def _attentions(graph: Any, mask: Any) -> list[Any]:
-    """The nodes each attention is matched from, in graph order: every `MultiHeadAttention`, and
-    every `Softmax` of scores plus the mask as a bias (an attention the fusion left unfused, as it
-    leaves a softcapped one)."""
-    found = []
-    for node in graph:
-        if node.op_type == "MultiHeadAttention" and node.domain == "com.microsoft":
-            found.append(node)
-        elif node.op_type == "Softmax" and node.domain == "" and _biased_scores(node, mask) is not None:
-            found.append(node)
-    return found
+# -- rotary caches ----------------------------------------------------------------------------
 
 
-def _biased_scores(softmax: Any, mask: Any) -> tuple[Any, Any] | None:
-    """`(scores, bias)` where `softmax` reads `scores + bias` with `bias` the mask (`_mask_bias`), else None."""
-    add = softmax.inputs[0].producer()
-    if add is None or add.op_type != "Add":
-        return None
-    for scores, bias in (add.inputs, reversed(add.inputs)):
-        if _mask_bias(bias, mask) is not None:
-            return scores, bias
-    return None
-
-
-def _match(node: Any, mask: Any) -> _Layer | str:
-    """The layer around the MultiHeadAttention `node`, or why it is not a static-cache attention."""
-    inputs = list(node.inputs) + [None] * (6 - len(node.inputs))
-    query, key, value, bias, padding, attention_bias = inputs[:6]
-    if bias is not None or padding is not None or any(v is not None for v in inputs[6:]):
-        return "it takes a bias, key padding mask or past of its own"
-    if set(node.attributes) - _MHA_ATTRIBUTES or node.attributes.get_int("unidirectional", 0):
-        return f"attributes {sorted(node.attributes)} beyond {sorted(_MHA_ATTRIBUTES)}"
-    matched = _mask_bias(attention_bias, mask) if attention_bias is not None else None
-    if matched is None:
-        return ("its bias is not the boolean attention_mask (or the mask and a window) as 0/-inf (a softcap or "
-                "alibi built on it); GroupQueryAttention's causal mask would not be the model's")
-    keys, values = _cache_write(key), _cache_write(value)
-    if keys is None or values is None:
-        return "its key/value are not slices of a cache written in place (cross-attention, or a growing cache)"
-    heads = node.attributes.get_int("num_heads", 0)
-    cache_shape = keys.inputs[0].shape
-    kv_heads = cache_shape[1] if cache_shape is not None and len(cache_shape) == 4 else None
-    if not isinstance(kv_heads, int) or not heads or heads % kv_heads:
-        return f"{heads} query heads cannot share {kv_heads} key/value heads"
-    scale = node.attributes.get("scale")
-    return _Layer(node, query, _through_bsd(query), node.outputs[0], keys, values, heads, kv_heads,
-                  scale.value if scale is not None else None, window=matched if matched is not True else None)
-
-
-def _match_softcapped(softmax: Any, mask: Any) -> _Layer | str:
-    """The layer around the `softmax` of softcapped scores plus the mask (`softcap.py`): its
-    probabilities times the cache's values, transposed to `[b, s, h, d]`; or why it is not."""
-    scores, bias = _biased_scores(softmax, mask)
-    if softmax.attributes.get_int("axis", -1) not in (-1, 3):
-        return "its softmax is not over the keys"
-    capped = softcapped_scores(scores)
-    if isinstance(capped, str):
-        return f"its scores are not softcapped the way GroupQueryAttention softcaps: {capped}"
-    readers = softmax.outputs[0].uses()
-    product = readers[0].node if len(readers) == 1 else None
-    if product is None or product.op_type != "MatMul" or product.inputs[0] is not softmax.outputs[0]:
-        return "its probabilities are read by more than their product with the values"
-    readers = product.outputs[0].uses()
-    transpose = readers[0].node if len(readers) == 1 else None
-    if transpose is None or transpose.op_type != "Transpose" or _perm(transpose) != _BHSD:
-        return "its output is not transposed to [batch, sequence, heads, head_size] alone"
-    keys, values = _cache_write(capped.key), _cache_write(product.inputs[1])
-    if keys is None or values is None:
-        return "its key/value are not slices of a cache written in place (cross-attention, or a growing cache)"
-    query_shape, cache_shape = capped.query.shape, keys.inputs[0].shape
-    heads = query_shape[1] if query_shape is not None and len(query_shape) == 4 else None
-    kv_heads = cache_shape[1] if cache_shape is not None and len(cache_shape) == 4 else None
-    if not isinstance(heads, int) or not isinstance(kv_heads, int) or heads % kv_heads:
-        return f"{heads} query heads cannot share {kv_heads} key/value heads"
-    window = _mask_bias(bias, mask)
-    return _Layer(transpose, None, capped.query, transpose.outputs[0], keys, values, heads, kv_heads, capped.scale,
-                  softcap=capped.softcap, split_output=True, window=window if window is not True else None)
-
-
-def _mask_bias(value: Any, mask: Any) -> Any:
-    """`True` where `value` is `Expand(Where(mask, 0, very negative))`, the boolean mask as an additive
-    bias; `w` where it is `Expand(Where(And(mask, w), 0, very negative))` (a sliding window, checked
-    in `_window_sizes`); else None."""
-    node = value.producer()
-    while node is not None and node.op_type == "Expand":
-        node = node.inputs[0].producer()
-    if node is None or node.op_type != "Where":
-        return None
-    allowed, blocked = (_constant(v) for v in node.inputs[1:3])
-    if allowed is None or blocked is None or allowed.size != 1 or blocked.size != 1 \
-            or float(allowed) != 0.0 or not _blocks(blocked):
-        return None
-    condition = node.inputs[0]
-    if condition is mask:
-        return True
-    both = condition.producer()
-    if both is None or both.op_type != "And" or mask not in both.inputs:
-        return None
-    other = [v for v in both.inputs if v is not mask]
-    return other[0] if len(other) == 1 else None
-
-
-def _blocks(bias: Any) -> bool:
-    """Whether the additive bias `bias` (one value) blocks a key: -inf, or at most the lowest
-    finite value of its dtype (what transformers fills a masked slot with, `torch.finfo(dtype).min`).
-
-    # NOTE: a fixed floor (-1e30) held for float32 (-3.4e38) and bfloat16, not for float16, whose
-    # lowest value is -65504: a `--dtype float16` graph's mask was not recognised and its attention
-    # kept, so the export had no onnxruntime-genai package (issue 50, item 3).
-    """
-    try:
-        lowest = float(np.finfo(bias.dtype).min)
-    except (TypeError, ValueError):  # not a floating dtype numpy knows
-        lowest = -1e30
-    return float(bias) <= max(lowest, -1e30)
-
-
-def _window_sizes(model: Any, layers: list[_Layer], positions: int) -> str | None:
-    """Set each windowed layer's `local_window_size`, or return why a window is not GQA's.
-
-    # NOTE: transformers 5.24 ands the causal mask with `kv_idx > q_idx - sliding_window`
-    # (`masking_utils.sliding_window_overlay`), which hfexport's static-cache graph computes from the
-    # 4-D mask itself (the query's position is its row's last attended slot). The and-ed boolean is
-    # evaluated here in ONNX Runtime: on one query at position `positions - 1` attending every slot
-    # before it, where it keeps the window's `W` keys, then on the causal mask of a 64-token
-    # prompt, where every row must keep exactly the `W` keys up to its own. ONNX Runtime 1.32's
-    # CPU GQA attends the last `local_window_size` keys up to the query's own, so it gets `W`
-    # (measured: a Mistral with sliding_window=6 equals eager with 6, not 5; older ONNX Runtime
-    # kernels attended `local_window_size + 1`); a window no shorter than `positions` is none (-1).
-    """
-    windowed = [layer for layer in layers if layer.window is not None]
-    if not windowed:
-        return None
-    values = list(dict.fromkeys(layer.window for layer in windowed))
-    last = _evaluate(model, values, {_MASK: np.ones((1, 1, 1, positions), dtype=bool)})
-    square = min(positions, 64)
-    causal = np.tril(np.ones((square, square), dtype=bool))
-    prompt = _evaluate(model, values, {_MASK: causal[None, None]})
-    if isinstance(last, str) or isinstance(prompt, str):
-        return f"the sliding window: {last if isinstance(last, str) else prompt}"
-    rows, keys = np.indices(causal.shape)
-    sizes = {}
-    for value, row, rows_kept in zip(values, last, prompt):
-        size = int(np.broadcast_to(row.astype(bool), (1, 1, 1, positions)).sum())
-        kept = np.broadcast_to(rows_kept.astype(bool), (1, 1, square, square))[0, 0] & causal
-        if not np.array_equal(kept, causal & (keys > rows - size)):
-            return "the boolean and-ed with the attention mask is not a sliding window over the keys"
-        sizes[value] = size if size < positions else -1
-    for layer in windowed:
-        layer.local_window_size = sizes[layer.window]
-    return None
-
-
-def _cache_write(value: Any) -> Any:
-    """The `ScatterElements` writing a graph input cache that `value` is the first slots of (through
-    the slice to the attended slots and the repeat per query head), else None."""
-    node = value.producer() if value is not None else None
-    while node is not None and node.op_type in ("Reshape", "Expand", "Unsqueeze", "Slice"):
-        if node.op_type == "Slice" and not _slices_from_start_on_axis_2(node):
-            return None
-        node = node.inputs[0].producer()
-    if node is None or node.op_type != "ScatterElements" or node.attributes.get_int("axis", 0) != 2:
-        return None
-    data, out = node.inputs[0], node.outputs[0]
-    return node if data.is_graph_input() and out.is_graph_output() else None
-
-
-def _slices_from_start_on_axis_2(node: Any) -> bool:
-    starts = _constant(node.inputs[1])
-    axes = _constant(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else None
-    steps = _constant(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else np.ones(1)
-    return (starts is not None and axes is not None and steps is not None and starts.tolist() == [0]
-            and axes.tolist() in ([2], [-2]) and steps.tolist() == [1])
-
-
-def _constant(value: Any) -> np.ndarray | None:
-    if value is None:
-        return None
-    if value.const_value is not None:
-        return value.const_value.numpy()
-    node = value.producer()
-    if node is not None and node.op_type == "Constant" and "value" in node.attributes:
-        return node.attributes["value"].value.numpy()
-    return None
-
-
-# -- rotary -----------------------------------------------------------------------------------
-
-
-def _match_rotary(layers: list[_Layer], max_positions: int | None) -> str | None:
-    """Find each layer's rotation of q and k (`_Layer.rotary`); return why the rotary stays outside, or None."""
-    if not max_positions:
-        return "the model's config gives no max_position_embeddings for the rotary caches' rows"
-    for layer in layers:
-        query = layer.query_bhsd
-        rq = _rotation(query) if query is not None else None
-        rk = _rotation(layer.keys.inputs[2])
-        if rq is None or rk is None:
-            return ("q or k is not rotated by the standard half-split rotation x*cos + cat(-x2, x1)*sin "
-                    "(a partial or interleaved rotary, or none)")
-        if rq[1] is not rk[1] or rq[2] is not rk[2]:
-            return "q and k are rotated with different cos/sin"
-        if rq[0].shape[3] % 16:
-            # ONNX Runtime 1.32's CPU kernel: "head_size shall be a multiple of 16" with do_rotary=1
-            return f"ONNX Runtime's GroupQueryAttention rotates only head sizes that are multiples of 16, not {rq[0].shape[3]}"
-        layer.rotary = (rq[0], rk[0], rq[1], rq[2])
-    return None
-
-
-def _through_bsd(value: Any) -> Any:
-    """`x` [b, h, s, d] where `value` is `Reshape(Transpose(x, [0, 2, 1, 3]), [b, s, h*d])`, else None."""
-    reshape = value.producer()
-    if reshape is None or reshape.op_type != "Reshape":
-        return None
-    transpose = reshape.inputs[0].producer()
-    if transpose is None or transpose.op_type != "Transpose" or _perm(transpose) != _BHSD:
-        return None
-    return transpose.inputs[0]
-
-
-def _rotation(value: Any) -> tuple | None:
-    """`(x, cos, sin)` where `value = x * cos + cat(-x[..., d/2:], x[..., :d/2]) * sin`, else None."""
-    add = value.producer()
-    if add is None or add.op_type != "Add":
-        return None
-    for straight, rotated in (add.inputs, reversed(add.inputs)):
-        first, second = straight.producer(), rotated.producer()
-        if first is None or second is None or first.op_type != "Mul" or second.op_type != "Mul":
-            continue
-        for x, cos in (first.inputs, reversed(first.inputs)):
-            for half, sin in (second.inputs, reversed(second.inputs)):
-                if _rotate_half_of(half) is x:
-                    return x, cos, sin
-    return None
-
-
-def _rotate_half_of(value: Any) -> Any:
-    """`x` where `value = Concat(Neg(x[..., d/2:]), x[..., :d/2], axis=-1)`, else None."""
-    concat = value.producer()
-    if concat is None or concat.op_type != "Concat" or len(concat.inputs) != 2:
-        return None
-    neg, first = concat.inputs[0].producer(), concat.inputs[1].producer()
-    if neg is None or neg.op_type != "Neg" or first is None or first.op_type != "Slice":
-        return None
-    second = neg.inputs[0].producer()
-    if second is None or second.op_type != "Slice" or second.inputs[0] is not first.inputs[0]:
-        return None
-    x = first.inputs[0]
-    if x.shape is None or len(x.shape) != 4 or not isinstance(x.shape[3], int):
-        return None
-    if concat.attributes.get_int("axis", 0) not in (-1, 3):
-        return None
-    half = x.shape[3] // 2
-    if not (_slice_is(first, 0, half) and _slice_is(second, half, None)):
-        return None
-    return x
-
-
-def _slice_is(node: Any, start: int, end: int | None) -> bool:
-    """Whether the Slice `node` takes `[start:end]` (end None: to the end) of the last axis, step 1."""
-    values = [_constant(v) if v is not None else None for v in (list(node.inputs) + [None] * 5)[1:5]]
-    starts, ends, axes, steps = values
-    if starts is None or ends is None or axes is None or axes.tolist() not in ([-1], [3]):
-        return False
-    if steps is not None and steps.tolist() != [1]:
-        return False
-    stop = int(ends[0])
-    return int(starts[0]) == start and (stop >= 2**31 if end is None else stop == end)
-
-
-def _rotary_caches(model: Any, layers: list[_Layer], max_positions: int) -> dict | str:
+def _rotary_caches(model: Any, layers: list[GqaLayer], max_positions: int) -> dict | str:
     """`{cos value: (cos_cache, sin_cache)}` initializers, the graph's cos/sin evaluated at every
     position, or why not (their inputs are not `position_ids` alone, their halves differ)."""
     pairs = list(dict.fromkeys((layer.rotary[2], layer.rotary[3]) for layer in layers))
@@ -428,44 +141,8 @@ def _rotary_caches(model: Any, layers: list[_Layer], max_positions: int) -> dict
 def _evaluate_positions(model: Any, values: list[Any], positions: int) -> list[np.ndarray] | str:
     """`values` of `model` computed in ONNX Runtime from `position_ids = [[0, ..., positions - 1]]`,
     when `position_ids` is the only graph input they depend on."""
-    result = _evaluate(model, values, {"position_ids": np.arange(positions, dtype=np.int64)[None]})
+    result = evaluate(model, values, {"position_ids": np.arange(positions, dtype=np.int64)[None]})
     return [np.asarray(out, dtype=np.float32) for out in result] if not isinstance(result, str) else result
-
-
-def _evaluate(model: Any, values: list[Any], feed: dict[str, np.ndarray]) -> list[np.ndarray] | str:
-    """`values` of `model` computed in ONNX Runtime from `feed`, when the graph inputs they depend on
-    are exactly `feed`'s; else why not."""
-    import tempfile
-
-    import onnx_ir as ir
-    import onnxruntime as ort
-    from onnx_ir.passes.common import RemoveUnusedNodesPass
-
-    names = [v.name for v in values]
-    sub = model.clone()
-    graph = sub.graph
-    by_name = {v.name: v for node in graph for v in node.outputs}
-    outputs = [by_name.get(name) for name in names]
-    if any(v is None for v in outputs):
-        return "they are not computed in the graph"
-    graph.outputs.clear()
-    graph.outputs.extend(outputs)
-    RemoveUnusedNodesPass()(sub)
-    used = {v.name for node in graph for v in node.inputs if v is not None}
-    needed = [v for v in graph.inputs if v.name in used]
-    if sorted(v.name for v in needed) != sorted(feed):
-        return f"they depend on {[v.name for v in needed]}, not on {list(feed)} alone"
-    graph.inputs.clear()
-    graph.inputs.extend(needed)
-    for name in [n for n in graph.initializers if n not in used]:
-        graph.initializers.pop(name)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    with tempfile.TemporaryDirectory(prefix="hfexport-gqa-") as scratch:
-        path = f"{scratch}/sub.onnx"
-        ir.save(sub, path)
-        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        return [np.asarray(out) for out in session.run(names, feed)]
 
 
 # -- the rewrite ------------------------------------------------------------------------------
@@ -477,8 +154,8 @@ def _lengths(graph: Any, old_mask: Any) -> tuple[Any, Any]:
     import onnx_ir as ir
 
     batch = old_mask.shape[0]
-    mask = ir.Value(name=_MASK, shape=ir.Shape([batch, "attended"]), type=ir.TensorType(ir.DataType.INT64))
-    old_mask.name = f"{_MASK}__4d"
+    mask = ir.Value(name=MASK, shape=ir.Shape([batch, "attended"]), type=ir.TensorType(ir.DataType.INT64))
+    old_mask.name = f"{MASK}__4d"
     graph.inputs[graph.inputs.index(old_mask)] = mask
     one = _initializer(graph, "gqa_one", np.array([1], dtype=np.int64))
     total_sum = ir.node("ReduceSum", [mask, one], {"keepdims": 0})
@@ -492,7 +169,7 @@ def _lengths(graph: Any, old_mask: Any) -> tuple[Any, Any]:
     return seqlens.outputs[0], total.outputs[0]
 
 
-def _rewrite(graph: Any, layer: _Layer, seqlens: Any, total: Any, caches: dict) -> int:
+def _rewrite(graph: Any, layer: GqaLayer, seqlens: Any, total: Any, caches: dict) -> int:
     """Replace `layer`'s attention and cache writes with one GroupQueryAttention; return 1 when its
     q/k/v went in packed."""
     import onnx_ir as ir
@@ -548,10 +225,10 @@ def _to_bsd(value: Any, nodes: list) -> Any:
     import onnx_ir as ir
 
     transpose = value.producer()
-    if transpose is not None and transpose.op_type == "Transpose" and _perm(transpose) == _BHSD:
+    if transpose is not None and transpose.op_type == "Transpose" and transpose_perm(transpose) == BHSD:
         source = transpose.inputs[0]
     else:
-        node = ir.node("Transpose", [value], {"perm": _BHSD})
+        node = ir.node("Transpose", [value], {"perm": BHSD})
         nodes.append(node)
         source = node.outputs[0]
     shape = ir.node("Constant", [], {"value": ir.tensor(np.array([0, 0, -1], dtype=np.int64))})
@@ -564,7 +241,7 @@ def _projection(value: Any) -> tuple | None:
     """`(input, weight array, bias array or None)` where `value` [b, h, s, d] is
     `Transpose(Reshape(MatMul(input, W) [+ b]), [0, 2, 1, 3])` with constant `W` (and `b`)."""
     transpose = value.producer()
-    if transpose is None or transpose.op_type != "Transpose" or _perm(transpose) != _BHSD:
+    if transpose is None or transpose.op_type != "Transpose" or transpose_perm(transpose) != BHSD:
         return None
     reshape = transpose.inputs[0].producer()
     if reshape is None or reshape.op_type != "Reshape":
@@ -572,14 +249,14 @@ def _projection(value: Any) -> tuple | None:
     node, bias = reshape.inputs[0].producer(), None
     if node is not None and node.op_type == "Add":
         for matmul, constant in (node.inputs, reversed(node.inputs)):
-            if matmul.producer() is not None and matmul.producer().op_type == "MatMul" and _constant(constant) is not None:
-                node, bias = matmul.producer(), _constant(constant)
+            if matmul.producer() is not None and matmul.producer().op_type == "MatMul" and constant_array(constant) is not None:
+                node, bias = matmul.producer(), constant_array(constant)
                 break
         else:
             return None
     if node is None or node.op_type != "MatMul":
         return None
-    weight = _constant(node.inputs[1])
+    weight = constant_array(node.inputs[1])
     if weight is None or weight.ndim != 2 or (bias is not None and bias.shape != (weight.shape[1],)):
         return None
     return node.inputs[0], weight, bias
@@ -637,7 +314,7 @@ def _drop_unused_interface(model: Any) -> tuple[dict[str, Any], str | None]:
     dropped = [v for v in graph.inputs if id(v) not in used]
     names = {v.name for v in dropped}
     counter_inputs = {"input." + v.name[len("output."):] for v in counters}
-    if any(v is not None and v.name == f"{_MASK}__4d" for node in graph for v in node.inputs):
+    if any(v is not None and v.name == f"{MASK}__4d" for node in graph for v in node.inputs):
         return {}, "the 4-D attention_mask is still read after the rewrite"
     if not counter_inputs <= names:
         return {}, f"write counters still read after the rewrite: {sorted(counter_inputs - names)}"
@@ -648,78 +325,3 @@ def _drop_unused_interface(model: Any) -> tuple[dict[str, Any], str | None]:
     graph.sort()
     unfed = sorted(names - counter_inputs)
     return {"mask": "2-D", "counters": sorted(n[len("input."):] for n in counter_inputs), "unfed": unfed}, None
-
-
-def _perm(node: Any) -> list[int] | None:
-    attribute = node.attributes.get("perm")
-    return list(attribute.value) if attribute is not None else None
-
-
-# -- the interface translation ----------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class GraphInterface:
-    """How a feed in the record's interface (the 4-D boolean mask, the write counters,
-    `position_ids`) becomes the rewritten graph's feed, and its outputs the record's.
-
-    Attributes:
-        counters: the record's `cache.<l>.cumulative_length` leaves the graph no longer takes or
-            returns: each call returns them plus the query length.
-        unfed: record inputs the graph no longer takes (`position_ids` where nothing reads it).
-    """
-
-    counters: list[str]
-    unfed: list[str]
-
-    @classmethod
-    def of(cls, record: Any) -> GraphInterface | None:
-        """The translation a record asks for (`record.details["graph_interface"]`), else None."""
-        entry = record.details.get(GRAPH_INTERFACE)
-        return cls(list(entry["counters"]), list(entry["unfed"])) if entry else None
-
-    def feed(self, named: dict[str, Any]) -> dict[str, Any]:
-        """`named` (record names; tensors or arrays) as the graph takes it: the 4-D boolean mask as
-        the 2-D mask of ones over the cached and new tokens, the counters and unfed inputs left out."""
-        feed = {name: value for name, value in named.items() if name not in self.counters and name not in self.unfed}
-        if _MASK in feed:
-            feed[_MASK] = two_d_mask(np.asarray(named[_MASK]), self.written(named), _query_length(named))
-        return feed
-
-    def written(self, named: dict[str, Any]) -> int:
-        """The tokens already in the cache: the first counter's value, else (a cache without
-        counters) the last query's own slot in the 4-D mask less the query's other tokens."""
-        if self.counters:
-            return int(np.asarray(named[self.counters[0]]).reshape(()))
-        mask = np.asarray(named[_MASK])
-        if mask.ndim == 2:
-            return mask.shape[1] - _query_length(named)
-        return int(np.flatnonzero(mask[0, 0, -1]).max()) + 1 - _query_length(named)
-
-    def outputs(self, named: dict[str, Any]) -> dict[str, np.ndarray]:
-        """The counters the graph no longer returns: each input counter plus the query length."""
-        query = _query_length(named)
-        return {name: np.asarray(np.asarray(named[name]).reshape(()) + query) for name in self.counters}
-
-
-def _query_length(named: dict[str, Any]) -> int:
-    ids = named.get("input_ids", named.get("inputs_embeds"))
-    return int(np.asarray(ids).shape[1])
-
-
-def two_d_mask(mask: np.ndarray, written: int, query: int) -> np.ndarray:
-    """The 2-D int64 mask `[batch, written + query]` the GQA graph takes for the boolean causal `mask`
-    `[batch, 1, query, >= written + query]`; padding (a masked slot before the last query's own)
-    is refused: GroupQueryAttention counts attended slots, it cannot skip one."""
-    from ...errors import ExportError
-
-    total = written + query
-    if mask.ndim == 2:
-        return mask.astype(np.int64)
-    if mask.shape[-1] < total:
-        raise ExportError(f"the attention mask covers {mask.shape[-1]} slots; {written} cached + {query} new tokens "
-                          f"need {total}", remedy="pass a mask over the cached and new tokens")
-    if not mask[:, 0, -1, :total].all():
-        raise ExportError("this ONNX export's GroupQueryAttention takes no padding in the mask",
-                          remedy="run unpadded sequences one at a time, or export with OnnxConfig(ort_fusions=False)")
-    return np.ones((mask.shape[0], total), dtype=np.int64)

@@ -27,7 +27,7 @@ from ...errors import ExportError
 from ...runner import CacheSession, Runner, to_numpy
 from ...generation.arrays import as_array
 from .artifact import HfOnnxProgram, save_scratch, scratch_session_options
-from .gqa import GraphInterface
+from .graph_interface import GraphInterface
 from .loaded import OnnxModelFiles
 from .session_options import SESSION_CONFIG, SESSION_CONFIG_ENV, apply_session_config, session_config
 
@@ -142,7 +142,7 @@ class OnnxCacheSession(CacheSession):
 
     A cache output written in place on its own input (a scatter, GroupQueryAttention's shared
     past/present buffer) shares that input's buffer; write counters a GroupQueryAttention graph no
-    longer takes (`gqa.GraphInterface`) are kept and counted here; any other cache output (a
+    longer takes (`graph_interface.GraphInterface`) are kept and counted here; any other cache output (a
     growing dynamic cache, a write counter, a prefill's first cache) is
     taken from ONNX Runtime after each call and bound as the next call's input: a copy, listed
     in `copied` with why.

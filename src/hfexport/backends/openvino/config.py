@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...config import ExportConfig, _check_choice, _check_type
+from ...config import ExportConfig, check_choice, check_type
 
 __all__ = ["OpenVINOConfig"]
 
@@ -61,11 +61,11 @@ class OpenVINOConfig(ExportConfig):
     genai_layout: bool = False
 
     def _validate(self) -> None:
-        _check_choice("OpenVINOConfig", "inference_precision", self.inference_precision, INFERENCE_PRECISIONS)
-        _check_choice("OpenVINOConfig", "kv_cache_precision", self.kv_cache_precision, KV_CACHE_PRECISIONS)
-        _check_type("OpenVINOConfig", "compress_to_fp16", self.compress_to_fp16, bool)
-        _check_type("OpenVINOConfig", "stateful", self.stateful, bool)
-        _check_type("OpenVINOConfig", "genai_layout", self.genai_layout, bool)
+        check_choice("OpenVINOConfig", "inference_precision", self.inference_precision, INFERENCE_PRECISIONS)
+        check_choice("OpenVINOConfig", "kv_cache_precision", self.kv_cache_precision, KV_CACHE_PRECISIONS)
+        check_type("OpenVINOConfig", "compress_to_fp16", self.compress_to_fp16, bool)
+        check_type("OpenVINOConfig", "stateful", self.stateful, bool)
+        check_type("OpenVINOConfig", "genai_layout", self.genai_layout, bool)
         if self.max_cache_len is not None and (isinstance(self.max_cache_len, bool)
                                                or not isinstance(self.max_cache_len, int) or self.max_cache_len < 2):
             raise ValueError(f"OpenVINOConfig.max_cache_len is a number of tokens >= 2 or None; got {self.max_cache_len!r}")

@@ -134,7 +134,7 @@ class OpenVINOExporter(HfExporter):
     def generation_components(self, model, plan):
         """As `HfExporter.generation_components`; in an export folder, an image-text model that
         `VLMPipeline` serves (`vlm.vlm_refusal`) also gets the two models it needs (`vlm.py`)."""
-        from ...generation.decompose import Component
+        from ...generation.components import Component
         from .vlm import vlm_components, vlm_refusal
 
         components = super().generation_components(model, plan)

@@ -72,7 +72,7 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
     note): multi-token decode that also prefills, a static cache request turned into
     `config.max_cache_len`. Other models and `stateful=False`: as asked."""
     from ...exporter import GenerationPlan
-    from ...generation.decompose import is_text_decoder
+    from ...generation.components import is_text_decoder
 
     asked = GenerationPlan(inputs, generation_config, multi_token_decode, False, config)
     if not config.stateful or getattr(model.config, "is_encoder_decoder", False) or not is_text_decoder(model):

@@ -55,7 +55,7 @@ from typing import Any
 import torch
 
 from ...models.llava import LlavaVisionEmbeddings
-from ...validation import register_resizer
+from ...validation.inputs import register_resizer
 
 __all__ = ["VLM_STEMS", "RUNNER", "QWEN2_VL_IMAGE_TAG", "vlm_components", "vlm_refusal", "vlm_folder_files",
            "qwen2_vl_merger_inputs", "resize_qwen2_vl_merger"]
