@@ -195,11 +195,11 @@ def text_llm_runner(folder: Path, prompt: list[int]):
 
     llm = runner_bindings()  # `text_runner.LOAD_RUNNER`, once per process (hfexport generate's engine shares it)
     tokenizer = Path(tempfile.mkdtemp(prefix="rvv-tokenizer-")) / "tokenizer.json"
-    tokenizer.write_text(json.dumps(text_runner._id_tokenizer(text_runner._vocab_size(folder)), ensure_ascii=False),
+    tokenizer.write_text(json.dumps(text_runner.id_tokenizer(text_runner.vocab_size_of(folder)), ensure_ascii=False),
                          encoding="utf-8")
     data = folder / "decode.ptd"
     runner = llm.TextLLMRunner(str(folder / "decode.pte"), str(tokenizer), str(data) if data.is_file() else None)
-    text = "".join(chr(text_runner._FIRST + t) for t in prompt)
+    text = "".join(chr(text_runner.FIRST_ID_CHAR + t) for t in prompt)
 
     def run():
         stamps, pieces = [], []
@@ -211,7 +211,7 @@ def text_llm_runner(folder: Path, prompt: list[int]):
         runner.reset()  # from position 0, as each of the other runners' generate
         config = llm.GenerationConfig(echo=False, max_new_tokens=NEW_TOKENS, temperature=0.0, num_bos=0, num_eos=0)
         runner.generate(text, config, token_callback=piece)
-        tokens = [ord(c) - text_runner._FIRST for c in "".join(pieces)]
+        tokens = [ord(c) - text_runner.FIRST_ID_CHAR for c in "".join(pieces)]
         return (len(stamps) - 1) / (stamps[-1] - stamps[0]), tokens
 
     return run

@@ -6,7 +6,7 @@
 # the `.pte` written from the checked bytes the component's load holds, or the private copies of
 # the `.pte` and its `.ptd` that load wrote (`artifact.PteBuffer`), linked. It takes text and hands
 # back text pieces, so, as the export job's runner check does (`text_runner.py`), it is given a
-# tokenizer whose token i is the one character `chr(_FIRST + i)`: the ids go in exactly and each
+# tokenizer whose token i is the one character `chr(FIRST_ID_CHAR + i)`: the ids go in exactly and each
 # piece names its id. `GenerationConfig(warming=True)` keeps the runner from printing the pieces
 # and its report on stdout; its log lines (stderr) are kept out of the terminal while it runs, and
 # quoted when it fails.
@@ -64,7 +64,7 @@ def open_text_llm_runner_engine(export: Any) -> TextLlmRunnerEngine:
     from ...llm_package import RunnerUnavailable
     from ...manifest import runtime_package
     from .llm_export import TEXT_RUNNER
-    from .text_runner import _FIRST, _id_tokenizer, _vocab_size
+    from .text_runner import FIRST_ID_CHAR, id_tokenizer, vocab_size_of
 
     entry = runtime_package(export.manifest, TEXT_RUNNER)
     if entry is None or "program" not in entry["settings"]:
@@ -82,8 +82,8 @@ def open_text_llm_runner_engine(export: Any) -> TextLlmRunnerEngine:
         (root / "decode.pte").write_bytes(program.buffer)
         data = None
     config = ListedFiles(export.directory, export.manifest, verify=export.verify).read("config.json")
-    vocab = _vocab_size(parse_json(config.data, config.path))
-    (root / "tokenizer.json").write_text(json.dumps(_id_tokenizer(vocab), ensure_ascii=False), encoding="utf-8")
+    vocab = vocab_size_of(parse_json(config.data, config.path))
+    (root / "tokenizer.json").write_text(json.dumps(id_tokenizer(vocab), ensure_ascii=False), encoding="utf-8")
     error = None
     with _quiet() as said:
         try:
@@ -93,7 +93,7 @@ def open_text_llm_runner_engine(export: Any) -> TextLlmRunnerEngine:
     if error is not None:
         raise _failed(error, said, root / "decode.pte")
     name = f"executorch TextLLMRunner {installed_version('executorch')}"
-    return TextLlmRunnerEngine(runner, folder, program, name, int(export.manifest["max_cache_len"]), _FIRST)
+    return TextLlmRunnerEngine(runner, folder, program, name, int(export.manifest["max_cache_len"]), FIRST_ID_CHAR)
 
 
 class _StopAtFirst(Exception):

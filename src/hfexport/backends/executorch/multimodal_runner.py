@@ -10,7 +10,7 @@ ids = run_multimodal_runner("out/tiny-llava", inputs["input_ids"], inputs["pixel
 # NOTE: the prompt goes in as `generate_hf` (executorch 1.4.1's `extension/llm/runner/__init__.py`)
 # splits it: the ids before the one run of the image token, the image, the ids after (token
 # inputs, so no tokenizer re-encodes them). Tokens come back as text pieces, so the runner decodes
-# with a scratch tokenizer whose token i is one character (`text_runner._id_tokenizer`, and why
+# with a scratch tokenizer whose token i is one character (`text_runner.id_tokenizer`, and why
 # a fresh process: `text_runner.py`'s notes); the folder's `tokenizer.json` is the user's.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .text_runner import _FIRST, LOAD_RUNNER, _id_tokenizer, _vocab_size
+from .text_runner import FIRST_ID_CHAR, LOAD_RUNNER, id_tokenizer, vocab_size_of
 
 __all__ = ["run_multimodal_runner", "split_prompt"]
 
@@ -111,7 +111,7 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
             data.write_bytes(data_bytes.data)
         tokenizer, pieces_file, pixels_file = (Path(scratch) / name
                                                for name in ("tokenizer.json", "pieces.json", "pixels.pt"))
-        tokenizer.write_text(json.dumps(_id_tokenizer(_vocab_size(parse_json(config.data, config.path))),
+        tokenizer.write_text(json.dumps(id_tokenizer(vocab_size_of(parse_json(config.data, config.path))),
                                         ensure_ascii=False), encoding="utf-8")
         pieces_file.write_text(json.dumps(pieces))
         torch.save(pixel_values.detach().to(torch.float32).contiguous(), pixels_file)
@@ -123,7 +123,7 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
         raise RuntimeLoadError(f"ExecuTorch's MultimodalRunner failed on {folder / settings['program']} (exit "
                                f"{done.returncode}): {done.stderr.strip()[-1500:]}",
                                remedy="run the folder with hfexport generate to see whether its components run")
-    tokens = [ord(c) - _FIRST for c in "".join(json.loads(lines[-1].removeprefix("RESULT ")))]
+    tokens = [ord(c) - FIRST_ID_CHAR for c in "".join(json.loads(lines[-1].removeprefix("RESULT ")))]
     if any(t < 0 for t in tokens):
         raise RuntimeLoadError("MultimodalRunner's pieces are not the scratch tokenizer's tokens",
                                remedy="report this: the runner decoded tokens hfexport cannot read back")

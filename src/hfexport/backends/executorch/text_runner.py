@@ -7,7 +7,7 @@ and out, in a fresh process (the export job's runner check, `HfExporter.run_llm_
 # pieces (a byte-level piece may be half a character), and the prompt's ids depend on how its
 # tokenizer library applies the model's BOS (the runner's `num_bos` on top). The check is about
 # the program the runner loads, so it is given a tokenizer whose token i is the one character
-# `chr(_FIRST + i)`, written to a scratch folder: the prompt's ids (BOS included as the model's
+# `chr(FIRST_ID_CHAR + i)`, written to a scratch folder: the prompt's ids (BOS included as the model's
 # tokenizer put it, `num_bos=0`) go in exactly and each generated piece names its id. The folder's
 # own `tokenizer.json` is the user's (written by `llm_export.runner_tokenizer`).
 
@@ -25,11 +25,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_text_llm_runner"]
+__all__ = ["FIRST_ID_CHAR", "run_text_llm_runner", "id_tokenizer", "vocab_size_of"]
 
-#: token i of the scratch tokenizer is `chr(_FIRST + i)`: the supplementary planes, one character
+#: token i of the scratch tokenizer is `chr(FIRST_ID_CHAR + i)`: the supplementary planes, one character
 #: per id and no surrogates for any vocabulary under ~1M tokens
-_FIRST = 0x10000
+FIRST_ID_CHAR = 0x10000
 
 #: Run in a fresh interpreter: the llama:: kernels' library, then the runner's bindings loaded by
 #: path. NOTE: the two files' places are read from executorch 1.4.1's wheel
@@ -82,8 +82,8 @@ def run_text_llm_runner(folder: Path, request: Any) -> Any:
     data = entry["settings"].get("data")
     with tempfile.TemporaryDirectory(prefix="hfexport-runner-") as scratch:
         tokenizer = Path(scratch) / "tokenizer.json"
-        tokenizer.write_text(json.dumps(_id_tokenizer(_vocab_size(folder)), ensure_ascii=False), encoding="utf-8")
-        prompt = "".join(chr(_FIRST + i) for i in request.prompt_ids)
+        tokenizer.write_text(json.dumps(id_tokenizer(vocab_size_of(folder)), ensure_ascii=False), encoding="utf-8")
+        prompt = "".join(chr(FIRST_ID_CHAR + i) for i in request.prompt_ids)
         done = subprocess.run([sys.executable, "-c", _SCRIPT, str(folder / "decode.pte"), str(tokenizer), prompt,
                                str(request.max_new_tokens), str(folder / data) if data else ""],
                               capture_output=True, text=True, encoding="utf-8", timeout=600)
@@ -94,14 +94,14 @@ def run_text_llm_runner(folder: Path, request: Any) -> Any:
                                remedy="run the folder with hfexport generate to see whether the program runs; "
                                "export with --no-validate to write it anyway")
     text = "".join(json.loads(lines[-1].removeprefix("RESULT ")))
-    tokens = tuple(ord(c) - _FIRST for c in text)
+    tokens = tuple(ord(c) - FIRST_ID_CHAR for c in text)
     if any(t < 0 for t in tokens):
         raise RuntimeLoadError(f"TextLLMRunner's pieces {text!r} are not the scratch tokenizer's tokens",
                                remedy="report this: the runner decoded tokens hfexport cannot read back")
     return RunnerTokens(tokens, f"executorch TextLLMRunner {installed_version('executorch')}")
 
 
-def _vocab_size(config: Path | dict[str, Any]) -> int:
+def vocab_size_of(config: Path | dict[str, Any]) -> int:
     """The vocabulary of a model config (`config.json`'s content, or the folder holding it; the
     text config's)."""
     if not isinstance(config, dict):
@@ -109,11 +109,11 @@ def _vocab_size(config: Path | dict[str, Any]) -> int:
     return int(config.get("vocab_size") or config.get("text_config", {})["vocab_size"])
 
 
-def _id_tokenizer(size: int) -> dict[str, Any]:
-    """A Hugging Face `tokenizer.json` whose token i is the character `chr(_FIRST + i)` (a BPE
+def id_tokenizer(size: int) -> dict[str, Any]:
+    """A Hugging Face `tokenizer.json` whose token i is the character `chr(FIRST_ID_CHAR + i)` (a BPE
     without merges, normalizer or pre-tokenizer: one character, one token)."""
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
             "pre_tokenizer": None, "post_processor": None, "decoder": None,
             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
                       "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                      "vocab": {chr(_FIRST + i): i for i in range(size)}, "merges": []}}
+                      "vocab": {chr(FIRST_ID_CHAR + i): i for i in range(size)}, "merges": []}}

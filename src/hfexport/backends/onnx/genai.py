@@ -29,6 +29,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ...model_config import text_config
+
 __all__ = ["GENAI_CONFIG", "RUNNER", "genai_status", "genai_config", "genai_folder_files", "run_genai", "check_genai_config"]
 
 GENAI_CONFIG = "genai_config.json"
@@ -71,7 +73,7 @@ def genai_config(artifact: Any, config: Any, generation_config: Any) -> dict[str
     keys = sorted((v for v in graph.inputs if v.name.startswith("input.cache.") and v.name.endswith(".keys")),
                   key=lambda v: int(v.name.split(".")[2]))
     attention = next(n for n in graph if n.op_type == "GroupQueryAttention")
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     length = int(generation_config.max_cache_len)
     names = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if "position_ids" in inputs:

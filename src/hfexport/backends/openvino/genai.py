@@ -45,6 +45,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ...model_config import text_config
+
 __all__ = ["GENAI_MODEL", "GENAI_PROPERTIES", "RUNNER", "plan_genai_generation", "attention_window",
            "window_refusal", "llm_pipeline_refusal", "is_genai_layout", "convert_tokenizer_for_genai",
            "float32_logits", "genai_folder_files", "run_llm_pipeline"]
@@ -120,7 +122,7 @@ def attention_window(config: Any) -> int | None:
     """The sliding window some layer of the text `config` attends, or None where every layer
     attends everything (no `sliding_window`, Qwen's `use_sliding_window=False`, `layer_types`
     without a sliding layer)."""
-    text = _text_config(config)
+    text = text_config(config)
     window = getattr(text, "sliding_window", None)
     layer_types = getattr(text, "layer_types", None)
     if window is None or getattr(text, "use_sliding_window", None) is False:
@@ -135,7 +137,7 @@ def window_refusal(config: Any, bound: int | None) -> str | None:
     (None: up to its `max_position_embeddings`), or None: a window shorter than that (see the
     module note)."""
     window = attention_window(config)
-    longest = bound or getattr(_text_config(config), "max_position_embeddings", None)
+    longest = bound or getattr(text_config(config), "max_position_embeddings", None)
     if window is None or (longest is not None and window >= longest):
         return None
     return (f"a sliding window of {window} tokens: OpenVINO GenAI {_GENAI_SEEN}'s LLMPipeline attends past it "
@@ -143,11 +145,6 @@ def window_refusal(config: Any, bound: int | None) -> str | None:
             "than the window; it takes the window only from the attention patterns its SDPA-to-PagedAttention "
             "transformation matches, openvinotoolkit/openvino.genai#3871); export with --static-cache N, N <= "
             f"{window}, for an LLMPipeline folder, or run these components with `hfexport generate`")
-
-
-def _text_config(config: Any) -> Any:
-    """The decoder's config of a composite model's `config`, or `config` itself."""
-    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
 def llm_pipeline_refusal(artifacts: dict[str, Any]) -> str | None:
