@@ -104,7 +104,7 @@ _FORMAT_WORDS = re.compile(r"onnx|openvino|executorch|dynamo|xnnpack", re.IGNORE
 def test_the_export_job_and_generation_name_no_format():
     """`job.py` and `generation/` are the same for every format: what differs per runtime (its own
     program, the files its LLM runner reads) lives in `backends/<format>/`, reached through the
-    exporter's hooks (`plan_generation`, `package_folder`). Code only: an identifier, an import or a
+    format's `RuntimePackage` (`folder/package.py`). Code only: an identifier, an import or a
     string that is not a docstring; prose may name the runtimes it explains."""
     found = []
     for path in [ROOT / "job.py", *sorted((ROOT / "generation").glob("*.py"))]:

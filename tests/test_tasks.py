@@ -109,14 +109,14 @@ def test_the_packages_default_cache_is_2048_capped_by_the_models_positions(posit
     ("executorch", None, GenerationFlags(generate=True)),  # the LLM-runner program sizes its cache
 ])
 def test_each_backend_asks_for_its_own_package(fmt, named, want):
-    """`package_request`: what `--generate`, `--multi-token-decode` and `--static-cache` give each
+    """`RuntimePackage.request`: what `--generate`, `--multi-token-decode` and `--static-cache` give each
     runtime's LLM package, and the report's word on its cache."""
     require_backend(fmt)
     from hfexport.auto import AutoExportConfig, AutoHfExporter
 
     model, _ = build_preset("llama")
-    exporter = AutoHfExporter.from_config(AutoExportConfig.from_dict({"export_format": fmt})).for_folder()
-    flags, cache = exporter.package_request(model, named)
+    package = AutoHfExporter.from_config(AutoExportConfig.from_dict({"export_format": fmt})).runtime_package()
+    flags, cache = package.request(model, named)
     assert flags == want
     assert cache["tokens"] == want.static_cache and cache["from"]
 

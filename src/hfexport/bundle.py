@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .exporter import FolderContext, Packaged
+from .folder.package import FolderContext, Packaged
 from .manifest import MANIFEST, MANIFEST_VERSION, write_manifest
 from .output_folder import model_folder, staged_folder
 from .record import ExportRecord, record_of
@@ -149,7 +149,7 @@ def save_export(
             dict is added to the report, and an exception leaves nothing written (the export
             job's accuracy gate, which runs the saved export).
         context: for a generation export, what its backend packages the folder from
-            (`exporter.FolderContext`): `exporter.package_folder` runs once everything else is
+            (`folder.package.FolderContext`): the format's `RuntimePackage.write` runs once everything else is
             written, and what it returns goes into the manifest and the report.
 
     Returns:
@@ -158,11 +158,12 @@ def save_export(
     if kind not in ("model", "generation"):
         raise ValueError(f"kind must be 'model' or 'generation', got {kind!r}")
     target = Path(directory).resolve()
+    package = exporter.runtime_package()
     with staged_folder(target, overwrite=overwrite, source=model_folder(model)) as staging:
         components = {}
         for name, artifact in artifacts.items():
             with phase("serialise", component=name):
-                files = exporter.write(artifact, staging, name=exporter.file_stem(name, artifacts))
+                files = exporter.write(artifact, staging, name=package.file_stem(name, artifacts))
             components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
                                 **record_entry(record_of(artifact))}
         if export_config is not None:
@@ -180,7 +181,7 @@ def save_export(
             context = context or FolderContext(getattr(model, "config", None), generation_config, tokenizer,
                                                processor=processor)
             files = {name: entry["files"] for name, entry in components.items()}
-            packaged = exporter.package_folder(staging, artifacts, dataclasses.replace(context, component_files=files))
+            packaged = package.write(staging, artifacts, dataclasses.replace(context, component_files=files))
         manifest = {
             "kind": kind,
             "format": exporter.format,

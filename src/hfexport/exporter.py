@@ -25,7 +25,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import torch
 
@@ -36,6 +36,7 @@ from .capture.dynamic import size_oblivious_tracing
 from .capture.prepare import model_name
 from .config import ExportConfig
 from .capture.interface import split_constants
+from .folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage
 from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
 from .manifest import FileBytes, ListedFiles
 from .record import ExportRecord, attach_record, record_from_program
@@ -47,54 +48,6 @@ from .workarounds import applied_patches
 __all__ = ["HfExporter", "GenerationPlan", "FolderContext", "Packaged"]
 
 logger = logging.getLogger("hfexport")
-
-
-@dataclasses.dataclass
-class GenerationPlan:
-    """How a backend captures a model's generation components (`HfExporter.plan_generation`):
-    the arguments `decompose_for_generation` is called with, and the config each component is
-    exported with; or the components the backend builds itself (ExecuTorch's LLM-runner program),
-    and what the export's report and records say of that choice."""
-
-    inputs: dict[str, Any]
-    generation_config: Any
-    multi_token_decode: bool
-    decode_prefills: bool
-    config: ExportConfig | None
-    #: `{name: (module, kwargs)}` the backend built itself; None: `decompose_for_generation`'s
-    components: dict[str, tuple[torch.nn.Module, dict[str, Any]]] | None = None
-    #: entries of the export's `report.json` about the package (ExecuTorch's `llm_runner`)
-    report: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: details added to each named component's record once exported (why a program was not made)
-    record_details: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-    #: also capture what a runner needs beyond the documented components (an image-text model's
-    #: `text_embeddings`: `decompose_for_generation(runner_components=True)`); the export folder
-    #: asks for it (`export_to_folder`), the seed's `export_for_generation` does not
-    runner_components: bool = False
-
-
-@dataclasses.dataclass
-class FolderContext:
-    """What a backend packages a generation export folder from (`HfExporter.package_folder`)."""
-
-    #: the model's config (`None` where the caller saved artifacts without the model)
-    model_config: Any
-    #: the model's generation config with the export's settings over it (what is saved)
-    generation_config: Any
-    tokenizer: Any
-    #: the plan the components were exported by (`None` from `save_generation_export` alone)
-    plan: GenerationPlan | None = None
-    #: an image-text model's processor (`None` where the model came without one)
-    processor: Any = None
-    #: `{component: [file names]}` as written into the folder (filled in by `bundle.save_export`)
-    component_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-
-
-class Packaged(NamedTuple):
-    """What `HfExporter.package_folder` wrote, as entries of the manifest and of the report."""
-
-    manifest: dict[str, Any]
-    report: dict[str, Any]
 
 
 class HfExporter:
@@ -113,11 +66,8 @@ class HfExporter:
     fix_order: ClassVar[tuple[str, ...]] = ()
     #: leave `None` items out of output tuples (a runtime that cannot have a `None` output)
     drop_none_outputs: ClassVar[bool] = False
-    #: how this backend's plan sizes its LLM package's cache when the user names none
-    #: (`package_request`); `None`: it takes `tasks.default_cache_length`'s static cache
-    sizes_own_package_cache: ClassVar[str | None] = None
-    #: whether this exporter writes an export folder (`for_folder`), whose defaults may differ
-    in_folder: bool = False
+    #: the `RuntimePackage` its export folder is (`runtime_package`)
+    package_class: ClassVar[type[RuntimePackage]] = RuntimePackage
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -238,41 +188,11 @@ class HfExporter:
         return self.export_components(self.generation_components(model, plan), plan.config)
 
     def plan_generation(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig | None,
-                        generation_config: Any = None, multi_token_decode: bool = False, *,
-                        static_cache: int | None = None) -> GenerationPlan:
-        """How this backend captures `model`'s generation components: as asked, unless the
-        backend's runtime wants another layout in an export folder (`for_folder`): OpenVINO's one
-        stateful graph (`backends/openvino/genai.py`), ExecuTorch's LLM-runner program
-        (`backends/executorch/llm_export.py`).
-
-        Args:
-            static_cache: the cache length the caller named (`static_cache=N`, `--static-cache N`;
-                `generation_config` then already asks for that static cache), which a backend may
-                size its own program by.
-        """
+                        generation_config: Any = None, multi_token_decode: bool = False) -> GenerationPlan:
+        """How this backend captures `model`'s generation components for `export_for_generation`:
+        as asked (OpenVINO: its one stateful model where `genai_layout` asks for it). An export
+        folder plans through its `RuntimePackage.plan`, which starts from this."""
         return GenerationPlan(inputs, generation_config, multi_token_decode, False, config)
-
-    def package_request(self, model: torch.nn.Module, static_cache: int | None) -> tuple[Any, dict[str, Any]]:
-        """The generation options that make this backend's LLM package (task
-        `text-generation-with-past`, `hfexport.tasks`), and the report's word on its cache.
-
-        By default a static-cache decode that also prefills (`static_cache=N`: what onnxruntime-genai's
-        folder and `hfexport generate` run), over `static_cache` tokens or, where the user named none,
-        `tasks.default_cache_length`; a backend whose plan sizes or grows the cache itself
-        (`sizes_own_package_cache`) is asked with `generate=True` alone, as its `--generate` does.
-
-        Returns:
-            `(tasks.GenerationFlags, {"tokens": N or None, "from": why})`.
-        """
-        from .tasks import GenerationFlags, default_cache_length
-
-        if static_cache is not None:
-            named = {"tokens": static_cache, "from": "static_cache=N (--static-cache N)"}
-            return GenerationFlags(True, True, static_cache), named
-        if self.sizes_own_package_cache:
-            return GenerationFlags(generate=True), {"tokens": None, "from": self.sizes_own_package_cache}
-        length, why = default_cache_length(model)
-        return GenerationFlags(True, True, length), {"tokens": length, "from": why}
 
     def generation_components(self, model: torch.nn.Module, plan: GenerationPlan) -> dict[str, Any]:
         """`{name: (module, kwargs)}` that `plan` exports: the backend's own, or what
@@ -395,64 +315,10 @@ class HfExporter:
         every component into one staged folder); return the files written."""
         return self._write(artifact, Path(directory) / name)
 
-    def for_folder(self) -> HfExporter:
-        """This exporter as `export_to_folder` runs it (`in_folder`), whose artifacts are written
-        together with every file they need and a manifest, where a runtime's own loader or LLM
-        runner opens them. Options left `None` in the config then take the folder's defaults:
-        ExecuTorch moves weights over `EXTERNAL_WEIGHTS_BYTES` to a `.ptd`, ONNX rewrites a static
-        cache's attention as `GroupQueryAttention` (onnxruntime-genai's graph), OpenVINO makes a
-        decoder's generation one stateful model (`LLMPipeline`'s). The seed's `export` and
-        `export_for_generation` keep the seed's artifacts: a `.pte` with its weights, the decode
-        interface the seed's ONNX Runtime loop feeds, the seed's `prefill` and `decode`."""
-        exporter = copy.copy(self)
-        exporter.in_folder = True
-        return exporter
-
-    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
-        """The file name (without suffix) component `name` of `artifacts` is saved under."""
-        return name
-
-    def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
-        """Write what the runtime's own LLM runner needs beside a generation export's `artifacts`
-        into `folder` (a staged export folder, its components, configs and tokenizer already
-        written), and say what was written: the one hook through which each backend makes its
-        folder the runtime's package (onnxruntime-genai's `genai_config.json`, OpenVINO GenAI's
-        converted tokenizer, the `tokenizer.json` ExecuTorch's `TextLLMRunner` reads), with the
-        manifest's one `runtime_package` entry (`manifest.runtime_package_entry`): the runner, the
-        files it reads, or why it does not open the folder. Nothing by default."""
-        return Packaged({}, {})
-
-    @property
-    def has_llm_runner(self) -> bool:
-        """Whether this format runs a folder in its runtime's own LLM runner (`run_llm_runner`)."""
-        return type(self).run_llm_runner is not HfExporter.run_llm_runner
-
-    def run_llm_runner(self, folder: Path, request: Any) -> Any:
-        """Run the runtime's own LLM runner on a packaged generation export `folder` (written by
-        `package_folder`, its manifest read back) greedily as `request` (`llm_package.RunnerRequest`)
-        asks, and return its `llm_package.RunnerTokens`: the check that the folder is the
-        runtime's package (`generation.runner_check`). `None`: this format has no such runner.
-
-        Raises:
-            llm_package.RunnerUnavailable: the runner's package is not installed, or the folder
-                is not its package (the components), with why.
-            RuntimeLoadError: the runner failed on the folder.
-        """
-        return None
-
-    def open_llm_engine(self, export: Any) -> Any:
-        """The runtime's own LLM engine (`generation.engine.LlmEngine`) on the packaged generation
-        export `export` (a loaded `GenerationExport`), given a private copy of its checked files or
-        their bytes, never the folder (docs/trust.md): what drives `hfexport generate` and `chat`
-        on a runtime's LLM package.
-
-        Raises:
-            llm_package.RunnerUnavailable: this format has no engine hfexport drives, the engine's
-                package is not installed (`missing=True`), or the folder is not its package, with why.
-        """
-        from .llm_package import RunnerUnavailable
-
-        raise RunnerUnavailable(f"hfexport drives no runtime engine of the {self.format} format")
+    def runtime_package(self) -> RuntimePackage:
+        """This exporter's export folder as its runtime's own package (`folder.package`): what
+        `export_to_folder` plans, captures, writes and checks a generation export as."""
+        return self.package_class(self)
 
     def load(self, files: list[str | os.PathLike | FileBytes]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this

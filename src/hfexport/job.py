@@ -148,14 +148,14 @@ class JobOptions:
 
     Args:
         task: what to export (`hfexport.tasks.TASKS`): `"text-generation-with-past"` (the runtime's
-            LLM package, `HfExporter.package_request`), `"generation-components"`, `"text-generation"`,
+            LLM package, `RuntimePackage.request`), `"generation-components"`, `"text-generation"`,
             `"feature-extraction"`, `"forward"`; `"auto"` infers it from the model
             (`tasks.infer_task`: a causal LM gets its runtime's LLM package) unless `generate` or
             `multi_token_decode` is given; `None` (default): the options below decide, as before
             tasks. The report's `task` says which and why.
         generate: export the generation components (`decompose_for_generation`) instead of one
             graph; in an export folder each backend makes them its runtime's own LLM package where
-            it can (`HfExporter.plan_generation`, `HfExporter.package_folder`).
+            it can (`RuntimePackage.plan`, `RuntimePackage.write`).
         generation_config: for `generate`: e.g. a static cache
             (`GenerationConfig(cache_implementation="static", max_cache_len=N)`).
         multi_token_decode: for `generate`: `decode` takes any number of new tokens.
@@ -288,13 +288,14 @@ def _generation_request(config: ExportConfig, flags: GenerationFlags, generation
     return generate, generation_config, multi_token_decode
 
 
-def _chosen_task(exporter: Any, options: JobOptions, model: Any) -> tuple[GenerationFlags, dict[str, Any], str]:
+def _chosen_task(package: Any, options: JobOptions, model: Any) -> tuple[GenerationFlags, dict[str, Any], str]:
     """The generation options the export runs with, the report's `task` entry and the task's name:
-    the task `resolve_task` chose, its package as the backend makes it (`package_request`)."""
+    the task `resolve_task` chose, its package as the format's runtime package makes it
+    (`RuntimePackage.request`)."""
     choice = resolve_task(options.task, model, _flags(options))
     flags, entry = choice.flags, choice.to_dict()
     if choice.exports == "package":
-        flags, entry["cache"] = exporter.package_request(model, flags.static_cache)
+        flags, entry["cache"] = package.request(model, flags.static_cache)
     return flags, entry, choice.task
 
 
@@ -303,7 +304,9 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
     from .auto import AutoHfExporter
 
     steps = _Timed(options.progress or _Silent())
-    exporter = AutoHfExporter.from_config(config).for_folder()
+    exporter = AutoHfExporter.from_config(config)
+    package = exporter.runtime_package()
+    config = package.folder_config(config)
     choice = _choice(options.quantize)
     if choice is not None:  # an option the format cannot honour, or an unreadable prompt file, fails before loading
         choice.quantizer(config.export_format)
@@ -318,13 +321,13 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
         loaded = _load(model, options.prompt, gguf, revision=options.revision,
                        trust_remote_code=options.trust_remote_code, dtype=options.dtype)
     refuse_dtype(config, dtype_name(loaded.model))  # "auto", or a model given loaded: the dtype it has
-    flags, task, task_name = _chosen_task(exporter, options, loaded.model)
+    flags, task, task_name = _chosen_task(package, options, loaded.model)
     generate, generation_config, multi_token_decode = _generation_request(config, flags, options.generation_config)
     config, quantization = _with_quantizer(config, options.quantize if choice is None else choice, loaded, generate)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
-        components, plan = _components(exporter, config, loaded, generate, generation_config, multi_token_decode,
+        components, plan = _components(package, config, loaded, generate, generation_config, multi_token_decode,
                                        flags.static_cache, task_name)
-        calibration = _captured_calibration(exporter, loaded, plan, config, quantization)
+        calibration = _captured_calibration(package, loaded, plan, config, quantization)
     if plan is not None:  # what the backend made of the request (its own program: a static cache)
         config, generation_config = plan.config, plan.generation_config
     exported: list[str] = []
@@ -373,10 +376,10 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
         checks.append(("comparing the quantized export's greedy tokens with fp32 eager", "gate",
                        _accuracy_gate(loaded, generation_config, target, options.accuracy_tokens, floor,
                                       min_mean_cosine)))
-    if generate and exporter.has_llm_runner:
+    if generate and package.has_runner:
         if options.validate:
             checks.append((f"running the folder in {config.export_format}'s own LLM runner", "validate",
-                           _runner_check(exporter, loaded, generation_config, floor)))
+                           _runner_check(package, loaded, generation_config, floor)))
         else:
             report.update(skipped_entry())
 
@@ -482,21 +485,19 @@ def _with_quantizer(config: ExportConfig, quantize: Any, loaded: Any, generate: 
     return config.replace(quantizer=quantizer, **quantize.config_changes(fmt)), record
 
 
-def _components(exporter: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,
+def _components(package: Any, config: ExportConfig, loaded: Any, generate: bool, generation_config: Any,
                 multi_token_decode: bool, static_cache: int | None, task: str) -> tuple[dict[str, Any], Any]:
     """`({name: (module, kwargs)}, plan)`: the one graph `task` names (plan `None`,
-    `tasks.graph_component`), or the generation components as the exporter plans them for its
-    folder (`HfExporter.plan_generation`)."""
+    `tasks.graph_component`), or the generation components as the format's runtime package plans
+    them (`RuntimePackage.plan`)."""
     if not generate:
         if generation_config is not None or multi_token_decode:
             raise ValueError("generation_config and multi_token_decode shape the generation components: "
                              "pass generate=True (--generate)")
         return {"model": graph_component(task, loaded.model, loaded.inputs)}, None
-    plan = exporter.plan_generation(loaded.model, _prompt(loaded.inputs), config, generation_config, multi_token_decode,
-                                    static_cache=static_cache)
-    # the folder is what runners open: it also holds what they need beyond the documented components
-    plan.runner_components = True
-    return exporter.generation_components(loaded.model, plan), plan
+    plan = package.plan(loaded.model, _prompt(loaded.inputs), config, generation_config, multi_token_decode,
+                        static_cache=static_cache)
+    return package.components(loaded.model, plan), plan
 
 
 def _prompt(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -504,7 +505,7 @@ def _prompt(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
 
 
-def _captured_calibration(exporter: Any, loaded: Any, plan: Any, config: ExportConfig,
+def _captured_calibration(package: Any, loaded: Any, plan: Any, config: ExportConfig,
                           quantization: dict[str, Any] | None) -> dict[str, list[dict[str, Any]]] | None:
     """`{component: [kwargs, ...]}` a generation export's quantizer calibrates each component on:
     its inputs captured on every calibration prompt (`generation.calibration`), the report's
@@ -515,7 +516,7 @@ def _captured_calibration(exporter: Any, loaded: Any, plan: Any, config: ExportC
     from .generation.calibration import captured_calibration
 
     prompts = [_prompt(sample) for sample in config.quantizer.calibration]
-    captured = captured_calibration(lambda asked: exporter.generation_components(loaded.model, asked), plan, prompts)
+    captured = captured_calibration(lambda asked: package.components(loaded.model, asked), plan, prompts)
     quantization["calibration"]["samples_per_component"] = {name: len(s) for name, s in captured.items()}
     return captured
 
@@ -610,12 +611,12 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
     return gate
 
 
-def _runner_check(exporter: Any, loaded: Any, generation_config: Any, floor: float | None) -> Any:
+def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: float | None) -> Any:
     """The check that the packaged folder runs in its runtime's own LLM runner with eager's greedy
     tokens (`generation.runner_check`; a quantized export against hfexport's runner, at `floor`)."""
     from .generation.package import merged_generation_config
 
-    return runner_check(exporter, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
+    return runner_check(package, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
                         min_agreement=floor)
 
 

@@ -1,5 +1,5 @@
 """What the export job asks of a runtime's own LLM runner, and what it answers
-(`HfExporter.run_llm_runner`): greedy tokens of a packaged export folder, run by the vendor's
+(`RuntimePackage.run`): greedy tokens of a packaged export folder, run by the vendor's
 runner (onnxruntime-genai, OpenVINO GenAI's `LLMPipeline`, ExecuTorch's `TextLLMRunner`), for
 `generation.runner_check` to compare with eager `generate`."""
 

@@ -2,7 +2,7 @@
 
 ```
 hfexport export tiny:llama -f onnx -o out      --task auto (default): a causal LM gets its runtime's LLM package
-  text-generation-with-past   the runtime's LLM package (each backend's `HfExporter.package_request`)
+  text-generation-with-past   the runtime's LLM package (each format's `RuntimePackage.request`)
   generation-components       the generation components as `--generate` exports them
   text-generation             one graph: logits only, no cache outputs
   feature-extraction          one graph: the base model's hidden states
@@ -76,7 +76,7 @@ class GenerationFlags:
 class TaskChoice:
     """What `resolve_task` chose: the task, why, and the generation options it stands for (for
     `text-generation-with-past`, `static_cache` is the length the user named or `None`; the
-    backend's `package_request` makes the package of it)."""
+    format's `RuntimePackage.request` makes the package of it)."""
 
     task: str
     reason: str

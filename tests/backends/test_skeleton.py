@@ -63,20 +63,27 @@ _LLM_RUNNERS = {"onnx": "onnxruntime-genai's og.Generator", "openvino": "OpenVIN
 
 @pytest.mark.parametrize("fmt", BUILTIN_FORMATS)
 def test_a_backend_packages_its_generation_folder_through_the_shared_hooks(fmt):
-    """`plan_generation`, `package_folder` and `run_llm_runner` keep the base class's signature in
-    every backend, and a backend whose runtime has its own LLM runner overrides `package_folder`
-    (its folder is that runner's package) and `run_llm_runner` (the export job runs the folder in
-    it): the export job and `generation/` never ask which format they hold."""
+    """Every backend's `RuntimePackage` keeps the base class's signatures, and one whose runtime
+    has its own LLM runner overrides `write` (its folder is that runner's package), `run` (the
+    export job runs the folder in it) and `open_engine` (`hfexport generate` drives it): the export
+    job and `generation/` never ask which format they hold."""
     import inspect
 
     if fmt in _PACKAGES:
         pytest.importorskip(_PACKAGES[fmt])
     from hfexport.exporter import HfExporter
+    from hfexport.folder.package import RuntimePackage
 
     exporter = FORMATS.get(fmt).exporter_class()
-    for hook in ("plan_generation", "package_folder", "run_llm_runner"):
-        assert inspect.signature(getattr(exporter, hook)).parameters.keys() == \
-            inspect.signature(getattr(HfExporter, hook)).parameters.keys(), (fmt, hook)
-    overrides = exporter.package_folder is not HfExporter.package_folder
-    assert overrides == (fmt in _LLM_RUNNERS), f"{fmt}: {_LLM_RUNNERS.get(fmt, 'no LLM runner')}"
-    assert exporter().has_llm_runner == (fmt in _LLM_RUNNERS), f"{fmt}: {_LLM_RUNNERS.get(fmt, 'no LLM runner')}"
+    package = exporter().runtime_package()
+    assert isinstance(package, RuntimePackage) and package.exporter.format == fmt
+    assert inspect.signature(exporter.plan_generation).parameters.keys() == \
+        inspect.signature(HfExporter.plan_generation).parameters.keys(), fmt
+    hooks = ("folder_config", "request", "plan", "components", "file_stem", "write", "run", "open_engine")
+    for hook in hooks:
+        assert inspect.signature(getattr(type(package), hook)).parameters.keys() == \
+            inspect.signature(getattr(RuntimePackage, hook)).parameters.keys(), (fmt, hook)
+    for hook in ("write", "run", "open_engine"):
+        overrides = getattr(type(package), hook) is not getattr(RuntimePackage, hook)
+        assert overrides == (fmt in _LLM_RUNNERS), f"{fmt}.{hook}: {_LLM_RUNNERS.get(fmt, 'no LLM runner')}"
+    assert package.has_runner == (fmt in _LLM_RUNNERS), f"{fmt}: {_LLM_RUNNERS.get(fmt, 'no LLM runner')}"

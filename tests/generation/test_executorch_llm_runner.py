@@ -118,21 +118,20 @@ def test_the_job_falls_back_to_the_static_cache_components_with_the_reason(caplo
 
     model, inputs = build_preset("llama")
     prompt = _batch_of_two(model, inputs)
-    exporter, config = AutoHfExporter.from_config(ExecutorchConfig()).for_folder(), ExecutorchConfig(dynamic=True)
+    package, config = AutoHfExporter.from_config(ExecutorchConfig()).runtime_package(), ExecutorchConfig(dynamic=True)
     with caplog.at_level("WARNING", logger="hfexport"):
-        plan = exporter.plan_generation(model, prompt, config, _static_cache(32, None), True, static_cache=32)
-        components = exporter.generation_components(model, plan)
+        plan = package.plan(model, prompt, config, _static_cache(32, None), True, static_cache=32)
+        components = package.components(model, plan)
     assert list(components) == ["decode"] and "input_pos" not in components["decode"][1]
     assert any(k.startswith("cache") or k == "past_key_values" for k in components["decode"][1])
     why = plan.report["llm_runner"]["why"]
     assert "holds 2 sequences" in why and "TextLLMRunner" in caplog.text
     assert plan.record_details["decode"]["llm_custom_ops"] == {"used": False, "reason": why}
     with pytest.raises(PrepareError, match="holds 2 sequences"):
-        exporter.plan_generation(model, prompt, config.replace(llm_runner=True), _static_cache(32, None), True,
-                                 static_cache=32)
+        package.plan(model, prompt, config.replace(llm_runner=True), _static_cache(32, None), True, static_cache=32)
     # the seed's export_for_generation keeps its components whatever llm_runner says
     seed = AutoHfExporter.from_config(ExecutorchConfig()).plan_generation(
-        model, inputs, ExecutorchConfig(dynamic=True, llm_runner=True), _static_cache(32, None), True, static_cache=32)
+        model, inputs, ExecutorchConfig(dynamic=True, llm_runner=True), _static_cache(32, None), True)
     assert seed.components is None and seed.report == {}
 
 
@@ -183,10 +182,10 @@ def test_a_plain_generation_export_the_program_cannot_serve_gets_the_dynamic_cac
     from hfexport.presets import build_preset
 
     model, inputs = build_preset("llama")
-    exporter, config = AutoHfExporter.from_config(ExecutorchConfig()).for_folder(), ExecutorchConfig(dynamic=True)
+    package, config = AutoHfExporter.from_config(ExecutorchConfig()).runtime_package(), ExecutorchConfig(dynamic=True)
     with caplog.at_level("INFO", logger="hfexport"):
-        plan = exporter.plan_generation(model, _batch_of_two(model, inputs), config, None, False)
-        components = exporter.generation_components(model, plan)
+        plan = package.plan(model, _batch_of_two(model, inputs), config, None, False)
+        components = package.components(model, plan)
     assert "input_pos" not in str(components) and {"prefill", "decode"} <= set(components)
     note = plan.report["llm_runner"]
     assert "holds 2 sequences" in note["why"] and "dynamic-cache" in caplog.text

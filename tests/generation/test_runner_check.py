@@ -84,13 +84,13 @@ def reuse(onnx_job, monkeypatch):
 
 
 def test_a_runner_whose_tokens_differ_refuses_the_export_and_writes_nothing(reuse, tmp_path, monkeypatch, capsys):
-    from hfexport.backends.onnx.exporter import OnnxExporter
+    from hfexport.backends.onnx.package import OnnxRuntimePackage
     from hfexport.llm_package import RunnerTokens
 
     def other_tokens(self, folder, request):
         return RunnerTokens(tuple(range(request.max_new_tokens)), "onnxruntime-genai (patched)")
 
-    monkeypatch.setattr(OnnxExporter, "run_llm_runner", other_tokens)
+    monkeypatch.setattr(OnnxRuntimePackage, "run", other_tokens)
     assert _export("onnx", tmp_path / "out") == 3
     assert "does not run as it should in its runtime's LLM runner" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no output folder, no staging folder, no lock
@@ -98,14 +98,14 @@ def test_a_runner_whose_tokens_differ_refuses_the_export_and_writes_nothing(reus
 
 def test_a_runner_that_fails_on_the_folder_refuses_it(reuse, tmp_path, monkeypatch):
     from hfexport import OnnxConfig
-    from hfexport.backends.onnx.exporter import OnnxExporter
+    from hfexport.backends.onnx.package import OnnxRuntimePackage
     from hfexport.errors import ValidationError
     from hfexport.job import export_to_folder
 
     def crash(self, folder, request):
         raise RuntimeError("Load model from decode.onnx failed")
 
-    monkeypatch.setattr(OnnxExporter, "run_llm_runner", crash)
+    monkeypatch.setattr(OnnxRuntimePackage, "run", crash)
     with pytest.raises(ValidationError, match="LLM runner failed on it: RuntimeError: Load model"):
         export_to_folder("tiny:llama", OnnxConfig(dynamic=True), tmp_path / "out", static_cache=64)
     assert list(tmp_path.iterdir()) == []
@@ -126,9 +126,9 @@ def test_a_missing_runner_package_is_reported_and_the_export_stands(reuse, tmp_p
 
 
 def test_no_validate_says_the_runner_check_was_skipped(reuse, tmp_path, monkeypatch):
-    from hfexport.backends.onnx.exporter import OnnxExporter
+    from hfexport.backends.onnx.package import OnnxRuntimePackage
 
-    monkeypatch.setattr(OnnxExporter, "run_llm_runner", lambda *args: pytest.fail("the runner ran"))
+    monkeypatch.setattr(OnnxRuntimePackage, "run", lambda *args: pytest.fail("the runner ran"))
     assert _export("onnx", tmp_path / "out", "--no-validate") == 0
     runner = json.loads((tmp_path / "out" / "report.json").read_text())["runner"]
     assert runner == {"checked": False, "why": "skipped: validation was off (validate=False, --no-validate)"}

@@ -104,7 +104,7 @@ def run(args) -> int:
 
 
 def _cache_words(cache: dict | None) -> str:
-    """What the summary's task line says of an LLM package's cache (`HfExporter.package_request`)."""
+    """What the summary's task line says of an LLM package's cache (`RuntimePackage.request`)."""
     if cache is None:
         return ""
     return f"; cache {cache['tokens']} tokens ({cache['from']})" if cache["tokens"] else f"; cache: {cache['from']}"

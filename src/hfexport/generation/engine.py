@@ -145,7 +145,7 @@ def open_engine(export: Any, choice: str) -> tuple[LlmEngine | None, str | None]
     if choice == HFEXPORT:
         return None, None
     try:
-        return AutoHfExporter.from_format(export.format).open_llm_engine(export), None
+        return AutoHfExporter.from_format(export.format).runtime_package().open_engine(export), None
     except RunnerUnavailable as error:
         if choice == "runtime":
             raise EngineRefused(f"{export.directory} cannot run in its runtime's own engine: {error.why}",

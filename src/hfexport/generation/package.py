@@ -101,7 +101,7 @@ def save_generation_export(
 
     Args:
         exporter: the exporter that made the artifacts (it writes each one, and packages the
-            folder for its runtime's own LLM runner: `HfExporter.package_folder`).
+            folder for its runtime's own LLM runner: `RuntimePackage.write`).
         model: the eager model; its `config` (and `generation_config`) are saved beside.
         generation_config: the one used for the export (a static cache's `max_cache_len`); the
             model's own is saved when not given.
@@ -123,7 +123,7 @@ def save_generation_export(
         The folder written (or, with `details`, what was written).
     """
     from ..bundle import save_export
-    from ..exporter import FolderContext
+    from ..folder.package import FolderContext
 
     merged = merged_generation_config(model, generation_config)
     context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan, processor)

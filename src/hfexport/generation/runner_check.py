@@ -3,10 +3,10 @@
 tokens it should, before the folder is moved into place.
 
 ```
-runner_check(exporter, model, prompt, generation_config, min_agreement=None)(folder) -> {"runner": ...}
+runner_check(package, model, prompt, generation_config, min_agreement=None)(folder) -> {"runner": ...}
   request   the sample prompt's first sequence, RUNNER_TOKENS greedy tokens (fewer where the cache
             holds fewer), stopping at the model's end tokens
-  run       exporter.run_llm_runner(folder, request): the backend runs its runtime's runner
+  run       package.run(folder, request): the format's RuntimePackage runs its runtime's runner
   compare   fp32: the runner's tokens equal eager generate()'s exactly; quantized: they agree with
             hfexport's own runner on the same folder on at least `min_agreement` of the steps
 ```
@@ -49,12 +49,12 @@ def skipped_entry() -> dict[str, Any]:
     return {"runner": {"checked": False, "why": "skipped: validation was off (validate=False, --no-validate)"}}
 
 
-def runner_check(exporter: Any, model: torch.nn.Module, prompt: dict[str, Any], generation_config: Any, *,
+def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], generation_config: Any, *,
                  min_agreement: float | None = None) -> Callable[[Path], dict[str, Any]]:
     """The check `bundle.save_export` runs on the staged folder (see the module docstring).
 
     Args:
-        exporter: the exporter that packaged the folder (`HfExporter.run_llm_runner`).
+        package: the `folder.package.RuntimePackage` that wrote the folder (`RuntimePackage.run`).
         model: the fp32 eager model; `prompt` its sample inputs (the first sequence is run).
         generation_config: the export's merged generation config (its end tokens, a static cache).
         min_agreement: `None` for an fp32 export (tokens equal to eager's); for a quantized one,
@@ -69,7 +69,7 @@ def runner_check(exporter: Any, model: torch.nn.Module, prompt: dict[str, Any], 
         request = _request(folder, model, prompt, generation_config)
         start = time.perf_counter()
         try:
-            got = exporter.run_llm_runner(folder, request)
+            got = package.run(folder, request)
         except RunnerUnavailable as unavailable:
             if unavailable.missing:
                 logger.warning("the export was not run in its runtime's LLM runner: %s", unavailable.why)

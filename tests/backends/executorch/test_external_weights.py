@@ -67,21 +67,28 @@ def test_cli_flag_sets_the_config_and_is_refused_outside_executorch(tmp_path, ca
     assert "it does not apply to --format openvino (OpenVINO's are always in their .bin)" in capsys.readouterr().err
 
 
-def test_automatic_mode_keeps_them_in_the_program_unless_writing_a_folder(monkeypatch):
+def test_automatic_mode_keeps_them_in_the_program_unless_writing_a_folder():
     """`None` is "in the `.pte`" for `export` (its program loads with `executorch.runtime`, which
-    takes no data file) and "by size" for an export folder (`for_folder`: `export_to_folder`)."""
+    takes no data file) and "by size" for an export folder (`ExecutorchRuntimePackage.folder_config`
+    sets `external_weights_over` to 64 MiB where it is unset)."""
+    from hfexport.config import EXTERNAL_WEIGHTS_BYTES
+
     program = torch.export.export(torch.nn.Linear(64, 32), (torch.ones(2, 64),))
     size = (64 * 32 + 32) * 4
     assert external.weight_bytes(program) == size
-    for by_size in (False, True):
-        assert external.external_reason(ExecutorchConfig(), program, by_size=by_size) is None  # far under 64 MiB
-        assert external.external_reason(ExecutorchConfig(external_weights=True), program,
-                                        by_size=by_size).endswith("=True)")
-        assert external.external_reason(ExecutorchConfig(external_weights=False), program, by_size=by_size) is None
-    monkeypatch.setattr(external, "EXTERNAL_WEIGHTS_BYTES", size - 1)
-    assert external.external_reason(ExecutorchConfig(), program) is None
-    assert "of weights, over the" in external.external_reason(ExecutorchConfig(), program, by_size=True)
-    assert not ExecutorchExporter().in_folder and ExecutorchExporter().for_folder().in_folder
+    for over in (None, EXTERNAL_WEIGHTS_BYTES, size):
+        assert external.external_reason(ExecutorchConfig(external_weights_over=over), program) is None
+        assert external.external_reason(ExecutorchConfig(external_weights=True, external_weights_over=over),
+                                        program).endswith("=True)")
+        assert external.external_reason(ExecutorchConfig(external_weights=False, external_weights_over=over),
+                                        program) is None
+    assert "of weights, over the" in external.external_reason(ExecutorchConfig(external_weights_over=size - 1), program)
+    package = ExecutorchExporter().runtime_package()
+    assert package.folder_config(ExecutorchConfig()).external_weights_over == EXTERNAL_WEIGHTS_BYTES
+    assert package.folder_config(ExecutorchConfig(external_weights_over=7)).external_weights_over == 7
+    assert package.folder_config(ExecutorchConfig(external_weights=False)).external_weights_over is None
+    with pytest.raises(ValueError, match="external_weights_over must be >= 0"):
+        ExecutorchConfig(external_weights_over=-1)
 
 
 def test_the_fingerprint_covers_size_and_both_ends(tmp_path):

@@ -138,7 +138,7 @@ def test_gemma2_sliding_window_and_softcapping_on_the_growing_state_equal_genera
 @pytest.mark.parametrize("static", [None, 32])
 def test_the_seed_api_keeps_prefill_and_decode_an_export_folder_plans_one_model(static):
     """`OpenVINOExporter().export_for_generation` splits a decoder into the seed's `prefill` and
-    `decode` (R6), as asked; the export job (`for_folder`) and `genai_layout=True` plan the one
+    `decode` (R6), as asked; the export job (`OpenVINORuntimePackage.plan`) and `genai_layout=True` plan the one
     stateful model LLMPipeline runs, a static cache becoming its bound."""
     from hfexport import OpenVINOExporter
 
@@ -146,8 +146,8 @@ def test_the_seed_api_keeps_prefill_and_decode_an_export_folder_plans_one_model(
     generation_config = _generation_config(static)
     seed = OpenVINOExporter().plan_generation(model, inputs, OpenVINOConfig(dynamic=True), generation_config)
     assert not seed.decode_prefills and not seed.config.genai_layout and seed.generation_config is generation_config
-    for exporter, config in ((OpenVINOExporter().for_folder(), OpenVINOConfig(dynamic=True)),
-                             (OpenVINOExporter(), OpenVINOConfig(dynamic=True, genai_layout=True))):
-        plan = exporter.plan_generation(model, inputs, config, generation_config)
+    for plan_generation, config in ((OpenVINOExporter().runtime_package().plan, OpenVINOConfig(dynamic=True)),
+                                    (OpenVINOExporter().plan_generation, OpenVINOConfig(dynamic=True, genai_layout=True))):
+        plan = plan_generation(model, inputs, config, generation_config)
         assert plan.decode_prefills and plan.multi_token_decode and plan.config.genai_layout
         assert plan.config.max_cache_len == static

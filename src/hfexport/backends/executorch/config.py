@@ -41,10 +41,12 @@ class ExecutorchConfig(ExportConfig):
             then writes `model.ptd` beside it; load the pair with
             `_load_for_executorch(pte, data_path=ptd)` or the C++ `Module(pte, ptd)`: executorch
             1.4.1's `Runtime.load_program` takes no data file), `False` never. `None` (default):
-            in the `.pte` for what `export` returns; `export_to_folder` and the CLI (a folder with
-            a manifest, opened by hfexport's runner) move weights over 64 MiB
-            (`hfexport.config.EXTERNAL_WEIGHTS_BYTES`) to the `.ptd`. CLI `--external-weights` /
-            `--no-external-weights`. XNNPACK only.
+            by size, `external_weights_over`. CLI `--external-weights` / `--no-external-weights`.
+            XNNPACK only.
+        external_weights_over: with `external_weights=None`, the weight bytes over which they go
+            to the `.ptd`; `None` (default) keeps them in the `.pte` for what `export` returns.
+            `export_to_folder` and the CLI (a folder with a manifest, whose runner maps both files)
+            set 64 MiB (`hfexport.config.EXTERNAL_WEIGHTS_BYTES`) where it is `None`.
         llm_runner: what a generation export written to a folder (`export_to_folder`,
             `hfexport export --generate`) is: `None` (default) the one program ExecuTorch's own
             LLM runner (`TextLLMRunner`) loads, over a cache held in the program
@@ -64,6 +66,7 @@ class ExecutorchConfig(ExportConfig):
     max_image_patches: int = 1024
     max_sequence_length: int | None = None
     external_weights: bool | None = None
+    external_weights_over: int | None = None
     llm_runner: bool | None = None
     backend: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -89,6 +92,10 @@ class ExecutorchConfig(ExportConfig):
                 raise ValueError(f"ExecutorchConfig.max_sequence_length must be >= 2; got {self.max_sequence_length}")
         if self.external_weights is not None:
             check_type("ExecutorchConfig", "external_weights", self.external_weights, bool)
+        if self.external_weights_over is not None:
+            check_type("ExecutorchConfig", "external_weights_over", self.external_weights_over, int)
+            if self.external_weights_over < 0:
+                raise ValueError(f"ExecutorchConfig.external_weights_over must be >= 0; got {self.external_weights_over}")
         if self.llm_runner is not None:
             check_type("ExecutorchConfig", "llm_runner", self.llm_runner, bool)
         if self.external_weights and self.delegate != "xnnpack":

@@ -23,7 +23,7 @@ from ...capture.names import ATTENDED_ROLE, role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import is_cache_object, is_static_cache
 from ...errors import ConversionError, PrepareError
-from ...exporter import FolderContext, HfExporter, Packaged
+from ...exporter import HfExporter
 from ...manifest import FileBytes
 from ...model_config import text_config
 from ...record import ExportRecord
@@ -33,6 +33,7 @@ from .delegates import check_delegate, partitioners
 from .external import external_reason, tag_delegated_weights, weights_tag
 from .copies import drop_identity_copies
 from .folding import fold_weight_only_math
+from .package import ExecutorchRuntimePackage
 from .planning import ViewsBoundedByBase, check_plan
 
 __all__ = ["ExecutorchExporter"]
@@ -64,47 +65,7 @@ class ExecutorchExporter(HfExporter):
     config_class = ExecutorchConfig
     extra = "executorch"
     fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling")
-    sizes_own_package_cache = ("the LLM-runner program's plan (--max-sequence-length N, else the model's positions "
-                               "up to 2048: the report's llm_runner.cache)")
-
-    def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False, *,
-                        static_cache=None):
-        """In an export folder (`for_folder`), the one program ExecuTorch's LLM runner loads, where
-        `ExecutorchConfig.llm_runner` and the model allow it (`llm_export.plan_llm_program`);
-        otherwise, and for the seed's `export_for_generation`, the components as asked."""
-        from .llm_export import plan_llm_program
-
-        config = self._check_config(config)
-
-        def components_plan():
-            return super(ExecutorchExporter, self).plan_generation(model, inputs, config, generation_config,
-                                                                   multi_token_decode)
-
-        if not self.in_folder:  # see HfExporter.for_folder
-            return components_plan()
-        return plan_llm_program(model, inputs, config, generation_config, static_cache, components_plan)
-
-    def generation_components(self, model, plan):
-        """As `HfExporter.generation_components`; in an export folder, an image-text model that
-        `MultimodalRunner` serves (`multimodal.multimodal_refusal`) also gets its one program
-        (`multimodal.py`), over a cache of `static_cache=N` tokens, else
-        `llm_export.default_cache_length`'s."""
-        from .llm_export import default_cache_length
-        from .multimodal import PROGRAM, multimodal_component, multimodal_refusal
-
-        components = super().generation_components(model, plan)
-        if not self.in_folder or "image_encoder" not in components or multimodal_refusal(model.config, plan.config):
-            return components
-        from ...generation.components import Component
-
-        named = getattr(plan.generation_config, "max_cache_len", None)  # static_cache=N (--static-cache N)
-        cache = named or default_cache_length(model, plan.config.max_sequence_length)[0]
-        program, why = multimodal_component(model, components, cache)
-        if program is None:
-            logger.warning("no MultimodalRunner program: %s", why)
-            plan.report["multimodal_runner"] = {"program": None, "why": why}
-            return components
-        return {**components, PROGRAM: Component(*program)}
+    package_class = ExecutorchRuntimePackage
 
     def export_components(self, components, config=None, **options):
         """As `HfExporter.export_components`; the LLM-runner programs (`llm.LlmProgram`,
@@ -123,35 +84,6 @@ class ExecutorchExporter(HfExporter):
             artifacts.update(super().export_components({name: components[name]}, config.replace(dynamic_shapes=shapes),
                                                        **options))
         return {name: artifacts[name] for name in components}
-
-    def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
-        """The `tokenizer.json` ExecuTorch's `TextLLMRunner` reads, beside the LLM-runner program,
-        the manifest's `runtime_package` and the report's `llm_runner` entries
-        (`llm_export.runner_package`); for an image-text export, the manifest's word on the folder
-        as a `MultimodalRunner` folder (`multimodal.py`)."""
-        from .llm_export import runner_package
-        from .multimodal import multimodal_package, multimodal_refusal
-
-        if context.plan is None:
-            why = "saved without its export plan (save_generation_export alone)"
-        else:
-            why = (multimodal_refusal(context.model_config, context.plan.config) if context.model_config is not None
-                   else None) or context.plan.report.get("multimodal_runner", {}).get("why")
-        if "image_encoder" in artifacts:
-            return Packaged(multimodal_package(folder, artifacts, context, why), {})
-        return Packaged(*runner_package(folder, artifacts, context))
-
-    def open_llm_engine(self, export: Any) -> Any:
-        """ExecuTorch's `TextLLMRunner` on a private copy (`llm_engine.py`)."""
-        from .llm_engine import open_text_llm_runner_engine
-
-        return open_text_llm_runner_engine(export)
-
-    def run_llm_runner(self, folder: Path, request: Any) -> Any:
-        """ExecuTorch `TextLLMRunner`'s greedy tokens on the folder's program (`text_runner.py`)."""
-        from .text_runner import run_text_llm_runner
-
-        return run_text_llm_runner(folder, request)
 
     def _check_model(self, model, inputs: dict[str, Any], config: ExecutorchConfig) -> None:
         check_delegate(config.delegate, model_name(model))
@@ -193,7 +125,7 @@ class ExecutorchExporter(HfExporter):
         from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
-        external = external_reason(config, captured.program, by_size=self.in_folder)  # see HfExporter.for_folder
+        external = external_reason(config, captured.program)
         passes = [fold_weight_only_math(), drop_identity_copies(), *([tag_delegated_weights()] if external else [])]
         edge = to_edge_transform_and_lower(_methods(captured, model), transform_passes=passes,
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)),

@@ -36,7 +36,6 @@ from typing import Any
 
 import torch
 
-from ...config import EXTERNAL_WEIGHTS_BYTES
 from ...errors import RuntimeLoadError, SerializationError
 from ...storage import fingerprint
 from .compat import data_payloads
@@ -57,12 +56,12 @@ def weight_bytes(program: torch.export.ExportedProgram) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def external_reason(config: Any, program: torch.export.ExportedProgram, *, by_size: bool = False) -> str | None:
+def external_reason(config: Any, program: torch.export.ExportedProgram) -> str | None:
     """Why `program`'s weights go outside it under `config` (an `ExecutorchConfig`), or `None`.
 
-    `external_weights=True` always; `None` keeps them in the program unless `by_size` (an export
-    folder, `ExecutorchExporter.for_folder`), which moves them out over
-    `hfexport.config.EXTERNAL_WEIGHTS_BYTES` (64 MiB, the threshold ONNX's `.data` uses too): a
+    `external_weights=True` always; `None` keeps them in the program unless they are over
+    `external_weights_over` bytes, which an export folder sets to `hfexport.config.EXTERNAL_WEIGHTS_BYTES`
+    (64 MiB, the threshold ONNX's `.data` uses too; `ExecutorchRuntimePackage.folder_config`): a
     single `.pte` is a single allocation for any loader that takes bytes (the program held whole in
     memory beside the weights XNNPACK packs from it) and a data file can be memory-mapped instead.
     Only the XNNPACK delegate files its weights under the tag (`ExecutorchConfig` refuses `True`
@@ -77,11 +76,11 @@ def external_reason(config: Any, program: torch.export.ExportedProgram, *, by_si
         return None
     if config.external_weights:
         return "ExecutorchConfig(external_weights=True)"
-    size = weight_bytes(program)
-    if not by_size or size <= EXTERNAL_WEIGHTS_BYTES:
+    size, over = weight_bytes(program), config.external_weights_over
+    if over is None or size <= over:
         return None
-    return (f"{size / 2**20:,.0f} MiB of weights, over the {EXTERNAL_WEIGHTS_BYTES // 2**20} MiB an export "
-            "folder moves to a .ptd under ExecutorchConfig(external_weights=None)")
+    return (f"{size / 2**20:,.0f} MiB of weights, over the {over / 2**20:,.0f} MiB of "
+            "ExecutorchConfig(external_weights_over=...) (an export folder's default) under external_weights=None")
 
 
 def weights_tag(node: torch.fx.Node) -> str:

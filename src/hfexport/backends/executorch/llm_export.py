@@ -79,7 +79,7 @@ def plan_llm_program(model: torch.nn.Module, prompt: dict[str, Any], config: Any
         PrepareError: `llm_runner=True` and the program cannot serve the export; a sample prompt
             longer than the cache.
     """
-    from ...exporter import GenerationPlan
+    from ...folder.package import GenerationPlan
 
     if config.llm_runner and generation_config is not None and static_cache is None:
         raise ValueError("llm_runner (--llm-runner) sizes the program's cache from static_cache=N (--static-cache N), "

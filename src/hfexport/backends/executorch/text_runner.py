@@ -1,5 +1,5 @@
 """ExecuTorch's own `TextLLMRunner` run on an export folder's LLM-runner program, token ids in
-and out, in a fresh process (the export job's runner check, `HfExporter.run_llm_runner`).
+and out, in a fresh process (the export job's runner check, `RuntimePackage.run`).
 
 # NOTE: why token ids through a tokenizer of our own rather than the folder's `tokenizer.json`.
 # `TextLLMRunner` (executorch 1.4.1's `_llm_runner` bindings) takes text and hands back each

@@ -11,7 +11,7 @@ import torch
 
 from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
-from ...exporter import FolderContext, HfExporter, Packaged
+from ...exporter import HfExporter
 from ...manifest import FileBytes, ListedFiles, parse_json
 from ...model_config import text_config
 from ...record import ExportRecord
@@ -23,6 +23,7 @@ from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
 from .graph_interface import GRAPH_INTERFACE, GraphInterface
 from .loaded import OnnxModelFiles
+from .package import OnnxRuntimePackage
 from .runner import in_place_writers
 
 __all__ = ["OnnxExporter"]
@@ -47,28 +48,7 @@ class OnnxExporter(HfExporter):
     config_class = OnnxConfig
     extra = "onnx"
     fix_order = ()
-    def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
-        """onnxruntime-genai's `genai_config.json` beside a static-cache decode graph with
-        GroupQueryAttention (`genai.py`), or the manifest's word on why the folder has none."""
-        from .genai import genai_folder_files
-
-        return Packaged(genai_folder_files(folder, artifacts, context), {})
-
-    def open_llm_engine(self, export: Any) -> Any:
-        """onnxruntime-genai's `og.Generator` on a private copy (`llm_engine.py`)."""
-        from .llm_engine import open_genai_engine
-
-        return open_genai_engine(export)
-
-    def run_llm_runner(self, folder: Path, request: Any) -> Any:
-        """onnxruntime-genai's greedy tokens on the folder (`genai.run_genai`)."""
-        from .genai import run_genai
-
-        return run_genai(folder, request)
-
-    def _group_query_attention(self, config: OnnxConfig) -> bool:
-        asked = config.group_query_attention
-        return self.in_folder if asked is None else asked  # see HfExporter.for_folder
+    package_class = OnnxRuntimePackage
 
     def _capture_sample(self, inputs: dict[str, Any], config: OnnxConfig) -> dict[str, Any]:
         # A one-token prompt is traced at two tokens. At one, the conversion lost a broadcast: BLOOM's
@@ -108,7 +88,7 @@ class OnnxExporter(HfExporter):
         fix_index_copy_transposes(onnx_program.model)
         if config.ort_fusions:
             fused, entry = fuse_for_ort(onnx_program.model, max_positions=_rotary_positions(model, inputs),
-                                        group_query_attention=self._group_query_attention(config))
+                                        group_query_attention=bool(config.group_query_attention))
             record.details["ort_fusions"] = entry
             interface = entry.get("group_query_attention", {}).get("interface")
             if interface:  # the graph takes GroupQueryAttention's inputs; the runner translates the record's

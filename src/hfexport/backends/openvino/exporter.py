@@ -20,11 +20,12 @@ from typing import Any
 import torch
 
 from ...capture.trace import Capture
-from ...exporter import FolderContext, HfExporter, Packaged
+from ...exporter import HfExporter
 from ...errors import ExportFolderError
 from ...manifest import FileBytes, ListedFiles
 from ...record import ExportRecord
 from .config import OpenVINOConfig
+from .package import OpenVINORuntimePackage
 
 __all__ = ["OpenVINOExporter", "declared_shapes"]
 
@@ -56,7 +57,7 @@ class OpenVINOExporter(HfExporter):
     extra = "openvino"
     fix_order = ("fix_cat_empty_legacy_input",)
     drop_none_outputs = True  # the PyTorch frontend fails on a None output ("Tensor name is not a number")
-    sizes_own_package_cache = "none: LLMPipeline's state grows with the conversation (--static-cache N bounds it)"
+    package_class = OpenVINORuntimePackage
 
     def export(self, model, inputs, config=None):
         """As every exporter exports (`HfExporter.export`); the one stateful model of OpenVINO
@@ -120,65 +121,16 @@ class OpenVINOExporter(HfExporter):
                     record.details["state"]["max_cache_len"] = config.max_cache_len
         return artifact
 
-    def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False, *,
-                        static_cache=None):
-        """One stateful model for prefill and decode, as OpenVINO GenAI runs it (`genai.py`), in an
-        export folder or where `genai_layout` asks for it; otherwise the seed's components."""
+    def plan_generation(self, model, inputs, config, generation_config=None, multi_token_decode=False):
+        """One stateful model for prefill and decode, as OpenVINO GenAI runs it (`genai.py`), where
+        `genai_layout` asks for it (an export folder plans it through `OpenVINORuntimePackage`);
+        otherwise the seed's components."""
         from .genai import plan_genai_generation
 
         config = self._check_config(config)
-        if not (self.in_folder or config.genai_layout):  # see HfExporter.for_folder
+        if not config.genai_layout:
             return super().plan_generation(model, inputs, config, generation_config, multi_token_decode)
         return plan_genai_generation(model, inputs, config, generation_config, multi_token_decode)
-
-    def generation_components(self, model, plan):
-        """As `HfExporter.generation_components`; in an export folder, an image-text model that
-        `VLMPipeline` serves (`vlm.vlm_refusal`) also gets the two models it needs (`vlm.py`)."""
-        from ...generation.components import Component
-        from .vlm import vlm_components, vlm_refusal
-
-        components = super().generation_components(model, plan)
-        if not self.in_folder or "image_encoder" not in components or vlm_refusal(model.config, plan.config):
-            return components
-        return {**components, **{name: Component(*part) for name, part in vlm_components(model, components).items()}}
-
-    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
-        """A generation export in `LLMPipeline`'s layout writes its `decode` as `openvino_model`,
-        the name `LLMPipeline` opens (the manifest names the files), unless refused
-        (`genai.window_refusal`): then `decode`, which `LLMPipeline` does not open. An image-text
-        export with `VLMPipeline`'s models writes them, and its `text_embeddings`, under the names
-        `VLMPipeline` opens (`vlm.VLM_STEMS`)."""
-        from .genai import GENAI_MODEL, is_genai_layout, llm_pipeline_refusal
-        from .vlm import VLM_STEMS
-
-        if "vision_embeddings" in artifacts and name in VLM_STEMS:
-            return VLM_STEMS[name]
-        is_pipeline_model = name == "decode" and is_genai_layout(artifacts) and llm_pipeline_refusal(artifacts) is None
-        return GENAI_MODEL if is_pipeline_model else name
-
-    def package_folder(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
-        """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout;
-        the converted tokenizer and image processor config `VLMPipeline` needs, beside an
-        image-text export (`vlm.py`)."""
-        from .genai import genai_folder_files
-        from .vlm import vlm_folder_files, vlm_refusal
-
-        refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
-                   else "saved without its export plan (save_generation_export alone)")
-        entries = {**genai_folder_files(artifacts, folder, context), **vlm_folder_files(artifacts, folder, context, refusal)}
-        return Packaged(entries, {})
-
-    def open_llm_engine(self, export: Any) -> Any:
-        """OpenVINO GenAI's `LLMPipeline` on the checked bytes (`llm_engine.py`)."""
-        from .llm_engine import open_llm_pipeline_engine
-
-        return open_llm_pipeline_engine(export)
-
-    def run_llm_runner(self, folder: Path, request: Any) -> Any:
-        """OpenVINO GenAI `LLMPipeline`'s greedy tokens on the folder (`genai.run_llm_pipeline`)."""
-        from .genai import run_llm_pipeline
-
-        return run_llm_pipeline(folder, request)
 
     def _record(self, record: ExportRecord, captured: Capture, artifact, config: OpenVINOConfig) -> None:
         from .precision import recorded_options

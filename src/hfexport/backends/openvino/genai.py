@@ -73,7 +73,7 @@ def plan_genai_generation(model: Any, inputs: dict[str, Any], config: Any, gener
     """The capture of a decoder's generation for one stateful OpenVINO model (see the module
     note): multi-token decode that also prefills, a static cache request turned into
     `config.max_cache_len`. Other models and `stateful=False`: as asked."""
-    from ...exporter import GenerationPlan
+    from ...folder.package import GenerationPlan
     from ...generation.components import is_text_decoder
 
     asked = GenerationPlan(inputs, generation_config, multi_token_decode, False, config)

@@ -1,0 +1,42 @@
+"""The ONNX export folder as onnxruntime-genai's own package (`folder.package.RuntimePackage`): a
+static cache's attention rewritten as `GroupQueryAttention` by default, `genai_config.json` beside
+the decode graph (`genai.py`), og's `Generator` as the runner check and the engine
+(`llm_engine.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...folder.package import FolderContext, Packaged, RuntimePackage
+from .config import OnnxConfig
+
+__all__ = ["OnnxRuntimePackage"]
+
+
+class OnnxRuntimePackage(RuntimePackage):
+    """onnxruntime-genai's folder (see the module docstring)."""
+
+    def folder_config(self, config: OnnxConfig) -> OnnxConfig:
+        """`group_query_attention=None` is on in a folder: a static cache's attention becomes
+        ONNX Runtime's `GroupQueryAttention` (onnxruntime-genai's graph), where the rule matches."""
+        return config.replace(group_query_attention=True) if config.group_query_attention is None else config
+
+    def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """onnxruntime-genai's `genai_config.json` beside a static-cache decode graph with
+        GroupQueryAttention (`genai.py`), or the manifest's word on why the folder has none."""
+        from .genai import genai_folder_files
+
+        return Packaged(genai_folder_files(folder, artifacts, context), {})
+
+    def run(self, folder: Path, request: Any) -> Any:
+        """onnxruntime-genai's greedy tokens on the folder (`genai.run_genai`)."""
+        from .genai import run_genai
+
+        return run_genai(folder, request)
+
+    def open_engine(self, export: Any) -> Any:
+        """onnxruntime-genai's `og.Generator` on a private copy (`llm_engine.py`)."""
+        from .llm_engine import open_genai_engine
+
+        return open_genai_engine(export)

@@ -1,0 +1,77 @@
+"""The OpenVINO export folder as OpenVINO GenAI's own package (`folder.package.RuntimePackage`): a
+decoder's generation as one stateful model `LLMPipeline` opens, with the converted tokenizer
+beside it (`genai.py`); an image-text model's components with the models `VLMPipeline` opens
+(`vlm.py`); `LLMPipeline` as the runner check and the engine (`llm_engine.py`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ...folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage
+
+__all__ = ["OpenVINORuntimePackage"]
+
+
+class OpenVINORuntimePackage(RuntimePackage):
+    """OpenVINO GenAI's `LLMPipeline` and `VLMPipeline` folders (see the module docstring)."""
+
+    sizes_own_cache = "none: LLMPipeline's state grows with the conversation (--static-cache N bounds it)"
+
+    def plan(self, model, inputs, config, generation_config=None, multi_token_decode=False, *, static_cache=None):
+        """One stateful model for prefill and decode, as OpenVINO GenAI runs it
+        (`genai.plan_genai_generation`: a decoder's; other models as asked)."""
+        from .genai import plan_genai_generation
+
+        plan = plan_genai_generation(model, inputs, config, generation_config, multi_token_decode)
+        plan.runner_components = True
+        return plan
+
+    def components(self, model: Any, plan: GenerationPlan) -> dict[str, Any]:
+        """As `RuntimePackage.components`; an image-text model that `VLMPipeline` serves
+        (`vlm.vlm_refusal`) also gets the two models it needs (`vlm.py`)."""
+        from ...generation.components import Component
+        from .vlm import vlm_components, vlm_refusal
+
+        components = super().components(model, plan)
+        if "image_encoder" not in components or vlm_refusal(model.config, plan.config):
+            return components
+        return {**components, **{name: Component(*part) for name, part in vlm_components(model, components).items()}}
+
+    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
+        """A generation export in `LLMPipeline`'s layout writes its `decode` as `openvino_model`,
+        the name `LLMPipeline` opens (the manifest names the files), unless refused
+        (`genai.window_refusal`): then `decode`, which `LLMPipeline` does not open. An image-text
+        export with `VLMPipeline`'s models writes them, and its `text_embeddings`, under the names
+        `VLMPipeline` opens (`vlm.VLM_STEMS`)."""
+        from .genai import GENAI_MODEL, is_genai_layout, llm_pipeline_refusal
+        from .vlm import VLM_STEMS
+
+        if "vision_embeddings" in artifacts and name in VLM_STEMS:
+            return VLM_STEMS[name]
+        is_pipeline_model = name == "decode" and is_genai_layout(artifacts) and llm_pipeline_refusal(artifacts) is None
+        return GENAI_MODEL if is_pipeline_model else name
+
+    def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout;
+        the converted tokenizer and image processor config `VLMPipeline` needs, beside an
+        image-text export (`vlm.py`)."""
+        from .genai import genai_folder_files
+        from .vlm import vlm_folder_files, vlm_refusal
+
+        refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
+                   else "saved without its export plan (save_generation_export alone)")
+        entries = {**genai_folder_files(artifacts, folder, context), **vlm_folder_files(artifacts, folder, context, refusal)}
+        return Packaged(entries, {})
+
+    def run(self, folder: Path, request: Any) -> Any:
+        """OpenVINO GenAI `LLMPipeline`'s greedy tokens on the folder (`genai.run_llm_pipeline`)."""
+        from .genai import run_llm_pipeline
+
+        return run_llm_pipeline(folder, request)
+
+    def open_engine(self, export: Any) -> Any:
+        """OpenVINO GenAI's `LLMPipeline` on the checked bytes (`llm_engine.py`)."""
+        from .llm_engine import open_llm_pipeline_engine
+
+        return open_llm_pipeline_engine(export)

@@ -1,0 +1,1 @@
+"""What writes and opens an export folder: its runtime package (`package.py`)."""

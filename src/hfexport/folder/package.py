@@ -1,0 +1,188 @@
+"""What an export folder is, apart from its components: the runtime's own package.
+
+An export folder (`export_to_folder`, `hfexport export`) is each format's runtime's own package
+where that runtime has one: onnxruntime-genai's folder, OpenVINO GenAI's `LLMPipeline` and
+`VLMPipeline` folders, ExecuTorch's `TextLLMRunner` and `MultimodalRunner` programs. Each format's
+`RuntimePackage` (its exporter's `package_class`, in `backends/<format>/package.py`) is the one place
+that knows it:
+
+```
+folder_config(config)        the folder's defaults made explicit in the config it is exported with
+request(model, static_cache) the generation options that make the package (task text-generation-with-past)
+plan(model, prompt, ...)     -> GenerationPlan: the components its runner needs, or the components as asked
+components(model, plan)      -> {name: Component}: what `plan` exports
+file_stem(name, artifacts)   the file name its runner opens each component by
+write(folder, artifacts, FolderContext) -> Packaged: the files its runner reads, written beside the
+                             components, and the manifest's one `runtime_package` entry
+run(folder, RunnerRequest)   -> RunnerTokens: its runner, greedy on the folder (the job's runner check)
+open_engine(export)          its runner as the engine of `hfexport generate` and `chat`
+```
+`HfExporter` keeps capture, conversion, quantization, saving and loading of single artifacts; the
+base `RuntimePackage` is a folder of the components as asked, with no runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+
+from ..config import ExportConfig
+
+__all__ = ["RuntimePackage", "GenerationPlan", "FolderContext", "Packaged"]
+
+
+@dataclasses.dataclass
+class GenerationPlan:
+    """How a backend captures a model's generation components (`HfExporter.plan_generation`,
+    `RuntimePackage.plan`):
+    the arguments `decompose_for_generation` is called with, and the config each component is
+    exported with; or the components the backend builds itself (ExecuTorch's LLM-runner program),
+    and what the export's report and records say of that choice."""
+
+    inputs: dict[str, Any]
+    generation_config: Any
+    multi_token_decode: bool
+    decode_prefills: bool
+    config: ExportConfig | None
+    #: `{name: (module, kwargs)}` the backend built itself; None: `decompose_for_generation`'s
+    components: dict[str, tuple[torch.nn.Module, dict[str, Any]]] | None = None
+    #: entries of the export's `report.json` about the package (ExecuTorch's `llm_runner`)
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: details added to each named component's record once exported (why a program was not made)
+    record_details: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: also capture what a runner needs beyond the documented components (an image-text model's
+    #: `text_embeddings`: `decompose_for_generation(runner_components=True)`); the export folder
+    #: asks for it (`export_to_folder`), the seed's `export_for_generation` does not
+    runner_components: bool = False
+
+
+@dataclasses.dataclass
+class FolderContext:
+    """What a backend packages a generation export folder from (`RuntimePackage.write`)."""
+
+    #: the model's config (`None` where the caller saved artifacts without the model)
+    model_config: Any
+    #: the model's generation config with the export's settings over it (what is saved)
+    generation_config: Any
+    tokenizer: Any
+    #: the plan the components were exported by (`None` from `save_generation_export` alone)
+    plan: GenerationPlan | None = None
+    #: an image-text model's processor (`None` where the model came without one)
+    processor: Any = None
+    #: `{component: [file names]}` as written into the folder (filled in by `bundle.save_export`)
+    component_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+
+class Packaged(NamedTuple):
+    """What `RuntimePackage.write` wrote, as entries of the manifest and of the report."""
+
+    manifest: dict[str, Any]
+    report: dict[str, Any]
+
+
+class RuntimePackage:
+    """A format's export folder as its runtime's own package (see the module docstring): made for
+    one exporter (`HfExporter.runtime_package()`), which it captures and converts with."""
+
+    #: how this package sizes its cache when the user names none (`request`); `None`: it takes
+    #: `tasks.default_cache_length`'s static cache
+    sizes_own_cache: ClassVar[str | None] = None
+
+    def __init__(self, exporter: Any):
+        self.exporter = exporter
+
+    def folder_config(self, config: ExportConfig) -> ExportConfig:
+        """`config` with the options it leaves `None` set to the folder's defaults, where they
+        differ from a single artifact's (ONNX's GroupQueryAttention, ExecuTorch's weights file):
+        what every export of the folder, one graph or the generation components, is made with."""
+        return config
+
+    def request(self, model: torch.nn.Module, static_cache: int | None) -> tuple[Any, dict[str, Any]]:
+        """The generation options that make this package (task `text-generation-with-past`,
+        `hfexport.tasks`), and the report's word on its cache.
+
+        By default a static-cache decode that also prefills (`static_cache=N`: what onnxruntime-genai's
+        folder and `hfexport generate` run), over `static_cache` tokens or, where the user named none,
+        `tasks.default_cache_length`; a package whose plan sizes or grows the cache itself
+        (`sizes_own_cache`) is asked with `generate=True` alone, as its `--generate` does.
+
+        Returns:
+            `(tasks.GenerationFlags, {"tokens": N or None, "from": why})`.
+        """
+        from ..tasks import GenerationFlags, default_cache_length
+
+        if static_cache is not None:
+            named = {"tokens": static_cache, "from": "static_cache=N (--static-cache N)"}
+            return GenerationFlags(True, True, static_cache), named
+        if self.sizes_own_cache:
+            return GenerationFlags(generate=True), {"tokens": None, "from": self.sizes_own_cache}
+        length, why = default_cache_length(model)
+        return GenerationFlags(True, True, length), {"tokens": length, "from": why}
+
+    def plan(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig, generation_config: Any = None,
+             multi_token_decode: bool = False, *, static_cache: int | None = None) -> GenerationPlan:
+        """How the folder captures `model`'s generation components: as the exporter plans them
+        (`HfExporter.plan_generation`), with what a runner needs beyond the documented components
+        (an image-text model's `text_embeddings`); a package whose runner wants another layout
+        plans that (OpenVINO's one stateful model, ExecuTorch's LLM-runner program).
+
+        Args:
+            static_cache: the cache length the caller named (`static_cache=N`, `--static-cache N`;
+                `generation_config` then already asks for that static cache), which a package may
+                size its own program by.
+        """
+        plan = self.exporter.plan_generation(model, inputs, config, generation_config, multi_token_decode)
+        plan.runner_components = True
+        return plan
+
+    def components(self, model: torch.nn.Module, plan: GenerationPlan) -> dict[str, Any]:
+        """`{name: (module, kwargs)}` that `plan` exports (`HfExporter.generation_components`),
+        and any a package's runner needs besides (a `MultimodalRunner` program)."""
+        return self.exporter.generation_components(model, plan)
+
+    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
+        """The file name (without suffix) component `name` of `artifacts` is saved under."""
+        return name
+
+    def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """Write what the runtime's own runner needs beside a generation export's `artifacts` into
+        `folder` (a staged export folder, its components, configs and tokenizer already written),
+        and say what was written, with the manifest's one `runtime_package` entry
+        (`manifest.runtime_package_entry`): the runner, the files it reads, or why it does not
+        open the folder. Nothing by default."""
+        return Packaged({}, {})
+
+    @property
+    def has_runner(self) -> bool:
+        """Whether this format runs a folder in its runtime's own runner (`run`)."""
+        return type(self).run is not RuntimePackage.run
+
+    def run(self, folder: Path, request: Any) -> Any:
+        """Run the runtime's own runner on a packaged generation export `folder` (written by
+        `write`, its manifest read back) greedily as `request` (`llm_package.RunnerRequest`) asks,
+        and return its `llm_package.RunnerTokens`: the check that the folder is the runtime's
+        package (`generation.runner_check`). `None`: this format has no such runner.
+
+        Raises:
+            llm_package.RunnerUnavailable: the runner's package is not installed, or the folder
+                is not its package (the components), with why.
+            RuntimeLoadError: the runner failed on the folder.
+        """
+        return None
+
+    def open_engine(self, export: Any) -> Any:
+        """The runtime's own engine (`generation.engine.LlmEngine`) on the packaged generation
+        export `export` (a loaded `GenerationExport`), given a private copy of its checked files or
+        their bytes, never the folder (docs/trust.md): what drives `hfexport generate` and `chat`
+        on a runtime's package.
+
+        Raises:
+            llm_package.RunnerUnavailable: this format has no engine hfexport drives, the engine's
+                package is not installed (`missing=True`), or the folder is not its package, with why.
+        """
+        from ..llm_package import RunnerUnavailable
+
+        raise RunnerUnavailable(f"hfexport drives no runtime engine of the {self.exporter.format} format")
