@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from hfexport.manifest import read_manifest, write_manifest  # noqa: E402
+from hfexport.folder.manifest import read_manifest, write_manifest  # noqa: E402
 
 
 def _median_seconds(work, runs: int = 3) -> float:

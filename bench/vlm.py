@@ -180,7 +180,7 @@ def vlm_pipeline(folder: Path, picture):
     import openvino as ov
     import openvino_genai as ov_genai
 
-    from hfexport.manifest import read_manifest, runtime_package
+    from hfexport.folder.manifest import read_manifest, runtime_package
 
     entry = runtime_package(read_manifest(folder), "VLMPipeline") or {"ready": False, "why": "no VLMPipeline entry"}
     if not entry["ready"]:

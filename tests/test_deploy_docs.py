@@ -126,7 +126,7 @@ def test_the_pages_files_are_what_the_export_writes(exported, page):
     """The page's file table and its C++ ship list each name exactly the files its `tiny:llama`
     export's manifest lists (and the manifest itself), with the weights file `--external-weights`
     writes (a real model's default) where the runtime has one."""
-    from hfexport.manifest import read_manifest
+    from hfexport.folder.manifest import read_manifest
 
     runtime, _ = PAGES[page]
     folders = [exported(page), *([exported(page, external=True)] if runtime in EXTERNAL_WEIGHTS else [])]

@@ -1,4 +1,4 @@
-"""Opening an export folder from elsewhere (`hfexport.manifest`, `GenerationExport.load`): only what
+"""Opening an export folder from elsewhere (`hfexport.folder.manifest`, `GenerationExport.load`): only what
 its manifest lists, inside the folder, each file's bytes as written, on the user's path (`hfexport
 generate` and `GenerationRunner.load`).
 
@@ -17,7 +17,7 @@ import torch
 
 from hfexport.cli.main import main
 from hfexport.errors import ExportFolderError
-from hfexport.manifest import MANIFEST_VERSION, owned_files, read_manifest
+from hfexport.folder.manifest import MANIFEST_VERSION, owned_files, read_manifest
 from tests.harness import require_backend
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def test_the_manifest_lists_every_file_with_its_hash_and_the_folder_generates_ea
     on_disk = sorted(p.name for p in folder.iterdir() if p.name != "manifest.json")
     assert sorted(manifest["files"]) == on_disk
     assert manifest["files"]["decode.onnx.data"]["bytes"] > 8_000_000
-    from hfexport.manifest import file_table
+    from hfexport.folder.manifest import file_table
 
     assert manifest["files"] == file_table(folder)  # every entry what the file holds now, report.json too
     result = GenerationRunner.load(folder).generate(PROMPT[0], max_new_tokens=6)

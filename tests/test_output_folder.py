@@ -1,4 +1,4 @@
-"""What an export may write and replace (`hfexport.output_folder`), on the user's path: the CLI as a
+"""What an export may write and replace (`hfexport.folder.output_folder`), on the user's path: the CLI as a
 user types it (`main`, and a subprocess where signals and a second process matter) and the Python API.
 
 Every refusal is checked to leave the folder exactly as it was (same names, same bytes) and to exit 2.
@@ -18,7 +18,7 @@ import pytest
 
 from hfexport.cli.main import main
 from hfexport.errors import OutputFolderError
-from hfexport.output_folder import check_output_folder, claimed_folder
+from hfexport.folder.output_folder import check_output_folder, claimed_folder
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
@@ -237,7 +237,7 @@ def test_an_earlier_export_holding_a_users_file_is_refused(earlier_export, tmp_p
 
 def test_the_python_api_keeps_the_same_rules(tmp_path):
     from hfexport import DynamoConfig
-    from hfexport.bundle import save_export
+    from hfexport.folder.bundle import save_export
     from hfexport.exporter_dynamo import DynamoExporter
     from hfexport.job import export_to_folder
     from hfexport.presets import build_preset
@@ -265,7 +265,7 @@ def test_a_failed_export_removes_the_parent_folders_it_made(tmp_path):
 def test_a_second_writer_is_refused_at_once(tmp_path, capsys):
     out = tmp_path / "out"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from hfexport.output_folder import claimed_folder\n"
+        [sys.executable, "-c", "import sys, time; from hfexport.folder.output_folder import claimed_folder\n"
          f"with claimed_folder({str(out)!r}, overwrite=False):\n    print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:

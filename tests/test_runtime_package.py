@@ -1,4 +1,4 @@
-"""The manifest's one `runtime_package` entry (`hfexport.manifest`): written in one shape for every
+"""The manifest's one `runtime_package` entry (`hfexport.folder.manifest`): written in one shape for every
 runtime's runner, checked as a folder from elsewhere is, and read from the five shapes version 3
 wrote instead, so that folders written before it keep opening in their runners.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hfexport.errors import ExportFolderError
-from hfexport.manifest import (MANIFEST_VERSION, RUNNERS, file_table, read_manifest, runtime_package,
+from hfexport.folder.manifest import (MANIFEST_VERSION, RUNNERS, file_table, read_manifest, runtime_package,
                                runtime_package_entry, upgrade_manifest, write_manifest)
 
 #: `(format, files written, version 3's entries, the runtime_package entry read from them)`

@@ -211,7 +211,7 @@ def test_a_link_inside_the_folder_is_named_a_link(llm_package, tmp_path, capsys)
 
 
 def test_a_deep_or_oversized_manifest_and_a_file_for_a_folder_are_one_line(llm_package, tmp_path, capsys):
-    from hfexport.manifest import MAX_MANIFEST_BYTES
+    from hfexport.folder.manifest import MAX_MANIFEST_BYTES
 
     package = llm_package("llama", "onnx")
     folder = _copy(package, tmp_path)

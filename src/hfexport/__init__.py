@@ -43,7 +43,7 @@ _LAZY = {
     "register_fx_program_fix": "hfexport.workarounds",
     "export_to_folder": "hfexport.job",
     "ExportJobResult": "hfexport.job",
-    "save_export": "hfexport.bundle",
+    "save_export": "hfexport.folder.bundle",
     "register_pytree_node": "hfexport.capture.pytree",
     "validate": "hfexport.validation.driver",
     "validate_components": "hfexport.validation.driver",

@@ -38,10 +38,10 @@ from .config import ExportConfig
 from .capture.interface import split_constants
 from .folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage
 from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
-from .manifest import FileBytes, ListedFiles
+from .folder.manifest import FileBytes, ListedFiles
 from .record import ExportRecord, attach_record, record_from_program
 from .builtins import load_workarounds
-from .storage import staged_files
+from .folder.storage import staged_files
 from .timing import Phases, phase, recording
 from .workarounds import applied_patches
 

@@ -38,7 +38,7 @@ from .errors import DtypeRefusedError, ValidationError
 from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
 from .generation.runner_check import runner_check, skipped_entry
 from .loading import dtype_name
-from .output_folder import claimed_folder, model_folder
+from .folder.output_folder import claimed_folder, model_folder
 from .record import record_of
 from .timing import Phases, phase, recording
 from .tasks import GenerationFlags, check_task_options, graph_component, resolve_task
@@ -634,7 +634,7 @@ def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, c
                                       generation_config=generation_config, tokenizer=loaded.tokenizer,
                                       processor=loaded.processor, export_config=config, overwrite=overwrite,
                                       extra=extra, report=report, details=True, check=check, plan=plan)
-    from .bundle import save_export
+    from .folder.bundle import save_export
 
     return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,
                        processor=loaded.processor, export_config=config, overwrite=overwrite, manifest_extra=extra,

@@ -444,7 +444,7 @@ def _processor(spec: str, config: Any, **kwargs: Any) -> Any:
     costs: the export is the same, only `hfexport generate --image` needs the processor."""
     import logging
 
-    from .tokenizer_files import has_processor, processor_class
+    from .folder.tokenizer_files import has_processor, processor_class
 
     if not (has_processor(spec) if os.path.isdir(spec) else hasattr(config, "vision_config")):
         return None

@@ -133,7 +133,7 @@ def tiny_processor(name: str) -> Any:
         from transformers import Qwen2VLProcessor
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-        from .tokenizer_files import buildable_processor_class
+        from .folder.tokenizer_files import buildable_processor_class
 
         image_processor = Qwen2VLImageProcessorPil(patch_size=4, merge_size=2, temporal_patch_size=2,
                                                    min_pixels=8 * 8, max_pixels=16 * 8 * 8)

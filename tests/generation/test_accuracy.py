@@ -55,7 +55,7 @@ def test_a_quantized_generation_export_reports_its_agreement_with_fp32_eager(tmp
     timing = result.report["timing"]  # the gate and the quantization are phases of their own
     assert timing["folder"]["gate"] > 0 and all(timing[name]["quantize"] > 0 for name in result.artifacts)
     # the gate's report.json, written after the manifest first listed the files, is hashed anew
-    from hfexport.manifest import file_table, read_manifest
+    from hfexport.folder.manifest import file_table, read_manifest
 
     assert read_manifest(tmp_path / "q")["files"] == file_table(tmp_path / "q")
 

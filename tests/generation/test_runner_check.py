@@ -138,7 +138,7 @@ def test_a_folder_that_is_the_components_says_why(reuse, tmp_path):
     """The ONNX runner check on a folder without `genai_config.json` (its manifest says why)."""
     from hfexport.backends.onnx.genai import run_genai
     from hfexport.llm_package import RunnerRequest, RunnerUnavailable
-    from hfexport.manifest import runtime_package_entry, write_manifest
+    from hfexport.folder.manifest import runtime_package_entry, write_manifest
 
     write_manifest(tmp_path, {"kind": "generation", "format": "onnx", "components": {},
                               **runtime_package_entry("onnxruntime-genai", why="why not")})

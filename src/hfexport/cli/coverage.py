@@ -22,7 +22,7 @@ def run(args) -> int:
     from ..coverage import load_results, merge_results, render_markdown, run_matrix, save_results
     from ..executors import choose_executor
     from ..coverage.matrix import BACKENDS, FAILED, MODES, check_outputs, done_results
-    from ..storage import atomic_file
+    from ..folder.storage import atomic_file
 
     backends = _names(args.backends) or list(BACKENDS)
     modes = _names(args.modes) or list(MODES)

@@ -14,7 +14,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from ..generation.package import GenerationExport
-    from ..manifest import MANIFEST_VERSION, read_manifest, upgrade_manifest
+    from ..folder.manifest import MANIFEST_VERSION, read_manifest, upgrade_manifest
 
     folder = Path(args.export_dir)
     if args.upgrade:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutputFolderError
-from ..output_folder import check_writable
-from ..storage import atomic_file
+from ..folder.output_folder import check_writable
+from ..folder.storage import atomic_file
 from ..executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
 from .known_failures import BACKENDS, KNOWN_FAILURES, MODES, KnownFailure
 

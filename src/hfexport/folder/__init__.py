@@ -1,1 +1,4 @@
-"""What writes and opens an export folder: its runtime package (`package.py`)."""
+"""What writes and opens an export folder: the runtime's own package (`package.py`), saving
+(`bundle.py`), the manifest read back with suspicion (`manifest.py`), what an export may write and
+replace (`output_folder.py`), staged and atomic writes (`storage.py`), and the tokenizer files it
+carries (`tokenizer_files.py`)."""

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..config import BUILTIN_FORMATS
-from ..output_folder import check_writable
+from ..folder.output_folder import check_writable
 from .checks import EXPORT_STAGES, run_example
 from .example import ARCHS, DEFAULT_ARCHS, MODES, Example, examples
 from .outcomes import Failure, Outcome

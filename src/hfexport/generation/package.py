@@ -26,11 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..bundle import record_from_entry
+from ..folder.bundle import record_from_entry
 from ..errors import ExportFolderError
-from ..manifest import MANIFEST, MANIFEST_VERSION, ListedFiles, listed_path, read_manifest
+from ..folder.manifest import MANIFEST, MANIFEST_VERSION, ListedFiles, listed_path, read_manifest
 from ..record import ExportRecord, record_of
-from ..tokenizer_files import PROCESSOR_FILES, is_metadata_file, load_processor, load_tokenizer
+from ..folder.tokenizer_files import PROCESSOR_FILES, is_metadata_file, load_processor, load_tokenizer
 from .multimodal import image_prompt_entry
 
 __all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "merged_generation_config", "MANIFEST",
@@ -122,7 +122,7 @@ def save_generation_export(
     Returns:
         The folder written (or, with `details`, what was written).
     """
-    from ..bundle import save_export
+    from ..folder.bundle import save_export
     from ..folder.package import FolderContext
 
     merged = merged_generation_config(model, generation_config)

@@ -34,7 +34,7 @@ import torch
 
 from ..errors import ValidationError
 from ..llm_package import RunnerRequest, RunnerTokens, RunnerUnavailable
-from ..manifest import read_manifest
+from ..folder.manifest import read_manifest
 
 __all__ = ["runner_check", "skipped_entry", "RUNNER_TOKENS"]
 

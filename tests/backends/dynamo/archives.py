@@ -136,7 +136,7 @@ def file_closer(victim: Path) -> Callable[[list], None]:
 def refresh_manifest(folder: Path) -> None:
     """Rewrite `folder`'s manifest so that every file "checks" again (size and SHA-256 of what is
     there now): what an attacker who changed a file does too."""
-    from hfexport.manifest import MANIFEST, write_manifest
+    from hfexport.folder.manifest import MANIFEST, write_manifest
 
     manifest = json.loads((folder / MANIFEST).read_text())
     write_manifest(folder, manifest)

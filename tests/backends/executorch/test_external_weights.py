@@ -19,8 +19,8 @@ pytest.importorskip("executorch")
 from hfexport import ExecutorchConfig, ExecutorchExporter, GenerationExport, GenerationRunner, record_of  # noqa: E402
 from hfexport import validate  # noqa: E402
 from hfexport.backends.executorch import external  # noqa: E402
-from hfexport.bundle import save_export  # noqa: E402
-from hfexport.storage import fingerprint  # noqa: E402
+from hfexport.folder.bundle import save_export  # noqa: E402
+from hfexport.folder.storage import fingerprint  # noqa: E402
 from hfexport.errors import RuntimeLoadError, SerializationError  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
 from hfexport.runner import runner_for  # noqa: E402

@@ -115,7 +115,7 @@ def test_the_prompt_is_split_around_its_one_image_as_generate_hf_splits_it():
 
 def test_a_folder_that_is_no_multimodal_runner_folder_is_refused_with_its_why(tmp_path):
     from hfexport.errors import ExportFolderError, RuntimeLoadError
-    from hfexport.manifest import runtime_package_entry, write_manifest
+    from hfexport.folder.manifest import runtime_package_entry, write_manifest
 
     def package(program: str, files: list[str]) -> dict:
         settings = {"program": program, "data": None, "image_token_id": 120}

@@ -9,7 +9,7 @@ import torch
 
 from ...capture.trace import Capture
 from ...exporter import HfExporter
-from ...manifest import FileBytes
+from ...folder.manifest import FileBytes
 from ...record import ExportRecord
 from .artifact import read_program, write_program
 from .config import DynamoConfig

@@ -9,9 +9,9 @@ from typing import Any
 
 from executorch.exir import ExecutorchProgramManager
 
-from ...manifest import FileBytes
+from ...folder.manifest import FileBytes
 from ...record import record_of
-from ...storage import checked_destination, fingerprint, staged_files
+from ...folder.storage import checked_destination, fingerprint, staged_files
 from .compat import data_payloads
 from .external import write_ptd
 

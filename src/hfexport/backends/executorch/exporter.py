@@ -24,7 +24,7 @@ from ...capture.prepare import model_name
 from ...capture.pytree import is_cache_object, is_static_cache
 from ...errors import ConversionError, PrepareError
 from ...exporter import HfExporter
-from ...manifest import FileBytes
+from ...folder.manifest import FileBytes
 from ...model_config import text_config
 from ...record import ExportRecord
 from .config import ExecutorchConfig

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from ...errors import RuntimeLoadError, SerializationError
-from ...storage import fingerprint
+from ...folder.storage import fingerprint
 from .compat import data_payloads
 
 __all__ = ["WEIGHTS_TAG", "check_data_file", "external_reason", "tag_delegated_weights", "weight_bytes",

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
-from ...manifest import ListedFiles, parse_json
+from ...folder.manifest import ListedFiles, parse_json
 
 __all__ = ["TextLlmRunnerEngine", "open_text_llm_runner_engine"]
 
@@ -62,7 +62,7 @@ def open_text_llm_runner_engine(export: Any) -> TextLlmRunnerEngine:
     """
     from ..._versions import installed_version, is_importable
     from ...llm_package import RunnerUnavailable
-    from ...manifest import runtime_package
+    from ...folder.manifest import runtime_package
     from .llm_export import TEXT_RUNNER
     from .text_runner import FIRST_ID_CHAR, id_tokenizer, vocab_size_of
 

@@ -129,7 +129,7 @@ def runner_package(folder: Path, artifacts: dict[str, Any], context: Any) -> tup
     export folder (`context`: an `exporter.FolderContext`): for the LLM-runner program, the files
     `TextLLMRunner` reads, with the tokenizer file it reads placed beside it (`runner_tokenizer`);
     for the components, why the runner cannot load them (the report's `llm_runner` says it already)."""
-    from ...manifest import runtime_package_entry
+    from ...folder.manifest import runtime_package_entry
     from ...record import record_of
 
     planned = context.plan.report.get("llm_runner", {}) if context.plan is not None else {}

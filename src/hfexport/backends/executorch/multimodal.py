@@ -185,7 +185,7 @@ def multimodal_package(folder: Path, artifacts: dict[str, Any], context: Any, wh
     files `MultimodalRunner` reads (`multimodal.pte`, its `.ptd`, the `tokenizer.json` placed
     beside it), and the program's methods and image input, or why it cannot open the folder;
     `{}` for any other export."""
-    from ...manifest import runtime_package_entry
+    from ...folder.manifest import runtime_package_entry
     from ...record import record_of
     from .llm_export import runner_tokenizer
 

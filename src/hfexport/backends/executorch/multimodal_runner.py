@@ -79,7 +79,7 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
             manifest), or the runner failed.
     """
     from ...errors import ExportFolderError, RuntimeLoadError
-    from ...manifest import ListedFiles, parse_json, read_manifest, runtime_package
+    from ...folder.manifest import ListedFiles, parse_json, read_manifest, runtime_package
     from .multimodal import RUNNER
 
     folder = Path(folder)

@@ -71,7 +71,7 @@ def run_text_llm_runner(folder: Path, request: Any) -> Any:
     from ..._versions import installed_version, is_importable
     from ...errors import RuntimeLoadError
     from ...llm_package import RunnerTokens, RunnerUnavailable
-    from ...manifest import read_manifest, runtime_package
+    from ...folder.manifest import read_manifest, runtime_package
     from .llm_export import TEXT_RUNNER
 
     entry = runtime_package(read_manifest(folder, verify=False), TEXT_RUNNER)  # the folder this export just wrote

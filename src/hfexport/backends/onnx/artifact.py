@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ...config import EXTERNAL_WEIGHTS_BYTES
-from ...storage import checked_destination, staged_files
+from ...folder.storage import checked_destination, staged_files
 
 __all__ = ["HfOnnxProgram", "save_scratch", "write_onnx"]
 

@@ -12,7 +12,7 @@ import torch
 from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
 from ...exporter import HfExporter
-from ...manifest import FileBytes, ListedFiles, parse_json
+from ...folder.manifest import FileBytes, ListedFiles, parse_json
 from ...model_config import text_config
 from ...record import ExportRecord
 from ...timing import phase

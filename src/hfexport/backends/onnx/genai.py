@@ -182,7 +182,7 @@ def genai_folder_files(folder: Path, artifacts: dict[str, Any], context: Any) ->
     """Write `genai_config.json` into the export `folder` where `artifacts` can be an
     onnxruntime-genai model (`genai_status`); return the manifest's `runtime_package` entry,
     naming the files og reads or saying why there are none (`context`: an `exporter.FolderContext`)."""
-    from ...manifest import runtime_package_entry
+    from ...folder.manifest import runtime_package_entry
 
     if context.model_config is None:
         return {}
@@ -204,7 +204,7 @@ def run_genai(folder: Path, request: Any) -> Any:
             onnxruntime-genai is not installed.
     """
     from ...llm_package import RunnerTokens, RunnerUnavailable
-    from ...manifest import read_manifest, runtime_package
+    from ...folder.manifest import read_manifest, runtime_package
 
     entry = runtime_package(read_manifest(folder, verify=False), RUNNER)  # the folder this export just wrote
     if entry is None or not entry["ready"]:

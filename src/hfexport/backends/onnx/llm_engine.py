@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
-from ...manifest import ListedFiles, parse_json
+from ...folder.manifest import ListedFiles, parse_json
 
 __all__ = ["GenaiEngine", "open_genai_engine"]
 
@@ -48,7 +48,7 @@ def open_genai_engine(export: Any) -> GenaiEngine:
             onnxruntime-genai is not installed.
     """
     from ...llm_package import RunnerUnavailable
-    from ...manifest import runtime_package
+    from ...folder.manifest import runtime_package
     from .genai import GENAI_CONFIG, RUNNER, check_genai_config
 
     entry = runtime_package(export.manifest, RUNNER)

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from ...errors import ExportFolderError
-from ...manifest import FileBytes
+from ...folder.manifest import FileBytes
 
 __all__ = ["OnnxModelFiles", "external_locations"]
 

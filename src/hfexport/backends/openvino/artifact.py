@@ -8,8 +8,8 @@ from pathlib import Path
 import openvino as ov
 
 from ...errors import ExportFolderError
-from ...manifest import FileBytes
-from ...storage import checked_destination, staged_files
+from ...folder.manifest import FileBytes
+from ...folder.storage import checked_destination, staged_files
 
 __all__ = ["HfOpenVINOModel", "read_openvino", "write_openvino"]
 

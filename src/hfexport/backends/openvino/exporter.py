@@ -22,7 +22,7 @@ import torch
 from ...capture.trace import Capture
 from ...exporter import HfExporter
 from ...errors import ExportFolderError
-from ...manifest import FileBytes, ListedFiles
+from ...folder.manifest import FileBytes, ListedFiles
 from ...record import ExportRecord
 from .config import OpenVINOConfig
 from .package import OpenVINORuntimePackage

@@ -195,7 +195,7 @@ def genai_folder_files(artifacts: dict[str, Any], directory: Path, context: Any)
     refused one, `llm_pipeline_refusal`, gets no tokenizer and keeps its `decode` name). A text
     export in another layout (`OpenVINOConfig(stateful=False)`, an encoder-decoder) says so;
     an image-text one is `vlm.vlm_folder_files`'."""
-    from ...manifest import runtime_package_entry
+    from ...folder.manifest import runtime_package_entry
     from ...record import record_of
 
     if "image_encoder" in artifacts:
@@ -234,7 +234,7 @@ def run_llm_pipeline(folder: Path, request: Any) -> Any:
             openvino-genai is not installed.
     """
     from ...llm_package import RunnerTokens, RunnerUnavailable
-    from ...manifest import read_manifest, runtime_package
+    from ...folder.manifest import read_manifest, runtime_package
 
     entry = runtime_package(read_manifest(folder, verify=False), RUNNER)  # the folder this export just wrote
     if entry is None or "model" not in entry["settings"]:  # `window_refusal`: written as the components' decode

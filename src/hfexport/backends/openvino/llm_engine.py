@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
-from ...manifest import ListedFiles
+from ...folder.manifest import ListedFiles
 
 __all__ = ["LlmPipelineEngine", "open_llm_pipeline_engine"]
 
@@ -42,7 +42,7 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
             openvino-genai is not installed.
     """
     from ...llm_package import RunnerUnavailable
-    from ...manifest import runtime_package
+    from ...folder.manifest import runtime_package
     from .genai import GENAI_MODEL, RUNNER
     from .runner import compile_properties
 

@@ -272,7 +272,7 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
     (the converted tokenizer, the image processor's config) into `directory` (the staged folder)
     and return the manifest's `runtime_package` entry: the files `VLMPipeline` reads, or why it
     cannot open the folder."""
-    from ...manifest import runtime_package_entry
+    from ...folder.manifest import runtime_package_entry
     from ...record import record_of
     from .genai import convert_tokenizer_for_genai
 
@@ -312,7 +312,7 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
 def _processor_config(name_or_path: str | None) -> Path | None:
     """The image processor config of the model loaded from `name_or_path`: in its folder, or a hub
     model's in the local Hugging Face cache (never downloaded here); None where there is none."""
-    from ...output_folder import model_folder
+    from ...folder.output_folder import model_folder
 
     folder = model_folder(name_or_path or "")
     if folder is not None:

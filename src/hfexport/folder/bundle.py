@@ -27,11 +27,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .folder.package import FolderContext, Packaged
+from .package import FolderContext, Packaged
 from .manifest import MANIFEST, MANIFEST_VERSION, write_manifest
 from .output_folder import model_folder, staged_folder
-from .record import ExportRecord, record_of
-from .timing import phase
+from ..record import ExportRecord, record_of
+from ..timing import phase
 from .tokenizer_files import save_processor_files, save_tokenizer_files
 
 __all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry"]

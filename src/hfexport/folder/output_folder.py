@@ -40,7 +40,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import OutputFolderError
+from ..errors import OutputFolderError
 from .manifest import owned_files
 from .storage import current_umask
 

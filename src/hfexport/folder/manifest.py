@@ -41,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from .errors import ExportFolderError
+from ..errors import ExportFolderError
 
 __all__ = ["MANIFEST", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES", "RUNNERS", "FileBytes", "ListedFiles",
            "file_table", "listed_path", "owned_files", "parse_json", "read_manifest", "runtime_package",

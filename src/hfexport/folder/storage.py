@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import SerializationError
+from ..errors import SerializationError
 
 __all__ = ["atomic_file", "checked_destination", "current_umask", "fingerprint", "staged_files"]
 
