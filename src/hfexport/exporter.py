@@ -38,7 +38,7 @@ from .config import ExportConfig
 from .capture.interface import split_constants
 from .folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage
 from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
-from .folder.manifest import FileBytes, ListedFiles
+from .folder.manifest import FileBytes
 from .record import ExportRecord, attach_record, record_from_program
 from .builtins import load_workarounds
 from .folder.storage import staged_files
@@ -328,11 +328,6 @@ class HfExporter:
         are read); a file the model names that is not among `files` (an ONNX model's external
         data, an OpenVINO `.bin`) is refused, naming it, never opened by its path."""
         return self._load([f if isinstance(f, FileBytes) else FileBytes.read(f) for f in files])
-
-    def check_listed(self, manifest: dict[str, Any], listed: ListedFiles) -> None:
-        """Refuse (`ExportFolderError`) an export folder whose runtime package names a file the
-        manifest does not list (onnxruntime-genai's `genai_config.json`, an OpenVINO `.xml`'s
-        `.bin`), before any runtime opens it; `listed` reads the files, checked."""
 
     # -- steps a backend customises --------------------------------------------------------------
 

@@ -79,7 +79,8 @@ def test_a_backend_packages_its_generation_folder_through_the_shared_hooks(fmt):
     assert isinstance(package, RuntimePackage) and package.exporter.format == fmt
     assert inspect.signature(exporter.plan_generation).parameters.keys() == \
         inspect.signature(HfExporter.plan_generation).parameters.keys(), fmt
-    hooks = ("folder_config", "request", "plan", "components", "file_stem", "write", "run", "open_engine")
+    hooks = ("folder_config", "request", "plan", "components", "check_listed", "file_stem", "write", "run",
+             "open_engine")
     for hook in hooks:
         assert inspect.signature(getattr(type(package), hook)).parameters.keys() == \
             inspect.signature(getattr(RuntimePackage, hook)).parameters.keys(), (fmt, hook)

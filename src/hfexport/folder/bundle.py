@@ -190,8 +190,9 @@ def save_export(
             **packaged.manifest,
             "components": components,
         }
-        package = {"runtime_package": packaged.manifest["runtime_package"]} if "runtime_package" in packaged.manifest else {}
-        report = {**report, **package, **packaged.report} if report is not None else None
+        entry = packaged.manifest.get("runtime_package")
+        package_entry = {"runtime_package": entry} if entry is not None else {}
+        report = {**report, **package_entry, **packaged.report} if report is not None else None
         written = _with_sizes(report, components) if report is not None else None
         if written is not None:
             (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))

@@ -10,14 +10,15 @@
 `files` lists every file the export wrote (all but the manifest itself) by its path relative to the
 folder, with its size and full SHA-256. `runtime_package` says, in one shape for every backend,
 whether the runtime's own runner (`RUNNERS`) opens the folder, the files it reads and why not
-(`runtime_package_entry` writes it, `runtime_package` reads it). `read_manifest` is the one reader: it refuses an oversized,
-too deeply nested, damaged or incomplete manifest, a newer version and an older one (which records
-no hashes), and any path that is absolute, climbs out with `..` or leads out of the folder through
-a link, each in one line naming the file. `ListedFiles` hands out the listed files (`FileBytes`) to
-whoever runs them, each checked on the bytes read, so that the bytes checked are the bytes run.
-`owned_files` tells the output-folder rules which files an earlier export in a folder wrote
-(`output_folder.py`: `--overwrite` replaces nothing else); `upgrade_manifest` records the hashes an
-older manifest lacks (`hfexport verify --upgrade`).
+(`runtime_package_entry` writes it, `runtime_package` reads it). `read_manifest` is the one
+reader: it refuses an oversized, too deeply nested, damaged or incomplete manifest, a newer version
+and one older than 3 (which records no hashes), and any path that is absolute, climbs out with
+`..` or leads out of the folder through a link, each in one line naming the file; it reads version
+3's runtime package entries as `runtime_package`. `ListedFiles` hands out the listed files
+(`FileBytes`) to whoever runs them, each checked on the bytes read, so that the bytes checked are
+the bytes run. `owned_files` tells the output-folder rules which files an earlier export in a
+folder wrote (`output_folder.py`: `--overwrite` replaces nothing else); `upgrade_manifest` records
+the hashes an older manifest lacks, or rewrites version 3 as 4 (`hfexport verify --upgrade`).
 
 # NOTE: why every file's full hash, checked on every load. An export folder is made to be copied
 # between machines and people; a weights file damaged in transit (a flipped byte in the middle of

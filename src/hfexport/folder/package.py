@@ -7,15 +7,16 @@ where that runtime has one: onnxruntime-genai's folder, OpenVINO GenAI's `LLMPip
 that knows it:
 
 ```
-folder_config(config)        the folder's defaults made explicit in the config it is exported with
-request(model, static_cache) the generation options that make the package (task text-generation-with-past)
-plan(model, prompt, ...)     -> GenerationPlan: the components its runner needs, or the components as asked
-components(model, plan)      -> {name: Component}: what `plan` exports
-file_stem(name, artifacts)   the file name its runner opens each component by
+folder_config(config)          the folder's defaults made explicit in the config it is exported with
+request(model, static_cache)   the generation options that make the package (text-generation-with-past)
+plan(model, prompt, ...)       -> GenerationPlan: the components its runner needs, or those asked for
+components(model, plan)        -> {name: Component}: what `plan` exports
+file_stem(name, artifacts)     the file name its runner opens each component by
 write(folder, artifacts, FolderContext) -> Packaged: the files its runner reads, written beside the
-                             components, and the manifest's one `runtime_package` entry
-run(folder, RunnerRequest)   -> RunnerTokens: its runner, greedy on the folder (the job's runner check)
-open_engine(export)          its runner as the engine of `hfexport generate` and `chat`
+                               components, and the manifest's one `runtime_package` entry
+run(folder, RunnerRequest)     -> RunnerTokens: its runner, greedy on the folder (the job's runner check)
+open_engine(export)            its runner as the engine of `hfexport generate` and `chat`
+check_listed(manifest, listed) a folder opened from elsewhere: what its runner reads is listed
 ```
 `HfExporter` keeps capture, conversion, quantization, saving and loading of single artifacts; the
 base `RuntimePackage` is a folder of the components as asked, with no runner.
@@ -142,6 +143,12 @@ class RuntimePackage:
         """`{name: (module, kwargs)}` that `plan` exports (`HfExporter.generation_components`),
         and any a package's runner needs besides (a `MultimodalRunner` program)."""
         return self.exporter.generation_components(model, plan)
+
+    def check_listed(self, manifest: dict[str, Any], listed: Any) -> None:
+        """Refuse (`ExportFolderError`) an export folder whose runtime package names a file the
+        manifest does not list (onnxruntime-genai's `genai_config.json`, an OpenVINO `.xml`'s
+        `.bin`), before any runtime opens it; `listed` (a `manifest.ListedFiles`) reads the files,
+        checked. Nothing to check by default."""
 
     def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
         """The file name (without suffix) component `name` of `artifacts` is saved under."""

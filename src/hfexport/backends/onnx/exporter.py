@@ -12,7 +12,7 @@ import torch
 from ...capture.dynamic import grown_sample
 from ...capture.trace import Capture
 from ...exporter import HfExporter
-from ...folder.manifest import FileBytes, ListedFiles, parse_json
+from ...folder.manifest import FileBytes
 from ...model_config import text_config
 from ...record import ExportRecord
 from ...timing import phase
@@ -124,15 +124,6 @@ class OnnxExporter(HfExporter):
 
     def _write(self, artifact: HfOnnxProgram, stem: Path) -> list[Path]:
         return write_onnx(artifact, stem.with_suffix(".onnx"))
-
-    def check_listed(self, manifest: dict[str, Any], listed: ListedFiles) -> None:
-        """An onnxruntime-genai folder's `genai_config.json` holds only what hfexport writes and
-        names only listed files (`genai.check_genai_config`)."""
-        from .genai import GENAI_CONFIG, check_genai_config
-
-        if GENAI_CONFIG in manifest["files"]:
-            config = listed.read(GENAI_CONFIG)
-            check_genai_config(parse_json(config.data, config.path), set(manifest["files"]), config.path)
 
     def _load(self, files: list[FileBytes]) -> OnnxModelFiles:
         return OnnxModelFiles(files[0], files[1:])  # each external-data location one of `files`

@@ -22,6 +22,16 @@ class OnnxRuntimePackage(RuntimePackage):
         ONNX Runtime's `GroupQueryAttention` (onnxruntime-genai's graph), where the rule matches."""
         return config.replace(group_query_attention=True) if config.group_query_attention is None else config
 
+    def check_listed(self, manifest: dict[str, Any], listed: Any) -> None:
+        """An onnxruntime-genai folder's `genai_config.json` holds only what hfexport writes and
+        names only listed files (`genai.check_genai_config`)."""
+        from ...folder.manifest import parse_json
+        from .genai import GENAI_CONFIG, check_genai_config
+
+        if GENAI_CONFIG in manifest["files"]:
+            config = listed.read(GENAI_CONFIG)
+            check_genai_config(parse_json(config.data, config.path), set(manifest["files"]), config.path)
+
     def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
         """onnxruntime-genai's `genai_config.json` beside a static-cache decode graph with
         GroupQueryAttention (`genai.py`), or the manifest's word on why the folder has none."""

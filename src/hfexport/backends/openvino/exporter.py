@@ -21,8 +21,7 @@ import torch
 
 from ...capture.trace import Capture
 from ...exporter import HfExporter
-from ...errors import ExportFolderError
-from ...folder.manifest import FileBytes, ListedFiles
+from ...folder.manifest import FileBytes
 from ...record import ExportRecord
 from .config import OpenVINOConfig
 from .package import OpenVINORuntimePackage
@@ -147,18 +146,6 @@ class OpenVINOExporter(HfExporter):
         from .artifact import write_openvino
 
         return write_openvino(artifact, stem.with_suffix(".xml"))
-
-    def check_listed(self, manifest: dict[str, Any], listed: ListedFiles) -> None:
-        """Every listed `.xml` has its `.bin` listed: OpenVINO GenAI's pipelines open the `.bin`
-        beside each model they read (their tokenizer's too), by its name."""
-        files = manifest["files"]
-        for name in files:
-            weights = name.removesuffix(".xml") + ".bin"
-            if name.endswith(".xml") and weights not in files:
-                raise ExportFolderError(
-                    f"{listed.folder / name} reads its weights from {weights}, which manifest.json does not list; an "
-                    "OpenVINO model's .bin is written with it", remedy="copy the export folder again, whole, from "
-                    "where it was written, or export again")
 
     def _load(self, files: list[FileBytes]):
         from .artifact import read_openvino

@@ -52,6 +52,20 @@ class OpenVINORuntimePackage(RuntimePackage):
         is_pipeline_model = name == "decode" and is_genai_layout(artifacts) and llm_pipeline_refusal(artifacts) is None
         return GENAI_MODEL if is_pipeline_model else name
 
+    def check_listed(self, manifest: dict[str, Any], listed: Any) -> None:
+        """Every listed `.xml` has its `.bin` listed: OpenVINO GenAI's pipelines open the `.bin`
+        beside each model they read (their tokenizer's too), by its name."""
+        from ...errors import ExportFolderError
+
+        files = manifest["files"]
+        for name in files:
+            weights = name.removesuffix(".xml") + ".bin"
+            if name.endswith(".xml") and weights not in files:
+                raise ExportFolderError(
+                    f"{listed.folder / name} reads its weights from {weights}, which manifest.json does not list; an "
+                    "OpenVINO model's .bin is written with it", remedy="copy the export folder again, whole, from "
+                    "where it was written, or export again")
+
     def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
         """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout;
         the converted tokenizer and image processor config `VLMPipeline` needs, beside an
@@ -61,8 +75,8 @@ class OpenVINORuntimePackage(RuntimePackage):
 
         refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
                    else "saved without its export plan (save_generation_export alone)")
-        entries = {**genai_folder_files(artifacts, folder, context), **vlm_folder_files(artifacts, folder, context, refusal)}
-        return Packaged(entries, {})
+        return Packaged({**genai_folder_files(artifacts, folder, context),
+                         **vlm_folder_files(artifacts, folder, context, refusal)}, {})
 
     def run(self, folder: Path, request: Any) -> Any:
         """OpenVINO GenAI `LLMPipeline`'s greedy tokens on the folder (`genai.run_llm_pipeline`)."""
