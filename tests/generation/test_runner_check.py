@@ -152,8 +152,8 @@ def test_a_quantized_export_is_compared_with_hfexports_runner_at_the_floor(onnx_
     from hfexport.auto import AutoHfExporter
     from hfexport.generation.runner_check import runner_check
 
-    exporter = AutoHfExporter.from_format("onnx")
-    found = runner_check(exporter, onnx_job.model, onnx_job.inputs, onnx_job.model.generation_config,
+    package = AutoHfExporter.from_format("onnx").runtime_package()
+    found = runner_check(package, onnx_job.model, onnx_job.inputs, onnx_job.model.generation_config,
                          min_agreement=0.7)(onnx_job.directory)["runner"]
     assert found["against"] == "hfexport's runner on the same folder"
     assert found["agreement"] == 1.0 and found["min_agreement"] == 0.7 and found["passed"]

@@ -259,7 +259,9 @@ def test_a_folder_moves_large_weights_out_and_export_keeps_them_in(tmp_path, mon
     program while `export_to_folder` writes them to the `.ptd`, the reason recorded."""
     from hfexport.job import export_to_folder
 
-    monkeypatch.setattr(external, "EXTERNAL_WEIGHTS_BYTES", 1024)
+    from hfexport.backends.executorch import package
+
+    monkeypatch.setattr(package, "EXTERNAL_WEIGHTS_BYTES", 1024)  # the folder's default threshold
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
     sample = {"input": torch.randn(2, 32, generator=torch.Generator().manual_seed(0))}
     program = ExecutorchExporter().export(model, sample, config=ExecutorchConfig())
@@ -267,7 +269,9 @@ def test_a_folder_moves_large_weights_out_and_export_keeps_them_in(tmp_path, mon
     assert "external_weights" not in record_of(program).details
     result = export_to_folder((model, sample), ExecutorchConfig(), tmp_path / "folder")
     assert result.manifest["components"]["model"]["files"] == ["model.pte", "model.ptd"]
-    assert "over the 0 MiB an export folder moves" in result.manifest["components"]["model"]["external_weights"]["reason"]
+    reason = result.manifest["components"]["model"]["external_weights"]["reason"]
+    assert "of weights, over the 1,024 bytes of ExecutorchConfig(external_weights_over=...)" in reason, reason
+    assert json.loads((tmp_path / "folder" / "export_config.json").read_text())["external_weights_over"] == 1024
 
 
 # -- generation --------------------------------------------------------------------------------------

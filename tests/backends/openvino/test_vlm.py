@@ -40,8 +40,8 @@ import numpy as np
 import openvino as ov
 import openvino_genai as ov_genai
 folder, cases, new, backend = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-entry = json.load(open(folder + "/manifest.json"))["openvino_genai_vlm"]
-pipe = ov_genai.VLMPipeline(folder, "CPU", ATTENTION_BACKEND=backend, **entry["properties"])
+entry = json.load(open(folder + "/manifest.json"))["runtime_package"]
+pipe = ov_genai.VLMPipeline(folder, "CPU", ATTENTION_BACKEND=backend, **entry["settings"]["properties"])
 
 class Ids(ov_genai.StreamerBase):
     def __init__(self):

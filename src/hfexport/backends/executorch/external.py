@@ -79,8 +79,12 @@ def external_reason(config: Any, program: torch.export.ExportedProgram) -> str |
     size, over = weight_bytes(program), config.external_weights_over
     if over is None or size <= over:
         return None
-    return (f"{size / 2**20:,.0f} MiB of weights, over the {over / 2**20:,.0f} MiB of "
-            "ExecutorchConfig(external_weights_over=...) (an export folder's default) under external_weights=None")
+    return (f"{_bytes(size)} of weights, over the {_bytes(over)} of ExecutorchConfig(external_weights_over=...) "
+            "(an export folder's default) under external_weights=None")
+
+
+def _bytes(count: int) -> str:
+    return f"{count / 2**20:,.0f} MiB" if count >= 2**20 else f"{count:,} bytes"
 
 
 def weights_tag(node: torch.fx.Node) -> str:
