@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -87,16 +89,49 @@ def dynamic_llama():
 
 
 @pytest.fixture(scope="session")
-def saved_generation(tmp_path_factory):
+def shared_folder(tmp_path_factory):
+    """`shared_folder(key, write)`: the folder `write(folder)` fills, made once per test run whichever
+    test asks first, and the same for every test that asks for `key` after it. Under pytest-xdist the
+    workers share it: it lies in the run's temporary folder above the workers' own, and a file lock
+    lets the first worker to ask write it while another that asks waits, then reads it (an export is
+    a pure function of its preset, seeded, and its options: what the other would have written). A
+    write that fails leaves no folder: the next test to ask writes it again. A test reads the
+    folder; one that changes it works on a copy."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's own folder (`--basetemp` or `pytest-N`), each worker's is below it
+    root = root / "shared"
+    root.mkdir(exist_ok=True)
+
+    def get(key: str, write) -> Path:
+        folder, done = root / key, root / f"{key}.done"
+        with FileLock(root / f"{key}.lock"):
+            if not done.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+                write(folder)
+                done.touch()
+        return folder
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def saved_generation(shared_folder):
     """`saved_generation(fmt, case)`: the export of `case` (`tests.generation.exports.CASES`) to
-    `fmt`, saved to disk, made once per session whichever test package asks first."""
-    from tests.generation.exports import export_case
+    `fmt`, saved to disk, made once per test run (`shared_folder`: across the xdist workers too)
+    whichever test package asks first: the runner, declared-shape, image, static-decode and backend
+    tests all read the same folders. Each worker compares them with its own fresh build of the preset
+    (`saved_case`)."""
+    from tests.generation.exports import export_case, saved_case
 
     made = {}
 
     def get(fmt: str, case: str):
         if (fmt, case) not in made:
-            made[fmt, case] = export_case(fmt, case, tmp_path_factory.mktemp(f"{fmt}-{case}") / "export")
+            folder = shared_folder(f"generation-{fmt}-{case}", lambda f: export_case(fmt, case, f / "export"))
+            made[fmt, case] = saved_case(case, folder / "export")
         return made[fmt, case]
 
     return get

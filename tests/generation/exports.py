@@ -67,19 +67,27 @@ def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
     carries it for `hfexport generate --image`."""
     from hfexport.loading import LoadedModel
 
+    saved = saved_case(case, directory)
     preset, static = CASES[case]
-    model, inputs = build_preset(preset)
-    inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
-    processor = tiny_processor(case)
-    loaded = LoadedModel(model, inputs, preset, getattr(processor, "tokenizer", None), processor=processor)
+    processor = saved.processor
+    loaded = LoadedModel(saved.model, saved.inputs, preset, getattr(processor, "tokenizer", None), processor=processor)
     # llm_runner=False: the static cases are the static-cache components (the cache as method inputs, the
     # seed's decode loops); ExecuTorch's LLM-runner program, its default, is tests/generation/test_executorch_llm_runner.py's.
     # LLaVA keeps the default: its ExecuTorch folder also holds MultimodalRunner's program
     # (tests/backends/executorch/test_multimodal.py), beside the components the other tests run
     export_to_folder(loaded, config, directory, generate=True, static_cache=static,
                      llm_runner=None if case == "llava" else False)
-    return SavedExport(directory, model, inputs, _generation_config(static), processor)
+    return saved
+
+
+def saved_case(case: str, directory: Path) -> SavedExport:
+    """`case`'s export in `directory` with what the tests compare it to: a fresh build of its preset
+    (seeded: the weights it was exported from), the prompt, the generation config and the processor."""
+    preset, static = CASES[case]
+    model, inputs = build_preset(preset)
+    inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
+    return SavedExport(directory, model, inputs, _generation_config(static), tiny_processor(case))
 
 
 def _generation_config(static: int | None) -> Any:

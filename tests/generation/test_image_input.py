@@ -148,8 +148,8 @@ def test_image_on_an_export_without_a_processor_exits_2_naming_image_inputs(save
     """As an export of a model folder that held no processor (or one transformers could not load)."""
     from hfexport.generation.package import GenerationExport
 
+    saved = saved_generation("dynamo", "qwen2_vl")  # before the patch: a shared export is made unpatched
     monkeypatch.setattr(GenerationExport, "has_processor", property(lambda self: False))
-    saved = saved_generation("dynamo", "qwen2_vl")
     png = _png(tmp_path / "image.png", IMAGE_SIZES[0], seed=0)
     assert main(["generate", str(saved.directory), "--image", str(png), "--prompt", "Describe this image."]) == 2
     err = capsys.readouterr().err
@@ -165,8 +165,8 @@ def test_a_processor_this_install_cannot_build_exits_2_naming_what_it_needs(save
     def cannot(self):
         raise ImportError("\nCLIPImageProcessor requires the PIL library but it was not found in your environment.")
 
+    saved = saved_generation("dynamo", "llava")  # before the patch: a shared export is made unpatched
     monkeypatch.setattr(GenerationExport, "load_processor", cannot)
-    saved = saved_generation("dynamo", "llava")
     png = _png(tmp_path / "image.png", IMAGE_SIZES[0], seed=0)
     assert main(["generate", str(saved.directory), "--image", str(png), "--prompt", "Describe this image."]) == 2
     err = capsys.readouterr().err

@@ -17,24 +17,43 @@ from hfexport.errors import ConversionError, PrepareError  # noqa: E402
 from hfexport.workarounds import FX_NODE_FIXES  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
 from tests.backends.panel import panel_params  # noqa: E402
-from tests.harness import export_and_validate, seed_dynamic_shapes, without  # noqa: E402
+from tests.harness import seed_dynamic_shapes, without  # noqa: E402
 
 ATOL = 1e-4
 
 
+@pytest.fixture(scope="module")
+def dynamic_export():
+    """`dynamic_export(name)`: `(model, inputs, program)`, preset `name` lowered to XNNPACK with
+    `dynamic=True` (the seed's `ExecutorchConfig(delegate="xnnpack", dynamic=True)`), made once per
+    module whichever test asks first: the panel validates each, and the seed's snippets save and run
+    the Qwen3 one (one lowering, ~20 s, where there were two). No test changes the program."""
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            model, inputs = build_preset(name)
+            config = ExecutorchConfig(delegate="xnnpack", dynamic=True)
+            made[name] = model, inputs, ExecutorchExporter().export(model, inputs, config=config)
+        return made[name]
+
+    return get
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", panel_params("executorch"))
-def test_panel_matches_eager_in_executorch_runtime(name):
-    program, report, _, _ = export_and_validate(ExecutorchExporter(), ExecutorchConfig(dynamic=True), name)
+def test_panel_matches_eager_in_executorch_runtime(name, dynamic_export):
+    model, inputs, program = dynamic_export(name)
+    report = validate(program, model, inputs)
+    assert report.passed, report.to_table()
     assert report.runtime.startswith("ExecuTorch")
     delegation = record_of(program).details["delegation"]
     assert delegation["delegate"] == "xnnpack" and delegation["delegated_nodes"] > 0
 
 
 @pytest.fixture(scope="module")
-def qwen3_pte(tmp_path_factory):
-    model, inputs = build_preset("qwen3")
-    et_program = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(delegate="xnnpack", dynamic=True))
+def qwen3_pte(dynamic_export, tmp_path_factory):
+    model, inputs, et_program = dynamic_export("qwen3")
     path = tmp_path_factory.mktemp("pte") / "model.pte"
     et_program.save(str(path))
     return model, inputs, et_program, path
