@@ -152,3 +152,40 @@ def test_a_crafted_entry_is_refused_in_one_line(tmp_path, change, message):
     with pytest.raises(ExportFolderError) as error:
         read_manifest(folder)
     assert message in str(error.value) and "manifest.json" in str(error.value)
+
+
+@pytest.mark.parametrize("settings", [{"program": "other.pte"}, {"data": "../decode.ptd"}, {"model": "/etc/hosts"},
+                                      {"models": {"vision_embeddings": "elsewhere.xml"}}, {"models": "x.xml"}])
+def test_a_setting_naming_a_file_the_manifest_does_not_list_is_refused(tmp_path, settings):
+    """A runner is handed the files its settings name (a program, its data, an OpenVINO model): each
+    must be one the manifest lists, ready or not."""
+    folder = _folder(tmp_path, ["decode.pte"])
+    for why in (None, "not ready"):
+        entry = runtime_package_entry("TextLLMRunner", files=[] if why else ["decode.pte"], why=why, settings=settings)
+        write_manifest(folder, {"kind": "generation", "format": "executorch", "components": {}, **entry})
+        with pytest.raises(ExportFolderError, match="for its runtime package without listing it"):
+            read_manifest(folder)
+
+
+@pytest.mark.parametrize(("properties", "refused"), [
+    ({"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "u8"}, False),
+    ({}, False),
+    ({"CACHE_DIR": "/tmp/elsewhere"}, True),
+    ({"INFERENCE_PRECISION_HINT": "f64"}, True),
+    ({"KV_CACHE_PRECISION": None}, True),
+    (["INFERENCE_PRECISION_HINT"], True),
+])
+def test_the_compile_properties_an_openvino_folder_gives_its_engine_are_an_export_s_precisions(properties, refused):
+    """`LLMPipeline` is given the runtime package's properties: only the precisions an export
+    records pass (a `CACHE_DIR` would have OpenVINO write where the folder says)."""
+    from types import SimpleNamespace
+
+    from hfexport.backends.openvino.package import OpenVINORuntimePackage
+
+    manifest = {"files": {}, "runtime_package": {"settings": {"properties": properties}}}
+    check = lambda: OpenVINORuntimePackage(None).check_listed(manifest, SimpleNamespace(folder=Path("export")))  # noqa: E731
+    if refused:
+        with pytest.raises(ExportFolderError, match="an export records only a precision"):
+            check()
+    else:
+        check()

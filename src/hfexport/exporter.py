@@ -36,7 +36,7 @@ from .capture.dynamic import size_oblivious_tracing
 from .capture.prepare import model_name
 from .config import ExportConfig
 from .capture.interface import split_constants
-from .folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage
+from .folder.package import GenerationPlan, RuntimePackage
 from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
 from .folder.manifest import FileBytes
 from .record import ExportRecord, attach_record, record_from_program
@@ -45,7 +45,7 @@ from .folder.storage import staged_files
 from .timing import Phases, phase, recording
 from .workarounds import applied_patches
 
-__all__ = ["HfExporter", "GenerationPlan", "FolderContext", "Packaged"]
+__all__ = ["HfExporter", "GenerationPlan"]
 
 logger = logging.getLogger("hfexport")
 

@@ -9,7 +9,7 @@
 ```
 `files` lists every file the export wrote (all but the manifest itself) by its path relative to the
 folder, with its size and full SHA-256. `runtime_package` says, in one shape for every backend,
-whether the runtime's own runner (`RUNNERS`) opens the folder, the files it reads and why not
+whether the runtime's own runner (`RUNNERS`) opens the folder, its files and why not
 (`runtime_package_entry` writes it, `runtime_package` reads it). `read_manifest` is the one
 reader: it refuses an oversized, too deeply nested, damaged or incomplete manifest, a newer version
 and one older than 3 (which records no hashes), and any path that is absolute, climbs out with
@@ -59,6 +59,9 @@ _HASHED_VERSION = 3
 #: with the format whose folders each opens.
 RUNNERS = {"onnxruntime-genai": "onnx", "LLMPipeline": "openvino", "VLMPipeline": "openvino",
            "TextLLMRunner": "executorch", "MultimodalRunner": "executorch"}
+#: The `runtime_package.settings` that name a file of the folder (`models`: several), each of which
+#: must be listed: a runner is handed them by name.
+_PACKAGE_FILE_SETTINGS = ("program", "data", "model")
 #: Version 3's entries that `runtime_package` replaces (`_legacy_runtime_package`).
 _LEGACY_PACKAGE_KEYS = ("onnxruntime_genai", "openvino_genai", "openvino_genai_vlm", "executorch_multimodal_runner")
 #: What hfexport wrote beside the components before version 3 listed every file (`owned_files`).
@@ -176,8 +179,8 @@ def read_manifest(folder: str | os.PathLike, *, verify: bool = True, older: bool
 def runtime_package_entry(runner: str, *, files: list[str] | tuple[str, ...] = (), why: str | None = None,
                           settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest's `{"runtime_package": ...}` entry of an export folder that `runner` (one of
-    `RUNNERS`) opens, with the `files` it reads (the model files it loads and those written for
-    it), or, given `why`, does not open (`ready` false), and the runner's own `settings` (the
+    `RUNNERS`) opens, with its `files` (the model files it loads and those written for it; it reads
+    the folder's configs and tokenizer files beside them, as the deploy pages list), or, given `why`, does not open (`ready` false), and the runner's own `settings` (the
     compile properties `LLMPipeline` is given, the methods of a `MultimodalRunner` program)."""
     if runner not in RUNNERS:
         raise ValueError(f"unknown runtime runner {runner!r}; one of {', '.join(RUNNERS)}")
@@ -504,7 +507,11 @@ def _check_runtime_package(folder: Path, manifest: dict[str, Any]) -> None:
         raise _damaged(folder, f"names {entry['runner']!r} as the runner of a {manifest['format']} export")
     if entry["ready"] == (entry["why"] is not None):
         raise _damaged(folder, "has a 'runtime_package' entry that is ready and says why not, or neither")
-    unlisted = [f for f in entry["files"] if not isinstance(f, str) or f not in manifest["files"]]
+    settings = entry["settings"]
+    named = [settings.get(key) for key in _PACKAGE_FILE_SETTINGS if settings.get(key) is not None]
+    models = settings.get("models", {})
+    named += list(models.values()) if isinstance(models, dict) else [models]
+    unlisted = [f for f in [*entry["files"], *named] if not isinstance(f, str) or f not in manifest["files"]]
     if unlisted:
         raise _damaged(folder, f"names {', '.join(map(repr, unlisted))} for its runtime package without listing "
                        "it under 'files'")

@@ -158,7 +158,7 @@ class RuntimePackage:
         """Write what the runtime's own runner needs beside a generation export's `artifacts` into
         `folder` (a staged export folder, its components, configs and tokenizer already written),
         and say what was written, with the manifest's one `runtime_package` entry
-        (`manifest.runtime_package_entry`): the runner, the files it reads, or why it does not
+        (`manifest.runtime_package_entry`): the runner, its files, or why it does not
         open the folder. Nothing by default."""
         return Packaged({}, {})
 

@@ -78,7 +78,7 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
         RuntimeLoadError: the folder holds no `MultimodalRunner` program (why, from its
             manifest), or the runner failed.
     """
-    from ...errors import ExportFolderError, RuntimeLoadError
+    from ...errors import RuntimeLoadError
     from ...folder.manifest import ListedFiles, parse_json, read_manifest, runtime_package
     from .multimodal import RUNNER
 
@@ -93,11 +93,7 @@ def run_multimodal_runner(folder: str | Path, input_ids: Any, pixel_values: torc
         why = (entry or {}).get("why") or "not an image-text export"
         raise RuntimeLoadError(f"{folder} is not a MultimodalRunner folder: {why}",
                                remedy="export a LLaVA model with --format executorch --generate")
-    settings = entry["settings"]
-    if settings.get("program") not in entry["files"] or settings.get("data") not in (None, *entry["files"]):
-        raise ExportFolderError(f"{folder / 'manifest.json'} names a MultimodalRunner program or data file its "
-                                "runtime package does not list",
-                                remedy="copy the export folder again, whole, from where it was written, or export again")
+    settings = entry["settings"]  # its program and data file listed, or `read_manifest` refused the folder
     listed = ListedFiles(folder, manifest)
     program_bytes = listed.read(settings["program"])
     data_bytes = listed.read(settings["data"]) if settings.get("data") else None

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage
+from .config import INFERENCE_PRECISIONS, KV_CACHE_PRECISIONS
 
 __all__ = ["OpenVINORuntimePackage"]
 
@@ -54,17 +55,27 @@ class OpenVINORuntimePackage(RuntimePackage):
 
     def check_listed(self, manifest: dict[str, Any], listed: Any) -> None:
         """Every listed `.xml` has its `.bin` listed: OpenVINO GenAI's pipelines open the `.bin`
-        beside each model they read (their tokenizer's too), by its name."""
+        beside each model they read (their tokenizer's too), by its name. The compile properties
+        the runtime package records, which the engine hands `LLMPipeline`, are the precisions an
+        export records and nothing else: another property (`CACHE_DIR`, say) would have the
+        runtime write where the folder says."""
         from ...errors import ExportFolderError
 
+        remedy = "copy the export folder again, whole, from where it was written, or export again"
         files = manifest["files"]
         for name in files:
             weights = name.removesuffix(".xml") + ".bin"
             if name.endswith(".xml") and weights not in files:
                 raise ExportFolderError(
                     f"{listed.folder / name} reads its weights from {weights}, which manifest.json does not list; an "
-                    "OpenVINO model's .bin is written with it", remedy="copy the export folder again, whole, from "
-                    "where it was written, or export again")
+                    "OpenVINO model's .bin is written with it", remedy=remedy)
+        properties = ((manifest.get("runtime_package") or {}).get("settings") or {}).get("properties", {})
+        allowed = {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISIONS, "KV_CACHE_PRECISION": KV_CACHE_PRECISIONS}
+        if not isinstance(properties, dict) or any(
+                value is None or value not in allowed.get(key, ()) for key, value in properties.items()):
+            raise ExportFolderError(f"{listed.folder / 'manifest.json'} gives the runtime the compile properties "
+                                    f"{properties!r}; an export records only a precision ({', '.join(allowed)})",
+                                    remedy=remedy)
 
     def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
         """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout;
