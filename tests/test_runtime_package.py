@@ -61,6 +61,11 @@ LEGACY = {
         "executorch", ["decode.pte", "decode.ptd", "tokenizer.json"], {"cache": "program", "max_cache_len": 64},
         {"runner": "TextLLMRunner", "ready": True, "why": None, "files": ["decode.ptd", "decode.pte", "tokenizer.json"],
          "settings": {"program": "decode.pte", "data": "decode.ptd"}}),
+    "TextLLMRunner without a tokenizer": (  # as the writer says it: the program runs, the runner needs one
+        "executorch", ["decode.pte"], {"cache": "program", "max_cache_len": 64},
+        {"runner": "TextLLMRunner", "ready": False,
+         "why": "the export was given no tokenizer: TextLLMRunner needs tokenizer.json", "files": [],
+         "settings": {"program": "decode.pte", "data": None}}),
 }
 
 
@@ -183,9 +188,9 @@ def test_the_compile_properties_an_openvino_folder_gives_its_engine_are_an_expor
     from hfexport.backends.openvino.package import OpenVINORuntimePackage
 
     manifest = {"files": {}, "runtime_package": {"settings": {"properties": properties}}}
-    check = lambda: OpenVINORuntimePackage(None).check_listed(manifest, SimpleNamespace(folder=Path("export")))  # noqa: E731
+    package, listed = OpenVINORuntimePackage(None), SimpleNamespace(folder=Path("export"))
     if refused:
         with pytest.raises(ExportFolderError, match="an export records only a precision"):
-            check()
+            package.check_listed(manifest, listed)
     else:
-        check()
+        package.check_listed(manifest, listed)

@@ -179,9 +179,10 @@ def read_manifest(folder: str | os.PathLike, *, verify: bool = True, older: bool
 def runtime_package_entry(runner: str, *, files: list[str] | tuple[str, ...] = (), why: str | None = None,
                           settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """The manifest's `{"runtime_package": ...}` entry of an export folder that `runner` (one of
-    `RUNNERS`) opens, with its `files` (the model files it loads and those written for it; it reads
-    the folder's configs and tokenizer files beside them, as the deploy pages list), or, given `why`, does not open (`ready` false), and the runner's own `settings` (the
-    compile properties `LLMPipeline` is given, the methods of a `MultimodalRunner` program)."""
+    `RUNNERS`) opens, with its `files` (the model files it loads and those written for it; it
+    reads the folder's configs and tokenizer files beside them, as the deploy pages list), or,
+    given `why`, does not open (`ready` false), and the runner's own `settings` (the compile
+    properties `LLMPipeline` is given, the methods of a `MultimodalRunner` program)."""
     if runner not in RUNNERS:
         raise ValueError(f"unknown runtime runner {runner!r}; one of {', '.join(RUNNERS)}")
     return {"runtime_package": {"runner": runner, "ready": why is None, "why": why,
@@ -553,8 +554,10 @@ def _legacy_runtime_package(manifest: dict[str, Any]) -> dict[str, Any] | None:
                      settings)
     if manifest.get("cache") == "program":
         files = [f for f in ("decode.pte", "decode.ptd", "tokenizer.json") if f in manifest["files"]]
-        return entry("TextLLMRunner", files, None, {"program": "decode.pte",
-                                                     "data": "decode.ptd" if "decode.ptd" in files else None})
+        why = (None if "tokenizer.json" in files
+               else "the export was given no tokenizer: TextLLMRunner needs tokenizer.json")
+        return entry("TextLLMRunner", files, why, {"program": "decode.pte",
+                                                    "data": "decode.ptd" if "decode.ptd" in files else None})
     return None
 
 
