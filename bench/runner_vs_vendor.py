@@ -1,6 +1,6 @@
 """Benchmark: `hfexport generate` (`GenerationRunner`) beside the vendor's runner on the SAME LLM
 package, side by side in one process (issue 43: "our runner at the vendor runner's speed"; issue
-53: `hfexport generate` drives the runtime's own engine there, `generation/engine.py`).
+53: `hfexport generate` drives the runtime's own engine there, `folder/engine.py`).
 
     python bench/runner_vs_vendor.py                          # onnx + openvino, fp32 + int4, exported here
     python bench/runner_vs_vendor.py --root /tmp/rvv          # keep the exports (re-used where they exist)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hfexport.batch import BatchItem, name_problem, read_model_list, run_batch
+from hfexport.job.batch import BatchItem, name_problem, read_model_list, run_batch
 from hfexport.errors import OutputFolderError
-from hfexport.executors import LocalExecutor, RayExecutor
+from hfexport.job.executors import LocalExecutor, RayExecutor
 from tests.processes import KillOnce, local_ray  # noqa: F401 - local_ray is a fixture
 from tests.harness import files_kept, output_refusal
 
@@ -129,7 +129,7 @@ def test_a_batch_writes_each_export_and_a_summary_and_resume_runs_only_the_missi
 def test_a_batch_on_ray_gives_the_same_summary_and_retries_a_killed_export(local_batch, local_ray, tmp_path):
     directory, local, _ = local_batch
     items = [BatchItem("tiny:bert"), BatchItem("tiny:llama")]
-    with KillOnce("hfexport.batch_item", str(tmp_path)) as killer:  # the first export's process, mid-export
+    with KillOnce("hfexport.job.batch_item", str(tmp_path)) as killer:  # the first export's process, mid-export
         results = run_batch(items, ["dynamo"], tmp_path / "out", executor=RayExecutor())
     assert len(killer.killed) == 1
     assert [(r.model, r.format, r.output, r.status, r.detail) for r in results] == [
@@ -141,7 +141,7 @@ def test_a_batch_on_ray_gives_the_same_summary_and_retries_a_killed_export(local
 def exports_run(monkeypatch):
     """Each export of a batch as an instant `ok` (no subprocess) that writes its folder: the exports
     run, in order."""
-    import hfexport.batch
+    import hfexport.job.batch
 
     run = []
 
@@ -152,7 +152,7 @@ def exports_run(monkeypatch):
         return {"model": spec["model"], "format": fmt, "output": output, "status": "ok", "seconds": 0.1,
                 "artifact_bytes": 1}
 
-    monkeypatch.setattr(hfexport.batch, "export_cell", export)
+    monkeypatch.setattr(hfexport.job.batch, "export_cell", export)
     return run
 
 

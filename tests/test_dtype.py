@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from hfexport import AutoExportConfig
-from hfexport.batch import OPTIONS
+from hfexport.job.batch import OPTIONS
 from hfexport.cli.main import main
 from hfexport.errors import DtypeRefusedError
-from hfexport.job import export_to_folder
+from hfexport.job.export import export_to_folder
 from hfexport.loading import DTYPES, dtype_name, load_model
 from hfexport.presets import build_preset
-from hfexport.record import record_of
+from hfexport.capture.record import record_of
 from hfexport.runner import runner_for
 from hfexport.validation import DEFAULT_TOLERANCE, default_tolerance
 

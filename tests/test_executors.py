@@ -1,4 +1,4 @@
-"""The executors (`hfexport.executors`) as the coverage matrix uses them: local and Ray give the
+"""The executors (`hfexport.job.executors`) as the coverage matrix uses them: local and Ray give the
 same cells, a lost worker is retried once, a resumed matrix runs only the cases not done."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hfexport import _versions
 from hfexport.coverage import CaseResult, run_matrix
 from hfexport.coverage.matrix import done_results
-from hfexport.executors import LOST, Cell, LocalExecutor, RayExecutor
+from hfexport.job.executors import LOST, Cell, LocalExecutor, RayExecutor
 from tests.processes import KillOnce, local_ray  # noqa: F401 - local_ray is a fixture
 
 CHEAP = (["bert", "llama"], ["dynamo"], ["export"])

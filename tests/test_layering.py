@@ -1,5 +1,6 @@
-"""The package's import graph has no cycle, function-level imports included: layering holds up by
-itself, not by deferred imports."""
+"""The package's import graph has no cycle, function-level imports included, and its imports follow
+the layers drawn in `LAYERS` (docs/architecture.md): layering holds up by itself, not by deferred
+imports."""
 
 from __future__ import annotations
 
@@ -97,17 +98,76 @@ def test_the_checker_sees_a_cycle_through_a_function_level_import():
     assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
 
 
+#: The package's layers, lowest first: a module may import its own layer's and lower layers'
+#: modules. Each entry is a module or package under `hfexport` (`""`: `hfexport/__init__.py`); a
+#: module is in the layer of its longest listed prefix (`generation.loop` above `generation`).
+LAYERS = (
+    ("errors", "_versions", "registry", "model_config", "timing"),  # plain helpers, no torch graph
+    ("extensions", "config", "auto", "workarounds"),   # the registries, configs, patches
+    ("capture",),                                      # torch.export and what it records
+    ("runner", "generation"),                          # running an artifact; decomposing a model
+    ("validation", "models"),                          # comparing with eager; model workarounds
+    ("folder",),                                       # writing and opening an export folder
+    ("generation.loop", "generation.chat", "generation.accuracy"),   # generating from a folder
+    ("quantization",),                                 # quantizers (artifacts make their own copies)
+    ("exporter", "backends"),                          # the pipeline and each format
+    ("presets", "model_spec", "loading"),              # tiny models and loading a model
+    ("job", "coverage", "fuzz"),                       # the export job, batches, the matrix, the fuzzer
+    ("cli", "builtins", "utils", "exporter_dynamo", "quantizers", "__main__", ""),   # front ends, facades
+)
+
+#: Imports that run against `LAYERS`, each with why it stays (at most 4, issue 51).
+ALLOWED_UPWARD = {
+    # the exporter loads the built-in backends' patches and FX fixes before it traces: a plugin
+    # loader above every backend, called once (`builtins.load_workarounds`)
+    ("hfexport.exporter", "builtins"),
+}
+
+
+def _layer_of(module: str) -> tuple[str, int]:
+    rest = module.split(".")[1:]
+    levels = {name: index for index, names in enumerate(LAYERS) for name in names}
+    for end in range(len(rest), -1, -1):
+        prefix = ".".join(rest[:end])
+        if prefix in levels:
+            return prefix, levels[prefix]
+    raise AssertionError(f"{module} is in no layer of LAYERS: add its package or module there")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """`(module, layer entry)` for each import of a module in a higher layer."""
+    found = set()
+    for module, targets in graph.items():
+        entry, level = _layer_of(module)
+        for target in targets:
+            target_entry, target_level = _layer_of(target)
+            if target_level > level and not entry.startswith(target_entry + "."):
+                found.add((module, target_entry))
+    return found
+
+
+def test_imports_follow_the_layers():
+    assert upward_imports(import_graph()) == ALLOWED_UPWARD
+    assert len(ALLOWED_UPWARD) <= 4
+
+
+def test_the_layer_check_sees_an_upward_import():
+    graph = {"hfexport.capture.trace": {"hfexport.job"}, "hfexport.job": {"hfexport.capture"}}
+    assert upward_imports(graph) == {("hfexport.capture.trace", "job")}
+
+
 #: What names a format in code: the four formats and the delegate.
 _FORMAT_WORDS = re.compile(r"onnx|openvino|executorch|dynamo|xnnpack", re.IGNORECASE)
 
 
 def test_the_export_job_and_generation_name_no_format():
-    """`job.py` and `generation/` are the same for every format: what differs per runtime (its own
+    """`job/`, `generation/` and what opens and checks a generation folder are the same for every format: what differs per runtime (its own
     program, the files its LLM runner reads) lives in `backends/<format>/`, reached through the
     format's `RuntimePackage` (`folder/package.py`). Code only: an identifier, an import or a
     string that is not a docstring; prose may name the runtimes it explains."""
     found = []
-    for path in [ROOT / "job.py", *sorted((ROOT / "generation").glob("*.py"))]:
+    for path in [*sorted((ROOT / "job").glob("*.py")), *sorted((ROOT / "generation").glob("*.py")),
+                 *(ROOT / "folder" / name for name in ("engine.py", "generation_export.py"))]:
         tree = ast.parse(path.read_text())
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                       if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))

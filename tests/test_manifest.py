@@ -33,7 +33,7 @@ def saved(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from hfexport import OnnxConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=8192, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -157,7 +157,7 @@ def test_a_newer_manifest_is_refused_and_an_older_one_is_refused_until_upgraded(
 
 
 def test_files_the_manifest_does_not_list_are_not_read(saved, tmp_path):
-    from hfexport.generation.package import GenerationExport
+    from hfexport.folder.generation_export import GenerationExport
 
     folder = _copy(saved, tmp_path)
     assert GenerationExport.load(folder).tokenizer is None  # the export was given no tokenizer

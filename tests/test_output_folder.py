@@ -119,14 +119,14 @@ def _bad_paths_folder(folder: Path) -> Path:
 @pytest.fixture
 def no_work(monkeypatch):
     """Any export, coverage case or fuzz example started fails the test: refusals come first."""
-    import hfexport.batch
+    import hfexport.job.batch
     import hfexport.coverage.matrix
     import hfexport.fuzz.driver
 
     def started(*args, **kwargs):
         raise AssertionError("work started before the output path was checked")
 
-    for module, name in ((hfexport.batch, "export_cell"), (hfexport.coverage.matrix, "case_cell"),
+    for module, name in ((hfexport.job.batch, "export_cell"), (hfexport.coverage.matrix, "case_cell"),
                          (hfexport.fuzz.driver, "_round")):
         monkeypatch.setattr(module, name, started)
 
@@ -239,7 +239,7 @@ def test_the_python_api_keeps_the_same_rules(tmp_path):
     from hfexport import DynamoConfig
     from hfexport.folder.bundle import save_export
     from hfexport.exporter_dynamo import DynamoExporter
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
     from hfexport.presets import build_preset
 
     notes = _user_files(tmp_path / "notes")
@@ -255,7 +255,7 @@ def test_the_python_api_keeps_the_same_rules(tmp_path):
 
 def test_a_failed_export_removes_the_parent_folders_it_made(tmp_path):
     from hfexport import DynamoConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     with pytest.raises(TypeError):  # fails after the folder is claimed (its parents made) and before writing
         export_to_folder(42, DynamoConfig(), tmp_path / "a" / "b" / "out")
@@ -313,7 +313,7 @@ def test_a_dead_writers_staging_folder_is_removed_and_a_live_ones_kept(tmp_path)
 
 def test_a_new_export_folder_gets_the_users_umask_not_a_private_mode(tmp_path):
     from hfexport import DynamoConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
     from hfexport.presets import build_preset
 
     previous = os.umask(0o022)

@@ -28,7 +28,7 @@ import torch
 
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.generation.accuracy import greedy_agreement, quantized_criteria
-from hfexport.job import export_to_folder
+from hfexport.job.export import export_to_folder
 from tests.harness import require_backend
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"

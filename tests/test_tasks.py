@@ -1,4 +1,4 @@
-"""Tasks (`hfexport.tasks`): which export a model gets with no option, how `--task` combines with
+"""Tasks (`hfexport.generation.tasks`): which export a model gets with no option, how `--task` combines with
 the generation options, and that `hfexport export MODEL -f F -o OUT` of a causal LM writes the
 runtime's LLM package, whose own runner gives eager `generate`'s greedy tokens."""
 
@@ -15,7 +15,7 @@ import torch
 from hfexport.cli.main import main
 from hfexport.errors import TaskError
 from hfexport.presets import build_preset
-from hfexport.tasks import (DEFAULT_CACHE_LENGTH, TASKS, GenerationFlags, default_cache_length, graph_component,
+from hfexport.generation.tasks import (DEFAULT_CACHE_LENGTH, TASKS, GenerationFlags, default_cache_length, graph_component,
                             infer_task, resolve_task)
 from tests.harness import both_llm_runners, require_backend, tiny_bpe_tokenizer
 

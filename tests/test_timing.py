@@ -77,7 +77,7 @@ def test_the_report_times_each_phase_of_an_export(fmt, tmp_path):
     import json
 
     from hfexport import AutoExportConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     start = time.perf_counter()
     result = export_to_folder("tiny:llama", AutoExportConfig.from_dict({"export_format": fmt}), tmp_path / "out")

@@ -82,7 +82,7 @@ def test_an_auto_map_naming_code_in_the_folder_runs_nothing_even_answered_yes(ll
     else:
         settings.update(model_type="evil", auto_map={"AutoConfig": "evil.EvilConfig"})
         command = ["verify", str(folder)]
-        code = f"from hfexport.generation.package import GenerationExport\nGenerationExport.load({str(folder)!r}).config"
+        code = f"from hfexport.folder.generation_export import GenerationExport\nGenerationExport.load({str(folder)!r}).config"
     (folder / named_by).write_text(json.dumps(settings))
     _rehash(folder, add=("evil.py",))
     runs = [[sys.executable, "-m", "hfexport.cli.main", *command]]
@@ -148,9 +148,9 @@ def test_the_runtime_runs_the_bytes_that_were_checked_not_a_file_swapped_after(l
     files checked, and after the folder was opened, before the runtime builds its session. The
     runtime is given the bytes read and checked, never the path: the first swap is refused (the
     bytes read are not the ones recorded), the second never reaches it (eager's tokens)."""
-    import hfexport.generation.package as package_module
+    import hfexport.folder.generation_export as package_module
     from hfexport import GenerationRunner
-    from hfexport.generation.package import GenerationExport
+    from hfexport.folder.generation_export import GenerationExport
 
     package = llm_package("llama", runtime)
     folder = _copy(package, tmp_path)

@@ -169,7 +169,7 @@ def test_a_static_cache_resize_keeps_the_query_inside_the_cache():
     """ExecuTorch bounds a static cache's length at `max_cache_len`, so the resized case moved it
     down while the query grew: 12 tokens written + 4 new in a cache of 15, which eager refuses
     (the fuzzer's Gemma-3 static multi-token decode on ExecuTorch, seed 203)."""
-    from hfexport.record import ExportRecord
+    from hfexport.capture.record import ExportRecord
     from hfexport.validation import resize_inputs
 
     names = ["input_ids", "attention_mask", "position_ids", "past_key_values.0.cumulative_length",
@@ -196,7 +196,7 @@ def test_a_static_cache_that_holds_the_writes_is_still_resized():
     """The cache length moves when the writes fit it (a one-token decode on ExecuTorch, whose cache
     length is bounded at the sample's): keeping it there left every input at the sample's shape
     (the fuzzer's Llama, static cache of 48, seed 206)."""
-    from hfexport.record import ExportRecord
+    from hfexport.capture.record import ExportRecord
     from hfexport.validation import resize_inputs
 
     names = ["input_ids", "attention_mask", "position_ids", "past_key_values.0.cumulative_length",
@@ -241,7 +241,7 @@ def test_an_advisory_report_that_fails_names_the_wrong_output_not_a_floor(dynami
     wrong (a shape here) and does not offer a cosine floor as the remedy."""
     import hfexport.validation.driver as driver
     from hfexport.errors import ValidationError
-    from hfexport.job import _validated
+    from hfexport.job.export import _validated
 
     model, inputs, program = dynamic_llama("dynamo")
     report = validate(program, model, inputs, resized=False, min_cosine=0.5, cosine_advisory="the gate judges")

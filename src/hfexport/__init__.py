@@ -48,8 +48,8 @@ _LAZY = {
     "validate": "hfexport.validation.driver",
     "validate_components": "hfexport.validation.driver",
     "ValidationReport": "hfexport.validation.report",
-    "record_of": "hfexport.record",
-    "ExportRecord": "hfexport.record",
+    "record_of": "hfexport.capture.record",
+    "ExportRecord": "hfexport.capture.record",
     "ExportError": "hfexport.errors",
     "PrepareError": "hfexport.errors",
     "TaskError": "hfexport.errors",
@@ -64,8 +64,8 @@ _LAZY = {
     "TESTED_VERSIONS": "hfexport._versions",
     "GenerationRunner": "hfexport.generation.loop",
     "GenerationResult": "hfexport.generation.result",
-    "GenerationExport": "hfexport.generation.package",
-    "save_generation_export": "hfexport.generation.package",
+    "GenerationExport": "hfexport.folder.generation_export",
+    "save_generation_export": "hfexport.folder.generation_export",
 }
 
 __all__ = sorted(_LAZY)

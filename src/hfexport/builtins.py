@@ -27,7 +27,7 @@ _BUILTIN_FORMATS = {ExportFormat.DYNAMO: ("Dynamo", None), ExportFormat.ONNX: ("
 #: A workaround's place here never decides when it runs: an exporter applies its FX fixes in its
 #: own `fix_order` and patches by name.
 WORKAROUND_MODULES = (
-    "hfexport.fx_fixes",
+    "hfexport.workarounds.fx_fixes",
     "hfexport.backends.dynamo.patches",
     "hfexport.backends.onnx.patches",
     "hfexport.backends.executorch.patches",

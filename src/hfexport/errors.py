@@ -45,7 +45,7 @@ class PrepareError(ExportError, ValueError):
 
 class TaskError(ExportError, ValueError):
     """The task asked for contradicts the generation options given with it, or the model
-    (`hfexport.tasks.resolve_task`). Raised before any export (the CLI exits 2 for the options)."""
+    (`hfexport.generation.tasks.resolve_task`). Raised before any export (the CLI exits 2 for the options)."""
 
     step = "task"
 

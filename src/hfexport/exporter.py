@@ -39,7 +39,7 @@ from .capture.interface import split_constants
 from .folder.package import GenerationPlan, RuntimePackage
 from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
 from .folder.manifest import FileBytes
-from .record import ExportRecord, attach_record, record_from_program
+from .capture.record import ExportRecord, attach_record, record_from_program
 from .builtins import load_workarounds
 from .folder.storage import staged_files
 from .timing import Phases, phase, recording
@@ -155,7 +155,7 @@ class HfExporter:
         """`config.validate`: run `artifact` against eager at the sample and other sizes; the report
         goes in the record, a failure raises `ValidationError` with it."""
         from .errors import ValidationError
-        from .record import record_of
+        from .capture.record import record_of
         from .validation.driver import validate
 
         report = validate(artifact, model, kwargs)

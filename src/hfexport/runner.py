@@ -14,7 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .extensions import FORMATS
-from .record import ExportRecord
+from .capture.record import ExportRecord
 
 __all__ = ["Runner", "CacheSession", "runner_for", "to_numpy", "json_object_from_env"]
 

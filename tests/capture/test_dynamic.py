@@ -70,7 +70,7 @@ def test_a_cache_with_one_key_value_head_keeps_heads_and_head_size_static(tmp_pa
     from transformers import GenerationConfig
 
     from hfexport import DynamoConfig, GenerationRunner
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     model, inputs = build_preset("llama", num_key_value_heads=1)
     result = export_to_folder((model, inputs), DynamoConfig(dynamic=True), tmp_path / "export", static_cache=24)

@@ -45,7 +45,7 @@ def test_a_value_outside_the_choices_is_refused_before_any_work(tmp_path, capsys
     def export_to_folder(*args, **kwargs):
         raise AssertionError("the export started")
 
-    monkeypatch.setattr("hfexport.job.export_to_folder", export_to_folder)
+    monkeypatch.setattr("hfexport.job.export.export_to_folder", export_to_folder)
     with pytest.raises(SystemExit) as refused:
         main(["export", "tiny:llama", *args, "-o", str(tmp_path / "out")])
     assert refused.value.code == 2  # argparse's usage error

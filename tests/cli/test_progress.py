@@ -133,7 +133,7 @@ def test_a_count_shows_on_the_live_line_at_once_and_nowhere_when_piped_or_quiet(
 
 
 def test_the_job_passes_counts_to_a_reporter_that_takes_them_and_not_to_one_that_does_not():
-    from hfexport.job import _Silent, _Timed
+    from hfexport.job.export import _Silent, _Timed
 
     class StepsOnly:
         total = None

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from hfexport import AutoExportConfig
-from hfexport.job import export_to_folder
+from hfexport.job.export import export_to_folder
 from hfexport.presets import build_preset, tiny_processor  # noqa: F401 - tests import it from here
 
 MAX_CACHE_LEN = 32

@@ -11,7 +11,7 @@ import torch
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.errors import ValidationError
 from hfexport.generation.accuracy import INT4_CRITERIA, INT8_CRITERIA, INT8_DYNAMIC_INT4_CRITERIA
-from hfexport.job import export_to_folder
+from hfexport.job.export import export_to_folder
 from hfexport.presets import build_preset
 from tests.harness import require_backend
 

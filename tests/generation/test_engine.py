@@ -1,5 +1,5 @@
 """`hfexport generate` and `hfexport chat` on a runtime's LLM package drive the runtime's own engine
-(`generation/engine.py`: onnxruntime-genai's `og.Generator`, OpenVINO GenAI's `LLMPipeline`,
+(`folder/engine.py`: onnxruntime-genai's `og.Generator`, OpenVINO GenAI's `LLMPipeline`,
 ExecuTorch's `TextLLMRunner`) and give eager `generate`'s tokens; `--engine hfexport` runs
 hfexport's loop; options an engine cannot run fall back to the loop and say why, or are refused
 with `--engine runtime`; the engine never reads the folder once it is open.

@@ -113,7 +113,7 @@ def test_the_job_falls_back_to_the_static_cache_components_with_the_reason(caplo
     pytest.importorskip("executorch")
     from hfexport import AutoHfExporter, ExecutorchConfig
     from hfexport.errors import PrepareError
-    from hfexport.job import _static_cache
+    from hfexport.job.export import _static_cache
     from hfexport.presets import build_preset
 
     model, inputs = build_preset("llama")
@@ -139,7 +139,7 @@ def test_llm_runner_needs_executorch_and_a_generation_export(tmp_path):
     from transformers import GenerationConfig
 
     from hfexport import ExecutorchConfig, OnnxConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     with pytest.raises(ValueError, match="generate=True"):
         export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "a", llm_runner=True)
@@ -206,7 +206,7 @@ def llm_export(tmp_path_factory):
 
     from hfexport import ExecutorchConfig
     from hfexport.backends.executorch.llm_export import DEFAULT_CACHE_LENGTH
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     draw = random.Random(30)
     kv_heads, head_dim = draw.choice([1, 2, 4]), draw.choice([8, 16])

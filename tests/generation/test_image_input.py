@@ -146,7 +146,7 @@ def test_generate_from_image_takes_a_pil_image_and_a_path(saved_generation, tmp_
 def test_image_on_an_export_without_a_processor_exits_2_naming_image_inputs(saved_generation, tmp_path, capsys,
                                                                              monkeypatch):
     """As an export of a model folder that held no processor (or one transformers could not load)."""
-    from hfexport.generation.package import GenerationExport
+    from hfexport.folder.generation_export import GenerationExport
 
     saved = saved_generation("dynamo", "qwen2_vl")  # before the patch: a shared export is made unpatched
     monkeypatch.setattr(GenerationExport, "has_processor", property(lambda self: False))
@@ -160,7 +160,7 @@ def test_image_on_an_export_without_a_processor_exits_2_naming_image_inputs(save
 def test_a_processor_this_install_cannot_build_exits_2_naming_what_it_needs(saved_generation, tmp_path, capsys,
                                                                             monkeypatch):
     """As a processor whose sub-processor needs a package this install lacks (transformers raises ImportError)."""
-    from hfexport.generation.package import GenerationExport
+    from hfexport.folder.generation_export import GenerationExport
 
     def cannot(self):
         raise ImportError("\nCLIPImageProcessor requires the PIL library but it was not found in your environment.")

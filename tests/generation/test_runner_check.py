@@ -1,4 +1,4 @@
-"""The export job runs each packaged LLM folder in its runtime's own runner (`generation.runner_check`):
+"""The export job runs each packaged LLM folder in its runtime's own runner (`job.runner_check`):
 onnxruntime-genai, OpenVINO GenAI's `LLMPipeline` and ExecuTorch's `TextLLMRunner` give eager
 `generate`'s 16 greedy tokens on tiny:llama (a cache of 64), a difference refuses the export with
 nothing written, a runner that is not installed is reported and the export stands, and
@@ -55,7 +55,7 @@ def test_each_runtime_runner_gives_eagers_greedy_tokens(exported):
     assert runner["runner"].split()[0] == {"onnx": "onnxruntime-genai", "openvino": "openvino-genai",
                                            "executorch": "executorch"}[fmt]
     # the report the folder holds is the one its manifest hashed after the check wrote it
-    from hfexport.generation.package import GenerationExport
+    from hfexport.folder.generation_export import GenerationExport
 
     assert GenerationExport.load(out).manifest["format"] == fmt
 
@@ -67,7 +67,7 @@ def onnx_job(tmp_path_factory):
     require_backend("onnx")
     pytest.importorskip("onnxruntime_genai")
     from hfexport import OnnxConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     out = tmp_path_factory.mktemp("runner-onnx-job") / "out"
     result = export_to_folder("tiny:llama", OnnxConfig(dynamic=True), out, static_cache=64)
@@ -85,7 +85,7 @@ def reuse(onnx_job, monkeypatch):
 
 def test_a_runner_whose_tokens_differ_refuses_the_export_and_writes_nothing(reuse, tmp_path, monkeypatch, capsys):
     from hfexport.backends.onnx.package import OnnxRuntimePackage
-    from hfexport.llm_package import RunnerTokens
+    from hfexport.folder.package import RunnerTokens
 
     def other_tokens(self, folder, request):
         return RunnerTokens(tuple(range(request.max_new_tokens)), "onnxruntime-genai (patched)")
@@ -100,7 +100,7 @@ def test_a_runner_that_fails_on_the_folder_refuses_it(reuse, tmp_path, monkeypat
     from hfexport import OnnxConfig
     from hfexport.backends.onnx.package import OnnxRuntimePackage
     from hfexport.errors import ValidationError
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     def crash(self, folder, request):
         raise RuntimeError("Load model from decode.onnx failed")
@@ -112,7 +112,7 @@ def test_a_runner_that_fails_on_the_folder_refuses_it(reuse, tmp_path, monkeypat
 
 
 def test_a_missing_runner_package_is_reported_and_the_export_stands(reuse, tmp_path, monkeypatch, capsys):
-    from hfexport.generation.package import GenerationExport
+    from hfexport.folder.generation_export import GenerationExport
 
     monkeypatch.setitem(sys.modules, "onnxruntime_genai", None)  # `import onnxruntime_genai` raises ImportError
     assert _export("onnx", tmp_path / "out") == 0
@@ -137,7 +137,7 @@ def test_no_validate_says_the_runner_check_was_skipped(reuse, tmp_path, monkeypa
 def test_a_folder_that_is_the_components_says_why(reuse, tmp_path):
     """The ONNX runner check on a folder without `genai_config.json` (its manifest says why)."""
     from hfexport.backends.onnx.genai import run_genai
-    from hfexport.llm_package import RunnerRequest, RunnerUnavailable
+    from hfexport.folder.package import RunnerRequest, RunnerUnavailable
     from hfexport.folder.manifest import runtime_package_entry, write_manifest
 
     write_manifest(tmp_path, {"kind": "generation", "format": "onnx", "components": {},
@@ -150,7 +150,7 @@ def test_a_quantized_export_is_compared_with_hfexports_runner_at_the_floor(onnx_
     """`min_agreement` given: the runner's tokens against `GenerationRunner`'s on the same folder
     (the fp32 folder here: they agree on every step)."""
     from hfexport.auto import AutoHfExporter
-    from hfexport.generation.runner_check import runner_check
+    from hfexport.job.runner_check import runner_check
 
     package = AutoHfExporter.from_format("onnx").runtime_package()
     found = runner_check(package, onnx_job.model, onnx_job.inputs, onnx_job.model.generation_config,

@@ -58,7 +58,7 @@ def test_bloom_static_components_take_the_documented_mask_and_validate_at_other_
 
 def test_bloom_static_decode_generates_the_tokens_of_generate(tmp_path):
     from hfexport import AutoExportConfig, GenerationRunner
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     model, inputs = build_preset("bloom", seed=0)
     prompt = {"input_ids": inputs["input_ids"][:1]}
@@ -101,7 +101,7 @@ def test_a_static_cache_without_key_buffers_generates(tmp_path):
     cache session: the static cache's length was read from buffers it does not have (coverage
     matrix, mamba2 generate)."""
     from hfexport import AutoExportConfig, GenerationRunner
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     model, inputs = build_preset("mamba2", seed=0)
     prompt = {"input_ids": inputs["input_ids"][:1]}

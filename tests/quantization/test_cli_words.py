@@ -15,7 +15,8 @@ import torch
 
 from hfexport.cli.main import main
 from hfexport.quantization import NNCFQuantizer, OrtQuantizer, QuantizationChoice, TorchaoQuantizer
-from hfexport.quantization.calibration import DEFAULT_PROMPTS, calibration_for, read_prompts
+from hfexport.job.calibration import calibration_for
+from hfexport.quantization.calibration import DEFAULT_PROMPTS, read_prompts
 from tests.harness import require_backend, tiny_bpe_tokenizer
 
 #: the int4 logits cosine floor of validation (`generation.accuracy.quantized_criteria`), which the
@@ -130,9 +131,9 @@ def test_the_words_reach_each_quantizers_own_parameter():
 ])
 def test_an_option_the_format_cannot_honour_exits_2_before_the_model_loads(args, message, tmp_path, capsys,
                                                                            monkeypatch):
-    import hfexport.job
+    import hfexport.job.export
 
-    monkeypatch.setattr(hfexport.job, "_load", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(hfexport.job.export, "_load", lambda *a, **k: pytest.fail("the model was loaded"))
     (tmp_path / "p.csv").write_text("a prompt\n")
     monkeypatch.chdir(tmp_path)
     assert main(["export", "tiny:llama", "-q", "-o", str(tmp_path / "out"), *args]) == 2

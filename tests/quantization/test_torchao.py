@@ -28,7 +28,7 @@ MAX_CACHE_LEN = 32
 @pytest.fixture(scope="module")
 def saved_8da4w(tmp_path_factory):
     """The tiny Llama's multi-token decode graph, 8da4w-quantized, saved; with its eager model."""
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
     from hfexport.presets import build_preset
     from transformers import GenerationConfig
 
@@ -198,7 +198,7 @@ def drawn_8da4w(tmp_path_factory):
     import random
 
     from hfexport import ExecutorchConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
     from hfexport.loading import LoadedModel
     from hfexport.presets import build_preset
 

@@ -256,7 +256,7 @@ def lost_axes(program: torch.export.ExportedProgram, inputs: dict[str, Any], pla
     range the program narrowed so far that no other size fits; `fixed_by_model` the rest. Each is
     `{"input", "axis", "role", "size"}` (+ `"range"` for a narrowed one).
     """
-    from ..record import record_from_program
+    from .record import record_from_program
     from .names import role_of
 
     record = record_from_program(program)

@@ -6,7 +6,6 @@ A fix to tracing here helps all four backends at once.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import re
@@ -154,7 +153,7 @@ def _takes_batch_one(program: torch.export.ExportedProgram, sample: dict[str, An
     other size at the sample's (traced at 2, a guard `batch != 1` is such an assert)."""
     import sympy
 
-    from ..record import record_from_program
+    from .record import record_from_program
     from .names import role_of
 
     record = record_from_program(program)
@@ -235,7 +234,7 @@ def check_dynamic_axes(program: torch.export.ExportedProgram, model: Any, inputs
     size-oblivious tracing failed); they are returned under `"specialized_size_one"`. Axes the model's weights or config fix
     (no token role) are returned under `"fixed_by_model"`.
     """
-    from ..record import record_from_program
+    from .record import record_from_program
     from .dynamic import describe_axes, lost_axes
 
     if plan is None:

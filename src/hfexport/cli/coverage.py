@@ -20,7 +20,7 @@ def _this_run(args) -> str:
 def run(args) -> int:
     """Run `hfexport coverage` with the parsed `args`: 0 when every case is as expected, 1 otherwise."""
     from ..coverage import load_results, merge_results, render_markdown, run_matrix, save_results
-    from ..executors import choose_executor
+    from ..job.executors import choose_executor
     from ..coverage.matrix import BACKENDS, FAILED, MODES, check_outputs, done_results
     from ..folder.storage import atomic_file
 

@@ -64,7 +64,7 @@ def _config_from_args(args) -> Any:
 
 def _check_generation_args(args) -> None:
     """Refuse generation options that contradict each other or `--task` (`tasks.check_task_options`)."""
-    from ..tasks import GenerationFlags, check_task_options
+    from ..generation.tasks import GenerationFlags, check_task_options
 
     check_task_options(args.task, GenerationFlags(args.generate, args.multi_token_decode, args.static_cache))
     generate = args.generate or args.task == "generation-components"
@@ -77,7 +77,7 @@ def _check_generation_args(args) -> None:
 
 def run(args) -> int:
     """Run `hfexport export` with the parsed `args`; return the exit code."""
-    from ..job import JobOptions, export_to_folder
+    from ..job.export import JobOptions, export_to_folder
     from .quantize import choice_from_args
 
     _check_generation_args(args)
@@ -180,7 +180,7 @@ def _print_summary(summary: dict, reports: dict, target: Path, verbose: bool = F
 
 
 def _runner_line(runner: dict) -> str:
-    """The summary's line on the runner check (`generation.runner_check`)."""
+    """The summary's line on the runner check (`job.runner_check`)."""
     if not runner["checked"]:
         return f"NOT CHECKED: {runner['why']}"
     agreed = (f"agree with {runner['against']} on {runner['agreement']:.0%} (floor {runner['min_agreement']:.0%})"

@@ -1,8 +1,8 @@
 """`hfexport export-many LIST --format F[,F...] -o DIR`: each model of a list to each format
-(`hfexport.batch.run_batch`), here or on Ray; prints each export as it finishes and the summary.
+(`hfexport.job.batch.run_batch`), here or on Ray; prints each export as it finishes and the summary.
 
 Exit codes: 0 every export ok; 1 otherwise; 2 the output folder refused, before any export
-(`hfexport.batch.check_batch_folder`); 130 interrupted (`--resume` continues).
+(`hfexport.job.batch.check_batch_folder`); 130 interrupted (`--resume` continues).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ def _this_run(args) -> str:
 
 def run(args) -> int:
     """Run `hfexport export-many` with the parsed `args`; return the exit code."""
-    from ..batch import SUMMARY, read_model_list, render_summary, run_batch
-    from ..executors import choose_executor
+    from ..job.batch import SUMMARY, read_model_list, render_summary, run_batch
+    from ..job.executors import choose_executor
 
     items = read_model_list(args.list)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]

@@ -84,7 +84,7 @@ def load_runner(args):
 @contextlib.contextmanager
 def engine_refusal_as_usage() -> Iterator[None]:
     """`--engine runtime` refused (`engine.EngineRefused`) as a usage error: exit 2, before any work."""
-    from ..generation.engine import EngineRefused
+    from ..folder.engine import EngineRefused
 
     try:
         yield
@@ -95,7 +95,7 @@ def engine_refusal_as_usage() -> Iterator[None]:
 def ran_on(runner, result) -> str:
     """The format, and what generated `result` where the folder has a runtime's engine: the
     engine, or hfexport's loop and why (a folder without one says nothing more)."""
-    from ..generation.engine import HFEXPORT
+    from ..folder.engine import HFEXPORT
 
     if result.engine != HFEXPORT:
         return f"{runner.export.format} ({result.engine})"

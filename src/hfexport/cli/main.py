@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     from ..fuzz import add_arguments as add_fuzz_arguments
     from ..loading import DTYPES
     from ..quantization import CLI_SCHEMES
-    from ..tasks import TASKS
+    from ..generation.tasks import TASKS
     from .quantize import add_arguments as add_quantization_arguments
 
     formats = format_names()

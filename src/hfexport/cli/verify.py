@@ -13,7 +13,7 @@ def run(args) -> int:
     print what was checked; exit 0, or 2 with the refusal."""
     from pathlib import Path
 
-    from ..generation.package import GenerationExport
+    from ..folder.generation_export import GenerationExport
     from ..folder.manifest import MANIFEST_VERSION, read_manifest, upgrade_manifest
 
     folder = Path(args.export_dir)

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import OutputFolderError
 from ..folder.output_folder import check_writable
 from ..folder.storage import atomic_file
-from ..executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
+from ..job.executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
 from .known_failures import BACKENDS, KNOWN_FAILURES, MODES, KnownFailure
 
 __all__ = ["KNOWN_FAILURES", "RERUN_ON_RESUME", "CaseResult", "KnownFailure", "applicable", "case_cell",
@@ -89,7 +89,7 @@ def run_case(arch: str, backend: str, mode: str, timeout: float = 900, threads: 
 
 
 def case_cell(arch: str, backend: str, mode: str, timeout: float, threads: int | None) -> dict[str, Any]:
-    """One case as an executor's cell (`hfexport.executors`): `run_case`'s result as a dict,
+    """One case as an executor's cell (`hfexport.job.executors`): `run_case`'s result as a dict,
     marked `LOST` when its process was killed before it gave one."""
     result, lost = _attempt(arch, backend, mode, timeout, threads)
     return {**result.to_dict(), LOST: lost}

@@ -30,7 +30,7 @@ from typing import Any
 from .package import FolderContext, Packaged
 from .manifest import MANIFEST, MANIFEST_VERSION, write_manifest
 from .output_folder import model_folder, staged_folder
-from ..record import ExportRecord, record_of
+from ..capture.record import ExportRecord, record_of
 from ..timing import phase
 from .tokenizer_files import save_processor_files, save_tokenizer_files
 

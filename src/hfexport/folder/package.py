@@ -32,7 +32,8 @@ import torch
 
 from ..config import ExportConfig
 
-__all__ = ["RuntimePackage", "GenerationPlan", "FolderContext", "Packaged"]
+__all__ = ["RuntimePackage", "GenerationPlan", "FolderContext", "Packaged", "RunnerRequest", "RunnerTokens",
+           "RunnerUnavailable"]
 
 
 @dataclasses.dataclass
@@ -103,7 +104,7 @@ class RuntimePackage:
 
     def request(self, model: torch.nn.Module, static_cache: int | None) -> tuple[Any, dict[str, Any]]:
         """The generation options that make this package (task `text-generation-with-past`,
-        `hfexport.tasks`), and the report's word on its cache.
+        `hfexport.generation.tasks`), and the report's word on its cache.
 
         By default a static-cache decode that also prefills (`static_cache=N`: what onnxruntime-genai's
         folder and `hfexport generate` run), over `static_cache` tokens or, where the user named none,
@@ -113,7 +114,7 @@ class RuntimePackage:
         Returns:
             `(tasks.GenerationFlags, {"tokens": N or None, "from": why})`.
         """
-        from ..tasks import GenerationFlags, default_cache_length
+        from ..generation.tasks import GenerationFlags, default_cache_length
 
         if static_cache is not None:
             named = {"tokens": static_cache, "from": "static_cache=N (--static-cache N)"}
@@ -169,27 +170,65 @@ class RuntimePackage:
 
     def run(self, folder: Path, request: Any) -> Any:
         """Run the runtime's own runner on a packaged generation export `folder` (written by
-        `write`, its manifest read back) greedily as `request` (`llm_package.RunnerRequest`) asks,
-        and return its `llm_package.RunnerTokens`: the check that the folder is the runtime's
-        package (`generation.runner_check`). `None`: this format has no such runner.
+        `write`, its manifest read back) greedily as `request` (`RunnerRequest`) asks,
+        and return its `RunnerTokens`: the check that the folder is the runtime's
+        package (`job.runner_check`). `None`: this format has no such runner.
 
         Raises:
-            llm_package.RunnerUnavailable: the runner's package is not installed, or the folder
+            RunnerUnavailable: the runner's package is not installed, or the folder
                 is not its package (the components), with why.
             RuntimeLoadError: the runner failed on the folder.
         """
         return None
 
     def open_engine(self, export: Any) -> Any:
-        """The runtime's own engine (`generation.engine.LlmEngine`) on the packaged generation
+        """The runtime's own engine (`folder.engine.LlmEngine`) on the packaged generation
         export `export` (a loaded `GenerationExport`), given a private copy of its checked files or
         their bytes, never the folder (docs/trust.md): what drives `hfexport generate` and `chat`
         on a runtime's package.
 
         Raises:
-            llm_package.RunnerUnavailable: this format has no engine hfexport drives, the engine's
+            RunnerUnavailable: this format has no engine hfexport drives, the engine's
                 package is not installed (`missing=True`), or the folder is not its package, with why.
         """
-        from ..llm_package import RunnerUnavailable
 
         raise RunnerUnavailable(f"hfexport drives no runtime engine of the {self.exporter.format} format")
+
+
+# What the export job asks of a runtime's own LLM runner (`RuntimePackage.run`), and what it answers:
+# greedy tokens of a packaged export folder, for `folder.runner_check` to compare with eager `generate`.
+
+@dataclasses.dataclass(frozen=True)
+class RunnerRequest:
+    """Greedy generation asked of a vendor runner.
+
+    Args:
+        prompt_ids: the prompt's token ids, one sequence, special tokens included as the model's
+            tokenizer put them (the runner adds none of its own).
+        max_new_tokens: how many tokens to generate at most.
+        eos_token_ids: the ids that end generation early (the token itself is returned), as
+            eager `generate` stops at the model's `eos_token_id`; empty: none.
+    """
+
+    prompt_ids: tuple[int, ...]
+    max_new_tokens: int
+    eos_token_ids: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerTokens:
+    """What a vendor runner generated: the new token ids (not the prompt) and which runner, with
+    its version (`"onnxruntime-genai 0.18.0"`)."""
+
+    tokens: tuple[int, ...]
+    runner: str
+
+
+class RunnerUnavailable(Exception):
+    """The folder cannot be run by its runtime's LLM runner here: the runner's package is not
+    installed (`missing=True`), or the folder is not the runner's package (the components)."""
+
+    def __init__(self, why: str, *, missing: bool = False):
+        super().__init__(why)
+        self.why = why
+        self.missing = missing

@@ -121,7 +121,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> s
 
 
 def _logits_at_other_shape(artifact: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    from ..record import record_of
+    from ..capture.record import record_of
     from ..runner import runner_for
 
     record = record_of(artifact)
@@ -266,7 +266,7 @@ def drive_decode_loop(runner: Any, prompt: list[int], tokens: list[int], max_cac
 
 def _check_decode_loop(checks: _Checks, example: Example, directory: Path, eager: EagerGeneration) -> None:
     """The static `decode` graph driven like the docs' loops: its interface, then every step's logits."""
-    from ..generation.package import GenerationExport
+    from ..folder.generation_export import GenerationExport
 
     export = checks.attempt("decode-loop", GenerationExport.load, directory)
     component = export.components.get("decode")
@@ -288,8 +288,8 @@ def _check_generate(checks: _Checks, example: Example, model: torch.nn.Module, i
                     eager: EagerGeneration) -> None:
     """Generation: decompose, export the components, validate them, then run the saved export."""
     from ..auto import AutoHfExporter
-    from ..generation.package import save_generation_export
-    from ..utils import decompose_for_generation
+    from ..folder.generation_export import save_generation_export
+    from ..generation.decompose import decompose_for_generation
     from ..validation.driver import validate_components
 
     prompt = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}

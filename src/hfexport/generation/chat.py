@@ -38,7 +38,7 @@ import torch
 from transformers import TextStreamer
 
 from ..errors import ExportError
-from .engine import route, run_on_engine
+from ..folder.engine import route, run_on_engine
 from .loop import DecodeState, GenerationRunner
 from .result import GenerationResult, as_token_list
 

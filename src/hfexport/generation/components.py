@@ -82,7 +82,7 @@ def starting_component(components: dict[str, Any]) -> str:
 def note_initial_cache(components: dict[str, Component], artifacts: dict[str, Any]) -> None:
     """Record on the starting component's artifact the scalars of the cache it starts from
     (`record.details["initial_cache"]`), for a runner that has no model to build one."""
-    from ..record import record_of
+    from ..capture.record import record_of
 
     name = starting_component(components)
     if name in artifacts:

@@ -44,10 +44,10 @@ import numpy as np
 import torch
 
 from ..errors import ExportError
-from .engine import open_engine, route, run_on_engine
+from ..folder.engine import open_engine, route, run_on_engine
 from .greedy import GreedySteps
 from .multimodal import ImagePrefill
-from .package import GenerationExport
+from ..folder.generation_export import GenerationExport
 from .result import GenerationResult, as_token_list
 
 __all__ = ["GenerationRunner", "GenerationResult"]

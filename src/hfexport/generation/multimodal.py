@@ -42,7 +42,7 @@ def image_prompt_entry(model: Any, artifacts: dict[str, Any]) -> dict[str, Any]:
     `video_token_id` (or None), `features` (the image encoder output the language model reads),
     `drop_first` (the CLS row is dropped, LLaVA's `vision_feature_select_strategy="default"`),
     `mrope` (positions from transformers' `get_rope_index`, Qwen2-VL), `spatial_merge_size`."""
-    from ..record import record_of
+    from ..capture.record import record_of
 
     if model is None or "image_encoder" not in artifacts:
         return {}

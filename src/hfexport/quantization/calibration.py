@@ -2,7 +2,7 @@
 
 A static scheme (`int8-static`) and NNCF's data-aware options (`awq`, `scale_estimation`) run the
 model on these prompts, each tokenized with the model's tokenizer into the same inputs as the
-export sample (`loading.sample_inputs_for`). Only the token ids are held for all prompts; every
+export sample (`job.calibration.calibration_for`). Only the token ids are held for all prompts; every
 quantizer runs the model on one sample at a time (PT2E's loop, ONNX Runtime's data reader,
 `nncf.Dataset`), so the activations' memory stays flat in the number of prompts.
 
@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
-__all__ = ["DEFAULT_PROMPTS", "read_prompts", "prompt_samples", "chosen_prompts", "calibration_for"]
+__all__ = ["DEFAULT_PROMPTS", "read_prompts", "chosen_prompts"]
 
 #: Diverse prompts calibration runs on without `--calibration-data`: chat, code, prose, lists,
 #: numbers and other languages, so that activation ranges see more than one kind of text.
@@ -76,43 +75,8 @@ def _jsonl_prompt(line: str, path: Path, number: int) -> str:
     return text
 
 
-def prompt_samples(model: Any, tokenizer: Any, prompts: list[str]) -> tuple[list[dict[str, Any]], int]:
-    """`(samples, skipped)`: each prompt tokenized into the export sample's inputs
-    (`loading.sample_inputs_for`), and how many prompts gave no token (a tokenizer without their
-    characters), which are left out: a zero-length input is no activation range."""
-    from ..loading import sample_inputs_for
-
-    samples = [sample_inputs_for(model, tokenizer, prompt) for prompt in prompts]
-    kept = [sample for sample in samples if sample["input_ids"].shape[-1] > 0]
-    return kept, len(samples) - len(kept)
-
-
 def chosen_prompts(calibration_data: str | os.PathLike | None, num_samples: int) -> list[str]:
     """The prompts calibration runs on: the file's (`read_prompts`), else `DEFAULT_PROMPTS`; at most `num_samples`."""
     if calibration_data is not None:
         return read_prompts(calibration_data, num_samples)
     return list(DEFAULT_PROMPTS[:num_samples])
-
-
-def calibration_for(choice: Any, loaded: Any, generate: bool) -> tuple[Any, dict[str, Any]]:
-    """`(calibration, record)` for a quantizer that runs on data: the chosen prompts tokenized
-    with the model's tokenizer, and what the report says of them (`source`, `samples`).
-
-    A generation export captures each component's inputs on each of these prompts
-    (`generation.calibration.captured_calibration`). A model without a tokenizer calibrates on its
-    sample inputs (a generation export: each component on its captured inputs), and refuses a
-    calibration file rather than drop it."""
-    given = choice.calibration_data
-    if loaded.tokenizer is None:
-        if given is not None:
-            raise ValueError(f"--calibration-data {given}: the model has no tokenizer to read prompts with "
-                             f"({loaded.tokenizer_missing}); export from a folder or hub id that holds one")
-        source = ("each generation component's own captured inputs (the sample prompt)" if generate else "the sample "
-                  "inputs") + f" (the model has no tokenizer: {loaded.tokenizer_missing})"
-        return [loaded.inputs], {"source": source, "samples": 1}
-    source = os.fspath(given) if given is not None else "built-in prompts (hfexport.quantization.calibration)"
-    samples, skipped = prompt_samples(loaded.model, loaded.tokenizer, chosen_prompts(given, choice.num_samples))
-    if not samples:
-        raise ValueError(f"calibration: the tokenizer makes no token of any prompt of {source}; give prompts in "
-                         "the model's language (--calibration-data)")
-    return samples, {"source": source, "samples": len(samples), "skipped_without_tokens": skipped}

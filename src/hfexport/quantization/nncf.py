@@ -217,13 +217,10 @@ class NNCFQuantizer(ExportQuantizer):
                 options["advanced_parameters"] = nncf.AdvancedQuantizationParameters(smooth_quant_alpha=-1)
             options.update(self.options)
             quantized = nncf.quantize(model, nncf.Dataset(feeds), **options)
+        # the artifact's own class makes the quantized copy: quantization sits below the backends
         if onnx_program:
-            from ..backends.onnx.artifact import HfOnnxProgram
-
-            return HfOnnxProgram.from_proto(quantized, artifact)
-        from ..backends.openvino.artifact import HfOpenVINOModel
-
-        return HfOpenVINOModel.wrap(quantized, compress_to_fp16=getattr(artifact, "compress_to_fp16", False))
+            return type(artifact).from_proto(quantized, artifact)
+        return type(artifact).wrap(quantized, compress_to_fp16=getattr(artifact, "compress_to_fp16", False))
 
 
 def _scheme_of(mode: Any) -> str:

@@ -136,12 +136,12 @@ class OrtQuantizer(ExportQuantizer):
         for the static scheme)."""
         import onnx
 
-        from ..backends.onnx.artifact import HfOnnxProgram
-
+        # the artifact's own class (HfOnnxProgram) makes the quantized copy: quantization sits below the backends
+        program_class = type(artifact)
         if self.scheme in _NBITS:
             if self.ort_config is None and _weights_one_at_a_time(artifact.model):
-                return HfOnnxProgram.from_model(self._matmul_nbits_in_place(artifact.model.clone()), artifact)
-            return HfOnnxProgram.from_proto(self._matmul_nbits(artifact.model_proto), artifact)
+                return program_class.from_model(self._matmul_nbits_in_place(artifact.model.clone()), artifact)
+            return program_class.from_proto(self._matmul_nbits(artifact.model_proto), artifact)
         from onnxruntime import quantization as q
 
         with tempfile.TemporaryDirectory(prefix="hfexport-ort-") as tmp:
@@ -167,7 +167,7 @@ class OrtQuantizer(ExportQuantizer):
                                   activation_type=q.QuantType.QInt8, reduce_range=REDUCE_RANGE,
                                   extra_options={"ActivationSymmetric": True})
             quantized = onnx.load_model(target)
-        return HfOnnxProgram.from_proto(quantized, artifact)
+        return program_class.from_proto(quantized, artifact)
 
     def _matmul_nbits_in_place(self, model: Any) -> Any:
         """`model` (an ONNX IR model, changed in place) with each constant-weight MatMul of its graph

@@ -31,7 +31,7 @@ from ..capture.prepare import inference_mode, normalize_inputs
 from ..capture.pytree import flatten_with_names, register_cache_pytree_nodes
 from ..errors import ValidationError, summarize
 from ..generation.front import unwrap
-from ..record import record_of
+from ..capture.record import record_of
 from ..runner import runner_for
 from ..timing import phase
 from .compare import attended_positions, compare_output, default_tolerance, is_cache_output

@@ -15,7 +15,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..errors import ValidationError
-from ..record import ExportRecord
+from ..capture.record import ExportRecord
 
 __all__ = ["resize_inputs", "RESIZERS", "register_resizer"]
 

@@ -257,7 +257,7 @@ def test_its_own_save_writes_the_ptd_beside_the_pte(llama_exports, tmp_path, mon
 def test_a_folder_moves_large_weights_out_and_export_keeps_them_in(tmp_path, monkeypatch):
     """Over the threshold (lowered here), `export` keeps `ExecutorchConfig()`'s weights in the
     program while `export_to_folder` writes them to the `.ptd`, the reason recorded."""
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     from hfexport.backends.executorch import package
 

@@ -122,7 +122,7 @@ def test_int4_after_fusion_is_matmul_nbits_and_close_to_fp32_eager(tmp_path):
     cache) close to fp32 eager `generate`'s: cosine >= 0.97, a lossy scheme."""
     from transformers import GenerationConfig
 
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
     from hfexport.presets import build_preset
     from hfexport.quantization import OrtQuantizer
 

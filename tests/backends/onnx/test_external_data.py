@@ -12,7 +12,7 @@ import torch
 
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.errors import SerializationError
-from hfexport.job import export_to_folder
+from hfexport.job.export import export_to_folder
 from hfexport.presets import build_preset
 from tests.harness import require_backend
 
@@ -96,7 +96,7 @@ def test_an_export_not_yet_written_runs_from_a_scratch_file_its_weights_mapped()
     off, so ONNX Runtime maps the weights (serialized in memory it held 3.2x them,
     `bench/export_cost.py`), and still matches eager."""
     from hfexport import OnnxConfig, OnnxExporter, validate
-    from hfexport.record import record_of
+    from hfexport.capture.record import record_of
     from hfexport.runner import runner_for
 
     require_backend("onnx")

@@ -39,7 +39,7 @@ def exported(tmp_path_factory, request):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from hfexport import AutoExportConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=HEADS * HEAD_DIM, intermediate_size=96, num_hidden_layers=2,
@@ -138,7 +138,7 @@ def windowed(tmp_path_factory, request):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     from hfexport import AutoExportConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     torch.manual_seed(0)
     config = Gemma3TextConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -184,7 +184,7 @@ def softcapped(tmp_path_factory, request):
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     from hfexport import AutoExportConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     def build(cap):
         torch.manual_seed(0)
@@ -249,7 +249,7 @@ def test_an_int4_export_with_a_tied_head_runs_in_onnxruntime_genai(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from hfexport import AutoExportConfig, GenerationRunner
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=32768, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

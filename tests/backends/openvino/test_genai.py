@@ -16,7 +16,7 @@ pytest.importorskip("openvino_tokenizers")
 
 from hfexport import GenerationRunner, OpenVINOConfig  # noqa: E402
 from hfexport.backends.openvino.genai import GENAI_PROPERTIES  # noqa: E402
-from hfexport.job import export_to_folder  # noqa: E402
+from hfexport.job.export import export_to_folder  # noqa: E402
 
 pytestmark = pytest.mark.slow  # exports to OpenVINO and generates
 

@@ -13,7 +13,7 @@ ov = pytest.importorskip("openvino")
 
 from hfexport import GenerationRunner, OpenVINOConfig  # noqa: E402
 from hfexport.errors import ExportError  # noqa: E402
-from hfexport.job import export_to_folder  # noqa: E402
+from hfexport.job.export import export_to_folder  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
 from tests.generation.exports import MAX_CACHE_LEN, SavedExport, _generation_config  # noqa: E402
 

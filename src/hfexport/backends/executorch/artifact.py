@@ -10,7 +10,7 @@ from typing import Any
 from executorch.exir import ExecutorchProgramManager
 
 from ...folder.manifest import FileBytes
-from ...record import record_of
+from ...capture.record import record_of
 from ...folder.storage import checked_destination, fingerprint, staged_files
 from .compat import data_payloads
 from .external import write_ptd

@@ -26,7 +26,7 @@ from ...errors import ConversionError, PrepareError
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
 from ...model_config import text_config
-from ...record import ExportRecord
+from ...capture.record import ExportRecord
 from .config import ExecutorchConfig
 from .compat import data_payloads
 from .delegates import check_delegate, partitioners

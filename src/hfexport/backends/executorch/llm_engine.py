@@ -1,5 +1,5 @@
 """ExecuTorch's `TextLLMRunner` driving `hfexport generate` and `chat` on an LLM-runner program
-(`generation/engine.py`).
+(`folder/engine.py`).
 
 # NOTE: what the runner is given, and how token ids go in and out. `TextLLMRunner(program,
 # tokenizer, data)` (executorch 1.4.1's bindings) opens files by path, so it gets a private folder:
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
+from ...folder.engine import EngineConversation, EngineRequest, LlmEngine
 from ...folder.manifest import ListedFiles, parse_json
 
 __all__ = ["TextLlmRunnerEngine", "open_text_llm_runner_engine"]
@@ -61,7 +61,7 @@ def open_text_llm_runner_engine(export: Any) -> TextLlmRunnerEngine:
             executorch's LLM runner is not installed.
     """
     from ..._versions import installed_version, is_importable
-    from ...llm_package import RunnerUnavailable
+    from ...folder.package import RunnerUnavailable
     from ...folder.manifest import runtime_package
     from .llm_export import TEXT_RUNNER
     from .text_runner import FIRST_ID_CHAR, id_tokenizer, vocab_size_of

@@ -45,8 +45,8 @@ import torch
 
 from ...capture.prepare import model_name
 from ...errors import PrepareError
-from ...tasks import DEFAULT_CACHE_LENGTH
-from ...tasks import default_cache_length as _package_cache_length
+from ...generation.tasks import DEFAULT_CACHE_LENGTH
+from ...generation.tasks import default_cache_length as _package_cache_length
 from .llm import OPT_OUT, LlmProgram
 
 __all__ = ["TEXT_RUNNER", "plan_llm_program", "llm_component", "default_llm_component", "try_llm_component", "refusal",
@@ -130,7 +130,7 @@ def runner_package(folder: Path, artifacts: dict[str, Any], context: Any) -> tup
     `TextLLMRunner` reads, with the tokenizer file it reads placed beside it (`runner_tokenizer`);
     for the components, why the runner cannot load them (the report's `llm_runner` says it already)."""
     from ...folder.manifest import runtime_package_entry
-    from ...record import record_of
+    from ...capture.record import record_of
 
     planned = context.plan.report.get("llm_runner", {}) if context.plan is not None else {}
     if not any("llm_program" in record_of(artifact).details for artifact in artifacts.values()):

@@ -186,7 +186,7 @@ def multimodal_package(folder: Path, artifacts: dict[str, Any], context: Any, wh
     beside it), and the program's methods and image input, or why it cannot open the folder;
     `{}` for any other export."""
     from ...folder.manifest import runtime_package_entry
-    from ...record import record_of
+    from ...capture.record import record_of
     from .llm_export import runner_tokenizer
 
     if "image_encoder" not in artifacts:

@@ -61,7 +61,7 @@ print("RESULT " + json.dumps(pieces))
 
 def run_text_llm_runner(folder: Path, request: Any) -> Any:
     """Greedy tokens of `TextLLMRunner` on the folder's `decode.pte` (and `decode.ptd`) for
-    `request` (`llm_package.RunnerRequest`); it stops at the program's end tokens (`get_eos_ids`).
+    `request` (`RunnerRequest`); it stops at the program's end tokens (`get_eos_ids`).
 
     Raises:
         RunnerUnavailable: the folder holds the components rather than the LLM-runner program
@@ -70,7 +70,7 @@ def run_text_llm_runner(folder: Path, request: Any) -> Any:
     """
     from ..._versions import installed_version, is_importable
     from ...errors import RuntimeLoadError
-    from ...llm_package import RunnerTokens, RunnerUnavailable
+    from ...folder.package import RunnerTokens, RunnerUnavailable
     from ...folder.manifest import read_manifest, runtime_package
     from .llm_export import TEXT_RUNNER
 

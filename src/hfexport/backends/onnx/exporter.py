@@ -14,7 +14,7 @@ from ...capture.trace import Capture
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
 from ...model_config import text_config
-from ...record import ExportRecord
+from ...capture.record import ExportRecord
 from ...timing import phase
 from .artifact import HfOnnxProgram, write_onnx
 from .config import OnnxConfig

@@ -46,7 +46,7 @@ _GENAI_VISION_TYPES = ("phi3v", "phi4mm", "gemma3", "qwen2_5_vl", "qwen3_vl", "m
 
 def genai_status(artifacts: dict[str, Any], generation_config: Any) -> str | None:
     """Why the export `artifacts` cannot be an onnxruntime-genai folder, or None when it can."""
-    from ...record import record_of
+    from ...capture.record import record_of
     from .graph_interface import GRAPH_INTERFACE
 
     if "image_encoder" in artifacts:
@@ -196,14 +196,14 @@ def genai_folder_files(folder: Path, artifacts: dict[str, Any], context: Any) ->
 
 def run_genai(folder: Path, request: Any) -> Any:
     """Greedy tokens of onnxruntime-genai's `Generator` on the export `folder` (its
-    `genai_config.json`), for `request` (`llm_package.RunnerRequest`): token ids in and out, no
+    `genai_config.json`), for `request` (`RunnerRequest`): token ids in and out, no
     tokenizer involved. It stops at the config's `eos_token_id`, as eager `generate` does.
 
     Raises:
         RunnerUnavailable: the folder has no `genai_config.json` (why, from its manifest), or
             onnxruntime-genai is not installed.
     """
-    from ...llm_package import RunnerTokens, RunnerUnavailable
+    from ...folder.package import RunnerTokens, RunnerUnavailable
     from ...folder.manifest import read_manifest, runtime_package
 
     entry = runtime_package(read_manifest(folder, verify=False), RUNNER)  # the folder this export just wrote

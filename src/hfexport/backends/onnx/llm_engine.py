@@ -1,5 +1,5 @@
 """onnxruntime-genai's `og.Generator` driving `hfexport generate` and `chat` on an onnxruntime-genai
-folder (`generation/engine.py`).
+folder (`folder/engine.py`).
 
 # NOTE: what the engine is given. `og.Config` reads `genai_config.json` from a folder, and the
 # decoder by the name it gives, so the engine gets a private folder of its own: the
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
+from ...folder.engine import EngineConversation, EngineRequest, LlmEngine
 from ...folder.manifest import ListedFiles, parse_json
 
 __all__ = ["GenaiEngine", "open_genai_engine"]
@@ -47,7 +47,7 @@ def open_genai_engine(export: Any) -> GenaiEngine:
         RunnerUnavailable: the folder has no `genai_config.json` (why, from its manifest), or
             onnxruntime-genai is not installed.
     """
-    from ...llm_package import RunnerUnavailable
+    from ...folder.package import RunnerUnavailable
     from ...folder.manifest import runtime_package
     from .genai import GENAI_CONFIG, RUNNER, check_genai_config
 

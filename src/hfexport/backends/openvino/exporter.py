@@ -22,7 +22,7 @@ import torch
 from ...capture.trace import Capture
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
-from ...record import ExportRecord
+from ...capture.record import ExportRecord
 from .config import OpenVINOConfig
 from .package import OpenVINORuntimePackage
 

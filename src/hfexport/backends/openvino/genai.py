@@ -150,7 +150,7 @@ def window_refusal(config: Any, bound: int | None) -> str | None:
 def llm_pipeline_refusal(artifacts: dict[str, Any]) -> str | None:
     """Why a generation export in the `LLMPipeline` layout is no `LLMPipeline` folder, by its
     plan (`window_refusal`), or None."""
-    from ...record import record_of
+    from ...capture.record import record_of
 
     return record_of(artifacts["decode"]).details.get(_REFUSED) if is_genai_layout(artifacts) else None
 
@@ -158,7 +158,7 @@ def llm_pipeline_refusal(artifacts: dict[str, Any]) -> str | None:
 def is_genai_layout(artifacts: dict[str, Any]) -> bool:
     """Whether a generation export's `artifacts` are the one stateful model `LLMPipeline` runs:
     a `decode` alone (it prefills), with its cache as a growing state."""
-    from ...record import record_of
+    from ...capture.record import record_of
 
     if set(artifacts) != {"decode"}:
         return False
@@ -196,7 +196,7 @@ def genai_folder_files(artifacts: dict[str, Any], directory: Path, context: Any)
     export in another layout (`OpenVINOConfig(stateful=False)`, an encoder-decoder) says so;
     an image-text one is `vlm.vlm_folder_files`'."""
     from ...folder.manifest import runtime_package_entry
-    from ...record import record_of
+    from ...capture.record import record_of
 
     if "image_encoder" in artifacts:
         return {}
@@ -225,7 +225,7 @@ def genai_folder_files(artifacts: dict[str, Any], directory: Path, context: Any)
 
 def run_llm_pipeline(folder: Path, request: Any) -> Any:
     """Greedy tokens of OpenVINO GenAI's `LLMPipeline` on the export `folder`, on CPU with the
-    precisions the manifest records, for `request` (`llm_package.RunnerRequest`): token ids in
+    precisions the manifest records, for `request` (`RunnerRequest`): token ids in
     (`TokenizedInputs`) and out, so the folder's converted tokenizer is not needed; it stops at
     the request's end tokens.
 
@@ -233,7 +233,7 @@ def run_llm_pipeline(folder: Path, request: Any) -> Any:
         RunnerUnavailable: the folder is not in `LLMPipeline`'s layout (the components), or
             openvino-genai is not installed.
     """
-    from ...llm_package import RunnerTokens, RunnerUnavailable
+    from ...folder.package import RunnerTokens, RunnerUnavailable
     from ...folder.manifest import read_manifest, runtime_package
 
     entry = runtime_package(read_manifest(folder, verify=False), RUNNER)  # the folder this export just wrote

@@ -1,5 +1,5 @@
 """OpenVINO GenAI's `LLMPipeline` driving `hfexport generate` and `chat` on an `LLMPipeline` folder
-(`generation/engine.py`).
+(`folder/engine.py`).
 
 # NOTE: what the pipeline is given. Its model is the `decode` component that the folder's load
 # read from the checked bytes (`artifact.read_openvino`), serialized into a private folder that
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...generation.engine import EngineConversation, EngineRequest, LlmEngine
+from ...folder.engine import EngineConversation, EngineRequest, LlmEngine
 from ...folder.manifest import ListedFiles
 
 __all__ = ["LlmPipelineEngine", "open_llm_pipeline_engine"]
@@ -41,7 +41,7 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
         RunnerUnavailable: the folder is not an `LLMPipeline` folder (why, from its manifest), or
             openvino-genai is not installed.
     """
-    from ...llm_package import RunnerUnavailable
+    from ...folder.package import RunnerUnavailable
     from ...folder.manifest import runtime_package
     from .genai import GENAI_MODEL, RUNNER
     from .runner import compile_properties

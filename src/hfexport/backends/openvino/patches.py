@@ -1,10 +1,10 @@
 """Patches and FX fixes for the OpenVINO backend.
 
-Also registered for it: the shared `fix_cat_empty_legacy_input` (`hfexport/fx_fixes.py`) and the
+Also registered for it: the shared `fix_cat_empty_legacy_input` (`hfexport/workarounds/fx_fixes.py`) and the
 MoE experts switch (`hfexport/models/moe.py`).
 """
 
-from ... import fx_fixes  # noqa: F401  (registers the shared FX fixes this backend needs)
+from ...workarounds import fx_fixes  # noqa: F401  (registers the shared FX fixes this backend needs)
 
 import contextlib
 import contextvars

@@ -273,7 +273,7 @@ def vlm_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, r
     and return the manifest's `runtime_package` entry: the files `VLMPipeline` reads, or why it
     cannot open the folder."""
     from ...folder.manifest import runtime_package_entry
-    from ...record import record_of
+    from ...capture.record import record_of
     from .genai import convert_tokenizer_for_genai
 
     if "image_encoder" not in artifacts:

@@ -26,12 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..folder.bundle import record_from_entry
+from .bundle import record_from_entry
 from ..errors import ExportFolderError
-from ..folder.manifest import MANIFEST, MANIFEST_VERSION, ListedFiles, listed_path, read_manifest
-from ..record import ExportRecord, record_of
-from ..folder.tokenizer_files import PROCESSOR_FILES, is_metadata_file, load_processor, load_tokenizer
-from .multimodal import image_prompt_entry
+from .manifest import MANIFEST, MANIFEST_VERSION, ListedFiles, listed_path, read_manifest
+from ..capture.record import ExportRecord, record_of
+from .tokenizer_files import PROCESSOR_FILES, is_metadata_file, load_processor, load_tokenizer
+from ..generation.multimodal import image_prompt_entry
 
 __all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "merged_generation_config", "MANIFEST",
            "MANIFEST_VERSION"]
@@ -122,8 +122,8 @@ def save_generation_export(
     Returns:
         The folder written (or, with `details`, what was written).
     """
-    from ..folder.bundle import save_export
-    from ..folder.package import FolderContext
+    from .bundle import save_export
+    from .package import FolderContext
 
     merged = merged_generation_config(model, generation_config)
     context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan, processor)

@@ -1,7 +1,7 @@
-"""One export of a batch (`hfexport.batch`), run as `python -m hfexport.batch_item SPEC FORMAT OUT`.
+"""One export of a batch (`hfexport.job.batch`), run as `python -m hfexport.job.batch_item SPEC FORMAT OUT`.
 
 `SPEC` is the JSON of one list entry (`{"model": "tiny:llama", "generate": true}`). The export job
-(`hfexport.job.export_to_folder`) writes `OUT` as `hfexport export` would, validation included.
+(`hfexport.job.export.export_to_folder`) writes `OUT` as `hfexport export` would, validation included.
 Prints `STAGE <name>` lines as it goes and one final `RESULT <json>` line; never raises: a failure
 becomes status `failed` with the error's first line (and its traceback on stderr).
 """
@@ -15,13 +15,13 @@ import traceback
 from typing import Any
 
 from hfexport.errors import first_line
-from hfexport.executors import StageLines
+from hfexport.job.executors import StageLines
 
 
 def export(spec: dict[str, Any], fmt: str, out: str) -> dict[str, Any]:
     """Export `spec["model"]` to `fmt` into `out`; return the status and the artifact bytes."""
     from hfexport.auto import AutoExportConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job.export import export_to_folder
 
     options = dict(spec)
     model = options.pop("model")

@@ -9,7 +9,7 @@ import logging
 
 import torch
 
-from .workarounds import register_fx_node_fix
+from . import register_fx_node_fix
 
 __all__ = ["fix_cat_empty_legacy_input"]
 

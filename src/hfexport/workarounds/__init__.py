@@ -30,9 +30,9 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from .errors import RegistryError
-from .extensions import format_names
-from .registry import Registry
+from ..errors import RegistryError
+from ..extensions import format_names
+from ..registry import Registry
 
 __all__ = ["Patch", "FxFix", "PatchSession", "PATCHES", "FX_NODE_FIXES", "FX_PROGRAM_FIXES", "register_patch",
            "register_fx_node_fix", "register_fx_program_fix", "applied_patches", "ordered_fixes",
@@ -73,7 +73,7 @@ class _Workaround:
         requirement = _removal_requirement(self.remove_when, self.name)
         if requirement is None:
             return False
-        from ._versions import installed_version
+        from .._versions import installed_version
 
         installed = installed_version(requirement.name)
         return installed is not None and requirement.specifier.contains(installed, prereleases=True)

@@ -4,7 +4,7 @@
 export_to_folder(model, config, out, generate=..., validate=...)
   load      a preset (`tiny:llama`), a folder written by `save_pretrained`, a hub id, a GGUF file, or a
             model you built
-  task      what to export (`hfexport.tasks`): asked for, inferred (`task="auto"`: a causal LM gets its
+  task      what to export (`hfexport.generation.tasks`): asked for, inferred (`task="auto"`: a causal LM gets its
             runtime's LLM package), or left to `generate`/`static_cache` (`task=None`)
   export    one graph of the model, or its generation components (`generate=True`)
   validate  each artifact in its runtime against eager, at the sample shape and shapes that differ
@@ -33,15 +33,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .config import ExportConfig
-from .errors import DtypeRefusedError, ValidationError
-from .generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
-from .generation.runner_check import runner_check, skipped_entry
-from .loading import dtype_name
-from .folder.output_folder import claimed_folder, model_folder
-from .record import record_of
-from .timing import Phases, phase, recording
-from .tasks import GenerationFlags, check_task_options, graph_component, resolve_task
+from ..config import ExportConfig
+from ..errors import DtypeRefusedError, ValidationError
+from ..generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
+from .runner_check import runner_check, skipped_entry
+from ..loading import dtype_name
+from ..folder.output_folder import claimed_folder, model_folder
+from ..capture.record import record_of
+from ..timing import Phases, phase, recording
+from ..generation.tasks import GenerationFlags, check_task_options, graph_component, resolve_task
 
 __all__ = ["export_to_folder", "JobOptions", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
            "default_min_agreement"]
@@ -147,7 +147,7 @@ class JobOptions:
     """What `export_to_folder` is asked to do besides the format's config.
 
     Args:
-        task: what to export (`hfexport.tasks.TASKS`): `"text-generation-with-past"` (the runtime's
+        task: what to export (`hfexport.generation.tasks.TASKS`): `"text-generation-with-past"` (the runtime's
             LLM package, `RuntimePackage.request`), `"generation-components"`, `"text-generation"`,
             `"feature-extraction"`, `"forward"`; `"auto"` infers it from the model
             (`tasks.infer_task`: a causal LM gets its runtime's LLM package) unless `generate` or
@@ -165,7 +165,7 @@ class JobOptions:
             backend may size its own program by it (ExecuTorch's LLM-runner program).
         validate: run each artifact in its runtime against eager before anything is written, and
             a generation folder packaged for its runtime's own LLM runner in that runner
-            (`generation.runner_check`: greedy tokens equal to eager's).
+            (`job.runner_check`: greedy tokens equal to eager's).
         atol, rtol: validation tolerance (default per format).
         min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
             the cache) in validation (default for a quantized export: `default_min_cosine`, 0.995
@@ -301,7 +301,7 @@ def _chosen_task(package: Any, options: JobOptions, model: Any) -> tuple[Generat
 
 def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions) -> ExportJobResult:
     """`export_to_folder`.s steps, in the folder it claimed."""
-    from .auto import AutoHfExporter
+    from ..auto import AutoHfExporter
 
     steps = _Timed(options.progress or _Silent())
     exporter = AutoHfExporter.from_config(config)
@@ -311,7 +311,7 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
     if choice is not None:  # an option the format cannot honour, or an unreadable prompt file, fails before loading
         choice.quantizer(config.export_format)
         if choice.calibration_data is not None:
-            from .quantization.calibration import read_prompts
+            from ..quantization.calibration import read_prompts
 
             read_prompts(choice.calibration_data)
     steps.total = 5 if options.validate else 4  # the checks on the written folder are parts of writing
@@ -441,7 +441,7 @@ def _load(model: Any, prompt: str, gguf_file: str | None = None, *, revision: st
           trust_remote_code: bool = False, dtype: str = "float32") -> Any:
     """`model` as a `LoadedModel` (a spec is loaded in `dtype`; a model built in Python is taken as it is,
     in its own dtype)."""
-    from .loading import LoadedModel, load_model
+    from ..loading import LoadedModel, load_model
 
     if gguf_file is not None and not isinstance(model, (str, os.PathLike)):
         raise TypeError("gguf_file names a file in the folder or hub repo `model` names; pass that as `model`")
@@ -460,7 +460,7 @@ def _load(model: Any, prompt: str, gguf_file: str | None = None, *, revision: st
 
 def _choice(quantize: Any) -> Any:
     """`quantize` as a `QuantizationChoice` (a scheme name is one), or `None` (none, or a quantizer object)."""
-    from .quantization import QuantizationChoice
+    from ..quantization import QuantizationChoice
 
     if isinstance(quantize, str):
         return QuantizationChoice(scheme=quantize)
@@ -470,10 +470,10 @@ def _choice(quantize: Any) -> Any:
 def _with_quantizer(config: ExportConfig, quantize: Any, loaded: Any, generate: bool) -> tuple[ExportConfig, Any]:
     """`(config, record)`: `config` with the quantizer `quantize` names, and the report's record of
     the choice (`None` for a quantizer object). A quantizer that runs on data is calibrated on the
-    chosen prompts (`quantization.calibration.calibration_for`); any other keeps the sample inputs."""
+    chosen prompts (`job.calibration.calibration_for`); any other keeps the sample inputs."""
     if quantize is None or not hasattr(quantize, "quantizer"):
         return (config if quantize is None else config.replace(quantizer=quantize)), None
-    from .quantization.calibration import calibration_for
+    from .calibration import calibration_for
 
     fmt = config.export_format
     quantizer, record = quantize.quantizer(fmt), quantize.to_dict(fmt)
@@ -513,7 +513,7 @@ def _captured_calibration(package: Any, loaded: Any, plan: Any, config: ExportCo
     prompts (one graph, a quantizer object, a model without a tokenizer: the captured sample)."""
     if plan is None or not (quantization or {}).get("calibration") or loaded.tokenizer is None:
         return None
-    from .generation.calibration import captured_calibration
+    from ..generation.calibration import captured_calibration
 
     prompts = [_prompt(sample) for sample in config.quantizer.calibration]
     captured = captured_calibration(lambda asked: package.components(loaded.model, asked), plan, prompts)
@@ -524,7 +524,7 @@ def _captured_calibration(package: Any, loaded: Any, plan: Any, config: ExportCo
 def _validated(artifacts: dict[str, Any], components: dict[str, Any], target: Path, **options: Any) -> dict[str, Any]:
     """Every artifact validated against its eager module; `ValidationError` (holding every report)
     when one differs."""
-    from .validation.driver import validate_components
+    from ..validation.driver import validate_components
 
     reports = validate_components(artifacts, components, **options)
     for name, report in reports.items():
@@ -588,7 +588,7 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
     """The check a quantized generation export passes before it is written: its greedy tokens
     against fp32 eager (`generation.accuracy.greedy_agreement`), their agreement held to `floor`
     and their mean logits cosine to `min_cosine`."""
-    from .generation.accuracy import greedy_agreement
+    from ..generation.accuracy import greedy_agreement
 
     def gate(folder: Path) -> dict[str, Any]:
         found = greedy_agreement(folder, loaded.model, loaded.inputs, generation_config=generation_config,
@@ -613,8 +613,8 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
 
 def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: float | None) -> Any:
     """The check that the packaged folder runs in its runtime's own LLM runner with eager's greedy
-    tokens (`generation.runner_check`; a quantized export against hfexport's runner, at `floor`)."""
-    from .generation.package import merged_generation_config
+    tokens (`job.runner_check`; a quantized export against hfexport's runner, at `floor`)."""
+    from ..folder.generation_export import merged_generation_config
 
     return runner_check(package, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
                         min_agreement=floor)
@@ -628,13 +628,13 @@ def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, c
           generation_config: Any, overwrite: bool, report: dict[str, Any], plan: Any, check: Any = None) -> Any:
     extra = {"weights_from": loaded.weights_from} if loaded.weights_from else {}
     if generate:
-        from .generation.package import save_generation_export
+        from ..folder.generation_export import save_generation_export
 
         return save_generation_export(exporter, artifacts, target, model=loaded.model,
                                       generation_config=generation_config, tokenizer=loaded.tokenizer,
                                       processor=loaded.processor, export_config=config, overwrite=overwrite,
                                       extra=extra, report=report, details=True, check=check, plan=plan)
-    from .folder.bundle import save_export
+    from ..folder.bundle import save_export
 
     return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,
                        processor=loaded.processor, export_config=config, overwrite=overwrite, manifest_extra=extra,

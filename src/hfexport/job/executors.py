@@ -31,7 +31,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from .errors import first_line
+from ..errors import first_line
 
 __all__ = ["LOST", "Cell", "Executor", "LocalExecutor", "Outcome", "RayExecutor", "StageLines", "choose_executor",
            "run_subprocess"]
@@ -205,7 +205,7 @@ class RayExecutor(Executor):
     """
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None, cpus_per_cell: int = 1):
-        from ._versions import require_extra
+        from .._versions import require_extra
 
         require_extra("ray", purpose="running cells on Ray (--ray)")
         self.address = address

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .capture.names import CACHE_PREFIX, INTERFACE_CACHE_NAME, io_leaf_names, with_interface_cache_name
-from .capture.pytree import leaf_names
+from .names import CACHE_PREFIX, INTERFACE_CACHE_NAME, io_leaf_names, with_interface_cache_name
+from .pytree import leaf_names
 
 __all__ = ["ExportRecord", "record_of", "attach_record", "record_from_program"]
 

@@ -138,7 +138,7 @@ def open_engine(export: Any, choice: str) -> tuple[LlmEngine | None, str | None]
         ValueError: `choice` is not one of `ENGINE_CHOICES`.
     """
     from ..auto import AutoHfExporter
-    from ..llm_package import RunnerUnavailable
+    from .package import RunnerUnavailable
 
     if choice not in ENGINE_CHOICES:
         raise ValueError(f"engine={choice!r}: one of {', '.join(ENGINE_CHOICES)}")
@@ -155,7 +155,7 @@ def open_engine(export: Any, choice: str) -> tuple[LlmEngine | None, str | None]
 
 def engine_request(config: Any) -> EngineRequest:
     """The `EngineRequest` of a generation config (`GenerationRunner.generation_config`)."""
-    from .result import as_token_list
+    from ..generation.result import as_token_list
 
     return EngineRequest(int(config.max_new_tokens), int(config.min_new_tokens or 0),
                          tuple(as_token_list(config.eos_token_id)))
@@ -193,7 +193,7 @@ def run_on_engine(runner: Any, conversation: EngineConversation, ids: list[int],
 
     import torch
 
-    from .result import GenerationResult
+    from ..generation.result import GenerationResult
 
     start = time.perf_counter() if start is None else start
     on_token = None

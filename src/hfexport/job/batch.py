@@ -11,9 +11,9 @@ The output folder is new or empty, or holds an earlier batch that `resume=True` 
 `summary.md` is replaced only while it is the page that batch wrote (`summary.json` holds its
 SHA-256); hfexport never replaces a file it did not write.
 
-Each export is the export job (`hfexport.job.export_to_folder`, validation included) run as
-`python -m hfexport.batch_item` with a timeout, by the executors of the coverage matrix
-(`hfexport.executors`): a crash or a hang costs one export, a killed worker is retried
+Each export is the export job (`hfexport.job.export.export_to_folder`, validation included) run as
+`python -m hfexport.job.batch_item` with a timeout, by the executors of the coverage matrix
+(`hfexport.job.executors`): a crash or a hang costs one export, a killed worker is retried
 once, and `summary.json` is saved after every finished export so that `resume=True` runs only
 those not done. On a cluster, the output folder must be one that every node can write.
 
@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import OutputFolderError
+from ..errors import OutputFolderError
 from .executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
-from .folder.manifest import sha256_of
-from .folder.output_folder import check_writable, folder_entries, listing
-from .folder.storage import atomic_file
+from ..folder.manifest import sha256_of
+from ..folder.output_folder import check_writable, folder_entries, listing
+from ..folder.storage import atomic_file
 
 __all__ = ["OPTIONS", "PAGE", "RERUN_ON_RESUME", "SUMMARY", "BatchItem", "BatchResult", "EarlierBatch",
            "check_batch_folder", "export_cell", "load_summary", "name_problem", "read_model_list", "render_summary",
@@ -194,10 +194,10 @@ class BatchResult:
 
 def export_cell(spec: dict[str, Any], fmt: str, directory: str, output: str, timeout: float,
                 threads: int) -> dict[str, Any]:
-    """One export as an executor's cell: `python -m hfexport.batch_item` writing `directory/output`,
+    """One export as an executor's cell: `python -m hfexport.job.batch_item` writing `directory/output`,
     its result as a `BatchResult` dict, marked `LOST` when its process was killed before it gave one."""
     base = {"model": spec["model"], "format": fmt, "output": output}
-    outcome = run_subprocess([sys.executable, "-m", "hfexport.batch_item", json.dumps(spec), fmt,
+    outcome = run_subprocess([sys.executable, "-m", "hfexport.job.batch_item", json.dumps(spec), fmt,
                               str(Path(directory) / output)], timeout=timeout, threads=threads)
     if outcome.timed_out:
         return {**base, "status": "timeout", "detail": f"no result after {timeout:.0f} s (in {outcome.stage})",
@@ -359,7 +359,7 @@ def run_batch(items: Sequence[BatchItem], formats: Sequence[str], directory: str
     Returns:
         Every export of `items` x `formats`, in that order.
     """
-    from .auto import AutoExportConfig
+    from ..auto import AutoExportConfig
 
     for fmt in formats:
         AutoExportConfig.from_dict({"export_format": fmt})  # an unknown format fails before any export

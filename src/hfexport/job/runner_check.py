@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from ..errors import ValidationError
-from ..llm_package import RunnerRequest, RunnerTokens, RunnerUnavailable
+from ..folder.package import RunnerRequest, RunnerTokens, RunnerUnavailable
 from ..folder.manifest import read_manifest
 
 __all__ = ["runner_check", "skipped_entry", "RUNNER_TOKENS"]
@@ -118,7 +118,7 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
                                  do_sample=False, generation_config=generation_config)
         expected = out[0, ids.shape[1]:].tolist()
     else:
-        from .loop import GenerationRunner
+        from ..generation.loop import GenerationRunner
 
         against = "hfexport's runner on the same folder"
         expected = list(GenerationRunner.load(folder, verify=False, engine="hfexport").generate(

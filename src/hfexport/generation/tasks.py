@@ -26,8 +26,8 @@ import dataclasses
 import inspect
 from typing import Any
 
-from .errors import TaskError
-from .model_config import text_config
+from ..errors import TaskError
+from ..model_config import text_config
 
 __all__ = ["Task", "TASKS", "TaskChoice", "GenerationFlags", "DEFAULT_CACHE_LENGTH", "default_cache_length",
            "infer_task", "resolve_task", "check_task_options", "graph_component"]
@@ -107,7 +107,7 @@ def infer_task(model: Any) -> tuple[str, str]:
     """`(task, reason)` for `model` when no task is named: a text decoder that generates gets
     `text-generation-with-past`, a recurrent one (Mamba) its generation components, everything
     else `forward`; the reason says why and how to ask for another."""
-    from .generation.components import is_text_decoder
+    from .components import is_text_decoder
 
     name = type(model).__name__
     config = model.config
