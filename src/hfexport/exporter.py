@@ -18,7 +18,6 @@ exactly as it was (training flags, patched attributes), also when a step raises.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import logging
 import os
@@ -30,18 +29,17 @@ from typing import Any, ClassVar
 import torch
 
 from ._versions import require_extra, warn_on_drift
-from .capture.prepare import check_attention, inference_mode, normalize_inputs
-from .capture.trace import Capture, capture
-from .capture.dynamic import size_oblivious_tracing
-from .capture.prepare import model_name
-from .config import ExportConfig
-from .capture.interface import split_constants
-from .folder.package import GenerationPlan, RuntimePackage
-from .errors import ConversionError, ExportError, PrepareError, QuantizationError, SerializationError, summarize
-from .folder.manifest import FileBytes
-from .capture.record import ExportRecord, attach_record, record_from_program
 from .builtins import load_workarounds
+from .capture.dynamic import size_oblivious_tracing
+from .capture.prepare import check_attention, inference_mode, model_name, normalize_inputs
+from .capture.record import ExportRecord, attach_record, record_from_program
+from .capture.trace import Capture, capture
+from .config import ExportConfig
+from .errors import ConversionError, ExportError, PrepareError, SerializationError, summarize
+from .folder.manifest import FileBytes
+from .folder.package import GenerationPlan, RuntimePackage
 from .folder.storage import staged_files
+from .quantization.steps import quantize_model, quantize_program
 from .timing import Phases, phase, recording
 from .workarounds import applied_patches
 
@@ -88,7 +86,7 @@ class HfExporter:
                 `ValidationError` when `config.validate` and the artifact differs from eager.
         """
         config = self._check_config(config)
-        self._check_environment(config)
+        _check_environment(self)
         kwargs = normalize_inputs(inputs, model=model)
         if not isinstance(model, torch.nn.Module):
             raise PrepareError(f"expected a torch.nn.Module, got {type(model).__name__}",
@@ -119,16 +117,17 @@ class HfExporter:
             if quantizer is not None and quantizer.stage_for(self.format) == "fx":
                 with phase("quantize"):
                     captured = self._quantize_program(captured, model, sample, config, bounds)
-            record = self._describe(captured, model, config)
+            record = _describe(captured, model, config, self.format)
             # Conversions re-trace the program (run_decompositions); without the same size-oblivious
             # setting a decomposition can silently fold a size-1 sample dim (measured: BERT's linear
             # decomposed to view([seq, hidden]), dropping the batch).
             with phase("convert"), size_oblivious_tracing(captured.size_oblivious):
-                artifact = self._convert_checked(captured, record, model, sample, config)
+                artifact = _converted(self, captured, record, model, sample, config)
             _check_conversion_kept_shapes(record, captured, model)
             if quantizer is not None and quantizer.stage_for(self.format) == "model":
                 with phase("quantize"):
-                    artifact = self._quantize_model(artifact, record, model, sample, config)
+                    artifact = quantize_model(artifact, record, model, sample, config, self.format,
+                                              self._artifact_inputs)
             with phase("optimise"):
                 artifact = self._finish(artifact, record, sample, config)
         self._record(record, captured, artifact, config)
@@ -146,25 +145,12 @@ class HfExporter:
             record.details["dim_bounds"] = dict(bounds.chosen)
         attach_record(artifact, record)
         if config.validate:
+            from .validation.driver import validated
+
             with recording(phases, "model"), phase("validate"):
-                self._validated(artifact, model, kwargs)
+                validated(artifact, model, kwargs)
         record.details["stage_seconds"] = phases.to_dict().get("model", {})  # where the export's time went
         return artifact
-
-    def _validated(self, artifact: Any, model: torch.nn.Module, kwargs: dict[str, Any]) -> None:
-        """`config.validate`: run `artifact` against eager at the sample and other sizes; the report
-        goes in the record, a failure raises `ValidationError` with it."""
-        from .errors import ValidationError
-        from .capture.record import record_of
-        from .validation.driver import validate
-
-        report = validate(artifact, model, kwargs)
-        record_of(artifact).details["validation"] = report.to_dict()
-        if not report.passed:
-            raise ValidationError(f"the {self.format} artifact differs from eager PyTorch:\n{report.to_table()}",
-                                  model=model_name(model),
-                                  remedy="see the failing case above; export with validate=False to keep the "
-                                  "artifact anyway, and report the model with `hfexport env`")
 
     def export_for_generation(
         self,
@@ -183,9 +169,11 @@ class HfExporter:
         Returns:
             `{component name: artifact}`.
         """
+        from .generation.decompose import planned_components
+
         plan = self.plan_generation(model, normalize_inputs(inputs, model=model), config, generation_config,
                                     multi_token_decode)
-        return self.export_components(self.generation_components(model, plan), plan.config)
+        return self.export_components(planned_components(model, plan), plan.config)
 
     def plan_generation(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig | None,
                         generation_config: Any = None, multi_token_decode: bool = False) -> GenerationPlan:
@@ -193,18 +181,6 @@ class HfExporter:
         as asked (OpenVINO: its one stateful model where `genai_layout` asks for it). An export
         folder plans through its `RuntimePackage.plan`, which starts from this."""
         return GenerationPlan(inputs, generation_config, multi_token_decode, False, config)
-
-    def generation_components(self, model: torch.nn.Module, plan: GenerationPlan) -> dict[str, Any]:
-        """`{name: (module, kwargs)}` that `plan` exports: the backend's own, or what
-        `decompose_for_generation` captures from one `generate()` run."""
-        if plan.components is not None:
-            return plan.components
-        from .generation.decompose import decompose_for_generation
-
-        return decompose_for_generation(model, plan.inputs, generation_config=plan.generation_config,
-                                        multi_token_decode=plan.multi_token_decode,
-                                        decode_prefills=plan.decode_prefills,
-                                        runner_components=plan.runner_components)
 
     def export_components(self, components: dict[str, tuple[torch.nn.Module, dict[str, Any]]],
                           config: ExportConfig | None = None, *,
@@ -239,60 +215,10 @@ class HfExporter:
 
     # -- quantization -----------------------------------------------------------------------------
 
-    def _calibration(self, quantizer: Any, model: torch.nn.Module, sample: dict[str, Any],
-                     keys: list[str]) -> list[dict[str, Any]]:
-        """The quantizer's calibration samples as the program takes them (its input names)."""
-        from .generation.components import interface_kwargs
-
-        samples = quantizer.calibration_samples() if quantizer.needs_calibration or quantizer.calibration is not None \
-            else [sample]
-        out = []
-        for raw in samples:  # copies: calibration runs must not grow the capture sample's cache
-            kwargs = interface_kwargs(normalize_inputs(copy.deepcopy(raw), model=model))
-            missing = [k for k in keys if k not in kwargs]
-            if missing:
-                raise QuantizationError(f"a calibration sample lacks {missing}",
-                                        model=model_name(model),
-                                        remedy="give each sample the same inputs as the export (its keys: "
-                                        f"{', '.join(keys)})")
-            out.append({k: kwargs[k] for k in keys})
-        return out
-
     def _quantize_program(self, captured: Capture, model, sample, config, bounds) -> Capture:
-        from .capture.trace import reexport
-
-        quantizer = config.quantizer
-        keys = list(split_constants(sample)[0])  # the program's inputs: the traced kwargs
-        samples = self._calibration(quantizer, model, sample, keys)
-        try:
-            with size_oblivious_tracing(captured.size_oblivious), applied_patches(self.format, stage="quantize") as patches:
-                quantized = quantizer.quantize_program(captured.program.module(), samples)
-            program = reexport(quantized, {k: sample[k] for k in keys if k in sample}, config, bounds=bounds,
-                               size_oblivious=captured.size_oblivious)
-        except (QuantizationError, ImportError):
-            raise
-        except Exception as error:  # noqa: BLE001 - translated with the quantizer named
-            raise QuantizationError(f"{quantizer!r} failed on the torch.export graph: {summarize(error)}",
-                                    model=model_name(model),
-                                    remedy="try another scheme, or export without quantizer= and report this") from error
-        return dataclasses.replace(captured, program=program, patches_reached=patches.reached())
-
-    def _quantize_model(self, artifact: Any, record: ExportRecord, model, sample, config) -> Any:
-        import torch.utils._pytree as pytree
-
-        quantizer = config.quantizer
-        keys = record.input_keys
-        samples = [self._artifact_inputs(artifact, record,
-                                         [leaf for leaf in pytree.tree_leaves(s) if isinstance(leaf, torch.Tensor)])
-                   for s in self._calibration(quantizer, model, sample, keys)]
-        try:
-            return quantizer.quantize_model(artifact, samples)
-        except (QuantizationError, ImportError):
-            raise
-        except Exception as error:  # noqa: BLE001
-            raise QuantizationError(f"{quantizer!r} failed on the {self.format} model: {summarize(error)}",
-                                    model=model_name(model),
-                                    remedy="try another scheme, or export without quantizer= and report this") from error
+        """Step 4 (`quantization.steps.quantize_program`); a backend may narrow what its quantizer
+        annotates around it (ExecuTorch)."""
+        return quantize_program(captured, model, sample, config, bounds, self.format)
 
     def _artifact_inputs(self, artifact: Any, record: ExportRecord, leaves: list[torch.Tensor]) -> list[Any]:
         """`leaves` (in `record.input_names` order) as the converted artifact takes them, for a
@@ -338,12 +264,6 @@ class HfExporter:
     def _load(self, files: list[FileBytes]) -> Any:
         raise NotImplementedError
 
-    def _check_environment(self, config: ExportConfig) -> None:
-        """Fail before any work when a package is missing; warn once on version drift."""
-        if self.extra:
-            require_extra(self.extra, purpose=type(self).__name__)
-        warn_on_drift(self.extra or "dynamo", owner=type(self).__name__)
-
     def _check_model(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig) -> None:
         """Backend-specific refusals before tracing (e.g. a cache type a delegate cannot take)."""
 
@@ -361,17 +281,6 @@ class HfExporter:
         """Step 6: the backend's artifact from the captured program; its inputs and outputs are
         named and shaped as `record` says."""
         raise NotImplementedError
-
-    def _describe(self, captured: Capture, model: torch.nn.Module, config: ExportConfig) -> ExportRecord:
-        """Step 5: the artifact's record, built once from the program it is converted from."""
-        record = record_from_program(captured.program, format=self.format, model_class=model_name(model))
-        record.details["size_oblivious"] = captured.size_oblivious
-        record.details.update(captured.fixed_axes)
-        record.details["config"] = _config_summary(config)
-        mutated = captured.program.graph_signature.user_inputs_to_mutate
-        if mutated:  # written in place (a static cache): say which inputs, in the program's order
-            record.details["input_mutations"] = len(mutated)
-        return record
 
     def _finish(self, artifact: Any, record: ExportRecord, sample: dict[str, Any], config: ExportConfig) -> Any:
         """Step 8: the artifact after quantization (`sample`: the kwargs it was traced on),
@@ -395,18 +304,42 @@ class HfExporter:
         return config
 
 
-    def _convert_checked(self, captured: Capture, record: ExportRecord, model, kwargs, config) -> Any:
-        try:
-            return self._convert(captured, record, model, kwargs, config)
-        except (ExportError, ImportError):
-            raise
-        except Exception as error:  # noqa: BLE001 - translated, original chained
-            raise ConversionError(
-                f"converting to {self.format} failed: {summarize(error)}",
-                model=model_name(model),
-                remedy="rerun with --debug for the full trace; if the Dynamo export of the same model works, "
-                "this is a conversion bug worth a patch (see `hfexport patches`)",
-            ) from error
+
+
+def _check_environment(exporter: HfExporter) -> None:
+    """Fail before any work when a package the exporter needs is missing; warn once on version drift."""
+    owner = type(exporter).__name__
+    if exporter.extra:
+        require_extra(exporter.extra, purpose=owner)
+    warn_on_drift(exporter.extra or "dynamo", owner=owner)
+
+
+def _describe(captured: Capture, model: torch.nn.Module, config: ExportConfig, format: str) -> ExportRecord:
+    """Step 5: the artifact's record, built once from the program it is converted from."""
+    record = record_from_program(captured.program, format=format, model_class=model_name(model))
+    record.details["size_oblivious"] = captured.size_oblivious
+    record.details.update(captured.fixed_axes)
+    record.details["config"] = _config_summary(config)
+    mutated = captured.program.graph_signature.user_inputs_to_mutate
+    if mutated:  # written in place (a static cache): say which inputs, in the program's order
+        record.details["input_mutations"] = len(mutated)
+    return record
+
+
+def _converted(exporter: HfExporter, captured: Capture, record: ExportRecord, model: torch.nn.Module,
+               kwargs: dict[str, Any], config: ExportConfig) -> Any:
+    """Step 6: the exporter's `_convert`, a failure translated into `ConversionError` (original chained)."""
+    try:
+        return exporter._convert(captured, record, model, kwargs, config)
+    except (ExportError, ImportError):
+        raise
+    except Exception as error:  # noqa: BLE001 - translated, original chained
+        raise ConversionError(
+            f"converting to {exporter.format} failed: {summarize(error)}",
+            model=model_name(model),
+            remedy="rerun with --debug for the full trace; if the Dynamo export of the same model works, "
+            "this is a conversion bug worth a patch (see `hfexport patches`)",
+        ) from error
 
 
 def _check_conversion_kept_shapes(record: ExportRecord, captured: Capture, model: torch.nn.Module) -> None:
@@ -438,8 +371,6 @@ def _for_component(config: ExportConfig | None, samples: list[dict[str, Any]]) -
     quantizer = getattr(config, "quantizer", None)
     if quantizer is None or not quantizer.needs_calibration and quantizer.calibration is None:
         return config
-    import dataclasses
-
     from .generation.components import interface_kwargs
 
     return dataclasses.replace(config, quantizer=quantizer.with_calibration([interface_kwargs(s) for s in samples]))

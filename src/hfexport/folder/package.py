@@ -141,9 +141,11 @@ class RuntimePackage:
         return plan
 
     def components(self, model: torch.nn.Module, plan: GenerationPlan) -> dict[str, Any]:
-        """`{name: (module, kwargs)}` that `plan` exports (`HfExporter.generation_components`),
+        """`{name: (module, kwargs)}` that `plan` exports (`generation.decompose.planned_components`),
         and any a package's runner needs besides (a `MultimodalRunner` program)."""
-        return self.exporter.generation_components(model, plan)
+        from ..generation.decompose import planned_components
+
+        return planned_components(model, plan)
 
     def check_listed(self, manifest: dict[str, Any], listed: Any) -> None:
         """Refuse (`ExportFolderError`) an export folder whose runtime package names a file the

@@ -3,7 +3,7 @@
 A quantizer that runs on data (a static scheme, NNCF's AWQ or scale estimation) calibrates each
 generation component (prefill, decode, ...) on the inputs that component takes, not on the model's
 forward kwargs. They are captured by the same eager `generate()` run that finds the components
-(`HfExporter.generation_components`), once per prompt, so the decode steps are captured too.
+(`decompose.planned_components`), once per prompt, so the decode steps are captured too.
 
 Memory: only the captured kwargs of each component are kept per prompt (the token ids, masks,
 positions and the cache the component takes); each run's other state is dropped before the next.

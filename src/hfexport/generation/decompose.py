@@ -40,7 +40,7 @@ from .caches import CACHE_KEYS, full_length_caches
 from .components import PROJECTOR_NAMES, Component, interface_kwargs, watched_modules
 from .front import fronted
 
-__all__ = ["decompose_for_generation", "merge_decode_steps"]
+__all__ = ["decompose_for_generation", "merge_decode_steps", "planned_components"]
 
 
 @contextlib.contextmanager
@@ -446,3 +446,14 @@ def _merged(key: str, value: Any, later: Any) -> Any:
         "and is not known to be laid out along the query axis, so the two steps cannot be merged",
         remedy="export without multi_token_decode=True, or report this model class so its input gets a query axis",
     )
+
+
+def planned_components(model: torch.nn.Module, plan: Any) -> dict[str, tuple[torch.nn.Module, dict[str, Any]]]:
+    """`{name: (module, kwargs)}` that a `GenerationPlan` exports: the backend's own components
+    (`plan.components`), or what `decompose_for_generation` captures from one `generate()` run
+    with the plan's arguments."""
+    if plan.components is not None:
+        return plan.components
+    return decompose_for_generation(model, plan.inputs, generation_config=plan.generation_config,
+                                    multi_token_decode=plan.multi_token_decode, decode_prefills=plan.decode_prefills,
+                                    runner_components=plan.runner_components)

@@ -100,6 +100,21 @@ def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=
     return CaseReport(label, _shapes(inputs), outputs, padded_positions=padded)
 
 
+def validated(artifact: Any, model: torch.nn.Module, kwargs: dict[str, Any]) -> None:
+    """An export's `config.validate`: `validate` the artifact against eager at the sample and other
+    sizes; the report goes in its record (`validation`), a failure raises `ValidationError` with it."""
+    from ..capture.prepare import model_name
+
+    report = validate(artifact, model, kwargs)
+    record = record_of(artifact)
+    record.details["validation"] = report.to_dict()
+    if not report.passed:
+        raise ValidationError(f"the {record.format} artifact differs from eager PyTorch:\n{report.to_table()}",
+                              model=model_name(model),
+                              remedy="see the failing case above; export with validate=False to keep the "
+                              "artifact anyway, and report the model with `hfexport env`")
+
+
 def validate(
     artifact: Any,
     model: torch.nn.Module,
