@@ -62,34 +62,38 @@ def _config_from_args(args) -> Any:
     return AutoExportConfig.from_dict(data)
 
 
-def _check_generation_args(args) -> None:
-    """Refuse generation options that contradict each other or `--task` (`tasks.check_task_options`)."""
-    from ..generation.tasks import GenerationFlags, check_task_options
+def _generation_options(args) -> Any:
+    """The generation options of `args` (`GenerationOptions` refuses a `--task` they contradict), and
+    the command line's own rules on them: those that contradict each other are refused."""
+    from ..job.options import GenerationOptions
 
-    check_task_options(args.task, GenerationFlags(args.generate, args.multi_token_decode, args.static_cache))
+    generation = GenerationOptions(task=args.task, generate=args.generate, multi_token_decode=args.multi_token_decode,
+                                   static_cache=args.static_cache)
     generate = args.generate or args.task == "generation-components"
     if args.multi_token_decode and not generate:
         raise ValueError("--multi-token-decode shapes the generation components; add --generate")
     if args.static_cache and generate and not args.multi_token_decode and args.format != "executorch":
         # ExecuTorch's static-cache program (the LLM runner's) takes any number of tokens per call by construction
         raise ValueError("--static-cache N makes one decode graph that also prefills; add --multi-token-decode")
+    return generation
 
 
 def run(args) -> int:
     """Run `hfexport export` with the parsed `args`; return the exit code."""
-    from ..job.export import JobOptions, export_to_folder
+    from ..job.export import export_to_folder
+    from ..job.options import JobOptions, JudgingOptions, LoadingOptions
     from .quantize import choice_from_args
 
-    _check_generation_args(args)
+    generation = _generation_options(args)
     choice = choice_from_args(args)
     config = _config_from_args(args)
     options = JobOptions(
-        task=args.task, generate=args.generate, multi_token_decode=args.multi_token_decode,
-        static_cache=args.static_cache,
-        validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
-        min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=choice,
-        prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
-        trust_remote_code=args.trust_remote_code, dtype=args.dtype, overwrite=args.overwrite,
+        loading=LoadingOptions(prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
+                               trust_remote_code=args.trust_remote_code, dtype=args.dtype),
+        judging=JudgingOptions(validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol,
+                               min_cosine=args.min_cosine, min_cache_cosine=args.min_cache_cosine,
+                               min_agreement=args.min_agreement),
+        generation=generation, quantize=choice, overwrite=args.overwrite,
         progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
     verbose = args.verbose or args.debug
     try:

@@ -9,5 +9,5 @@ package imports `export.py` and `options.py` only."""
 from .export import (ExportJobResult, GenerationOptions, JobOptions, JudgingOptions, LoadingOptions,
                      default_min_agreement, default_min_cache_cosine, default_min_cosine, export_to_folder)
 
-__all__ = ["export_to_folder", "JobOptions", "LoadingOptions", "JudgingOptions", "GenerationOptions", "ExportJobResult",
-           "default_min_cosine", "default_min_cache_cosine", "default_min_agreement"]
+__all__ = ["export_to_folder", "JobOptions", "LoadingOptions", "JudgingOptions", "GenerationOptions",
+           "ExportJobResult", "default_min_cosine", "default_min_cache_cosine", "default_min_agreement"]
