@@ -61,15 +61,26 @@ def test_a_quantized_generation_export_reports_its_agreement_with_fp32_eager(tmp
     assert read_manifest(tmp_path / "q")["files"] == file_table(tmp_path / "q")
 
 
-def test_under_the_agreement_floor_nothing_is_written(tmp_path):
+def test_under_the_agreement_floor_nothing_is_written(tmp_path, monkeypatch):
+    from hfexport.generation import accuracy
+
     pytest.importorskip("torchao")
     model, inputs = build_preset("llama")
     prompt = {"input_ids": inputs["input_ids"][:1]}
+    measure, floors = accuracy.greedy_agreement, []
+
+    def unreachable(*args, min_agreement, **kwargs):
+        """The gate held to a floor no export reaches (above 1, which `JudgingOptions` refuses), after
+        noting the floor the options gave it."""
+        floors.append(min_agreement)
+        return measure(*args, min_agreement=1.01, **kwargs)
+
+    monkeypatch.setattr(accuracy, "greedy_agreement", unreachable)
     with pytest.raises(ValidationError, match="agree with fp32 eager") as caught:
         export_to_folder((model, prompt), _config("dynamo"), tmp_path / "q",
                          generation=GenerationOptions(static_cache=CACHE),
-                         judging=JudgingOptions(min_agreement=1.01, accuracy_tokens=6), quantize="int8-dynamic")
-    assert caught.value.accuracy.tokens == 6
+                         judging=JudgingOptions(min_agreement=1.0, accuracy_tokens=6), quantize="int8-dynamic")
+    assert caught.value.accuracy.tokens == 6 and floors == [1.0]
     assert not (tmp_path / "q").exists() and not list(tmp_path.iterdir())  # no half-written folder either
 
 
