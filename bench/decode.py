@@ -5,7 +5,7 @@
 
 Each run (`format:scheme`, `fp32` meaning unquantized) is one subprocess: the random Llama of
 `bench.py` (or `--model DIR`) exported with the export job (`export_to_folder(...,
-static_cache=N, quantize=scheme)`, the CLI's `hfexport export --generate --static-cache N
+generation=GenerationOptions(static_cache=N), quantize=scheme)`, the CLI's `hfexport export --generate --static-cache N
 --quantize scheme`) for each cache length, then, in the same process:
   - decode tokens/s through `GenerationRunner.generate` (from the second new token on) and eager
     fp32 `generate` with a static cache of the same length, counted the same way;
@@ -57,7 +57,7 @@ def run_one(fmt: str, scheme: str, cache: int, source: str | None) -> dict:
 
     from hfexport import AutoExportConfig, GenerationRunner
     from hfexport.generation.accuracy import greedy_agreement
-    from hfexport.job import export_to_folder
+    from hfexport.job import GenerationOptions, JudgingOptions, export_to_folder
 
     model = build_model(source)
     weight_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
@@ -67,8 +67,9 @@ def run_one(fmt: str, scheme: str, cache: int, source: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "export"
         start = time.perf_counter()
-        result = export_to_folder((model, {"input_ids": prompt[:, :16]}), config, folder, static_cache=cache,
-                                  quantize=None if scheme == "fp32" else scheme, validate=False)
+        result = export_to_folder((model, {"input_ids": prompt[:, :16]}), config, folder,
+                                  generation=GenerationOptions(static_cache=cache),
+                                  judging=JudgingOptions(validate=False), quantize=None if scheme == "fp32" else scheme)
         export_seconds = time.perf_counter() - start
         artifact_bytes = sum(entry["bytes"] for entry in result.manifest["components"].values())
         runner = GenerationRunner.load(folder)

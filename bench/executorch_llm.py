@@ -6,7 +6,8 @@
     python bench/executorch_llm.py --models llama --schemes 8da4w,8da4w-all --caches 256    # mixed vs all-int4
 
 Each row (model, scheme, cache) is one subprocess that exports with the export job
-(`export_to_folder(..., static_cache=N, llm_runner=True, quantize=scheme)`), then measures:
+(`export_to_folder(..., generation=GenerationOptions(static_cache=N), llm_runner=True,
+quantize=scheme)`), then measures:
   - decode tokens/s through `GenerationRunner.generate` (from the second new token on) and eager
     fp32 `generate` with a static cache of the same length, counted the same way (32-token prompt,
     64 new tokens, as issue 30 measured the vendor's exporter);
@@ -82,7 +83,7 @@ def run_one(name: str, scheme: str, cache: int) -> dict:
     from transformers import GenerationConfig
 
     from hfexport import ExecutorchConfig, GenerationRunner
-    from hfexport.job import export_to_folder
+    from hfexport.job import GenerationOptions, JudgingOptions, export_to_folder
     from hfexport.loading import LoadedModel
 
     model, tokenizer = MODELS[name]()
@@ -93,8 +94,9 @@ def run_one(name: str, scheme: str, cache: int) -> dict:
         start = time.perf_counter()
         # with its tokenizer, so the folder holds the tokenizer.json TextLLMRunner reads
         loaded = LoadedModel(model, {"input_ids": prompt[:, :16]}, name, tokenizer=tokenizer)
-        result = export_to_folder(loaded, ExecutorchConfig(dynamic=True), folder, static_cache=cache, llm_runner=True,
-                                  quantize=_quantizer(scheme), validate=False)
+        result = export_to_folder(loaded, ExecutorchConfig(dynamic=True), folder,
+                                  generation=GenerationOptions(static_cache=cache),
+                                  judging=JudgingOptions(validate=False), llm_runner=True, quantize=_quantizer(scheme))
         export_seconds = time.perf_counter() - start
         record = json.loads((folder / "report.json").read_text())["components"]["decode"]["record"]
         runner = GenerationRunner.load(folder)

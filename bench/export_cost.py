@@ -8,8 +8,8 @@ Each run (`tool:backend`) is one subprocess, so its peak memory is that export's
 Llama of `bench.py` (134 MB of fp32 weights, or `--model DIR`) is built, the process's RSS is
 sampled every 5 ms from then on (the backend's libraries imported before, `_BACKEND_MODULES`), and
 one dynamic single-graph export is made and saved:
-  - `hfexport`: the export job, `export_to_folder(..., validate=False)` (capture, conversion,
-    fusions, save), its seconds split by stage (`record.details["stage_seconds"]`, the report's
+  - `hfexport`: the export job, `export_to_folder(..., judging=JudgingOptions(validate=False))`
+    (capture, conversion, fusions, save), its seconds split by stage (`record.details["stage_seconds"]`, the report's
     `job_seconds`), then validation timed on its own, after the export (`hfexport.utils.validate`,
     what the job adds by default, kept apart so the export columns compare exports alone);
   - `hfexport-external`: the same with the weights outside the program (`external_data=True` on
@@ -115,13 +115,13 @@ def run_one(tool: str, backend: str, source: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp, _PeakRss() as rss:
         start = time.perf_counter()
         from hfexport import AutoExportConfig
-        from hfexport.job import export_to_folder
+        from hfexport.job import JudgingOptions, export_to_folder
 
         options = {"export_format": backend, "dynamic": True}
         if tool == "hfexport-external":
             options.update({"onnx": {"external_data": True}, "executorch": {"external_weights": True}}.get(backend, {}))
         job = export_to_folder((model, inputs), AutoExportConfig.from_dict(options), Path(tmp) / "export",
-                               validate=False)
+                               judging=JudgingOptions(validate=False))
         stages = job.report["components"]["model"]["record"].get("stage_seconds", {})
         result["stages"] = {**stages, "job": job.report.get("job_seconds", {})}
         result["artifact_files"] = job.manifest["components"]["model"]["files"]

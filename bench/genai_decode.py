@@ -112,7 +112,7 @@ def run_one(model_name: str, scheme: str, cache: int) -> dict:
 
     from hfexport import OpenVINOConfig
     from hfexport.generation.accuracy import greedy_agreement
-    from hfexport.job import export_to_folder
+    from hfexport.job import GenerationOptions, JudgingOptions, export_to_folder
     from hfexport.loading import LoadedModel
 
     torch.set_num_threads(THREADS)
@@ -122,8 +122,9 @@ def run_one(model_name: str, scheme: str, cache: int) -> dict:
         folder = Path(tmp) / "export"
         start = time.perf_counter()
         loaded = LoadedModel(model, {"input_ids": prompts[0]}, model_name, tokenizer)
-        result = export_to_folder(loaded, OpenVINOConfig(dynamic=True), folder, static_cache=cache,
-                                  quantize=None if scheme == "fp32" else scheme, validate=False)
+        result = export_to_folder(loaded, OpenVINOConfig(dynamic=True), folder,
+                                  generation=GenerationOptions(static_cache=cache),
+                                  judging=JudgingOptions(validate=False), quantize=None if scheme == "fp32" else scheme)
         export_seconds = time.perf_counter() - start
         row = {"model": model_name, "scheme": scheme, "cache": cache, "export_s": round(export_seconds, 1),
                "artifact_mb": round(sum(e["bytes"] for e in result.manifest["components"].values()) / 1e6, 1),

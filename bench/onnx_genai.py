@@ -7,8 +7,9 @@
 For each model and precision the builder (`python -m onnxruntime_genai.models.builder -i HF_FOLDER
 -o OUT -p fp32|int4 -e cpu`) runs once in its own subprocess; hfexport never imports it. Each
 `(model, precision, cache)` is then one subprocess that exports with the export job
-(`export_to_folder(..., static_cache=N, quantize=None|"int4-weights")`, the CLI's `hfexport export
---format onnx --generate --static-cache N [--quantize int4-weights]`) and measures, side by side:
+(`export_to_folder(..., generation=GenerationOptions(static_cache=N), quantize=None|"int4-weights")`,
+the CLI's `hfexport export --format onnx --generate --static-cache N [--quantize int4-weights]`) and
+measures, side by side:
   - eager fp32 `generate` with a static cache of N (the reference of every ratio);
   - `GenerationRunner` (`hfexport generate`) on the folder;
   - onnxruntime-genai's `Generator` on the same folder (its `genai_config.json`);
@@ -102,7 +103,7 @@ def run_one(source: Path, precision: str, cache: int, builder: Path | None, scra
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from hfexport import AutoExportConfig, GenerationRunner
-    from hfexport.job import export_to_folder
+    from hfexport.job import GenerationOptions, JudgingOptions, export_to_folder
 
     model = AutoModelForCausalLM.from_pretrained(source).eval()
     vocab = model.config.vocab_size
@@ -110,8 +111,10 @@ def run_one(source: Path, precision: str, cache: int, builder: Path | None, scra
     generation_config = GenerationConfig(cache_implementation="static", max_cache_len=cache)
     folder = scratch / f"hfexport-{precision}-{cache}"
     start = time.perf_counter()
-    export_to_folder((model, {"input_ids": prompt[:, :16]}), AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True}),
-                     folder, static_cache=cache, quantize=SCHEME[precision], validate=False, overwrite=True)
+    export_to_folder((model, {"input_ids": prompt[:, :16]}),
+                     AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True}), folder,
+                     generation=GenerationOptions(static_cache=cache), judging=JudgingOptions(validate=False),
+                     quantize=SCHEME[precision], overwrite=True)
     export_seconds = time.perf_counter() - start
     record = json.loads((folder / "report.json").read_text())["components"]["decode"]["record"]
     row = {"model": source.name, "precision": precision, "cache": cache, "export_seconds": round(export_seconds, 1),

@@ -8,9 +8,10 @@ The numbers the quantized-export criteria (`hfexport.job.default_min_cosine`,
 `generation.accuracy.default_min_agreement`) are set from. Each run (`format:scheme`, `fp32` meaning
 unquantized, `/wrong-scale` or `/wrong-group` a deliberately broken quantizer) is one subprocess:
 SmolLM2-135M-Instruct (`real_model.smollm2_folder()`, 30 layers) exported by the export job as the
-flagship recipe does (`export_to_folder(..., static_cache=CACHE, quantize=scheme)`, the CLI's
-`hfexport export DIR --generate --multi-token-decode --static-cache 512 --quantize scheme`), with its
-validation run but every floor lowered so that the export is written whatever it shows, then:
+flagship recipe does (`export_to_folder(..., generation=GenerationOptions(static_cache=CACHE),
+quantize=scheme)`, the CLI's `hfexport export DIR --generate --multi-token-decode --static-cache 512
+--quantize scheme`), with its validation run but every floor lowered so that the export is written
+whatever it shows, then:
   - the validation table, per case (sample, resized, smallest): the logits' cosine with eager, the
     logits' greedy token at each position against eager's, and the lowest cosine of a KV-cache tensor;
   - the accuracy gate over the sample prompt and over each chat prompt (`real_model.CHAT_PROMPTS`,
@@ -110,7 +111,7 @@ def run_one(fmt: str, scheme: str, cache: int, tokens: int) -> dict:
     from hfexport import AutoExportConfig
     from hfexport.errors import ValidationError
     from hfexport.generation.accuracy import greedy_agreement
-    from hfexport.job import export_to_folder
+    from hfexport.job import GenerationOptions, JudgingOptions, export_to_folder
     from hfexport.loading import load_model
 
     torch.manual_seed(0)
@@ -126,8 +127,9 @@ def run_one(fmt: str, scheme: str, cache: int, tokens: int) -> dict:
         folder = Path(tmp) / "export"
         start = time.perf_counter()
         try:
-            result = export_to_folder(loaded, config, folder, generate=True, static_cache=cache or None,
-                                      quantize=quantize, accuracy_tokens=tokens, **lowered)
+            result = export_to_folder(loaded, config, folder,
+                                      generation=GenerationOptions(generate=True, static_cache=cache or None),
+                                      judging=JudgingOptions(accuracy_tokens=tokens, **lowered), quantize=quantize)
         except ValidationError as error:  # fp32 under its strict tolerance: the reports say where
             out.update(seconds=round(time.perf_counter() - start, 1), refused=str(error),
                        validation=_summary(getattr(error, "reports", {})))

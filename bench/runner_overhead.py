@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 def export(model: str, folder: Path, cache: int, quantize: str | None) -> None:
     """`hfexport export MODEL --format executorch --generate --static-cache CACHE [--quantize Q]` into `folder`."""
     from hfexport import ExecutorchConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job import GenerationOptions, JudgingOptions, export_to_folder
 
     if model == "llama":
         from executorch_llm import issue_llama
@@ -44,8 +44,8 @@ def export(model: str, folder: Path, cache: int, quantize: str | None) -> None:
         source = folder.parent / "source"
         issue_llama()[0].save_pretrained(source)
         model = str(source)
-    export_to_folder(model, ExecutorchConfig(dynamic=True), folder, static_cache=cache, quantize=quantize,
-                     validate=False)
+    export_to_folder(model, ExecutorchConfig(dynamic=True), folder, generation=GenerationOptions(static_cache=cache),
+                     judging=JudgingOptions(validate=False), quantize=quantize)
 
 
 class TimedMethod:

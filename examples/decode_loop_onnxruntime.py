@@ -143,11 +143,12 @@ def main() -> None:
         print(generate(path, prompt, args.max_new_tokens, args.max_cache_len))
         return
     from hfexport import AutoExportConfig
-    from hfexport.job import export_to_folder
+    from hfexport.job import GenerationOptions, export_to_folder
 
     with tempfile.TemporaryDirectory() as tmp:
         config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
-        path = str(export_to_folder(args.export, config, f"{tmp}/export", static_cache=args.max_cache_len).files("decode")[0])
+        path = str(export_to_folder(args.export, config, f"{tmp}/export",
+                                    generation=GenerationOptions(static_cache=args.max_cache_len)).files("decode")[0])
         print(generate(path, prompt, args.max_new_tokens, args.max_cache_len))
 
 

@@ -14,7 +14,7 @@ from hfexport import AutoExportConfig
 from hfexport.job.batch import OPTIONS
 from hfexport.cli.main import main
 from hfexport.errors import DtypeRefusedError
-from hfexport.job.export import export_to_folder
+from hfexport.job.export import LoadingOptions, export_to_folder
 from hfexport.loading import DTYPES, dtype_name, load_model
 from hfexport.presets import build_preset
 from hfexport.capture.record import record_of
@@ -98,7 +98,7 @@ def test_tiny_llama_exports_and_matches_eager_in_the_dtype(fmt, dtype, tmp_path)
     against eager in that dtype, within its eps-derived tolerance; the artifact takes the dtype's
     tensors and the report names it."""
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
-    result = export_to_folder("tiny:llama", config, tmp_path / "out", dtype=dtype)
+    result = export_to_folder("tiny:llama", config, tmp_path / "out", loading=LoadingOptions(dtype=dtype))
     _check(result, fmt, dtype)
 
 

@@ -33,7 +33,7 @@ def saved(tmp_path_factory):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from hfexport import OnnxConfig
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=8192, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -41,7 +41,8 @@ def saved(tmp_path_factory):
     model = LlamaForCausalLM(config).eval()
     inputs = {"input_ids": torch.tensor(PROMPT), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
     folder = tmp_path_factory.mktemp("saved") / "export"
-    export_to_folder((model, inputs), OnnxConfig(dynamic=True, external_data=True), folder, generate=True)
+    export_to_folder((model, inputs), OnnxConfig(dynamic=True, external_data=True), folder,
+                     generation=GenerationOptions(generate=True))
     return folder, model
 
 

@@ -313,12 +313,13 @@ def test_a_dead_writers_staging_folder_is_removed_and_a_live_ones_kept(tmp_path)
 
 def test_a_new_export_folder_gets_the_users_umask_not_a_private_mode(tmp_path):
     from hfexport import DynamoConfig
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import JudgingOptions, export_to_folder
     from hfexport.presets import build_preset
 
     previous = os.umask(0o022)
     try:
-        export_to_folder(build_preset("llama"), DynamoConfig(), tmp_path / "out", validate=False)
+        export_to_folder(build_preset("llama"), DynamoConfig(), tmp_path / "out",
+                         judging=JudgingOptions(validate=False))
     finally:
         os.umask(previous)
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o755  # shared folders: others may read it

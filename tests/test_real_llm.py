@@ -28,7 +28,7 @@ import torch
 
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.generation.accuracy import greedy_agreement, quantized_criteria
-from hfexport.job.export import export_to_folder
+from hfexport.job.export import GenerationOptions, export_to_folder
 from tests.harness import require_backend
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -77,7 +77,8 @@ def test_the_real_llm_exports_with_default_validation_and_keeps_eagers_answers(r
     loaded, generation_config, chats = real
     quantize = None if scheme == "fp32" else scheme
     result = export_to_folder(loaded, AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True}),
-                              tmp_path / "export", static_cache=CACHE, quantize=quantize)  # raises when refused
+                              tmp_path / "export", generation=GenerationOptions(static_cache=CACHE),
+                              quantize=quantize)  # raises when refused
     assert result.passed
     print(f"{fmt} {scheme}: job seconds {result.report['job_seconds']}, accuracy {result.report.get('accuracy')}")
     if quantize is None:
@@ -141,7 +142,8 @@ def test_a_broken_int4_quantizer_is_refused_on_the_real_llm(real, broken, tmp_pa
     loaded, _, _ = real
     with pytest.raises(ValidationError, match="agree with fp32 eager") as caught:
         export_to_folder(loaded, AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True}),
-                         tmp_path / "export", generate=True, quantize=broken_quantizer(broken))
+                         tmp_path / "export", generation=GenerationOptions(generate=True),
+                         quantize=broken_quantizer(broken))
     found = caught.value.accuracy
     print(f"onnx int4 {broken}: agreement {found.agreement:.3f}, mean logits cosine {found.mean_cosine:.4f}")
     assert found.agreement < quantized_criteria("int4-weights").min_agreement

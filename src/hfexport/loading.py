@@ -27,8 +27,8 @@ from .errors import PrepareError
 from .model_config import text_config
 from .presets import build_preset, tiny_tokenizer
 
-__all__ = ["DTYPES", "LoadedModel", "load_model", "load_gguf", "gguf_weights", "mapped_share", "sample_inputs_for",
-           "with_end_token", "dtype_name"]
+__all__ = ["DTYPES", "LoadedModel", "check_dtype", "load_model", "load_gguf", "gguf_weights", "mapped_share",
+           "sample_inputs_for", "with_end_token", "dtype_name"]
 
 #: The dtypes a model can be loaded in (`load_model(dtype=...)`, `--dtype`); `"auto"` is the checkpoint's.
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -101,7 +101,8 @@ def dtype_name(model: torch.nn.Module) -> str:
     return str(found).removeprefix("torch.")
 
 
-def _checked_dtype(dtype: str) -> str:
+def check_dtype(dtype: str) -> str:
+    """`dtype` when `DTYPES` names it, else a `ValueError` listing them."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     return dtype
@@ -113,7 +114,7 @@ def _in_dtype(loaded: LoadedModel, dtype: str) -> LoadedModel:
     if dtype == "auto":
         dtype = str(getattr(loaded.model.config, "dtype", None) or "float32").removeprefix("torch.")
     if dtype != dtype_name(loaded.model):
-        loaded.model.to(getattr(torch, _checked_dtype(dtype)))
+        loaded.model.to(getattr(torch, check_dtype(dtype)))
     target = getattr(torch, dtype_name(loaded.model))
     loaded.inputs = {name: value.to(target) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
                      for name, value in loaded.inputs.items()}
@@ -134,7 +135,7 @@ def load_model(spec: str, *, prompt: str = "Hello, world!", gguf_file: str | Non
     """
     from .model_spec import check_local, check_preset, hub_options
 
-    _checked_dtype(dtype)
+    check_dtype(dtype)
     if spec.startswith("tiny:"):
         check_preset(spec)
         model, inputs = build_preset(spec)

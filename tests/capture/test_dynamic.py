@@ -70,10 +70,11 @@ def test_a_cache_with_one_key_value_head_keeps_heads_and_head_size_static(tmp_pa
     from transformers import GenerationConfig
 
     from hfexport import DynamoConfig, GenerationRunner
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     model, inputs = build_preset("llama", num_key_value_heads=1)
-    result = export_to_folder((model, inputs), DynamoConfig(dynamic=True), tmp_path / "export", static_cache=24)
+    result = export_to_folder((model, inputs), DynamoConfig(dynamic=True), tmp_path / "export",
+                              generation=GenerationOptions(static_cache=24))
     cache = [i for i in result.manifest["components"]["decode"]["inputs"] if i["name"].endswith(".keys")]
     assert cache and all(isinstance(i["shape"][1], int) and isinstance(i["shape"][3], int) for i in cache)
     prompt = inputs["input_ids"][:1, :5]

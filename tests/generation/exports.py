@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from hfexport import AutoExportConfig
-from hfexport.job.export import export_to_folder
+from hfexport.job.export import GenerationOptions, LoadingOptions, export_to_folder
 from hfexport.presets import build_preset, tiny_processor  # noqa: F401 - tests import it from here
 
 MAX_CACHE_LEN = 32
@@ -76,7 +76,7 @@ def export_case(fmt: str, case: str, directory: Path) -> SavedExport:
     # seed's decode loops); ExecuTorch's LLM-runner program, its default, is tests/generation/test_executorch_llm_runner.py's.
     # LLaVA keeps the default: its ExecuTorch folder also holds MultimodalRunner's program
     # (tests/backends/executorch/test_multimodal.py), beside the components the other tests run
-    export_to_folder(loaded, config, directory, generate=True, static_cache=static,
+    export_to_folder(loaded, config, directory, generation=GenerationOptions(generate=True, static_cache=static),
                      llm_runner=None if case == "llava" else False)
     return saved
 
@@ -106,9 +106,11 @@ LLM_CACHE = 64
 #: `-f onnx --generate --multi-token-decode --static-cache 64`, `-f openvino --generate`,
 #: `-f executorch --generate --static-cache 64`)
 LLM_RUNTIMES = {
-    "onnx": (("onnxscript", "onnxruntime", "onnxruntime_genai"), {"task": "auto", "static_cache": LLM_CACHE}),
-    "openvino": (("openvino", "openvino_genai", "openvino_tokenizers"), {"task": "auto", "static_cache": LLM_CACHE}),
-    "executorch": (("executorch",), {"task": "auto", "static_cache": LLM_CACHE}),
+    "onnx": (("onnxscript", "onnxruntime", "onnxruntime_genai"),
+             GenerationOptions(task="auto", static_cache=LLM_CACHE)),
+    "openvino": (("openvino", "openvino_genai", "openvino_tokenizers"),
+                 GenerationOptions(task="auto", static_cache=LLM_CACHE)),
+    "executorch": (("executorch",), GenerationOptions(task="auto", static_cache=LLM_CACHE)),
 }
 
 
@@ -146,7 +148,7 @@ def export_llm_package(name: str, runtime: str, directory: Path, **overrides: An
     model.save_pretrained(directory / "source")
     tokenizer.save_pretrained(directory / "source")
     config = AutoExportConfig.from_dict({"export_format": runtime, "dynamic": True})
-    result = export_to_folder(str(directory / "source"), config, directory / "out", prompt=LLM_PROMPT,
-                              **LLM_RUNTIMES[runtime][1])
+    result = export_to_folder(str(directory / "source"), config, directory / "out",
+                              loading=LoadingOptions(prompt=LLM_PROMPT), generation=LLM_RUNTIMES[runtime][1])
     ids = tokenizer(LLM_PROMPT, return_tensors="pt").input_ids
     return LlmPackage(directory / "out", result.manifest, model, tokenizer, ids)

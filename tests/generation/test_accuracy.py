@@ -11,7 +11,7 @@ import torch
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.errors import ValidationError
 from hfexport.generation.accuracy import INT4_CRITERIA, INT8_CRITERIA, INT8_DYNAMIC_INT4_CRITERIA
-from hfexport.job.export import export_to_folder
+from hfexport.job.export import GenerationOptions, JudgingOptions, export_to_folder
 from hfexport.presets import build_preset
 from tests.harness import require_backend
 
@@ -28,7 +28,8 @@ def test_teacher_forced_logits_are_generates_logits(tmp_path):
 
     model, inputs = build_preset("llama")
     prompt = {"input_ids": inputs["input_ids"][:1]}
-    export_to_folder((model, prompt), _config("dynamo"), tmp_path, static_cache=CACHE, validate=False)
+    export_to_folder((model, prompt), _config("dynamo"), tmp_path, generation=GenerationOptions(static_cache=CACHE),
+                     judging=JudgingOptions(validate=False))
     with torch.no_grad():
         out = model.generate(**prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True,
                              return_dict_in_generate=True,
@@ -44,8 +45,8 @@ def test_a_quantized_generation_export_reports_its_agreement_with_fp32_eager(tmp
     require_backend("onnx")
     model, inputs = build_preset("llama")
     prompt = {"input_ids": inputs["input_ids"][:1]}
-    result = export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE,
-                              quantize="int8-dynamic")
+    result = export_to_folder((model, prompt), _config("onnx"), tmp_path / "q",
+                              generation=GenerationOptions(static_cache=CACHE), quantize="int8-dynamic")
     accuracy = result.report["accuracy"]
     assert accuracy["tokens"] == CACHE - prompt["input_ids"].shape[1]  # as many as the cache holds after the prompt
     assert accuracy["min_agreement"] == INT8_CRITERIA.min_agreement and accuracy["passed"]
@@ -60,14 +61,26 @@ def test_a_quantized_generation_export_reports_its_agreement_with_fp32_eager(tmp
     assert read_manifest(tmp_path / "q")["files"] == file_table(tmp_path / "q")
 
 
-def test_under_the_agreement_floor_nothing_is_written(tmp_path):
+def test_under_the_agreement_floor_nothing_is_written(tmp_path, monkeypatch):
+    from hfexport.generation import accuracy
+
     pytest.importorskip("torchao")
     model, inputs = build_preset("llama")
     prompt = {"input_ids": inputs["input_ids"][:1]}
+    measure, floors = accuracy.greedy_agreement, []
+
+    def unreachable(*args, min_agreement, **kwargs):
+        """The gate held to a floor no export reaches (above 1, which `JudgingOptions` refuses), after
+        noting the floor the options gave it."""
+        floors.append(min_agreement)
+        return measure(*args, min_agreement=1.01, **kwargs)
+
+    monkeypatch.setattr(accuracy, "greedy_agreement", unreachable)
     with pytest.raises(ValidationError, match="agree with fp32 eager") as caught:
-        export_to_folder((model, prompt), _config("dynamo"), tmp_path / "q", static_cache=CACHE,
-                         quantize="int8-dynamic", min_agreement=1.01, accuracy_tokens=6)
-    assert caught.value.accuracy.tokens == 6
+        export_to_folder((model, prompt), _config("dynamo"), tmp_path / "q",
+                         generation=GenerationOptions(static_cache=CACHE),
+                         judging=JudgingOptions(min_agreement=1.0, accuracy_tokens=6), quantize="int8-dynamic")
+    assert caught.value.accuracy.tokens == 6 and floors == [1.0]
     assert not (tmp_path / "q").exists() and not list(tmp_path.iterdir())  # no half-written folder either
 
 
@@ -95,8 +108,8 @@ def test_default_criteria_write_a_correct_int4_export_and_refuse_a_broken_one(br
     prompt = {"input_ids": inputs["input_ids"][:1]}
     quantize = broken_quantizer(broken) if broken else "int4-weights"
     if broken is None:
-        result = export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE,
-                                  quantize=quantize)
+        result = export_to_folder((model, prompt), _config("onnx"), tmp_path / "q",
+                                  generation=GenerationOptions(static_cache=CACHE), quantize=quantize)
         assert result.passed and result.report["accuracy"]["passed"]
         report = result.reports["decode"]
         assert report.min_cosine == INT4_CRITERIA.min_cosine
@@ -104,12 +117,14 @@ def test_default_criteria_write_a_correct_int4_export_and_refuse_a_broken_one(br
         assert "accuracy gate" in report.cosine_advisory and report.below_floor == []  # measured 0.996 and up
         return
     with pytest.raises(ValidationError, match="agree with fp32 eager") as caught:
-        export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE, quantize=quantize)
+        export_to_folder((model, prompt), _config("onnx"), tmp_path / "q",
+                         generation=GenerationOptions(static_cache=CACHE), quantize=quantize)
     assert caught.value.accuracy.agreement < INT4_CRITERIA.min_agreement
     assert not list(tmp_path.iterdir())
     with pytest.raises(ValidationError, match=r"differs from eager PyTorch \(cosine similarity 0\.\d+ for logits\)"):
-        export_to_folder((model, prompt), _config("onnx"), tmp_path / "q", static_cache=CACHE, quantize=quantize,
-                         min_cosine=INT4_CRITERIA.min_cosine)
+        export_to_folder((model, prompt), _config("onnx"), tmp_path / "q",
+                         generation=GenerationOptions(static_cache=CACHE),
+                         judging=JudgingOptions(min_cosine=INT4_CRITERIA.min_cosine), quantize=quantize)
     assert not list(tmp_path.iterdir())
 
 
@@ -140,8 +155,8 @@ def test_openvino_default_int4_is_q4_0s_layout_and_passes_the_gate(tmp_path):
     model, inputs = build_preset("llama")
     length = int(torch.randint(3, 8, ()))  # a drawn prompt length, 3-7 tokens
     prompt = {"input_ids": inputs["input_ids"][:1, :length]}
-    result = export_to_folder((model, prompt), _config("openvino"), tmp_path / "q", generate=True,
-                              quantize="int4-weights")
+    result = export_to_folder((model, prompt), _config("openvino"), tmp_path / "q",
+                              generation=GenerationOptions(generate=True), quantize="int4-weights")
     assert result.passed and result.report["accuracy"]["passed"]
     assert result.report["accuracy"]["agreement"] >= INT4_CRITERIA.min_agreement
     settings = result.report["components"]["decode"]["record"]["quantization"]["nncf_settings"]

@@ -139,15 +139,17 @@ def test_llm_runner_needs_executorch_and_a_generation_export(tmp_path):
     from transformers import GenerationConfig
 
     from hfexport import ExecutorchConfig, OnnxConfig
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     with pytest.raises(ValueError, match="generate=True"):
         export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "a", llm_runner=True)
     with pytest.raises(ValueError, match="llm_runner is not an option of OnnxConfig"):
-        export_to_folder("tiny:llama", OnnxConfig(), tmp_path / "b", static_cache=32, llm_runner=True)
+        export_to_folder("tiny:llama", OnnxConfig(), tmp_path / "b", generation=GenerationOptions(static_cache=32),
+                         llm_runner=True)
     with pytest.raises(ValueError, match="pass static_cache=N"):
-        export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "c", generate=True, llm_runner=True,
-                         generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))
+        static = GenerationConfig(cache_implementation="static", max_cache_len=32)
+        export_to_folder("tiny:llama", ExecutorchConfig(), tmp_path / "c",
+                         generation=GenerationOptions(generate=True, generation_config=static), llm_runner=True)
     assert not any(tmp_path.iterdir())
 
 
@@ -206,7 +208,7 @@ def llm_export(tmp_path_factory):
 
     from hfexport import ExecutorchConfig
     from hfexport.backends.executorch.llm_export import DEFAULT_CACHE_LENGTH
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, LoadingOptions, export_to_folder
 
     draw = random.Random(30)
     kv_heads, head_dim = draw.choice([1, 2, 4]), draw.choice([8, 16])
@@ -220,7 +222,7 @@ def llm_export(tmp_path_factory):
     tokenizer.save_pretrained(source)
     out = tmp_path_factory.mktemp("llm-export") / "out"
     result = export_to_folder(str(source), ExecutorchConfig(dynamic=True, max_sequence_length=CACHE), out,
-                              generate=True, prompt=PROMPT)
+                              generation=GenerationOptions(generate=True), loading=LoadingOptions(prompt=PROMPT))
     ids = tokenizer(PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
         eager = result.model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,

@@ -67,10 +67,11 @@ def onnx_job(tmp_path_factory):
     require_backend("onnx")
     pytest.importorskip("onnxruntime_genai")
     from hfexport import OnnxConfig
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     out = tmp_path_factory.mktemp("runner-onnx-job") / "out"
-    result = export_to_folder("tiny:llama", OnnxConfig(dynamic=True), out, static_cache=64)
+    result = export_to_folder("tiny:llama", OnnxConfig(dynamic=True), out,
+                              generation=GenerationOptions(static_cache=64))
     return result
 
 
@@ -100,14 +101,15 @@ def test_a_runner_that_fails_on_the_folder_refuses_it(reuse, tmp_path, monkeypat
     from hfexport import OnnxConfig
     from hfexport.backends.onnx.package import OnnxRuntimePackage
     from hfexport.errors import ValidationError
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     def crash(self, folder, request):
         raise RuntimeError("Load model from decode.onnx failed")
 
     monkeypatch.setattr(OnnxRuntimePackage, "run", crash)
     with pytest.raises(ValidationError, match="LLM runner failed on it: RuntimeError: Load model"):
-        export_to_folder("tiny:llama", OnnxConfig(dynamic=True), tmp_path / "out", static_cache=64)
+        export_to_folder("tiny:llama", OnnxConfig(dynamic=True), tmp_path / "out",
+                         generation=GenerationOptions(static_cache=64))
     assert list(tmp_path.iterdir()) == []
 
 

@@ -58,12 +58,13 @@ def test_bloom_static_components_take_the_documented_mask_and_validate_at_other_
 
 def test_bloom_static_decode_generates_the_tokens_of_generate(tmp_path):
     from hfexport import AutoExportConfig, GenerationRunner
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     model, inputs = build_preset("bloom", seed=0)
     prompt = {"input_ids": inputs["input_ids"][:1]}
     export_to_folder((model, prompt), AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True}),
-                     tmp_path, generate=True, static_cache=MAX_CACHE_LEN)  # validated, as the CLI exports it
+                     tmp_path,  # validated, as the CLI exports it
+                     generation=GenerationOptions(generate=True, static_cache=MAX_CACHE_LEN))
     config = GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN, pad_token_id=0)
     with torch.no_grad():
         want = model.generate(**prompt, max_new_tokens=6, min_new_tokens=6, do_sample=False, generation_config=config)
@@ -101,15 +102,15 @@ def test_a_static_cache_without_key_buffers_generates(tmp_path):
     cache session: the static cache's length was read from buffers it does not have (coverage
     matrix, mamba2 generate)."""
     from hfexport import AutoExportConfig, GenerationRunner
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     model, inputs = build_preset("mamba2", seed=0)
     prompt = {"input_ids": inputs["input_ids"][:1]}
     # ONNX, where the matrix found it: reloading a Dynamo .pt2 holding this cache logs through a
     # malformed message of torch 2.13's torch.export.load fallback, which pytest's log capture raises on
     pytest.importorskip("onnxruntime")
-    export_to_folder((model, prompt), AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True}),
-                     tmp_path, generate=True)  # validated, as the CLI exports it
+    export_to_folder((model, prompt), AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True}), tmp_path,
+                     generation=GenerationOptions(generate=True))  # validated, as the CLI exports it
     with torch.no_grad():
         want = model.generate(**prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False)
     got = GenerationRunner.load(tmp_path).generate(prompt["input_ids"], max_new_tokens=4, eos_token_id=None)

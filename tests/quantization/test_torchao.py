@@ -28,7 +28,7 @@ MAX_CACHE_LEN = 32
 @pytest.fixture(scope="module")
 def saved_8da4w(tmp_path_factory):
     """The tiny Llama's multi-token decode graph, 8da4w-quantized, saved; with its eager model."""
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, JudgingOptions, export_to_folder
     from hfexport.presets import build_preset
     from transformers import GenerationConfig
 
@@ -38,7 +38,9 @@ def saved_8da4w(tmp_path_factory):
     config = AutoExportConfig.from_dict({"export_format": "executorch", "dynamic": True,
                                          "quantizer": {"quantizer": "torchao", "scheme": "int8-dynamic-int4-weights"}})
     directory = tmp_path_factory.mktemp("et-8da4w") / "export"
-    export_to_folder((model, inputs), config, directory, generate=True, static_cache=MAX_CACHE_LEN, validate=False)
+    export_to_folder((model, inputs), config, directory,
+                     generation=GenerationOptions(generate=True, static_cache=MAX_CACHE_LEN),
+                     judging=JudgingOptions(validate=False))
     return directory, model, inputs, GenerationConfig(cache_implementation="static", max_cache_len=MAX_CACHE_LEN)
 
 
@@ -198,7 +200,7 @@ def drawn_8da4w(tmp_path_factory):
     import random
 
     from hfexport import ExecutorchConfig
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, JudgingOptions, export_to_folder
     from hfexport.loading import LoadedModel
     from hfexport.presets import build_preset
 
@@ -210,8 +212,9 @@ def drawn_8da4w(tmp_path_factory):
                                  vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
     directory = tmp_path_factory.mktemp("et-mixed") / "export"
     config = ExecutorchConfig(dynamic=True, quantizer=TorchaoQuantizer("int8-dynamic-int4-weights"))
-    export_to_folder(LoadedModel(model, inputs, "llama", tokenizer=tokenizer), config, directory, generate=True,
-                     static_cache=MAX_CACHE_LEN, validate=False, llm_runner=True)
+    export_to_folder(LoadedModel(model, inputs, "llama", tokenizer=tokenizer), config, directory,
+                     generation=GenerationOptions(generate=True, static_cache=MAX_CACHE_LEN),
+                     judging=JudgingOptions(validate=False), llm_runner=True)
     return directory, model, inputs, tokenizer
 
 

@@ -3,12 +3,17 @@ answer written as it is generated (`generation.chat.ChatSession`)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Any
 
 from ..errors import ExportError
+from .arguments import add_engine, add_no_verify
 
-__all__ = ["run"]
+__all__ = ["NAME", "register", "run"]
+
+NAME = "chat"
 
 QUIT = ("/quit", "/exit")
 RESET = "/reset"
@@ -17,6 +22,22 @@ RESET = "/reset"
 def _write(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport chat` and its arguments to the command line's `subparsers`."""
+    parser = subparsers.add_parser(NAME, help="talk with an export written by `export --generate`: each line on "
+                                   "stdin is a user turn, answered as it is generated (/reset starts over; /quit or "
+                                   "end of input ends)")
+    parser.add_argument("export_dir",
+                        help="the folder `hfexport export --generate -o DIR` wrote (with a chat template)")
+    parser.add_argument("--system", help="a system message to start the conversation with")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="most tokens per answer (default 256)")
+    add_engine(parser)
+    add_no_verify(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print each answer as one JSON line (tokens, text, timings) instead of streaming it")
+    return parser
 
 
 def run(args) -> int:

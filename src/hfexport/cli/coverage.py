@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import Any
+
+from .arguments import add_ray_arguments
+
+NAME = "coverage"
 
 
 def _names(value: str | None) -> list[str] | None:
@@ -15,6 +21,27 @@ def _this_run(args) -> str:
     flags = "".join(f" --{flag} {value}" for flag, value in (
         ("backends", args.backends), ("modes", args.modes), ("only", args.only)) if value)
     return "hfexport coverage" + flags + "".join(f" --{flag}" for flag in ("merge", "resume") if getattr(args, flag))
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport coverage` and its arguments to the command line's `subparsers`."""
+    parser = subparsers.add_parser(NAME, help="export every tiny architecture to every backend, check each "
+                                   "against eager, write the matrix (Markdown + JSON)")
+    parser.add_argument("--backends", help="comma-separated (default: dynamo,onnx,openvino,executorch)")
+    parser.add_argument("--modes", help="comma-separated: export,generate,generate-image (default: all)")
+    parser.add_argument("--only", help="comma-separated architectures (preset names; default: all)")
+    parser.add_argument("--output", "-o", default="docs/coverage.md",
+                        help="the Markdown page; the JSON goes beside it (default: docs/coverage.md); each "
+                        "replaces only a page or JSON hfexport wrote")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per case (default 900)")
+    parser.add_argument("--jobs", "-j", type=int, default=1, help="cases run at once (default 1)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other cases of the JSON beside --output; replace only those run now")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the cases of the JSON beside --output (saved after each case) and run only the "
+                        "others; cases that crashed or timed out run again")
+    add_ray_arguments(parser)
+    return parser
 
 
 def run(args) -> int:

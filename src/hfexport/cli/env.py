@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
+from typing import Any
 
 from .._versions import EXTRAS, TESTED_VERSIONS, package_status
+
+NAME = "env"
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport env` (no arguments) to the command line's `subparsers`."""
+    return subparsers.add_parser(NAME, help="installed backends, versions, drift from the tested set")
 
 
 def run(args) -> int:

@@ -10,6 +10,7 @@ validation failed (nothing written).
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,120 @@ from ..timing import summary_line
 from .progress import Progress
 from .verdict import component_line, failing_rows, header_line, verdict_line
 
-__all__ = ["run", "OUTPUT_REFUSED", "VALIDATION_FAILED"]
+__all__ = ["NAME", "register", "add_arguments", "run", "OUTPUT_REFUSED", "VALIDATION_FAILED"]
 
+NAME = "export"
 OUTPUT_REFUSED = 2
 VALIDATION_FAILED = 3
 #: the `--task` values a generation export (`--llm-runner`) may come with
 _GENERATING_TASKS = ("auto", "text-generation-with-past", "generation-components")
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport export` and its arguments to the command line's `subparsers`."""
+    from ..extensions import format_names
+    from ..quantization import CLI_SCHEMES
+
+    parser = subparsers.add_parser(NAME, help="export a model, validate it against eager, write artifact + report",
+                                   formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   epilog=_epilog(format_names(), CLI_SCHEMES))
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of `hfexport export`, in `--help`'s order: a flat table, one option a call."""
+    from ..backends.executorch.config import DELEGATES
+    from ..extensions import format_names
+    from ..generation.tasks import TASKS
+    from ..loading import DTYPES
+    from ..quantization import CLI_SCHEMES
+    from .quantize import add_arguments as add_quantization_arguments
+
+    formats = format_names()
+    schemes = list(dict.fromkeys(scheme for fmt in formats for scheme in CLI_SCHEMES.get(fmt, {})))
+    parser.add_argument("model", help="a local folder, a hub id, a .gguf file (dequantized to float32; pip install "
+                        "\"hfexport[gguf]\"), or a tiny random model tiny:NAME (`hfexport presets` lists them)")
+    parser.add_argument("--gguf-file", metavar="NAME", help="the GGUF file to load in the folder or hub repo MODEL "
+                        "names")
+    parser.add_argument("--revision", metavar="REV", default=None,
+                        help="the hub revision of MODEL to load: a branch, tag or commit (default: main)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="run the Python code MODEL's repository names in its config (auto_map); off by default")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, metavar="DTYPE",
+                        help="%(choices)s: load, export and validate the model in this dtype (auto: the "
+                        "checkpoint's own); a format refuses one its runtime cannot run (default: %(default)s)")
+    parser.add_argument("--format", "-f", default="dynamo", choices=formats, metavar="FORMAT",
+                        help="%(choices)s (default: %(default)s)")
+    parser.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
+    parser.add_argument("--task", default="auto", choices=["auto", *TASKS], metavar="TASK",
+                        help="what to export: %(choices)s (default: auto: a causal LM gets its runtime's LLM package "
+                        "(text-generation-with-past), other models one graph (forward); --generate keeps its meaning). "
+                        + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values()))
+    parser.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
+    parser.add_argument("--delegate", choices=DELEGATES, metavar="DELEGATE",
+                        help="with --format executorch: the delegate, %(choices)s (default: xnnpack)")
+    parser.add_argument("--backend", dest="delegate", choices=DELEGATES, help=argparse.SUPPRESS)  # its name before 0.2
+    parser.add_argument("--stateless", action="store_true",
+                        help="with --format openvino: keep the cache as inputs/outputs (default: OpenVINO variables)")
+    parser.add_argument("--external-weights", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --format executorch or onnx: the weights in <name>.ptd beside <name>.pte, or "
+                        "<name>.onnx.data beside <name>.onnx (default: when they exceed 64 MiB)")
+    parser.add_argument("--max-sequence-length", type=int, metavar="N", default=None,
+                        help="with --format executorch: the longest sequence the program takes; memory planning "
+                        "sizes every intermediate for it (default: the config's max_position_embeddings; with "
+                        "--generate, the LLM-runner program's cache: default the model's positions up to 2048)")
+    parser.add_argument("--max-batch-size", type=int, metavar="N", default=None,
+                        help="with --format executorch: the largest batch the program takes (default 8)")
+    parser.add_argument("--generate", action="store_true",
+                        help="export the generation components (prefill, decode, encoder, ...) with a manifest")
+    parser.add_argument("--static-cache", type=int, metavar="N", default=None,
+                        help="the LLM package's cache length (--task auto or text-generation-with-past; default: "
+                        "the model's positions up to 2048); with --generate --multi-token-decode (implied with "
+                        "--format executorch): one decode graph over a static cache of N tokens")
+    parser.add_argument("--llm-runner", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --format executorch --generate: one program for ExecuTorch's own LLM runner "
+                        "(TextLLMRunner) and hfexport generate: the cache inside it (--static-cache N tokens, else "
+                        "--max-sequence-length N, else the model's positions up to 2048), written by update_cache and "
+                        "read by custom_sdpa; tokenizer.json beside it. Default: that program where the model allows "
+                        "it, else the static-cache components (--static-cache N, with a warning) or the dynamic-cache "
+                        "ones, the report saying why; --llm-runner: that program or an error; --no-llm-runner: the "
+                        "components (the cache as method inputs, which TextLLMRunner cannot load)")
+    parser.add_argument("--multi-token-decode", action="store_true",
+                        help="with --generate: decode takes any number of new tokens (query axis kept dynamic)")
+    parser.add_argument("--quantize", metavar="SCHEME", default=None, choices=schemes,
+                        help="%(choices)s (which ones depend on --format, see below; static schemes calibrate on "
+                        "the calibration prompts: --calibration-data, else built-in ones)")
+    add_quantization_arguments(parser)
+    parser.add_argument("--min-cosine", type=float, default=None,
+                        help="with --quantize: pass if the logits' (each output's but the cache's) cosine "
+                        "similarity with fp32 eager reaches this, and with --generate their mean over the "
+                        "accuracy gate's steps (default 0.99 for int4 schemes, 0.995 otherwise; with --generate "
+                        "the defaults are advisory, the gate decides: a value given binds validation)")
+    parser.add_argument("--min-cache-cosine", type=float, default=None,
+                        help="with --quantize: the same for each cache tensor (default 0.9 for int4 schemes, "
+                        "0.95 otherwise, at most --min-cosine; advisory with --generate unless given)")
+    parser.add_argument("--min-agreement", type=float, default=None,
+                        help="with --generate --quantize: pass if the greedy tokens equal fp32 eager generate()'s "
+                        "on this share of 64 teacher-forced steps (default 0.6 for int4 schemes, 0.7 otherwise)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier hfexport export in the output folder (only the files it wrote; a "
+                        "folder holding other files is refused)")
+    parser.add_argument("--no-validate", action="store_true", help="skip the comparison with eager")
+    parser.add_argument("--tolerance", type=float, default=None, help="absolute tolerance (default per format)")
+    parser.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per format)")
+    parser.add_argument("--prompt", default="Hello, world!", help="sample prompt when the model has a tokenizer")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+
+
+def _epilog(formats: list[str], schemes: dict[str, dict]) -> str:
+    """The `export --help` text after the options: the --quantize schemes each format takes."""
+    from .quantize import epilog
+
+    width = max(map(len, formats))
+    lines = [f"  {fmt + ':':<{width + 1}} {', '.join(schemes.get(fmt, {})) or 'none'}" for fmt in formats]
+    return ("--quantize schemes per --format:\n" + "\n".join(lines) + "\n\n" + epilog(formats)
+            + "\n\n`hfexport presets` lists the tiny:NAME models.")
 
 
 def _config_from_args(args) -> Any:
@@ -62,34 +171,38 @@ def _config_from_args(args) -> Any:
     return AutoExportConfig.from_dict(data)
 
 
-def _check_generation_args(args) -> None:
-    """Refuse generation options that contradict each other or `--task` (`tasks.check_task_options`)."""
-    from ..generation.tasks import GenerationFlags, check_task_options
+def _generation_options(args) -> Any:
+    """The generation options of `args` (`GenerationOptions` refuses a `--task` they contradict), and
+    the command line's own rules on them: those that contradict each other are refused."""
+    from ..job.options import GenerationOptions
 
-    check_task_options(args.task, GenerationFlags(args.generate, args.multi_token_decode, args.static_cache))
+    generation = GenerationOptions(task=args.task, generate=args.generate, multi_token_decode=args.multi_token_decode,
+                                   static_cache=args.static_cache)
     generate = args.generate or args.task == "generation-components"
     if args.multi_token_decode and not generate:
         raise ValueError("--multi-token-decode shapes the generation components; add --generate")
     if args.static_cache and generate and not args.multi_token_decode and args.format != "executorch":
         # ExecuTorch's static-cache program (the LLM runner's) takes any number of tokens per call by construction
         raise ValueError("--static-cache N makes one decode graph that also prefills; add --multi-token-decode")
+    return generation
 
 
 def run(args) -> int:
     """Run `hfexport export` with the parsed `args`; return the exit code."""
-    from ..job.export import JobOptions, export_to_folder
+    from ..job.export import export_to_folder
+    from ..job.options import JobOptions, JudgingOptions, LoadingOptions
     from .quantize import choice_from_args
 
-    _check_generation_args(args)
+    generation = _generation_options(args)
     choice = choice_from_args(args)
     config = _config_from_args(args)
     options = JobOptions(
-        task=args.task, generate=args.generate, multi_token_decode=args.multi_token_decode,
-        static_cache=args.static_cache,
-        validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol, min_cosine=args.min_cosine,
-        min_cache_cosine=args.min_cache_cosine, min_agreement=args.min_agreement, quantize=choice,
-        prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
-        trust_remote_code=args.trust_remote_code, dtype=args.dtype, overwrite=args.overwrite,
+        loading=LoadingOptions(prompt=args.prompt, gguf_file=args.gguf_file, revision=args.revision,
+                               trust_remote_code=args.trust_remote_code, dtype=args.dtype),
+        judging=JudgingOptions(validate=not args.no_validate, atol=args.tolerance, rtol=args.rtol,
+                               min_cosine=args.min_cosine, min_cache_cosine=args.min_cache_cosine,
+                               min_agreement=args.min_agreement),
+        generation=generation, quantize=choice, overwrite=args.overwrite,
         progress=Progress(enabled=not args.quiet, heartbeat=not (args.verbose or args.debug)))
     verbose = args.verbose or args.debug
     try:

@@ -7,13 +7,41 @@ Exit codes: 0 every export ok; 1 otherwise; 2 the output folder refused, before 
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import Any
+
+from .arguments import add_ray_arguments
+
+NAME = "export-many"
 
 
 def _this_run(args) -> str:
     formats = f" --format {args.format}" if args.format else ""
     return f"hfexport export-many {args.list}{formats}" + (" --resume" if args.resume else "")
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport export-many` and its arguments to the command line's `subparsers`."""
+    from ..extensions import format_names
+
+    formats = format_names()
+    parser = subparsers.add_parser(NAME, help="export each model of a list to each format, each in its own "
+                                   "subprocess, here or on Ray; write DIR/summary.json and DIR/summary.md")
+    parser.add_argument("list", help="a .txt (one model a line: tiny:llama, a folder, a hub id; # comments) or a "
+                        '.json (a list of models, or of objects {"model": ..., "generate": true, ...})')
+    parser.add_argument("--format", "-f", default="dynamo", help=f"comma-separated: {','.join(formats)} "
+                        "(default: %(default)s)")
+    parser.add_argument("--output", "-o", required=True, help="the folder: DIR/<model>/<format> per export (new or "
+                        "empty, or an earlier batch's with --resume)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per export (default 1800)")
+    parser.add_argument("--jobs", "-j", type=int, default=1, help="exports run at once here (default 1)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the exports DIR/summary.json lists as done and run only the others; exports "
+                        "that crashed or timed out run again")
+    add_ray_arguments(parser)
+    return parser
 
 
 def run(args) -> int:

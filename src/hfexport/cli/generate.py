@@ -4,13 +4,18 @@ the components of a saved export; `--image-inputs FILE.npz` adds an image-text e
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 from collections.abc import Iterator
+from typing import Any
 
 from .._versions import is_importable, pip_line
 from ..errors import PrepareError
+from .arguments import add_engine, add_no_verify
 from .quantize import UsageError
+
+NAME = "generate"
 
 #: The remedy of an `--image` the export or this install cannot read.
 _ARRAYS_INSTEAD = "or pass the processor's arrays with --image-inputs FILE.npz and the prompt's ids with --prompt-ids"
@@ -102,6 +107,42 @@ def ran_on(runner, result) -> str:
     if runner.engine is not None:
         return f"{runner.export.format} (hfexport's loop: {result.engine_reason})"
     return runner.export.format
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport generate` and its arguments to the command line's `subparsers`."""
+    parser = subparsers.add_parser(NAME, help="generate tokens with an export written by `export --generate`")
+    parser.add_argument("export_dir", help="the folder `hfexport export --generate -o DIR` wrote")
+    prompt = parser.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt-ids", help="the prompt as token ids: 1,2,3")
+    prompt.add_argument("--prompt", help="the prompt as text (needs a tokenizer saved with the export)")
+    prompt.add_argument("--chat", metavar="MESSAGE",
+                        help="one user message, templated with the chat template saved with the export; prints "
+                        "the answer, stopping at the model's end-of-turn token")
+    parser.add_argument("--system", help="with --chat: a system message before it")
+    image = parser.add_mutually_exclusive_group()
+    image.add_argument("--image", metavar="PATH",
+                       help="with an image-text export and --prompt: an image file (Pillow: pip install "
+                       "\"hfexport[vision]\"), read with the processor saved in the export; the prompt is "
+                       "formatted with its chat template where it has one")
+    image.add_argument("--image-inputs", metavar="FILE.npz",
+                       help="with an image-text export: the processor's image arrays (pixel_values, and "
+                       "image_grid_thw for Qwen2-VL) saved with numpy.savez; the prompt holds the image tokens")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default 16, 256 with --chat")
+    parser.add_argument("--min-new-tokens", type=int, default=0)
+    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--repetition-penalty", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=None, help="seed for --do-sample (reproducible tokens)")
+    add_engine(parser)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (token ids, text, timings)")
+    parser.add_argument("--ids", action="store_true",
+                        help="print the generated token ids after the text (printed anyway where the export "
+                        "holds no tokenizer)")
+    add_no_verify(parser)
+    return parser
 
 
 def run(args) -> int:

@@ -2,6 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
+NAME = "patches"
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport patches` and its arguments to the command line's `subparsers`."""
+    from ..extensions import format_names
+
+    formats = format_names()
+    parser = subparsers.add_parser(NAME, help="list registered patches and FX fixes")
+    parser.add_argument("--format", "-f", choices=formats, metavar="FORMAT",
+                        help="only those of this export format: %(choices)s")
+    parser.add_argument("--backend", dest="format", choices=formats, help=argparse.SUPPRESS)  # its name before 0.2
+    return parser
+
 
 def run(args) -> int:
     """List the workarounds (those of `args.format` only when given); always 0."""

@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
+NAME = "presets"
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport presets` (no arguments) to the command line's `subparsers`."""
+    return subparsers.add_parser(NAME, help="list the tiny random models `export tiny:NAME` builds offline")
+
 
 def run(args) -> int:
     """Print one line per preset: its `tiny:` name, kind, model class, and `--generate` where it applies; always 0."""

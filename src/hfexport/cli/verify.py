@@ -4,7 +4,26 @@ version-3 manifest's runtime package as version 4's one entry)."""
 
 from __future__ import annotations
 
-__all__ = ["run"]
+import argparse
+from typing import Any
+
+__all__ = ["NAME", "register", "run"]
+
+NAME = "verify"
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `hfexport verify` and its arguments to the command line's `subparsers`."""
+    parser = subparsers.add_parser(NAME, help="check an export folder as generate and chat open it (its manifest, "
+                                   "every file's SHA-256, the files its models name), running nothing")
+    parser.add_argument("export_dir", help="the folder `hfexport export -o DIR` wrote")
+    parser.add_argument("--upgrade", action="store_true",
+                        help="for a folder written by hfexport 0.3 or older (manifest version 1-2, no hashes): "
+                        "record the SHA-256 of the files it holds now, then check it. Only on a copy you trust: "
+                        "the hashes prove the files stay as they are now, not that they are what was exported. "
+                        "For one written by hfexport 0.4 (version 3, which opens as it is): rewrite its runtime "
+                        "package as version 4's one entry")
+    return parser
 
 
 def run(args) -> int:

@@ -57,21 +57,22 @@ class _Stages:
         yield
 
 
-def _job(arch: str, backend: str, out: str, **options: Any) -> tuple[Any, dict[str, Any] | None]:
+def _job(arch: str, backend: str, out: str, *, generate: bool = False) -> tuple[Any, dict[str, Any] | None]:
     """`(job result, None)`, or `(reports or None, result)` when the export or its validation failed."""
     from hfexport import AutoExportConfig, ValidationError
-    from hfexport.job import export_to_folder
+    from hfexport.job import GenerationOptions, JobOptions, export_to_folder
 
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
+    options = JobOptions(generation=GenerationOptions(generate=generate), progress=_Stages())
     try:
-        return export_to_folder(f"tiny:{arch}", config, out, progress=_Stages(), **options), None
+        return export_to_folder(f"tiny:{arch}", config, out, options), None
     except ValidationError as error:
         for name, report in getattr(error, "reports", {}).items():
             status, detail = _judge(report)
             if status != "ok":
-                prefix = f"{name}: " if options.get("generate") else ""
+                prefix = f"{name}: " if generate else ""
                 return None, {"status": status, "detail": f"{prefix}{detail}",
-                              **({} if options.get("generate") else _main_output(report))}
+                              **({} if generate else _main_output(report))}
         return None, {"status": "runtime failure", "detail": first_line(error)}
     except Exception as error:  # noqa: BLE001 - reported, not raised
         return None, {"status": "export failure", "detail": first_line(error)}

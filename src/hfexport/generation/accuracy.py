@@ -37,7 +37,7 @@ prompt): SmolLM2's sample prompt gives 0.95, random tokens at batch 3 give 0.32,
 (chat prompts) at a mean step cosine of 0.85, and it answers the chat prompts. So where the gate
 runs, the export job makes validation's default cosine floors advisory (measured and reported,
 `validation`'s docstring) and the gate's floors refuse; a floor the caller gives binds validation
-again (`export_to_folder(min_cosine=...)`).
+again (`JudgingOptions(min_cosine=...)`).
 
 A random-weight model shows something else: its logits are nearly flat, so a near-tie flips the
 greedy token at any step and the agreement says little (int4 on the 134 MB random Llama of

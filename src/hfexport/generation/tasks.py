@@ -60,7 +60,7 @@ TASKS: dict[str, Task] = {task.name: task for task in (
 @dataclasses.dataclass(frozen=True)
 class GenerationFlags:
     """The generation options given besides a task (`--generate`, `--multi-token-decode`,
-    `--static-cache N`; `JobOptions`' fields of those names)."""
+    `--static-cache N`; `GenerationOptions`' fields of those names)."""
 
     generate: bool = False
     multi_token_decode: bool = False

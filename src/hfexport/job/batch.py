@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import OutputFolderError
 from .executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
+from .options import JobOptions
 from ..folder.manifest import sha256_of
 from ..folder.output_folder import check_writable, folder_entries, listing
 from ..folder.storage import atomic_file
@@ -44,7 +45,8 @@ __all__ = ["OPTIONS", "PAGE", "RERUN_ON_RESUME", "SUMMARY", "BatchItem", "BatchR
            "run_batch", "save_summary"]
 
 #: Keys an object of a `.json` list may have besides `model`: `name` (the folder, instead of the
-#: model's slug), `dynamic` (default true) and these keyword arguments of `export_to_folder`.
+#: model's slug), `dynamic` (default true) and these options of the export job, by their own names
+#: (`JobOptions.from_dict` puts each in its group).
 OPTIONS = ("task", "generate", "multi_token_decode", "static_cache", "quantize", "validate", "atol", "rtol",
            "min_cosine", "min_cache_cosine", "prompt", "dtype")
 #: Statuses `resume` runs again: a crash or a timeout may say more about the machine than the export.
@@ -93,7 +95,8 @@ def _plain_name(text: str) -> str:
 class BatchItem:
     """One model of the list: its spec, the options of its export and the folder name it gets.
 
-    A `name` that is not one plain folder name (`name_problem`) is refused with a `ValueError`."""
+    A `name` that is not one plain folder name (`name_problem`), or options the export job refuses
+    (`JobOptions.from_dict`), are refused with a `ValueError` when the list is read, before any export."""
 
     model: str
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -105,6 +108,14 @@ class BatchItem:
             raise ValueError(f"the name {self.name!r} of {self.model} {problem}: it is the folder of this model's "
                              "exports inside the output folder; give one plain folder name (letters, digits, "
                              f"'.', '_', '-'), e.g. {_plain_name(str(self.name))!r}")
+        self.job_options()
+
+    def job_options(self) -> JobOptions:
+        """The export job's options this item's export runs with (`dynamic` is the config's)."""
+        try:
+            return JobOptions.from_dict({k: v for k, v in self.options.items() if k != "dynamic"})
+        except ValueError as error:
+            raise ValueError(f"the options of {self.model}: {error}") from None
 
     @property
     def slug(self) -> str:

@@ -1,6 +1,7 @@
 """One export of a batch (`hfexport.job.batch`), run as `python -m hfexport.job.batch_item SPEC FORMAT OUT`.
 
-`SPEC` is the JSON of one list entry (`{"model": "tiny:llama", "generate": true}`). The export job
+`SPEC` is the JSON of one list entry (`{"model": "tiny:llama", "generate": true}`, `BatchItem.spec`;
+its options by their own names, `batch.OPTIONS`, which `BatchItem.job_options` groups). The export job
 (`hfexport.job.export.export_to_folder`) writes `OUT` as `hfexport export` would, validation included.
 Prints `STAGE <name>` lines as it goes and one final `RESULT <json>` line; never raises: a failure
 becomes status `failed` with the error's first line (and its traceback on stderr).
@@ -21,12 +22,13 @@ from hfexport.job.executors import StageLines
 def export(spec: dict[str, Any], fmt: str, out: str) -> dict[str, Any]:
     """Export `spec["model"]` to `fmt` into `out`; return the status and the artifact bytes."""
     from hfexport.auto import AutoExportConfig
+    from hfexport.job.batch import BatchItem
     from hfexport.job.export import export_to_folder
 
     options = dict(spec)
-    model = options.pop("model")
-    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": options.pop("dynamic", True)})
-    result = export_to_folder(model, config, out, progress=StageLines(), **options)
+    item = BatchItem(options.pop("model"), options)
+    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": options.get("dynamic", True)})
+    result = export_to_folder(item.model, config, out, item.job_options(), progress=StageLines())
     return {"status": "ok", "detail": None, "artifact_bytes": result.report.get("artifact_bytes")}
 
 

@@ -1,15 +1,17 @@
 """`export_to_folder`: the one export job every front end calls.
 
 ```
-export_to_folder(model, config, out, generate=..., validate=...)
+export_to_folder(model, config, out, JobOptions(loading=..., judging=..., generation=...))
   load      a preset (`tiny:llama`), a folder written by `save_pretrained`, a hub id, a GGUF file, or a
-            model you built
+            model you built (`LoadingOptions`)
   task      what to export (`hfexport.generation.tasks`): asked for, inferred (`task="auto"`: a causal LM gets its
-            runtime's LLM package), or left to `generate`/`static_cache` (`task=None`)
+            runtime's LLM package), or left to `generate`/`static_cache` (`task=None`; `GenerationOptions`)
   export    one graph of the model, or its generation components (`generate=True`)
   validate  each artifact in its runtime against eager, at the sample shape and shapes that differ
+            (`JudgingOptions`)
   save      a staged folder moved into place: artifacts, manifest, configs, report
 ```
+The options are `JobOptions` (`job/options.py`), in groups that check their values when built.
 The CLI (`hfexport export`), the coverage matrix's cases and the examples call it; they parse
 and print, nothing more. A failed export or validation writes nothing.
 
@@ -41,10 +43,11 @@ from ..loading import dtype_name
 from ..folder.output_folder import claimed_folder, model_folder
 from ..capture.record import record_of
 from ..timing import Phases, phase, recording
-from ..generation.tasks import GenerationFlags, check_task_options, graph_component, resolve_task
+from ..generation.tasks import GenerationFlags, graph_component, resolve_task
+from .options import STATIC_CACHE_OR_CONFIG, GenerationOptions, JobOptions, JudgingOptions, LoadingOptions
 
-__all__ = ["export_to_folder", "JobOptions", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
-           "default_min_agreement"]
+__all__ = ["export_to_folder", "JobOptions", "LoadingOptions", "JudgingOptions", "GenerationOptions",
+           "ExportJobResult", "default_min_cosine", "default_min_cache_cosine", "default_min_agreement"]
 
 logger = logging.getLogger("hfexport")
 
@@ -142,96 +145,6 @@ class _Timed:
             count(done, total, what)
 
 
-@dataclasses.dataclass
-class JobOptions:
-    """What `export_to_folder` is asked to do besides the format's config.
-
-    Args:
-        task: what to export (`hfexport.generation.tasks.TASKS`): `"text-generation-with-past"` (the runtime's
-            LLM package, `RuntimePackage.request`), `"generation-components"`, `"text-generation"`,
-            `"feature-extraction"`, `"forward"`; `"auto"` infers it from the model
-            (`tasks.infer_task`: a causal LM gets its runtime's LLM package) unless `generate` or
-            `multi_token_decode` is given; `None` (default): the options below decide, as before
-            tasks. The report's `task` says which and why.
-        generate: export the generation components (`decompose_for_generation`) instead of one
-            graph; in an export folder each backend makes them its runtime's own LLM package where
-            it can (`RuntimePackage.plan`, `RuntimePackage.write`).
-        generation_config: for `generate`: e.g. a static cache
-            (`GenerationConfig(cache_implementation="static", max_cache_len=N)`).
-        multi_token_decode: for `generate`: `decode` takes any number of new tokens.
-        static_cache: the static-cache export in one argument: one `decode` graph over a static
-            cache of this many tokens that also prefills (`generate`, `multi_token_decode` and
-            `GenerationConfig(cache_implementation="static", max_cache_len=static_cache)`); a
-            backend may size its own program by it (ExecuTorch's LLM-runner program).
-        validate: run each artifact in its runtime against eager before anything is written, and
-            a generation folder packaged for its runtime's own LLM runner in that runner
-            (`job.runner_check`: greedy tokens equal to eager's).
-        atol, rtol: validation tolerance (default per format).
-        min_cosine: judge by cosine similarity instead: the floor of the logits (every output but
-            the cache) in validation (default for a quantized export: `default_min_cosine`, 0.995
-            int8, 0.99 int4); the cache's and the accuracy gate's floors are lowered to it where
-            they are higher. A quantized generation export with neither floor given is judged by
-            the accuracy gate (`min_agreement`), its validation floors advisory (reported, not
-            refusing: one position's logits are a lottery under a correct int4 quantization of a
-            real LLM, `validation`'s docstring); a floor given binds validation again.
-        min_cache_cosine: with `min_cosine`, the floor of each cache tensor in validation
-            (default for a quantized export: `default_min_cache_cosine`, 0.95 int8, 0.9 int4;
-            else `min_cosine`).
-        min_agreement: for a quantized generation export: the share of greedy tokens that must
-            equal fp32 eager `generate`'s over `accuracy_tokens` steps (teacher-forced,
-            `generation.accuracy`); default `default_min_agreement` (0.7 int8, 0.6 int4). The
-            gate also holds the mean of the steps' logits cosines to the criteria's
-            `min_mean_cosine` (0.9 int8, 0.75 int4; `min_cosine` where lower). The
-            result is in the report (`accuracy`); under a floor nothing is written. The defaults
-            are measured on a real LLM (`generation.accuracy.quantized_criteria`).
-        accuracy_tokens: steps the accuracy gate compares (default 64, fewer when a static cache
-            holds fewer after the prompt).
-        quantize: a quantization scheme name (`"int8-dynamic"`), a `QuantizationChoice` (the
-            scheme or optimum's weight format with group size, ratio, symmetry, embedding bits,
-            AWQ, scale estimation and calibration prompts: `docs/quantization.md`), or an
-            `ExportQuantizer`; `config.quantizer` is used when not given. A scheme or choice that
-            runs on data calibrates on `QuantizationChoice.calibration_data` or the built-in
-            prompts (`quantization.calibration`); the report's `quantization` says which.
-        prompt: the sample prompt when the model comes with a tokenizer.
-        gguf_file: the GGUF file to load in the folder or hub repo `model` names.
-        revision: the hub revision (branch, tag or commit) of `model` to load.
-        trust_remote_code: run the Python code `model`'s repository names in its config
-            (`auto_map`); off unless asked, never implied.
-        dtype: the dtype to load, export and validate the model in (`loading.DTYPES`: `"float32"`,
-            `"float16"`, `"bfloat16"`, or `"auto"`, the checkpoint's own); validation's default
-            tolerance follows it (`validation.default_tolerance`). A format whose runtime cannot run
-            it refuses it (`ExportConfig.dtype_refusal`) with the dtypes it can; the report says it.
-        overwrite: replace an earlier hfexport export in `out`, only the files it wrote.
-        progress: an object with `step(label)` (a context manager) and a `total` attribute, told
-            each step as it runs (the CLI's progress display), `total` set before the first: loading,
-            preparing, exporting, validating (unless `validate=False`), writing; and optionally
-            `part(label)`, told each part of a step after its first (the second component exported,
-            the checks run on the written folder; else they are steps), and `count(done, total,
-            what)`, told how far a long step is (`count(2, 3, "model: shape")` while validating).
-    """
-
-    task: str | None = None
-    generate: bool = False
-    generation_config: Any = None
-    multi_token_decode: bool = False
-    static_cache: int | None = None
-    validate: bool = True
-    atol: float | None = None
-    rtol: float | None = None
-    min_cosine: float | None = None
-    min_cache_cosine: float | None = None
-    min_agreement: float | None = None
-    accuracy_tokens: int | None = None
-    quantize: Any = None
-    prompt: str = "Hello, world!"
-    gguf_file: str | None = None
-    revision: str | None = None
-    trust_remote_code: bool = False
-    dtype: str = "float32"
-    overwrite: bool = False
-    progress: Any = None
-
-
 def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, options: JobOptions | None = None, *,
                      llm_runner: bool | None = None, **changes: Any) -> ExportJobResult:
     """Load `model`, export it with `config`, validate every artifact against eager and write
@@ -244,7 +157,9 @@ def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, o
         out: the folder to write: new or empty, or an earlier export with `overwrite=True`
             (`output_folder`: never the working, home or model folder, nor one holding other files).
         options: what to do besides the config (`JobOptions`); `changes` are its fields given as
-            keywords (`export_to_folder(m, config, out, generate=True)`), over `options`.
+            keywords (`export_to_folder(m, config, out, generation=GenerationOptions(generate=True))`),
+            over `options`; an option of a group by its own name (`generate=True`) is deprecated
+            (`DeprecationWarning`; removed in the next release).
         llm_runner: the config's `llm_runner` (`ExecutorchConfig.llm_runner`), given here;
             `False` is accepted by every format (the components, what the others export anyway).
 
@@ -256,23 +171,18 @@ def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, o
         ValidationError: an artifact differs from eager; `error.reports` holds every report and
             nothing was written.
     """
-    options = dataclasses.replace(options or JobOptions(), **changes)
+    options = (options or JobOptions()).changed(changes, caller="export_to_folder")
     if llm_runner is not None:
         if "llm_runner" in {field.name for field in dataclasses.fields(config)}:
             config = config.replace(llm_runner=llm_runner)
         elif llm_runner:  # False asks for the components, which every other format exports anyway
             raise ValueError(f"llm_runner is not an option of {type(config).__name__} (format "
                              f"{config.export_format!r}); leave it unset")
-    check_task_options(options.task, _flags(options))  # before the folder is claimed or anything loaded
     target = Path(out).resolve()
     # one writer from here to the final rename; the folder's rules checked before the slow part
     with claimed_folder(out, overwrite=options.overwrite, source=model_folder(model),
                         example=_example_output(target, model, config)):
         return _export(model, config, target, options)
-
-
-def _flags(options: JobOptions) -> GenerationFlags:
-    return GenerationFlags(options.generate, options.multi_token_decode, options.static_cache)
 
 
 def _generation_request(config: ExportConfig, flags: GenerationFlags, generation_config: Any) -> tuple[bool, Any, bool]:
@@ -288,11 +198,11 @@ def _generation_request(config: ExportConfig, flags: GenerationFlags, generation
     return generate, generation_config, multi_token_decode
 
 
-def _chosen_task(package: Any, options: JobOptions, model: Any) -> tuple[GenerationFlags, dict[str, Any], str]:
+def _chosen_task(package: Any, options: GenerationOptions, model: Any) -> tuple[GenerationFlags, dict[str, Any], str]:
     """The generation options the export runs with, the report's `task` entry and the task's name:
     the task `resolve_task` chose, its package as the format's runtime package makes it
     (`RuntimePackage.request`)."""
-    choice = resolve_task(options.task, model, _flags(options))
+    choice = resolve_task(options.task, model, options.flags)
     flags, entry = choice.flags, choice.to_dict()
     if choice.exports == "package":
         flags, entry["cache"] = package.request(model, flags.static_cache)
@@ -303,6 +213,7 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
     """`export_to_folder`.s steps, in the folder it claimed."""
     from ..auto import AutoHfExporter
 
+    loading, judging = options.loading, options.judging
     steps = _Timed(options.progress or _Silent())
     exporter = AutoHfExporter.from_config(config)
     package = exporter.runtime_package()
@@ -314,15 +225,16 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
             from ..quantization.calibration import read_prompts
 
             read_prompts(choice.calibration_data)
-    steps.total = 5 if options.validate else 4  # the checks on the written folder are parts of writing
-    gguf = options.gguf_file
-    refuse_dtype(config, options.dtype)  # before loading anything, when the dtype is named
+    steps.total = 5 if judging.validate else 4  # the checks on the written folder are parts of writing
+    gguf = loading.gguf_file
+    refuse_dtype(config, loading.dtype)  # before loading anything, when the dtype is named
     with steps.step(f"loading {_describe(model)}{f' ({gguf})' if gguf else ''}"):
-        loaded = _load(model, options.prompt, gguf, revision=options.revision,
-                       trust_remote_code=options.trust_remote_code, dtype=options.dtype)
+        loaded = _load(model, loading.prompt, gguf, revision=loading.revision,
+                       trust_remote_code=loading.trust_remote_code, dtype=loading.dtype)
     refuse_dtype(config, dtype_name(loaded.model))  # "auto", or a model given loaded: the dtype it has
-    flags, task, task_name = _chosen_task(package, options, loaded.model)
-    generate, generation_config, multi_token_decode = _generation_request(config, flags, options.generation_config)
+    flags, task, task_name = _chosen_task(package, options.generation, loaded.model)
+    generate, generation_config, multi_token_decode = _generation_request(config, flags,
+                                                                          options.generation.generation_config)
     config, quantization = _with_quantizer(config, options.quantize if choice is None else choice, loaded, generate)
     with steps.step("running generate() to find the components" if generate else "preparing inputs"):
         components, plan = _components(package, config, loaded, generate, generation_config, multi_token_decode,
@@ -350,10 +262,10 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
             record_of(artifacts[name]).details.update(details)
     reports: dict[str, Any] = {}
     criteria = quantized_criteria(config.quantizer)
-    min_cosine, min_cache_cosine, min_mean_cosine = options.min_cosine, options.min_cache_cosine, None
-    gated = options.validate and generate and criteria is not None  # the accuracy gate judges the export
+    min_cosine, min_cache_cosine, min_mean_cosine = judging.min_cosine, judging.min_cache_cosine, None
+    gated = judging.validate and generate and criteria is not None  # the accuracy gate judges the export
     # ... over a real prompt's steps; then validation's default cosine floors only report (`validation`)
-    advisory = (f"the accuracy gate judges the quantized logits over up to {options.accuracy_tokens or DEFAULT_TOKENS} "
+    advisory = (f"the accuracy gate judges the quantized logits over up to {judging.accuracy_tokens or DEFAULT_TOKENS} "
                 "teacher-forced steps" if gated and min_cosine is None and min_cache_cosine is None else None)
     if criteria is not None:  # a floor given lowers the defaults it is above, never raises them
         given = min_cosine
@@ -361,9 +273,9 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
         if min_cache_cosine is None:
             min_cache_cosine = min(criteria.min_cache_cosine, min_cosine)
         min_mean_cosine = criteria.min_mean_cosine if given is None else min(criteria.min_mean_cosine, given)
-    if options.validate:
+    if judging.validate:
         with steps.step(f"validating in {config.export_format}'s runtime against eager"), recording(timing, "folder"):
-            reports = _validated(artifacts, components, target, atol=options.atol, rtol=options.rtol,
+            reports = _validated(artifacts, components, target, atol=judging.atol, rtol=judging.rtol,
                                  min_cosine=min_cosine, min_cache_cosine=min_cache_cosine, cosine_advisory=advisory,
                                  on_case=lambda name, done, total: steps.count(done, total, f"{name}: shape"))
     report = {**_report(loaded, config, artifacts, reports, generate, options.quantize), "task": task,
@@ -372,12 +284,12 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
     floor = None
     checks = []  # (label, timing phase, check): run on the staged folder, in order
     if gated:
-        floor = options.min_agreement if options.min_agreement is not None else criteria.min_agreement
+        floor = judging.min_agreement if judging.min_agreement is not None else criteria.min_agreement
         checks.append(("comparing the quantized export's greedy tokens with fp32 eager", "gate",
-                       _accuracy_gate(loaded, generation_config, target, options.accuracy_tokens, floor,
+                       _accuracy_gate(loaded, generation_config, target, judging.accuracy_tokens, floor,
                                       min_mean_cosine)))
     if generate and package.has_runner:
-        if options.validate:
+        if judging.validate:
             checks.append((f"running the folder in {config.export_format}'s own LLM runner", "validate",
                            _runner_check(package, loaded, generation_config, floor)))
         else:
@@ -411,11 +323,10 @@ def _example_output(target: Path, model: Any, config: ExportConfig) -> str:
 
 
 def _static_cache(length: int, generation_config: Any) -> Any:
+    """The static cache of `length` tokens as a generation config (`GenerationOptions` checked the
+    length; a generation config given with the cache a package asks for by default is refused here)."""
     if generation_config is not None:
-        raise ValueError("pass static_cache or generation_config, not both (static_cache=N is "
-                         "GenerationConfig(cache_implementation='static', max_cache_len=N))")
-    if not isinstance(length, int) or isinstance(length, bool) or length < 2:
-        raise ValueError(f"static_cache is the cache length in tokens, an int >= 2; got {length!r}")
+        raise ValueError(STATIC_CACHE_OR_CONFIG)
     from transformers import GenerationConfig
 
     return GenerationConfig(cache_implementation="static", max_cache_len=length)

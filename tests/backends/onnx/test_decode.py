@@ -122,13 +122,15 @@ def test_int4_after_fusion_is_matmul_nbits_and_close_to_fp32_eager(tmp_path):
     cache) close to fp32 eager `generate`'s: cosine >= 0.97, a lossy scheme."""
     from transformers import GenerationConfig
 
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, JudgingOptions, export_to_folder
     from hfexport.presets import build_preset
     from hfexport.quantization import OrtQuantizer
 
     model, inputs = build_preset("llama")
     config = OnnxConfig(dynamic=True, quantizer=OrtQuantizer("int4-weights"))
-    export_to_folder((model, inputs), config, tmp_path / "q", generate=True, static_cache=32, validate=False)
+    export_to_folder((model, inputs), config, tmp_path / "q",
+                     generation=GenerationOptions(generate=True, static_cache=32),
+                     judging=JudgingOptions(validate=False))
     runner = GenerationRunner.load(tmp_path / "q")
     details = _details(tmp_path / "q")
     assert details["ort_fusions"]["fused"]["GroupQueryAttention"] == 2

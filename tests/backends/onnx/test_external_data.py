@@ -12,7 +12,7 @@ import torch
 
 from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.errors import SerializationError
-from hfexport.job.export import export_to_folder
+from hfexport.job.export import GenerationOptions, export_to_folder
 from hfexport.presets import build_preset
 from tests.harness import require_backend
 
@@ -27,8 +27,9 @@ def external(tmp_path_factory):
     model, inputs = build_preset("llama")
     config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True, "external_data": True})
     folder = tmp_path_factory.mktemp("onnx-external") / "export"
-    export_to_folder((model, inputs), config, folder, generate=True, multi_token_decode=True,
-                     static_cache=MAX_CACHE_LEN)  # validated, as the CLI exports it
+    # validated, as the CLI exports it
+    export_to_folder((model, inputs), config, folder,
+                     generation=GenerationOptions(generate=True, multi_token_decode=True, static_cache=MAX_CACHE_LEN))
     return folder, model
 
 

@@ -39,7 +39,7 @@ def exported(tmp_path_factory, request):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from hfexport import AutoExportConfig
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=128, hidden_size=HEADS * HEAD_DIM, intermediate_size=96, num_hidden_layers=2,
@@ -49,7 +49,8 @@ def exported(tmp_path_factory, request):
     prompt = torch.randint(3, 128, (1, PROMPT), generator=torch.Generator().manual_seed(PROMPT))
     folder = tmp_path_factory.mktemp("genai") / "llama"
     export_config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
-    export_to_folder((model, {"input_ids": prompt}), export_config, folder, generate=True, static_cache=CACHE)
+    export_to_folder((model, {"input_ids": prompt}), export_config, folder,
+                     generation=GenerationOptions(generate=True, static_cache=CACHE))
     return model, prompt, folder
 
 
@@ -138,7 +139,7 @@ def windowed(tmp_path_factory, request):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     from hfexport import AutoExportConfig
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     torch.manual_seed(0)
     config = Gemma3TextConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -149,7 +150,8 @@ def windowed(tmp_path_factory, request):
     prompt = torch.randint(3, 128, (1, WINDOW + 4), generator=torch.Generator().manual_seed(WINDOW))
     folder = tmp_path_factory.mktemp("genai") / "gemma3"
     export_config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
-    export_to_folder((model, {"input_ids": prompt}), export_config, folder, generate=True, static_cache=CACHE)
+    export_to_folder((model, {"input_ids": prompt}), export_config, folder,
+                     generation=GenerationOptions(generate=True, static_cache=CACHE))
     return model, prompt, folder
 
 
@@ -184,7 +186,7 @@ def softcapped(tmp_path_factory, request):
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     from hfexport import AutoExportConfig
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     def build(cap):
         torch.manual_seed(0)
@@ -200,7 +202,8 @@ def softcapped(tmp_path_factory, request):
     assert _eager_tokens(model, prompt) != _eager_tokens(build(None), prompt), "the cap must matter to the tokens"
     folder = tmp_path_factory.mktemp("genai") / "gemma2"
     export_config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
-    export_to_folder((model, {"input_ids": prompt}), export_config, folder, generate=True, static_cache=CACHE)
+    export_to_folder((model, {"input_ids": prompt}), export_config, folder,
+                     generation=GenerationOptions(generate=True, static_cache=CACHE))
     return model, prompt, folder
 
 
@@ -249,7 +252,7 @@ def test_an_int4_export_with_a_tied_head_runs_in_onnxruntime_genai(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from hfexport import AutoExportConfig, GenerationRunner
-    from hfexport.job.export import export_to_folder
+    from hfexport.job.export import GenerationOptions, export_to_folder
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=32768, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -258,7 +261,8 @@ def test_an_int4_export_with_a_tied_head_runs_in_onnxruntime_genai(tmp_path):
     prompt = torch.randint(3, 32768, (1, 8), generator=torch.Generator().manual_seed(1))
     folder = tmp_path / "export"
     result = export_to_folder((model, {"input_ids": prompt}), AutoExportConfig.from_dict(
-        {"export_format": "onnx", "dynamic": True}), folder, generate=True, static_cache=CACHE, quantize="int4-weights")
+        {"export_format": "onnx", "dynamic": True}), folder,
+        generation=GenerationOptions(generate=True, static_cache=CACHE), quantize="int4-weights")
     quantization = result.report["components"]["decode"]["record"]["quantization"]
     assert quantization["tied_head"] == {"weights": ["model.lm_head.weight"], "bits": 8}
     assert quantization["float_matmuls"] == 0

@@ -16,7 +16,7 @@ pytest.importorskip("openvino_tokenizers")
 
 from hfexport import GenerationRunner, OpenVINOConfig  # noqa: E402
 from hfexport.backends.openvino.genai import GENAI_PROPERTIES  # noqa: E402
-from hfexport.job.export import export_to_folder  # noqa: E402
+from hfexport.job.export import GenerationOptions, LoadingOptions, export_to_folder  # noqa: E402
 
 pytestmark = pytest.mark.slow  # exports to OpenVINO and generates
 
@@ -56,8 +56,9 @@ def exported(tmp_path_factory):
     root = tmp_path_factory.mktemp("ov-genai")
     model.save_pretrained(root / "hf")
     tokenizer.save_pretrained(root / "hf")
-    export_to_folder(str(root / "hf"), OpenVINOConfig(dynamic=True), root / "export", generate=True,
-                     prompt="hello world")  # validated, and run by LLMPipeline, as the CLI exports it
+    # validated, and run by LLMPipeline, as the CLI exports it
+    export_to_folder(str(root / "hf"), OpenVINOConfig(dynamic=True), root / "export",
+                     generation=GenerationOptions(generate=True), loading=LoadingOptions(prompt="hello world"))
     return root / "export", model, tokenizer
 
 

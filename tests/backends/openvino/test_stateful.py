@@ -13,7 +13,7 @@ ov = pytest.importorskip("openvino")
 
 from hfexport import GenerationRunner, OpenVINOConfig  # noqa: E402
 from hfexport.errors import ExportError  # noqa: E402
-from hfexport.job.export import export_to_folder  # noqa: E402
+from hfexport.job.export import GenerationOptions, JudgingOptions, export_to_folder  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
 from tests.generation.exports import MAX_CACHE_LEN, SavedExport, _generation_config  # noqa: E402
 
@@ -28,8 +28,9 @@ def stateless_static(tmp_path_factory) -> SavedExport:
     """The static-cache Llama case exported with `stateful=False`."""
     model, inputs = build_preset("llama")
     directory = tmp_path_factory.mktemp("ov-stateless") / "export"
-    export_to_folder((model, inputs), OpenVINOConfig(dynamic=True, stateful=False), directory, generate=True,
-                     static_cache=MAX_CACHE_LEN, validate=False)
+    export_to_folder((model, inputs), OpenVINOConfig(dynamic=True, stateful=False), directory,
+                     generation=GenerationOptions(generate=True, static_cache=MAX_CACHE_LEN),
+                     judging=JudgingOptions(validate=False))
     return SavedExport(directory, model, inputs, _generation_config(MAX_CACHE_LEN))
 
 
@@ -123,8 +124,9 @@ def test_gemma2_sliding_window_and_softcapping_on_the_growing_state_equal_genera
     static-cache request: one growing-state model whose greedy tokens and logits equal eager's."""
     model, inputs = build_preset("gemma2")
     assert model.config.sliding_window < inputs["input_ids"].shape[1] and model.config.attn_logit_softcapping
-    export_to_folder((model, inputs), OpenVINOConfig(dynamic=True), tmp_path / "export", generate=True,
-                     static_cache=MAX_CACHE_LEN)  # validated, as the CLI exports it
+    # validated, as the CLI exports it
+    export_to_folder((model, inputs), OpenVINOConfig(dynamic=True), tmp_path / "export",
+                     generation=GenerationOptions(generate=True, static_cache=MAX_CACHE_LEN))
     saved = SavedExport(tmp_path / "export", model, inputs, _generation_config(MAX_CACHE_LEN))
     runner = GenerationRunner.load(saved.directory)
     assert list(runner.runners) == ["decode"] and runner.runners["decode"].starts_empty

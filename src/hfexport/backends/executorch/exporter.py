@@ -198,7 +198,7 @@ _LLM_OPS_NOT_USED = (
     "the cache is a method input (the documented interface: [input_ids, attention_mask, position_ids, cache x N], "
     "[batch, heads, length, head_dim]), written with aten.index_put.out then copy_ back into the input; "
     "update_cache and custom_sdpa need it as mutable program buffers laid out [batch, length, heads, head_dim], "
-    "as the LLM-runner program holds it (export_to_folder(..., static_cache=N), llm_runner=None or True; "
+    "as the LLM-runner program holds it (GenerationOptions(static_cache=N), llm_runner=None or True; "
     "bench/RESULTS.md: here a step costs what max_cache_len costs)")
 
 

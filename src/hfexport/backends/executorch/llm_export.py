@@ -1,14 +1,14 @@
 """Which static-cache program an ExecuTorch export folder gets, and the tokenizer file beside it.
 
 ```
-export_to_folder(model, ExecutorchConfig(), out, static_cache=N)        hfexport export ... --static-cache N
+ExecutorchConfig(), GenerationOptions(static_cache=N)                 hfexport export ... --static-cache N
   llm_runner=None (default)  `LlmProgram` (llm.py): one `decode.pte` TextLLMRunner and hfexport generate run,
                              tokenizer.json beside it; where it cannot serve the export, the
                              static-cache components, with a warning and the report's `llm_runner` saying why
   llm_runner=True            `LlmProgram`, or `PrepareError` with the remedy
   llm_runner=False           the static-cache components (the cache as method inputs)
 
-export_to_folder(model, ExecutorchConfig(), out, generate=True)         hfexport export ... --generate
+ExecutorchConfig(), GenerationOptions(generate=True)                  hfexport export ... --generate
   (no static cache, no generation_config, dynamic shapes)
   llm_runner=None or True    `LlmProgram` over a cache of `default_cache_length` tokens (the config's
                              max_sequence_length, else the model's positions up to `DEFAULT_CACHE_LENGTH`);
