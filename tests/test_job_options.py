@@ -56,7 +56,7 @@ def test_a_bad_value_on_the_command_line_is_refused_before_any_work(tmp_path, ca
         raise AssertionError("the export started")
 
     monkeypatch.setattr("hfexport.job.export.export_to_folder", export_to_folder)
-    assert main(["export", "tiny:llama", "-o", str(tmp_path / "out"), "--min-agreement", "70"]) == 1
+    assert main(["export", "tiny:llama", "-o", str(tmp_path / "out"), "--min-agreement", "70"]) == 2  # refused before any work, as every option is
     assert "min_agreement is the share of greedy tokens" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

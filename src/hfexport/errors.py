@@ -19,6 +19,7 @@ __all__ = [
     "RuntimeLoadError",
     "ValidationError",
     "RegistryError",
+    "OptionError",
 ]
 
 
@@ -48,6 +49,11 @@ class TaskError(ExportError, ValueError):
     (`hfexport.generation.tasks.resolve_task`). Raised before any export (the CLI exits 2 for the options)."""
 
     step = "task"
+
+
+class OptionError(ValueError):
+    """An option's value refused where the options are built (`JobOptions`' groups), before any
+    model is loaded or folder claimed; the message says what to pass (the CLI exits 2)."""
 
 
 class DtypeRefusedError(PrepareError):

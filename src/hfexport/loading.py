@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .errors import PrepareError
+from .errors import OptionError, PrepareError
 from .model_config import text_config
 from .presets import build_preset, tiny_tokenizer
 
@@ -104,7 +104,7 @@ def dtype_name(model: torch.nn.Module) -> str:
 def check_dtype(dtype: str) -> str:
     """`dtype` when `DTYPES` names it, else a `ValueError` listing them."""
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+        raise OptionError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     return dtype
 
 

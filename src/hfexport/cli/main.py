@@ -14,8 +14,8 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import (DtypeRefusedError, ExportError, ExportFolderError, OutputFolderError, RefusedFileError,
-                      TaskError, ValidationError)
+from ..errors import (DtypeRefusedError, ExportError, ExportFolderError, OptionError, OutputFolderError,
+                      RefusedFileError, TaskError, ValidationError)
 
 #: The exit code when the reader of the output closed it first (`hfexport patches | head`): 128 +
 #: SIGPIPE, what a shell reports for a command that signal ended (`seq 100000 | head -1`, seen under
@@ -124,8 +124,8 @@ def _command(args: argparse.Namespace) -> int:
         message = str(error).replace("\n", " ")
         print(f"hfexport: error: {message}", file=sys.stderr)
         # refused before any work: an output folder, the options, a folder to open that is not one to open
-        if isinstance(error, (OutputFolderError, TaskError, UsageError, DtypeRefusedError, ExportFolderError,
-                              RefusedFileError)):
+        if isinstance(error, (OutputFolderError, TaskError, OptionError, UsageError, DtypeRefusedError,
+                              ExportFolderError, RefusedFileError)):
             return export.OUTPUT_REFUSED
         return export.VALIDATION_FAILED if isinstance(error, ValidationError) else 1
 

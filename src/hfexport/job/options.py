@@ -8,9 +8,9 @@ JobOptions(loading=LoadingOptions(...), judging=JudgingOptions(...), generation=
               min_agreement, accuracy_tokens
   generation  what to export: task, generate, generation_config, multi_token_decode, static_cache
 ```
-Each group is a frozen dataclass that refuses a bad value when it is built (`ValueError`, or
-`TaskError` for a task its options contradict), with the remedy, before anything is loaded or any
-folder claimed.
+Each group is a frozen dataclass that refuses a bad value when it is built (`errors.OptionError`,
+a `ValueError`, or `TaskError` for a task its options contradict), with the remedy, before anything
+is loaded or any folder claimed; the CLI exits 2 for either.
 
 # NOTE: why the flat keywords still work. Until this release `JobOptions(atol=...)` and
 # `export_to_folder(..., static_cache=N)` took every option by its own name. They still build the
@@ -27,6 +27,7 @@ import math
 import warnings
 from typing import Any
 
+from ..errors import OptionError
 from ..generation.tasks import GenerationFlags, check_task_options
 from ..loading import check_dtype
 
@@ -37,13 +38,13 @@ def _check_bool(owner: Any, *names: str) -> None:
     for name in names:
         value = getattr(owner, name)
         if not isinstance(value, bool):
-            raise ValueError(f"{type(owner).__name__}.{name} is True or False: pass a bool; got {value!r}")
+            raise OptionError(f"{type(owner).__name__}.{name} is True or False: pass a bool; got {value!r}")
 
 
 def _check_text(owner: Any, name: str, what: str) -> None:
     value = getattr(owner, name)
     if value is not None and (not isinstance(value, str) or not value):
-        raise ValueError(f"{type(owner).__name__}.{name} is {what}: pass a non-empty str, or None; got {value!r}")
+        raise OptionError(f"{type(owner).__name__}.{name} is {what}: pass a non-empty str, or None; got {value!r}")
 
 
 def _check_number(owner: Any, name: str, low: float, high: float, what: str) -> None:
@@ -52,7 +53,7 @@ def _check_number(owner: Any, name: str, low: float, high: float, what: str) -> 
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
         bounds = f">= {low:g}" if math.isinf(high) else f"in [{low:g}, {high:g}]"
-        raise ValueError(f"{type(owner).__name__}.{name} is {what}: pass a number {bounds}, or None for the "
+        raise OptionError(f"{type(owner).__name__}.{name} is {what}: pass a number {bounds}, or None for the "
                          f"default; got {value!r}")
 
 
@@ -80,7 +81,7 @@ class LoadingOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt:
-            raise ValueError(f"LoadingOptions.prompt is the sample text the tokenizer makes the inputs of: pass a "
+            raise OptionError(f"LoadingOptions.prompt is the sample text the tokenizer makes the inputs of: pass a "
                              f"non-empty str; got {self.prompt!r}")
         _check_text(self, "gguf_file", "the name of a .gguf file in the folder or hub repo `model` names")
         _check_text(self, "revision", "a hub branch, tag or commit")
@@ -135,7 +136,7 @@ class JudgingOptions:
         _check_number(self, "min_agreement", 0, 1, "the share of greedy tokens that must agree (0.7: 70%)")
         tokens = self.accuracy_tokens
         if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
-            raise ValueError(f"JudgingOptions.accuracy_tokens is the number of steps the accuracy gate compares: "
+            raise OptionError(f"JudgingOptions.accuracy_tokens is the number of steps the accuracy gate compares: "
                              f"pass an int >= 1, or None for the default; got {tokens!r}")
 
 
@@ -180,9 +181,9 @@ class GenerationOptions:
         check_task_options(self.task, self.flags)
         length = self.static_cache
         if length is not None and self.generation_config is not None:
-            raise ValueError(STATIC_CACHE_OR_CONFIG)
+            raise OptionError(STATIC_CACHE_OR_CONFIG)
         if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 2):
-            raise ValueError(f"static_cache is the cache length in tokens, an int >= 2; got {length!r}")
+            raise OptionError(f"static_cache is the cache length in tokens, an int >= 2; got {length!r}")
 
     @property
     def flags(self) -> GenerationFlags:
@@ -254,7 +255,7 @@ class JobOptions:
         flat = {name: value for name, value in data.items() if name in FLAT_NAMES}
         rest = {name: value for name, value in data.items() if name not in FLAT_NAMES}
         if unknown := sorted(set(rest) - {"quantize", "overwrite"}):
-            raise ValueError(f"unknown export options {unknown}; the options are {', '.join(FLAT_NAMES)}, quantize, "
+            raise OptionError(f"unknown export options {unknown}; the options are {', '.join(FLAT_NAMES)}, quantize, "
                              "overwrite")
         return cls(**_grouped({}, flat), **rest)
 
