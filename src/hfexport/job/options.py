@@ -54,7 +54,7 @@ def _check_number(owner: Any, name: str, low: float, high: float, what: str) -> 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (low <= value <= high):
         bounds = f">= {low:g}" if math.isinf(high) else f"in [{low:g}, {high:g}]"
         raise OptionError(f"{type(owner).__name__}.{name} is {what}: pass a number {bounds}, or None for the "
-                         f"default; got {value!r}")
+                          f"default; got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +82,7 @@ class LoadingOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt:
             raise OptionError(f"LoadingOptions.prompt is the sample text the tokenizer makes the inputs of: pass a "
-                             f"non-empty str; got {self.prompt!r}")
+                              f"non-empty str; got {self.prompt!r}")
         _check_text(self, "gguf_file", "the name of a .gguf file in the folder or hub repo `model` names")
         _check_text(self, "revision", "a hub branch, tag or commit")
         _check_bool(self, "trust_remote_code")
@@ -137,7 +137,7 @@ class JudgingOptions:
         tokens = self.accuracy_tokens
         if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
             raise OptionError(f"JudgingOptions.accuracy_tokens is the number of steps the accuracy gate compares: "
-                             f"pass an int >= 1, or None for the default; got {tokens!r}")
+                              f"pass an int >= 1, or None for the default; got {tokens!r}")
 
 
 #: What `GenerationOptions` says when given both ways of naming a cache (`job.export` says it too, of
@@ -256,7 +256,7 @@ class JobOptions:
         rest = {name: value for name, value in data.items() if name not in FLAT_NAMES}
         if unknown := sorted(set(rest) - {"quantize", "overwrite"}):
             raise OptionError(f"unknown export options {unknown}; the options are {', '.join(FLAT_NAMES)}, quantize, "
-                             "overwrite")
+                              "overwrite")
         return cls(**_grouped({}, flat), **rest)
 
     def changed(self, changes: dict[str, Any], *, caller: str, stacklevel: int = 2) -> JobOptions:
