@@ -43,8 +43,8 @@ def test_contents_check_their_kind():
 
 def test_one_graph(llama, tmp_path):
     model, exporter, program, _, _ = llama
-    saved = save(exporter, {"model": program}, tmp_path / "out",
-                 FolderContents(model=model, export_config=DynamoConfig(), report={"note": 1}, extra={"weights_from": "x"}))
+    contents = FolderContents(model=model, export_config=DynamoConfig(), report={"note": 1}, extra={"weights_from": "x"})
+    saved = save(exporter, {"model": program}, tmp_path / "out", contents)
     manifest, files = _written(tmp_path / "out")
     assert files == ["config.json", "export_config.json", "manifest.json", "model.pt2", "report.json"]
     assert manifest == saved.manifest
