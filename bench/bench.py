@@ -110,7 +110,7 @@ def run_one(backend: str, source: str | None, repeats: int) -> dict:
     import torch
     from transformers import GenerationConfig
 
-    from hfexport import AutoExportConfig, AutoHfExporter, GenerationRunner, record_of, save_generation_export
+    from hfexport import AutoExportConfig, AutoHfExporter, FolderContents, GenerationRunner, record_of, save_folder
     from hfexport.runner import runner_for
 
     model = build_model(source)
@@ -147,8 +147,8 @@ def run_one(backend: str, source: str | None, repeats: int) -> dict:
     components = exporter.export_for_generation(model, {"input_ids": prompt}, config=config,
                                                 generation_config=generation_config, multi_token_decode=True)
     with tempfile.TemporaryDirectory() as tmp:
-        save_generation_export(exporter, components, Path(tmp) / "export", model=model,
-                               generation_config=generation_config)
+        save_folder(exporter, components, Path(tmp) / "export",
+             FolderContents("generation", model=model, generation_config=generation_config))
         generation = GenerationRunner.load(Path(tmp) / "export")
         rates = [generation.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tokens_per_s
                  for _ in range(max(1, repeats // 2))]

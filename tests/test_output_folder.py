@@ -237,7 +237,7 @@ def test_an_earlier_export_holding_a_users_file_is_refused(earlier_export, tmp_p
 
 def test_the_python_api_keeps_the_same_rules(tmp_path):
     from hfexport import DynamoConfig
-    from hfexport.folder.bundle import save_export
+    from hfexport.folder.bundle import FolderContents, save_folder
     from hfexport.exporter_dynamo import DynamoExporter
     from hfexport.job.export import export_to_folder
     from hfexport.presets import build_preset
@@ -249,7 +249,7 @@ def test_the_python_api_keeps_the_same_rules(tmp_path):
     model, inputs = build_preset("llama")
     program = DynamoExporter().export(model, inputs, config=DynamoConfig())
     with pytest.raises(OutputFolderError, match="not an hfexport export"):
-        save_export(DynamoExporter(), {"model": program}, notes, model=model, overwrite=True)
+        save_folder(DynamoExporter(), {"model": program}, notes, FolderContents(model=model), overwrite=True)
     assert _snapshot(tmp_path) == before
 
 
@@ -358,7 +358,7 @@ def test_another_thread_of_the_process_is_refused_and_the_holding_thread_passes_
             seen.append(str(error))
 
     with claimed_folder(out, overwrite=False):
-        with claimed_folder(out, overwrite=False):  # save_export inside the export job
+        with claimed_folder(out, overwrite=False):  # save inside the export job
             seen.append("again")
         thread = threading.Thread(target=other_thread)
         thread.start()

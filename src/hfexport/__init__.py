@@ -43,6 +43,8 @@ _LAZY = {
     "register_fx_program_fix": "hfexport.workarounds",
     "export_to_folder": "hfexport.job",
     "ExportJobResult": "hfexport.job",
+    "save_folder": "hfexport.folder.bundle",
+    "FolderContents": "hfexport.folder.contents",
     "save_export": "hfexport.folder.bundle",
     "register_pytree_node": "hfexport.capture.pytree",
     "validate": "hfexport.validation.driver",

@@ -237,7 +237,7 @@ class HfExporter:
         return [directory / file.name for file in written]
 
     def write(self, artifact: Any, directory: str | os.PathLike, name: str = "model") -> list[Path]:
-        """Write `artifact` into `directory`, a folder the caller stages (`save_export` writes
+        """Write `artifact` into `directory`, a folder the caller stages (`bundle.save_folder` writes
         every component into one staged folder); return the files written."""
         return self._write(artifact, Path(directory) / name)
 

@@ -113,7 +113,7 @@ _EXPECTED_CALL = {
                  "multi_token_decode=True)",
     "export-components": "artifacts = exporter.export_components(components, config)",
     "validate-components": "hfexport.validate_components(artifacts, components)",
-    "save": "hfexport.save_generation_export(exporter, artifacts, directory",
+    "save": "hfexport.save_folder(exporter, artifacts, directory, contents)",
     "runner": "hfexport.GenerationRunner.load(directory).generate(prompt, max_new_tokens=3",
     "decode-loop": "drive_decode_loop(decode.runner(), prompt[0].tolist(), want_tokens, max_cache_len=20)",
 }

@@ -30,7 +30,7 @@ def _qwen3():
 
 
 def _export(fmt: str, directory: Path):
-    from hfexport import AutoExportConfig, AutoHfExporter, save_generation_export
+    from hfexport import AutoExportConfig, AutoHfExporter, FolderContents, save_folder
 
     model, generation_config = _qwen3()
     inputs = {"input_ids": torch.tensor([PROMPT]), "attention_mask": torch.ones(1, len(PROMPT), dtype=torch.long)}
@@ -38,8 +38,8 @@ def _export(fmt: str, directory: Path):
     exporter = AutoHfExporter.from_config(config)
     artifacts = exporter.export_for_generation(model, inputs, config=config, generation_config=generation_config,
                                                multi_token_decode=True)
-    save_generation_export(exporter, artifacts, directory, model=model, generation_config=generation_config,
-                           export_config=config)
+    save_folder(exporter, artifacts, directory,
+         FolderContents("generation", model=model, generation_config=generation_config, export_config=config))
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                              generation_config=generation_config)

@@ -11,11 +11,11 @@ out/tiny-llama/
   export_config.json   the ExportConfig used
   report.json          validation and timings, with each component's files and bytes
 ```
-`save_export` writes it through a staged folder (`output_folder.staged_folder`): nothing half-written
+`save` writes it through a staged folder (`output_folder.staged_folder`): nothing half-written
 is left behind, nothing hfexport did not write is replaced, and the artifacts are written once,
-straight into that folder. A single graph and a
-generation export share this one path; the manifest's `kind` says which it is, and only a
-generation export records a cache and a generation config.
+straight into that folder. A single graph and a generation export share this one path, given what
+goes in beside the artifacts as one `FolderContents` (`contents.py`); the manifest's `kind` says
+which it is, and only a generation export records a cache and its runtime's own package.
 """
 
 from __future__ import annotations
@@ -24,22 +24,25 @@ import copy
 import dataclasses
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
-from .package import FolderContext, Packaged
+from .contents import FolderContents
+from .package import Packaged
 from .manifest import MANIFEST, MANIFEST_VERSION, write_manifest
 from .output_folder import model_folder, staged_folder
 from ..capture.record import ExportRecord, record_of
 from ..timing import phase
 from .tokenizer_files import save_processor_files, save_tokenizer_files
 
-__all__ = ["save_export", "SavedExport", "MANIFEST", "MANIFEST_VERSION", "record_entry", "record_from_entry"]
+__all__ = ["save_folder", "FolderContents", "SavedExport", "save_export", "MANIFEST", "MANIFEST_VERSION", "record_entry",
+           "record_from_entry"]
 
 
 @dataclasses.dataclass
 class SavedExport:
-    """What `save_export` wrote: the folder, the manifest and the report (as written)."""
+    """What `save` wrote: the folder, the manifest and the report (as written)."""
 
     directory: Path
     manifest: dict[str, Any]
@@ -111,87 +114,54 @@ def _with_sizes(report: dict[str, Any], components: dict[str, Any]) -> dict[str,
     return report
 
 
-def save_export(
-    exporter: Any,
-    artifacts: dict[str, Any],
-    directory: str | os.PathLike,
-    *,
-    kind: str = "model",
-    model: Any = None,
-    generation_config: Any = None,
-    tokenizer: Any = None,
-    processor: Any = None,
-    export_config: Any = None,
-    overwrite: bool = False,
-    manifest_extra: dict[str, Any] | None = None,
-    report: dict[str, Any] | None = None,
-    check: Any = None,
-    context: Any = None,
-) -> SavedExport:
+def save_folder(exporter: Any, artifacts: dict[str, Any], directory: str | os.PathLike, contents: FolderContents, *,
+         overwrite: bool = False, check: Any = None) -> SavedExport:
     """Write `artifacts` (`{component name: artifact}`, from one exporter) and what loads them
-    again into `directory`.
+    again (`contents`) into `directory`.
 
     Args:
-        exporter: the exporter that made the artifacts (its `write` puts each one in the folder).
-        kind: `"model"` (one graph, `{"model": artifact}`) or `"generation"` (its components).
-        model: the eager model; its `config` is saved beside.
-        generation_config: saved as `generation_config.json` (a generation export).
-        tokenizer: saved too when given, so `hfexport generate` can print text.
-        processor: an image-text model's processor, saved too when given (with its tokenizer and
-            chat template), so `hfexport generate --image` can read an image file.
-        export_config: saved as `export_config.json`.
+        exporter: the exporter that made the artifacts (its `write` puts each one in the folder;
+            for a generation folder its `RuntimePackage.write` adds its runtime's own files, once
+            everything else is written, and what it returns goes into the manifest and the report).
+        artifacts: `{"model": artifact}` for `kind="model"`, the generation components for
+            `kind="generation"` (from `exporter.export_for_generation`).
+        contents: what the folder holds besides the artifacts, and which folder it is
+            (`contents.FolderContents`).
         overwrite: replace an earlier hfexport export in `directory` (only the files it wrote);
             otherwise a folder holding files is an error, and a folder holding files no export
             wrote is one either way (`output_folder`).
-        manifest_extra: more manifest entries (a generation export's cache).
-        report: written as `report.json`, with each component's files and bytes added.
         check: called with the written folder before it takes `directory`'s place: its returned
             dict is added to the report, and an exception leaves nothing written (the export
             job's accuracy gate, which runs the saved export).
-        context: for a generation export, what its backend packages the folder from
-            (`folder.package.FolderContext`): the format's `RuntimePackage.write` runs once everything else is
-            written, and what it returns goes into the manifest and the report.
 
     Returns:
         A `SavedExport`.
     """
-    if kind not in ("model", "generation"):
-        raise ValueError(f"kind must be 'model' or 'generation', got {kind!r}")
     target = Path(directory).resolve()
     package = exporter.runtime_package()
-    with staged_folder(target, overwrite=overwrite, source=model_folder(model)) as staging:
+    with staged_folder(target, overwrite=overwrite, source=model_folder(contents.model)) as staging:
         components = {}
         for name, artifact in artifacts.items():
             with phase("serialise", component=name):
                 files = exporter.write(artifact, staging, name=package.file_stem(name, artifacts))
             components[name] = {"files": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files),
                                 **record_entry(record_of(artifact))}
-        if export_config is not None:
-            (staging / "export_config.json").write_text(export_config.to_json(indent=2))
-        if model is not None and getattr(model, "config", None) is not None:
-            model.config.save_pretrained(staging)
-        if generation_config is not None:
-            generation_config.save_pretrained(staging)
-        if tokenizer is not None:
-            save_tokenizer_files(tokenizer, staging)
-        if processor is not None:
-            save_processor_files(processor, staging)
+        _write_beside(staging, contents)
         packaged = Packaged({}, {})
-        if kind == "generation":  # the runtime's own files, once the folder holds everything else
-            context = context or FolderContext(getattr(model, "config", None), generation_config, tokenizer,
-                                               processor=processor)
+        if contents.kind == "generation":  # the runtime's own files, once the folder holds everything else
             files = {name: entry["files"] for name, entry in components.items()}
-            packaged = package.write(staging, artifacts, dataclasses.replace(context, component_files=files))
+            packaged = package.write(staging, artifacts, contents.folder_context(files))
         manifest = {
-            "kind": kind,
+            "kind": contents.kind,
             "format": exporter.format,
-            "model_class": type(model).__name__ if model is not None else None,
-            **(manifest_extra or {}),
+            "model_class": type(contents.model).__name__ if contents.model is not None else None,
+            **contents.manifest_entries(artifacts),
             **packaged.manifest,
             "components": components,
         }
         entry = packaged.manifest.get("runtime_package")
         package_entry = {"runtime_package": entry} if entry is not None else {}
+        report = contents.report
         report = {**report, **package_entry, **packaged.report} if report is not None else None
         written = _with_sizes(report, components) if report is not None else None
         if written is not None:
@@ -203,3 +173,35 @@ def save_export(
                 (staging / "report.json").write_text(json.dumps(written, indent=2, default=str))
             manifest = write_manifest(staging, manifest, changed=frozenset({"report.json"}))
     return SavedExport(target, manifest, written)
+
+
+def _write_beside(staging: Path, contents: FolderContents) -> None:
+    """Write the configs, the tokenizer and the processor `contents` holds into `staging`."""
+    if contents.export_config is not None:
+        (staging / "export_config.json").write_text(contents.export_config.to_json(indent=2))
+    model = contents.model
+    if model is not None and getattr(model, "config", None) is not None:
+        model.config.save_pretrained(staging)
+    if contents.saved_generation_config is not None:
+        contents.saved_generation_config.save_pretrained(staging)
+    if contents.tokenizer is not None:
+        save_tokenizer_files(contents.tokenizer, staging)
+    if contents.processor is not None:
+        save_processor_files(contents.processor, staging)
+
+
+def save_export(exporter: Any, artifacts: dict[str, Any], directory: str | os.PathLike, *,
+                manifest_extra: dict[str, Any] | None = None, context: Any = None, overwrite: bool = False,
+                check: Any = None, **contents: Any) -> SavedExport:
+    """Deprecated: `save_folder(exporter, artifacts, directory, FolderContents(...))`, which this calls.
+
+    `contents` are `FolderContents`' fields (`kind`, `model`, `generation_config`, `tokenizer`,
+    `processor`, `export_config`, `report`); `manifest_extra` is its `extra`, and a `context`
+    gives its `plan` (a generation folder's context is derived from the contents now).
+    """
+    warnings.warn("save_export is deprecated and goes in the next release: call "
+                  "hfexport.save_folder(exporter, artifacts, directory, hfexport.FolderContents(...))",
+                  DeprecationWarning, stacklevel=2)
+    plan = getattr(context, "plan", None) if contents.get("kind") == "generation" else None
+    return save_folder(exporter, artifacts, directory, FolderContents(extra=manifest_extra, plan=plan, **contents),
+                overwrite=overwrite, check=check)

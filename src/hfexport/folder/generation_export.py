@@ -8,8 +8,9 @@ out/tiny-llama/
                            when given, an image-text model's processor too (`tokenizer_files.py`)
   export_config.json       the ExportConfig used
 ```
-`save_generation_export` writes it through a staged folder (nothing half-written is left behind);
-`GenerationExport.load` opens it again, each component with its record, ready for a `Runner`.
+`bundle.save_folder` writes it (given `FolderContents("generation", ...)`) through a staged folder (nothing
+half-written is left behind); `GenerationExport.load` opens it again, each component with its
+record, ready for a `Runner`.
 The manifest is all a runner needs: names, dtypes and symbolic shapes of every input, so a loop
 can allocate a static cache without the model's Python class.
 """
@@ -17,21 +18,21 @@ can allocate a static cache without the model's Python class.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import functools
 import os
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .bundle import record_from_entry
+from .bundle import record_from_entry, save_folder
+from .contents import FolderContents, merged_generation_config
 from ..errors import ExportFolderError
 from .manifest import MANIFEST, MANIFEST_VERSION, ListedFiles, listed_path, read_manifest
-from ..capture.record import ExportRecord, record_of
+from ..capture.record import ExportRecord
 from .tokenizer_files import PROCESSOR_FILES, is_metadata_file, load_processor, load_tokenizer
-from ..generation.multimodal import image_prompt_entry
 
 __all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "merged_generation_config", "MANIFEST",
            "MANIFEST_VERSION"]
@@ -53,84 +54,23 @@ class LoadedComponent:
         return runner_for(self.artifact, self.record)
 
 
-def _cache_kind(artifacts: dict[str, Any], generation_config: Any) -> dict[str, Any]:
-    program = next((record_of(a).details["llm_program"] for a in artifacts.values()
-                    if "llm_program" in record_of(a).details), None)
-    if program is not None:  # ExecuTorch's LLM-runner program: the cache lives in its buffers
-        return {"cache": "program", "max_cache_len": program["max_cache_len"]}
-    static = any(record_of(a).details.get("input_mutations") for a in artifacts.values())
-    kind: dict[str, Any] = {"cache": "static" if static else "dynamic"}
-    initial = {k: v for a in artifacts.values() for k, v in record_of(a).details.get("initial_cache", {}).items()}
-    if initial:
-        kind["initial_cache"] = initial
-    if static and generation_config is not None and getattr(generation_config, "max_cache_len", None):
-        kind["max_cache_len"] = int(generation_config.max_cache_len)
-    return kind
+def save_generation_export(exporter: Any, artifacts: dict[str, Any], directory: str | os.PathLike, *,
+                           extra: dict[str, Any] | None = None, details: bool = False, overwrite: bool = False,
+                           check: Any = None, **contents: Any) -> Any:
+    """Deprecated: `save_folder(exporter, artifacts, directory, FolderContents("generation", ...))`, which
+    this calls.
 
-
-def merged_generation_config(model: Any, generation_config: Any) -> Any:
-    """The model's generation config (eos, decoder start, ...) with the export's settings on top."""
-    own = getattr(model, "generation_config", None) if model is not None else None
-    if own is None or generation_config is None:
-        return generation_config if generation_config is not None else own
-    merged = copy.deepcopy(own)
-    for key, value in generation_config.to_diff_dict().items():
-        if key != "transformers_version":
-            setattr(merged, key, value)
-    return merged
-
-
-def save_generation_export(
-    exporter: Any,
-    artifacts: dict[str, Any],
-    directory: str | os.PathLike,
-    *,
-    model: Any = None,
-    generation_config: Any = None,
-    tokenizer: Any = None,
-    processor: Any = None,
-    export_config: Any = None,
-    overwrite: bool = False,
-    extra: dict[str, Any] | None = None,
-    report: dict[str, Any] | None = None,
-    details: bool = False,
-    check: Any = None,
-    plan: Any = None,
-) -> Any:
-    """Write `artifacts` (from `exporter.export_for_generation`) and what a runner needs into `directory`.
-
-    Args:
-        exporter: the exporter that made the artifacts (it writes each one, and packages the
-            folder for its runtime's own LLM runner: `RuntimePackage.write`).
-        model: the eager model; its `config` (and `generation_config`) are saved beside.
-        generation_config: the one used for the export (a static cache's `max_cache_len`); the
-            model's own is saved when not given.
-        tokenizer: saved too when given, so `hfexport generate` can print text.
-        processor: an image-text model's processor (image processor, tokenizer, chat template),
-            saved too when given, so `hfexport generate --image` can read an image file.
-        overwrite: replace an earlier hfexport export in `directory` (only the files it wrote);
-            otherwise a folder holding files is an error, and a folder holding files no export
-            wrote is one either way (`output_folder`).
-        extra: more manifest entries.
-        report: written as `report.json` beside the manifest, with each component's files and
-            bytes added under `components` and their total as `artifact_bytes`.
-        details: return the `bundle.SavedExport` (folder, manifest, report) instead of the folder.
-        check: run on the written folder before it is moved into place (see `bundle.save_export`).
-        plan: the `GenerationPlan` the artifacts were exported by (the export job's), for the
-            backend's packaging.
+    `contents` are `FolderContents`' fields (`model`, `generation_config`, `tokenizer`,
+    `processor`, `export_config`, `report`, `plan`); `extra` is its `extra`.
 
     Returns:
-        The folder written (or, with `details`, what was written).
+        The folder written (or, with `details`, the `bundle.SavedExport`).
     """
-    from .bundle import save_export
-    from .package import FolderContext
-
-    merged = merged_generation_config(model, generation_config)
-    context = FolderContext(getattr(model, "config", None), merged, tokenizer, plan, processor)
-    saved = save_export(exporter, artifacts, directory, kind="generation", model=model, generation_config=merged,
-                        tokenizer=tokenizer, processor=processor, export_config=export_config, overwrite=overwrite,
-                        manifest_extra={**_cache_kind(artifacts, merged), **image_prompt_entry(model, artifacts), **(extra or {})}, report=report,
-                        check=check, context=context)
+    warnings.warn("save_generation_export is deprecated and goes in the next release: call "
+                  "hfexport.save_folder(exporter, artifacts, directory, hfexport.FolderContents('generation', ...))",
+                  DeprecationWarning, stacklevel=2)
+    saved = save_folder(exporter, artifacts, directory, FolderContents("generation", extra=extra, **contents),
+                 overwrite=overwrite, check=check)
     return saved if details else saved.directory
 
 
@@ -153,9 +93,9 @@ class GenerationExport:
 
     @classmethod
     def load(cls, directory: str | os.PathLike, *, verify: bool = True) -> GenerationExport:
-        """Open every component of the export in `directory` (written by `save_generation_export`,
-        `hfexport export --generate`, or a single graph's `save_export`), reading only the files
-        its manifest lists.
+        """Open every component of the export in `directory` (written by `bundle.save_folder`, as
+        `hfexport export --generate` does, or a single graph's), reading only the files its
+        manifest lists.
 
         Args:
             verify: check every listed file's SHA-256 against the manifest first (0.74 s per GiB

@@ -142,8 +142,7 @@ def read_manifest(folder: str | os.PathLike, *, verify: bool = True, older: bool
         what = ("holds no " + MANIFEST if folder.is_dir() else "is not a folder" if folder.exists()
                 else "does not exist")
         raise ExportFolderError(f"{folder} {what}: it is not an hfexport export",
-                                 remedy="pass a folder written by `hfexport export` (or save_export / "
-                                 "save_generation_export)")
+                                 remedy="pass a folder written by `hfexport export` (or hfexport.save_folder)")
     manifest = parse_json(_read_whole(path, folder, limit=MAX_MANIFEST_BYTES), path)
     _check_shape(folder, manifest)
     version = manifest["hfexport_manifest"]

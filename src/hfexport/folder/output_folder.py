@@ -50,7 +50,7 @@ __all__ = ["WRITES", "check_output_folder", "check_writable", "claimed_folder", 
 logger = logging.getLogger("hfexport")
 
 #: The folders this process holds, each with the thread that holds it: a job claims its folder and
-#: `save_export` inside it claims it again (the same thread); another thread is refused as another
+#: `bundle.save_folder` inside it claims it again (the same thread); another thread is refused as another
 #: process would be.
 _CLAIMS: dict[Path, int] = {}
 _SHOWN = 5
@@ -157,7 +157,7 @@ def claimed_folder(target: Path, *, overwrite: bool, source: Path | None = None,
     """Hold `target` as this process's output folder: check it (`check_output_folder`), create its
     missing parents, take its lock (another process writing it is an `OutputFolderError` at once)
     and remove its stale staging folders; on exit release the lock and, after a failure, remove the
-    parents it created. A second claim by the thread that holds the folder (`save_export` inside
+    parents it created. A second claim by the thread that holds the folder (`bundle.save_folder` inside
     the export job) passes through.
 
     Yields:

@@ -70,11 +70,11 @@ class FolderContext:
     #: the model's generation config with the export's settings over it (what is saved)
     generation_config: Any
     tokenizer: Any
-    #: the plan the components were exported by (`None` from `save_generation_export` alone)
+    #: the plan the components were exported by (`None` where `FolderContents.plan` was not given)
     plan: GenerationPlan | None = None
     #: an image-text model's processor (`None` where the model came without one)
     processor: Any = None
-    #: `{component: [file names]}` as written into the folder (filled in by `bundle.save_export`)
+    #: `{component: [file names]}` as written into the folder (filled in by `bundle.save_folder`)
     component_files: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 

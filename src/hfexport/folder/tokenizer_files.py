@@ -10,7 +10,7 @@ out/tiny-llama/
                                           image processor's settings; preprocessor_config.json for some)
 ```
 `save_tokenizer_files` and `save_processor_files` are the one place an export writes them
-(`bundle.save_export`, for every kind of export); a runtime's own tokenizer files (a genai config,
+(`bundle.save_folder`, for every kind of export); a runtime's own tokenizer files (a genai config,
 a converted OpenVINO tokenizer) are written beside them by that runtime's packaging.
 `load_tokenizer` opens them again (`hfexport generate`, `hfexport chat`), `load_processor` the
 processor (`hfexport generate --image`).

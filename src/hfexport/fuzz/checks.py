@@ -288,7 +288,7 @@ def _check_generate(checks: _Checks, example: Example, model: torch.nn.Module, i
                     eager: EagerGeneration) -> None:
     """Generation: decompose, export the components, validate them, then run the saved export."""
     from ..auto import AutoHfExporter
-    from ..folder.generation_export import save_generation_export
+    from ..folder.bundle import FolderContents, save_folder
     from ..generation.decompose import decompose_for_generation
     from ..validation.driver import validate_components
 
@@ -306,8 +306,8 @@ def _check_generate(checks: _Checks, example: Example, model: torch.nn.Module, i
         checks.outcome.notes.append("runner: not run (a static cache of batch > 1; the runner drives one sequence)")
         return
     with tempfile.TemporaryDirectory(prefix="hfexport-fuzz-") as tmp:
-        directory = checks.attempt("save", save_generation_export, exporter, artifacts, Path(tmp) / "export",
-                                   model=model, generation_config=generation_config, export_config=config)
+        contents = FolderContents("generation", model=model, generation_config=generation_config, export_config=config)
+        directory = checks.attempt("save", save_folder, exporter, artifacts, Path(tmp) / "export", contents).directory
         checks.run_part(_check_runner, example, directory, eager)
         if example.cache == "static" and example.multi_token_decode:
             checks.run_part(_check_decode_loop, example, directory, eager)

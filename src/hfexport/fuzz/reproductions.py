@@ -86,8 +86,9 @@ def _snip_validate_components(example: Example, model: torch.nn.Module) -> list[
 
 def _snip_save(example: Example, model: torch.nn.Module) -> list[str]:
     return ["import tempfile", "", 'directory = tempfile.mkdtemp() + "/export"',
-            "hfexport.save_generation_export(exporter, artifacts, directory, model=model, "
-            "generation_config=generation_config, export_config=config)"]
+            'contents = hfexport.FolderContents("generation", model=model, generation_config=generation_config, '
+            "export_config=config)",
+            "hfexport.save_folder(exporter, artifacts, directory, contents)"]
 
 
 def _snip_eager_generate(example: Example, model: torch.nn.Module) -> list[str]:

@@ -150,7 +150,7 @@ class GenerationRunner:
     @classmethod
     def load(cls, directory: str | os.PathLike, *, verify: bool = True, engine: str = "auto") -> GenerationRunner:
         """Open the export in `directory` (written by `hfexport export --generate` or
-        `save_generation_export`); `verify=False` skips the SHA-256 check of its files
+        `hfexport.save_folder`); `verify=False` skips the SHA-256 check of its files
         (`GenerationExport.load`); `engine` as the class takes it."""
         return cls(GenerationExport.load(directory, verify=verify), engine=engine)
 

@@ -525,7 +525,7 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
 def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: float | None) -> Any:
     """The check that the packaged folder runs in its runtime's own LLM runner with eager's greedy
     tokens (`job.runner_check`; a quantized export against hfexport's runner, at `floor`)."""
-    from ..folder.generation_export import merged_generation_config
+    from ..folder.contents import merged_generation_config
 
     return runner_check(package, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
                         min_agreement=floor)
@@ -537,16 +537,10 @@ def _floor(value: float | None, spec: str) -> str:
 
 def _save(exporter: Any, artifacts: dict[str, Any], target: Path, loaded: Any, config: ExportConfig, generate: bool,
           generation_config: Any, overwrite: bool, report: dict[str, Any], plan: Any, check: Any = None) -> Any:
-    extra = {"weights_from": loaded.weights_from} if loaded.weights_from else {}
-    if generate:
-        from ..folder.generation_export import save_generation_export
+    from ..folder.bundle import FolderContents, save_folder
 
-        return save_generation_export(exporter, artifacts, target, model=loaded.model,
-                                      generation_config=generation_config, tokenizer=loaded.tokenizer,
-                                      processor=loaded.processor, export_config=config, overwrite=overwrite,
-                                      extra=extra, report=report, details=True, check=check, plan=plan)
-    from ..folder.bundle import save_export
-
-    return save_export(exporter, artifacts, target, kind="model", model=loaded.model, tokenizer=loaded.tokenizer,
-                       processor=loaded.processor, export_config=config, overwrite=overwrite, manifest_extra=extra,
-                       report=report, check=check)
+    contents = FolderContents("generation" if generate else "model", model=loaded.model,
+                              generation_config=generation_config, tokenizer=loaded.tokenizer,
+                              processor=loaded.processor, export_config=config, report=report,
+                              extra={"weights_from": loaded.weights_from} if loaded.weights_from else None, plan=plan)
+    return save_folder(exporter, artifacts, target, contents, overwrite=overwrite, check=check)

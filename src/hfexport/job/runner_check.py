@@ -51,7 +51,7 @@ def skipped_entry() -> dict[str, Any]:
 
 def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], generation_config: Any, *,
                  min_agreement: float | None = None) -> Callable[[Path], dict[str, Any]]:
-    """The check `bundle.save_export` runs on the staged folder (see the module docstring).
+    """The check `bundle.save_folder` runs on the staged folder (see the module docstring).
 
     Args:
         package: the `folder.package.RuntimePackage` that wrote the folder (`RuntimePackage.run`).

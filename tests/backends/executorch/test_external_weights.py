@@ -19,7 +19,7 @@ pytest.importorskip("executorch")
 from hfexport import ExecutorchConfig, ExecutorchExporter, GenerationExport, GenerationRunner, record_of  # noqa: E402
 from hfexport import validate  # noqa: E402
 from hfexport.backends.executorch import external  # noqa: E402
-from hfexport.folder.bundle import save_export  # noqa: E402
+from hfexport.folder.bundle import FolderContents, save_folder  # noqa: E402
 from hfexport.folder.storage import fingerprint  # noqa: E402
 from hfexport.errors import RuntimeLoadError, SerializationError  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
@@ -133,7 +133,7 @@ def llama_exports(tmp_path_factory):
     outside = exporter.export(model, inputs, config=ExecutorchConfig(dynamic=True, external_weights=True))
     inside = exporter.export(model, inputs, config=ExecutorchConfig(dynamic=True, external_weights=False))
     folder = tmp_path_factory.mktemp("external") / "llama"
-    save_export(exporter, {"model": outside}, folder, model=model)
+    save_folder(exporter, {"model": outside}, folder, FolderContents(model=model))
     plain = exporter.save(inside, tmp_path_factory.mktemp("inside"))
     return model, inputs, outside, folder, plain[0]
 

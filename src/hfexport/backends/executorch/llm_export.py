@@ -134,7 +134,7 @@ def runner_package(folder: Path, artifacts: dict[str, Any], context: Any) -> tup
 
     planned = context.plan.report.get("llm_runner", {}) if context.plan is not None else {}
     if not any("llm_program" in record_of(artifact).details for artifact in artifacts.values()):
-        why = planned.get("why") or ("saved without its export plan (save_generation_export alone)"
+        why = planned.get("why") or ("saved without its export plan (no FolderContents.plan)"
                                      if context.plan is None else "the components were asked for (--no-llm-runner, "
                                      "or static shapes without --static-cache N)")
         return runtime_package_entry(TEXT_RUNNER, why=f"the folder holds the generation components: {why}"), {}

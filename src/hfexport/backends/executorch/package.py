@@ -74,7 +74,7 @@ class ExecutorchRuntimePackage(RuntimePackage):
         from .multimodal import multimodal_package, multimodal_refusal
 
         if context.plan is None:
-            why = "saved without its export plan (save_generation_export alone)"
+            why = "saved without its export plan (no FolderContents.plan)"
         else:
             why = (multimodal_refusal(context.model_config, context.plan.config) if context.model_config is not None
                    else None) or context.plan.report.get("multimodal_runner", {}).get("why")

@@ -19,7 +19,7 @@ while not generator.is_done():
 # templates with `%d` for the layer, so hfexport's `input.cache.%d.keys` / `output.cache.%d.keys`
 # are given as they are. That is the static-cache decode graph after the GroupQueryAttention
 # rewrite (`gqa.py`): the config is written only for such a folder, and `genai_status` says why
-# not otherwise. The tokenizer files are the ones `save_generation_export` writes when given a
+# not otherwise. The tokenizer files are the ones `bundle.save_folder` writes when given a
 # tokenizer (`tokenizer.json`, `tokenizer_config.json`); without them genai runs on token ids.
 """
 

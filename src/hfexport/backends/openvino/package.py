@@ -85,7 +85,7 @@ class OpenVINORuntimePackage(RuntimePackage):
         from .vlm import vlm_folder_files, vlm_refusal
 
         refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
-                   else "saved without its export plan (save_generation_export alone)")
+                   else "saved without its export plan (no FolderContents.plan)")
         return Packaged({**genai_folder_files(artifacts, folder, context),
                          **vlm_folder_files(artifacts, folder, context, refusal)}, {})
 
