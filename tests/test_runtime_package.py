@@ -194,3 +194,71 @@ def test_the_compile_properties_an_openvino_folder_gives_its_engine_are_an_expor
             package.check_listed(manifest, listed)
     else:
         package.check_listed(manifest, listed)
+
+
+#: `(format, task) -> the package class's name`: each runner's own package, and a task the format has
+#: no runner for getting its text-generation package (whose manifest entry says why its runner does
+#: not open the folder), or the components as asked where the format has none.
+PACKAGE_OF = {("onnx", "text-generation"): "OnnxRuntimePackage",
+              ("onnx", "image-text-to-text"): "OnnxRuntimePackage",
+              ("onnx", "automatic-speech-recognition"): "OnnxRuntimePackage",
+              ("openvino", "text-generation"): "LLMPipelinePackage",
+              ("openvino", "image-text-to-text"): "VLMPipelinePackage",
+              ("openvino", "automatic-speech-recognition"): "LLMPipelinePackage",
+              ("executorch", "text-generation"): "TextLLMRunnerPackage",
+              ("executorch", "image-text-to-text"): "MultimodalRunnerPackage",
+              ("executorch", "automatic-speech-recognition"): "TextLLMRunnerPackage",
+              ("dynamo", "text-generation"): "RuntimePackage",
+              ("dynamo", "image-text-to-text"): "RuntimePackage"}
+
+
+@pytest.mark.parametrize(("fmt", "task"), sorted(PACKAGE_OF))
+def test_each_format_and_task_gets_its_runners_package(fmt, task):
+    from hfexport.auto import AutoHfExporter
+    from tests.harness import require_backend
+
+    require_backend(fmt)
+    package = AutoHfExporter.from_format(fmt).runtime_package(task)
+    assert type(package).__name__ == PACKAGE_OF[fmt, task] and package.exporter.format == fmt
+
+
+@pytest.mark.parametrize(("preset", "task"), [("llama", "text-generation"), ("t5", "text-generation"),
+                                               ("llava", "image-text-to-text"), ("qwen2_vl", "image-text-to-text"),
+                                               ("whisper", "automatic-speech-recognition")])
+def test_a_models_task_is_what_it_reads(preset, task):
+    """`package_task`: by the model's towers and main input; without the model, by the components saved."""
+    from hfexport.generation.components import package_task
+    from hfexport.presets import build_preset
+
+    assert package_task(build_preset(preset)[0]) == task
+    names = {"text-generation": ["prefill", "decode"], "image-text-to-text": ["image_encoder", "decode"],
+             "automatic-speech-recognition": ["audio_encoder", "decode"]}[task]
+    if preset not in ("t5", "whisper"):  # an encoder-decoder's components are named alike whatever it reads
+        assert package_task(None, names) == task
+
+
+def test_a_new_runtime_package_is_one_class_and_its_registration():
+    """What a speech runner's package will be: a subclass registered for its format and task, which
+    `runtime_package(task)` then gives; a task that is none of `PACKAGE_TASKS`, or a class that is no
+    `RuntimePackage`, is refused when registered."""
+    from hfexport.auto import AutoHfExporter
+    from hfexport.errors import RegistryError
+    from hfexport.folder.package import PACKAGES, RuntimePackage, register_package
+
+    @register_package("dynamo", "automatic-speech-recognition")
+    class SpeechPackage(RuntimePackage):
+        pass
+
+    try:
+        package = AutoHfExporter.from_format("dynamo").runtime_package("automatic-speech-recognition")
+        assert type(package) is SpeechPackage and SpeechPackage.task == "automatic-speech-recognition"
+        with pytest.raises(RegistryError, match="already registered"):
+            register_package("dynamo", "automatic-speech-recognition")(SpeechPackage)
+    finally:
+        PACKAGES.remove("dynamo/automatic-speech-recognition")
+    with pytest.raises(RegistryError, match="automatic-speech-recognition"):
+        register_package("dynamo", "speech")
+    with pytest.raises(RegistryError, match="RuntimePackage subclass"):
+        register_package("dynamo", "text-generation")(object)
+    with pytest.raises(ValueError, match="no task 'speech'"):
+        AutoHfExporter.from_format("dynamo").runtime_package("speech")

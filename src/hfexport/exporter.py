@@ -37,7 +37,7 @@ from .capture.trace import Capture, capture
 from .config import ExportConfig
 from .errors import ConversionError, ExportError, PrepareError, SerializationError, summarize
 from .folder.manifest import FileBytes
-from .folder.package import GenerationPlan, RuntimePackage
+from .folder.package import GenerationPlan, RuntimePackage, package_for
 from .folder.storage import staged_files
 from .quantization.steps import quantize_model, quantize_program
 from .timing import Phases, phase, recording
@@ -64,8 +64,6 @@ class HfExporter:
     fix_order: ClassVar[tuple[str, ...]] = ()
     #: leave `None` items out of output tuples (a runtime that cannot have a `None` output)
     drop_none_outputs: ClassVar[bool] = False
-    #: the `RuntimePackage` its export folder is (`runtime_package`)
-    package_class: ClassVar[type[RuntimePackage]] = RuntimePackage
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -241,10 +239,11 @@ class HfExporter:
         every component into one staged folder); return the files written."""
         return self._write(artifact, Path(directory) / name)
 
-    def runtime_package(self) -> RuntimePackage:
-        """This exporter's export folder as its runtime's own package (`folder.package`): what
-        `export_to_folder` plans, captures, writes and checks a generation export as."""
-        return self.package_class(self)
+    def runtime_package(self, task: str = "text-generation") -> RuntimePackage:
+        """This exporter's export folder as its runtime's own package for `task`
+        (`folder.package.package_for`; `generation.components.package_task(model)` says a model's):
+        what `export_to_folder` plans, captures, writes and checks a generation export as."""
+        return package_for(self, task)
 
     def load(self, files: list[str | os.PathLike | FileBytes]) -> Any:
         """Load an artifact that `save` wrote (its files, main file first), ready for this

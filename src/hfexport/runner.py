@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import torch
 import torch.utils._pytree as pytree
 
-from .extensions import FORMATS
 from .capture.record import ExportRecord
+from .extensions import FORMATS
 
 __all__ = ["Runner", "CacheSession", "runner_for", "to_numpy", "json_object_from_env"]
 

@@ -28,12 +28,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from ..capture.record import ExportRecord, record_of
+from ..generation.components import package_task
+from ..timing import phase
 from .contents import FolderContents
-from .package import Packaged
 from .manifest import MANIFEST, MANIFEST_VERSION, write_manifest
 from .output_folder import model_folder, staged_folder
-from ..capture.record import ExportRecord, record_of
-from ..timing import phase
+from .package import Packaged
 from .tokenizer_files import save_processor_files, save_tokenizer_files
 
 __all__ = ["save_folder", "FolderContents", "SavedExport", "save_export", "MANIFEST", "MANIFEST_VERSION", "record_entry",
@@ -138,7 +139,7 @@ def save_folder(exporter: Any, artifacts: dict[str, Any], directory: str | os.Pa
         A `SavedExport`.
     """
     target = Path(directory).resolve()
-    package = exporter.runtime_package()
+    package = exporter.runtime_package(package_task(contents.model, artifacts))
     with staged_folder(target, overwrite=overwrite, source=model_folder(contents.model)) as staging:
         components = {}
         for name, artifact in artifacts.items():

@@ -27,11 +27,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..capture.record import ExportRecord
+from ..errors import ExportFolderError
 from .bundle import record_from_entry, save_folder
 from .contents import FolderContents, merged_generation_config
-from ..errors import ExportFolderError
 from .manifest import MANIFEST, MANIFEST_VERSION, ListedFiles, listed_path, read_manifest
-from ..capture.record import ExportRecord
 from .tokenizer_files import PROCESSOR_FILES, is_metadata_file, load_processor, load_tokenizer
 
 __all__ = ["save_generation_export", "GenerationExport", "LoadedComponent", "merged_generation_config", "MANIFEST",

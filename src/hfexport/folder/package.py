@@ -3,8 +3,9 @@
 An export folder (`export_to_folder`, `hfexport export`) is each format's runtime's own package
 where that runtime has one: onnxruntime-genai's folder, OpenVINO GenAI's `LLMPipeline` and
 `VLMPipeline` folders, ExecuTorch's `TextLLMRunner` and `MultimodalRunner` programs. Each format's
-`RuntimePackage` (its exporter's `package_class`, in `backends/<format>/package.py`) is the one place
-that knows it:
+`RuntimePackage` per task it has a runner for (text, image-text, speech: `PACKAGE_TASKS`), in
+`backends/<format>/package.py` and registered there (`@register_package("openvino", "image-text-to-text")`),
+is the one place that knows it; `HfExporter.runtime_package(task)` gives it:
 
 ```
 folder_config(config)          the folder's defaults made explicit in the config it is exported with
@@ -19,7 +20,9 @@ open_engine(export)            its runner as the engine of `hfexport generate` a
 check_listed(manifest, listed) a folder opened from elsewhere: what its runner reads is listed
 ```
 `HfExporter` keeps capture, conversion, quantization, saving and loading of single artifacts; the
-base `RuntimePackage` is a folder of the components as asked, with no runner.
+base `RuntimePackage` is a folder of the components as asked, with no runner. A task no package of
+the format registers gets the format's text-generation package, whose manifest entry says why its
+runner does not open the folder (an encoder-decoder's components are not `LLMPipeline`'s model).
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ from typing import Any, ClassVar, NamedTuple
 import torch
 
 from ..config import ExportConfig
+from ..errors import RegistryError
+from ..generation.components import PACKAGE_TASKS
+from ..registry import Registry
 
 __all__ = ["RuntimePackage", "GenerationPlan", "FolderContext", "Packaged", "RunnerRequest", "RunnerTokens",
-           "RunnerUnavailable"]
+           "RunnerUnavailable", "PACKAGES", "register_package", "package_for"]
 
 
 @dataclasses.dataclass
@@ -87,8 +93,10 @@ class Packaged(NamedTuple):
 
 class RuntimePackage:
     """A format's export folder as its runtime's own package (see the module docstring): made for
-    one exporter (`HfExporter.runtime_package()`), which it captures and converts with."""
+    one exporter and task (`HfExporter.runtime_package(task)`), which it captures and converts with."""
 
+    #: what the folder is a package for (`PACKAGE_TASKS`; set by `register_package`)
+    task: ClassVar[str] = "text-generation"
     #: how this package sizes its cache when the user names none (`request`); `None`: it takes
     #: `tasks.default_cache_length`'s static cache
     sizes_own_cache: ClassVar[str | None] = None
@@ -195,6 +203,40 @@ class RuntimePackage:
         """
 
         raise RunnerUnavailable(f"hfexport drives no runtime engine of the {self.exporter.format} format")
+
+
+#: The runtime packages, by `"<format>/<task>"` (`register_package`).
+PACKAGES: Registry[type[RuntimePackage]] = Registry("runtime package")
+
+
+def register_package(format: str, task: str, *, override: bool = False):
+    """Class decorator: `cls` is `format`'s export folder for `task` (one of `PACKAGE_TASKS`), as
+    `HfExporter.runtime_package(task)` gives it. A new runtime's package is one class and this line."""
+    if task not in PACKAGE_TASKS:
+        raise RegistryError(f"no task {task!r}; a runtime package is for one of {', '.join(PACKAGE_TASKS)}",
+                            remedy="register the package for one of those tasks")
+
+    def register(cls: type[RuntimePackage]) -> type[RuntimePackage]:
+        if not (isinstance(cls, type) and issubclass(cls, RuntimePackage)):
+            raise RegistryError(f"register_package takes a RuntimePackage subclass, got {cls!r}",
+                                remedy="subclass hfexport.folder.package.RuntimePackage")
+        PACKAGES.add(f"{format}/{task}", cls, override=override)
+        cls.task = task
+        return cls
+
+    return register
+
+
+def package_for(exporter: Any, task: str = "text-generation") -> RuntimePackage:
+    """`exporter`'s format's package for `task`; for a task it registers none for, its
+    text-generation package (which says why its runner does not open such a folder); for a format
+    with none, the components as asked (`RuntimePackage`)."""
+    if task not in PACKAGE_TASKS:
+        raise ValueError(f"no task {task!r}; runtime packages are for {', '.join(PACKAGE_TASKS)}")
+    for key in (f"{exporter.format}/{task}", f"{exporter.format}/text-generation"):
+        if key in PACKAGES:
+            return PACKAGES.get(key)(exporter)
+    return RuntimePackage(exporter)
 
 
 # What the export job asks of a runtime's own LLM runner (`RuntimePackage.run`), and what it answers:

@@ -12,8 +12,13 @@ import torch
 from ..capture.names import with_interface_cache_name
 from .caches import CACHE_KEYS, initial_cache
 
-__all__ = ["Component", "PROJECTOR_NAMES", "watched_modules", "is_text_decoder", "interface_kwargs",
-           "starting_component", "note_initial_cache"]
+__all__ = ["Component", "PROJECTOR_NAMES", "PACKAGE_TASKS", "watched_modules", "is_text_decoder", "package_task",
+           "interface_kwargs", "starting_component", "note_initial_cache"]
+
+#: What a generation folder is a runtime's package for, by what the model reads (transformers'
+#: pipeline task names): text, an image and text, speech. Each format registers a package per task
+#: it has a runner for (`folder.package.register_package`).
+PACKAGE_TASKS = ("text-generation", "image-text-to-text", "automatic-speech-recognition")
 
 #: Attribute names under which a multimodal model exposes its projector (the names the README documents).
 PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
@@ -51,6 +56,25 @@ def watched_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     elif getattr(model.config, "is_encoder_decoder", False):
         watched["encoder"] = model.get_encoder()
     return watched
+
+
+def package_task(model: torch.nn.Module | None, component_names: Any = ()) -> str:
+    """`model`'s task among `PACKAGE_TASKS`: image-text where it has an image tower, speech where it
+    has an audio tower or reads audio features (Whisper's `input_features`), else text. Without
+    the model (artifacts saved alone), what its `component_names` show: an `image_encoder`, an
+    `audio_encoder`."""
+    if model is None:
+        names = set(component_names)
+        return ("image-text-to-text" if "image_encoder" in names else
+                "automatic-speech-recognition" if "audio_encoder" in names else "text-generation")
+    if not hasattr(model, "get_encoder"):  # a plain module (`export_to_folder((module, sample), ...)`): one graph
+        return "text-generation"
+    towers = watched_modules(model)
+    if "image_encoder" in towers:
+        return "image-text-to-text"
+    if "audio_encoder" in towers or getattr(model, "main_input_name", None) in ("input_features", "input_values"):
+        return "automatic-speech-recognition"
+    return "text-generation"
 
 
 def interface_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:

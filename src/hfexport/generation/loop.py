@@ -45,9 +45,9 @@ import torch
 
 from ..errors import ExportError
 from ..folder.engine import open_engine, route, run_on_engine
+from ..folder.generation_export import GenerationExport
 from .greedy import GreedySteps
 from .multimodal import ImagePrefill
-from ..folder.generation_export import GenerationExport
 from .result import GenerationResult, as_token_list
 
 __all__ = ["GenerationRunner", "GenerationResult"]

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OutputFolderError
-from .executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
-from .options import JobOptions
 from ..folder.manifest import sha256_of
 from ..folder.output_folder import check_writable, folder_entries, listing
 from ..folder.storage import atomic_file
+from .executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
+from .options import JobOptions
 
 __all__ = ["OPTIONS", "PAGE", "RERUN_ON_RESUME", "SUMMARY", "BatchItem", "BatchResult", "EarlierBatch",
            "check_batch_folder", "export_cell", "load_summary", "name_problem", "read_model_list", "render_summary",

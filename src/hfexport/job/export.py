@@ -35,16 +35,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..capture.record import record_of
 from ..config import ExportConfig
 from ..errors import DtypeRefusedError, ValidationError
-from ..generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
-from .runner_check import runner_check, skipped_entry
-from ..loading import dtype_name
 from ..folder.output_folder import claimed_folder, model_folder
-from ..capture.record import record_of
-from ..timing import Phases, phase, recording
+from ..generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
+from ..generation.components import package_task
 from ..generation.tasks import GenerationFlags, graph_component, resolve_task
+from ..loading import dtype_name
+from ..timing import Phases, phase, recording
 from .options import STATIC_CACHE_OR_CONFIG, GenerationOptions, JobOptions, JudgingOptions, LoadingOptions
+from .runner_check import runner_check, skipped_entry
 
 __all__ = ["export_to_folder", "JobOptions", "LoadingOptions", "JudgingOptions", "GenerationOptions",
            "ExportJobResult", "default_min_cosine", "default_min_cache_cosine", "default_min_agreement"]
@@ -216,8 +217,6 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
     loading, judging = options.loading, options.judging
     steps = _Timed(options.progress or _Silent())
     exporter = AutoHfExporter.from_config(config)
-    package = exporter.runtime_package()
-    config = package.folder_config(config)
     choice = _choice(options.quantize)
     if choice is not None:  # an option the format cannot honour, or an unreadable prompt file, fails before loading
         choice.quantizer(config.export_format)
@@ -232,6 +231,8 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
         loaded = _load(model, loading.prompt, gguf, revision=loading.revision,
                        trust_remote_code=loading.trust_remote_code, dtype=loading.dtype)
     refuse_dtype(config, dtype_name(loaded.model))  # "auto", or a model given loaded: the dtype it has
+    package = exporter.runtime_package(package_task(loaded.model))  # the runtime's package for what the model reads
+    config = package.folder_config(config)
     flags, task, task_name = _chosen_task(package, options.generation, loaded.model)
     generate, generation_config, multi_token_decode = _generation_request(config, flags,
                                                                           options.generation.generation_config)

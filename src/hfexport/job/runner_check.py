@@ -33,8 +33,8 @@ from typing import Any
 import torch
 
 from ..errors import ValidationError
-from ..folder.package import RunnerRequest, RunnerTokens, RunnerUnavailable
 from ..folder.manifest import read_manifest
+from ..folder.package import RunnerRequest, RunnerTokens, RunnerUnavailable
 
 __all__ = ["runner_check", "skipped_entry", "RUNNER_TOKENS"]
 

@@ -29,9 +29,9 @@ import torch
 from ..capture.interface import call_model
 from ..capture.prepare import inference_mode, normalize_inputs
 from ..capture.pytree import flatten_with_names, register_cache_pytree_nodes
+from ..capture.record import record_of
 from ..errors import ValidationError, summarize
 from ..generation.front import unwrap
-from ..capture.record import record_of
 from ..runner import runner_for
 from ..timing import phase
 from .compare import attended_positions, compare_output, default_tolerance, is_cache_output

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ..errors import ValidationError
 from ..capture.record import ExportRecord
+from ..errors import ValidationError
 
 __all__ = ["resize_inputs", "RESIZERS", "register_resizer"]
 

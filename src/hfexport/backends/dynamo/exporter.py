@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
+from ...capture.record import ExportRecord
 from ...capture.trace import Capture
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
-from ...capture.record import ExportRecord
 from .artifact import read_program, write_program
 from .config import DynamoConfig
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from executorch.exir import ExecutorchProgramManager
 
-from ...folder.manifest import FileBytes
 from ...capture.record import record_of
+from ...folder.manifest import FileBytes
 from ...folder.storage import checked_destination, fingerprint, staged_files
 from .compat import data_payloads
 from .external import write_ptd

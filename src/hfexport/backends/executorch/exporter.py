@@ -17,23 +17,23 @@ from typing import Any
 
 import torch
 
-from ...capture.trace import Capture
 from ...capture.dynamic import grown_sample, has_fixed_batch
 from ...capture.names import ATTENDED_ROLE, role_of
 from ...capture.prepare import model_name
 from ...capture.pytree import is_cache_object, is_static_cache
+from ...capture.record import ExportRecord
+from ...capture.trace import Capture
 from ...errors import ConversionError, PrepareError
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
 from ...model_config import text_config
-from ...capture.record import ExportRecord
-from .config import ExecutorchConfig
+from . import package  # noqa: F401  (registers the format's runtime packages)
 from .compat import data_payloads
+from .config import ExecutorchConfig
+from .copies import drop_identity_copies
 from .delegates import check_delegate, partitioners
 from .external import external_reason, tag_delegated_weights, weights_tag
-from .copies import drop_identity_copies
 from .folding import fold_weight_only_math
-from .package import ExecutorchRuntimePackage
 from .planning import ViewsBoundedByBase, check_plan
 
 __all__ = ["ExecutorchExporter"]
@@ -65,7 +65,6 @@ class ExecutorchExporter(HfExporter):
     config_class = ExecutorchConfig
     extra = "executorch"
     fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling")
-    package_class = ExecutorchRuntimePackage
 
     def export_components(self, components, config=None, **options):
         """As `HfExporter.export_components`; the LLM-runner programs (`llm.LlmProgram`,

@@ -1,8 +1,9 @@
-"""The ExecuTorch export folder as ExecuTorch's own package (`folder.package.RuntimePackage`): a
-text decoder as the one program `TextLLMRunner` loads, with the `tokenizer.json` it reads
-(`llm_export.py`); an image-text model's components with the program `MultimodalRunner` loads
-(`multimodal.py`); weights over 64 MiB in a `.ptd`; `TextLLMRunner` as the runner check and the
-engine (`text_runner.py`, `llm_engine.py`)."""
+"""The ExecuTorch export folder as ExecuTorch's own package (`folder.package.RuntimePackage`):
+`TextLLMRunnerPackage`, a text decoder as the one program `TextLLMRunner` loads, with the
+`tokenizer.json` it reads (`llm_export.py`); `MultimodalRunnerPackage`, an image-text model's
+components with the program `MultimodalRunner` loads (`multimodal.py`). Both are
+`ExecutorchRuntimePackage`s: weights over 64 MiB in a `.ptd`, `TextLLMRunner` as the runner check
+and the engine (`text_runner.py`, `llm_engine.py`)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from ...config import EXTERNAL_WEIGHTS_BYTES
-from ...folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage
+from ...folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage, register_package
 from .config import ExecutorchConfig
 
-__all__ = ["ExecutorchRuntimePackage"]
+__all__ = ["ExecutorchRuntimePackage", "TextLLMRunnerPackage", "MultimodalRunnerPackage"]
 
 logger = logging.getLogger("hfexport")
 
 
 class ExecutorchRuntimePackage(RuntimePackage):
-    """ExecuTorch's `TextLLMRunner` and `MultimodalRunner` folders (see the module docstring)."""
+    """What every ExecuTorch export folder is, whatever its task: weights over 64 MiB in a `.ptd`,
+    run by `TextLLMRunner`, which says why when the folder is not its package."""
 
     sizes_own_cache = ("the LLM-runner program's plan (--max-sequence-length N, else the model's positions up to "
                        "2048: the report's llm_runner.cache)")
@@ -34,7 +36,8 @@ class ExecutorchRuntimePackage(RuntimePackage):
 
     def plan(self, model, inputs, config, generation_config=None, multi_token_decode=False, *, static_cache=None):
         """The one program ExecuTorch's LLM runner loads, where `ExecutorchConfig.llm_runner` and
-        the model allow it (`llm_export.plan_llm_program`), else the components as asked."""
+        the model allow it (`llm_export.plan_llm_program`), else the components as asked, with the
+        report's word on why (whatever the task: `--llm-runner` on a model it cannot serve is refused)."""
         from .llm_export import plan_llm_program
 
         def components_plan() -> GenerationPlan:
@@ -44,6 +47,37 @@ class ExecutorchRuntimePackage(RuntimePackage):
         plan = plan_llm_program(model, inputs, config, generation_config, static_cache, components_plan)
         plan.runner_components = True
         return plan
+
+    def run(self, folder: Path, request: Any) -> Any:
+        """ExecuTorch `TextLLMRunner`'s greedy tokens on the folder's program (`text_runner.py`)."""
+        from .text_runner import run_text_llm_runner
+
+        return run_text_llm_runner(folder, request)
+
+    def open_engine(self, export: Any) -> Any:
+        """ExecuTorch's `TextLLMRunner` on a private copy (`llm_engine.py`)."""
+        from .llm_engine import open_text_llm_runner_engine
+
+        return open_text_llm_runner_engine(export)
+
+
+@register_package("executorch", "text-generation")
+class TextLLMRunnerPackage(ExecutorchRuntimePackage):
+    """ExecuTorch's `TextLLMRunner` folder: a text decoder as the one program it loads."""
+
+    def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """The `tokenizer.json` ExecuTorch's `TextLLMRunner` reads, beside the LLM-runner program,
+        the manifest's `runtime_package` and the report's `llm_runner` entries
+        (`llm_export.runner_package`), or why it does not open the folder."""
+        from .llm_export import runner_package
+
+        return Packaged(*runner_package(folder, artifacts, context))
+
+
+@register_package("executorch", "image-text-to-text")
+class MultimodalRunnerPackage(ExecutorchRuntimePackage):
+    """ExecuTorch's `MultimodalRunner` folder: an image-text model's components and the one
+    program `MultimodalRunner` loads."""
 
     def components(self, model: Any, plan: GenerationPlan) -> dict[str, Any]:
         """As `RuntimePackage.components`; an image-text model that `MultimodalRunner` serves
@@ -66,11 +100,7 @@ class ExecutorchRuntimePackage(RuntimePackage):
         return {**components, PROGRAM: Component(*program)}
 
     def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
-        """The `tokenizer.json` ExecuTorch's `TextLLMRunner` reads, beside the LLM-runner program,
-        the manifest's `runtime_package` and the report's `llm_runner` entries
-        (`llm_export.runner_package`); for an image-text export, the manifest's word on the folder
-        as a `MultimodalRunner` folder (`multimodal.py`)."""
-        from .llm_export import runner_package
+        """The manifest's word on the folder as a `MultimodalRunner` folder (`multimodal.py`)."""
         from .multimodal import multimodal_package, multimodal_refusal
 
         if context.plan is None:
@@ -78,18 +108,4 @@ class ExecutorchRuntimePackage(RuntimePackage):
         else:
             why = (multimodal_refusal(context.model_config, context.plan.config) if context.model_config is not None
                    else None) or context.plan.report.get("multimodal_runner", {}).get("why")
-        if "image_encoder" in artifacts:
-            return Packaged(multimodal_package(folder, artifacts, context, why), {})
-        return Packaged(*runner_package(folder, artifacts, context))
-
-    def run(self, folder: Path, request: Any) -> Any:
-        """ExecuTorch `TextLLMRunner`'s greedy tokens on the folder's program (`text_runner.py`)."""
-        from .text_runner import run_text_llm_runner
-
-        return run_text_llm_runner(folder, request)
-
-    def open_engine(self, export: Any) -> Any:
-        """ExecuTorch's `TextLLMRunner` on a private copy (`llm_engine.py`)."""
-        from .llm_engine import open_text_llm_runner_engine
-
-        return open_text_llm_runner_engine(export)
+        return Packaged(multimodal_package(folder, artifacts, context, why), {})

@@ -10,20 +10,20 @@ import numpy as np
 import torch
 
 from ...capture.dynamic import grown_sample
+from ...capture.record import ExportRecord
 from ...capture.trace import Capture
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
 from ...model_config import text_config
-from ...capture.record import ExportRecord
 from ...timing import phase
+from . import package  # noqa: F401  (registers the format's runtime packages)
 from .artifact import HfOnnxProgram, write_onnx
-from .config import OnnxConfig
 from .cache_writes import fix_index_copy_transposes
+from .config import OnnxConfig
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
 from .graph_interface import GRAPH_INTERFACE, GraphInterface
 from .loaded import OnnxModelFiles
-from .package import OnnxRuntimePackage
 from .runner import in_place_writers
 
 __all__ = ["OnnxExporter"]
@@ -48,7 +48,6 @@ class OnnxExporter(HfExporter):
     config_class = OnnxConfig
     extra = "onnx"
     fix_order = ()
-    package_class = OnnxRuntimePackage
 
     def _capture_sample(self, inputs: dict[str, Any], config: OnnxConfig) -> dict[str, Any]:
         # A one-token prompt is traced at two tokens. At one, the conversion lost a broadcast: BLOOM's

@@ -8,14 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...folder.package import FolderContext, Packaged, RuntimePackage
+from ...folder.package import FolderContext, Packaged, RuntimePackage, register_package
 from .config import OnnxConfig
 
 __all__ = ["OnnxRuntimePackage"]
 
 
+@register_package("onnx", "text-generation")
 class OnnxRuntimePackage(RuntimePackage):
-    """onnxruntime-genai's folder (see the module docstring)."""
+    """onnxruntime-genai's folder (see the module docstring); an image-text or speech folder is its
+    components, the manifest saying why onnxruntime-genai does not open it."""
 
     def folder_config(self, config: OnnxConfig) -> OnnxConfig:
         """`group_query_attention=None` is on in a folder: a static cache's attention becomes

@@ -19,12 +19,12 @@ from typing import Any
 
 import torch
 
+from ...capture.record import ExportRecord
 from ...capture.trace import Capture
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
-from ...capture.record import ExportRecord
+from . import package  # noqa: F401  (registers the format's runtime packages)
 from .config import OpenVINOConfig
-from .package import OpenVINORuntimePackage
 
 __all__ = ["OpenVINOExporter", "declared_shapes"]
 
@@ -56,7 +56,6 @@ class OpenVINOExporter(HfExporter):
     extra = "openvino"
     fix_order = ("fix_cat_empty_legacy_input",)
     drop_none_outputs = True  # the PyTorch frontend fails on a None output ("Tensor name is not a number")
-    package_class = OpenVINORuntimePackage
 
     def export(self, model, inputs, config=None):
         """As every exporter exports (`HfExporter.export`); the one stateful model of OpenVINO

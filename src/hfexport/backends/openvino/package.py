@@ -1,57 +1,36 @@
-"""The OpenVINO export folder as OpenVINO GenAI's own package (`folder.package.RuntimePackage`): a
-decoder's generation as one stateful model `LLMPipeline` opens, with the converted tokenizer
-beside it (`genai.py`); an image-text model's components with the models `VLMPipeline` opens
-(`vlm.py`); `LLMPipeline` as the runner check and the engine (`llm_engine.py`)."""
+"""The OpenVINO export folder as OpenVINO GenAI's own package (`folder.package.RuntimePackage`):
+`LLMPipelinePackage`, a decoder's generation as one stateful model `LLMPipeline` opens, with the
+converted tokenizer beside it (`genai.py`); `VLMPipelinePackage`, an image-text model's components
+with the models `VLMPipeline` opens (`vlm.py`). Both are `OpenVINORuntimePackage`s: what every
+OpenVINO folder is checked by when opened, and `LLMPipeline` as the runner check and the engine
+(`llm_engine.py`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from ...folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage
+from ...folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage, register_package
 from .config import INFERENCE_PRECISIONS, KV_CACHE_PRECISIONS
 
-__all__ = ["OpenVINORuntimePackage"]
+__all__ = ["OpenVINORuntimePackage", "LLMPipelinePackage", "VLMPipelinePackage"]
 
 
 class OpenVINORuntimePackage(RuntimePackage):
-    """OpenVINO GenAI's `LLMPipeline` and `VLMPipeline` folders (see the module docstring)."""
+    """What every OpenVINO export folder is, whatever its task: checked on opening (each model's
+    `.bin` listed, only a precision as compile property), run by `LLMPipeline`, which says why
+    when the folder is not its package."""
 
     sizes_own_cache = "none: LLMPipeline's state grows with the conversation (--static-cache N bounds it)"
 
     def plan(self, model, inputs, config, generation_config=None, multi_token_decode=False, *, static_cache=None):
         """One stateful model for prefill and decode, as OpenVINO GenAI runs it
-        (`genai.plan_genai_generation`: a decoder's; other models as asked)."""
+        (`genai.plan_genai_generation`: a text decoder's; other models as asked)."""
         from .genai import plan_genai_generation
 
         plan = plan_genai_generation(model, inputs, config, generation_config, multi_token_decode)
         plan.runner_components = True
         return plan
-
-    def components(self, model: Any, plan: GenerationPlan) -> dict[str, Any]:
-        """As `RuntimePackage.components`; an image-text model that `VLMPipeline` serves
-        (`vlm.vlm_refusal`) also gets the two models it needs (`vlm.py`)."""
-        from ...generation.components import Component
-        from .vlm import vlm_components, vlm_refusal
-
-        components = super().components(model, plan)
-        if "image_encoder" not in components or vlm_refusal(model.config, plan.config):
-            return components
-        return {**components, **{name: Component(*part) for name, part in vlm_components(model, components).items()}}
-
-    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
-        """A generation export in `LLMPipeline`'s layout writes its `decode` as `openvino_model`,
-        the name `LLMPipeline` opens (the manifest names the files), unless refused
-        (`genai.window_refusal`): then `decode`, which `LLMPipeline` does not open. An image-text
-        export with `VLMPipeline`'s models writes them, and its `text_embeddings`, under the names
-        `VLMPipeline` opens (`vlm.VLM_STEMS`)."""
-        from .genai import GENAI_MODEL, is_genai_layout, llm_pipeline_refusal
-        from .vlm import VLM_STEMS
-
-        if "vision_embeddings" in artifacts and name in VLM_STEMS:
-            return VLM_STEMS[name]
-        is_pipeline_model = name == "decode" and is_genai_layout(artifacts) and llm_pipeline_refusal(artifacts) is None
-        return GENAI_MODEL if is_pipeline_model else name
 
     def check_listed(self, manifest: dict[str, Any], listed: Any) -> None:
         """Every listed `.xml` has its `.bin` listed: OpenVINO GenAI's pipelines open the `.bin`
@@ -77,18 +56,6 @@ class OpenVINORuntimePackage(RuntimePackage):
                                     f"{properties!r}; an export records only a precision ({', '.join(allowed)})",
                                     remedy=remedy)
 
-    def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
-        """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout;
-        the converted tokenizer and image processor config `VLMPipeline` needs, beside an
-        image-text export (`vlm.py`)."""
-        from .genai import genai_folder_files
-        from .vlm import vlm_folder_files, vlm_refusal
-
-        refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
-                   else "saved without its export plan (no FolderContents.plan)")
-        return Packaged({**genai_folder_files(artifacts, folder, context),
-                         **vlm_folder_files(artifacts, folder, context, refusal)}, {})
-
     def run(self, folder: Path, request: Any) -> Any:
         """OpenVINO GenAI `LLMPipeline`'s greedy tokens on the folder (`genai.run_llm_pipeline`)."""
         from .genai import run_llm_pipeline
@@ -100,3 +67,57 @@ class OpenVINORuntimePackage(RuntimePackage):
         from .llm_engine import open_llm_pipeline_engine
 
         return open_llm_pipeline_engine(export)
+
+
+@register_package("openvino", "text-generation")
+class LLMPipelinePackage(OpenVINORuntimePackage):
+    """OpenVINO GenAI's `LLMPipeline` folder: a decoder's generation as one stateful model."""
+
+    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
+        """A generation export in `LLMPipeline`'s layout writes its `decode` as `openvino_model`,
+        the name `LLMPipeline` opens (the manifest names the files), unless refused
+        (`genai.window_refusal`): then `decode`, which `LLMPipeline` does not open."""
+        from .genai import GENAI_MODEL, is_genai_layout, llm_pipeline_refusal
+
+        is_pipeline_model = name == "decode" and is_genai_layout(artifacts) and llm_pipeline_refusal(artifacts) is None
+        return GENAI_MODEL if is_pipeline_model else name
+
+    def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """The converted tokenizer `LLMPipeline` needs, beside a generation export in its layout
+        (`genai.genai_folder_files`), or the manifest's word on why it does not open the folder."""
+        from .genai import genai_folder_files
+
+        return Packaged(genai_folder_files(artifacts, folder, context), {})
+
+
+@register_package("openvino", "image-text-to-text")
+class VLMPipelinePackage(OpenVINORuntimePackage):
+    """OpenVINO GenAI's `VLMPipeline` folder: an image-text model's components, with the models
+    `VLMPipeline` opens besides (`vlm.py`)."""
+
+    def components(self, model: Any, plan: GenerationPlan) -> dict[str, Any]:
+        """As `RuntimePackage.components`, and the two models `VLMPipeline` needs where it serves
+        the model (`vlm.vlm_refusal`)."""
+        from ...generation.components import Component
+        from .vlm import vlm_components, vlm_refusal
+
+        components = super().components(model, plan)
+        if "image_encoder" not in components or vlm_refusal(model.config, plan.config):
+            return components
+        return {**components, **{name: Component(*part) for name, part in vlm_components(model, components).items()}}
+
+    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
+        """An export with `VLMPipeline`'s models writes them, and its `text_embeddings`, under the
+        names `VLMPipeline` opens (`vlm.VLM_STEMS`)."""
+        from .vlm import VLM_STEMS
+
+        return VLM_STEMS[name] if "vision_embeddings" in artifacts and name in VLM_STEMS else name
+
+    def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """The converted tokenizer and image processor config `VLMPipeline` needs
+        (`vlm.vlm_folder_files`), or the manifest's word on why it does not open the folder."""
+        from .vlm import vlm_folder_files, vlm_refusal
+
+        refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
+                   else "saved without its export plan (no FolderContents.plan)")
+        return Packaged(vlm_folder_files(artifacts, folder, context, refusal), {})
