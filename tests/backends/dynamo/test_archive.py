@@ -180,6 +180,22 @@ def test_a_member_hfexport_does_not_write_is_refused(saved_llama, tmp_path, chan
     _refused(rewrite(path, tmp_path / "model.pt2", change), match)
 
 
+def test_a_compressed_member_is_refused_before_it_is_unpacked(saved_llama, tmp_path):
+    """torch.export.save stores every member as is: a deflated one (a zip bomb's 4 GiB of zeros in a
+    few MiB, here a model.json padded with spaces) is not what hfexport wrote, and is refused from
+    the archive's directory, before any member is read."""
+    _, _, path = saved_llama
+    tampered = tmp_path / "model.pt2"
+    with zipfile.ZipFile(path) as old, zipfile.ZipFile(tampered, "w") as new:
+        for item in old.infolist():
+            data = old.read(item)
+            if item.filename.endswith("models/model.json"):
+                item.compress_type, data = zipfile.ZIP_DEFLATED, data + b" " * 2**20
+            new.writestr(item, data)
+    assert tampered.stat().st_size < 2**20
+    _refused(tampered, "its member '[^']*models/model.json' is compressed")
+
+
 def test_a_member_outside_the_root_folder_is_refused(saved_llama, tmp_path):
     _, _, path = saved_llama
     tampered = rewrite(path, tmp_path / "model.pt2", lambda members: members)

@@ -7,6 +7,8 @@
 # an AOTInductor shared library, size expressions it `eval`s, guards it `exec`s. It finds members
 # through miniz, case-insensitively and under whatever root folder the first member names
 # (`models/model.JSON` is read as `models/model.json`). So `check_archive`:
+# - refuses a compressed member: torch.export.save stores each as is, so none unpacks to more bytes
+#   than the file holds (a zip bomb's member would);
 # - lists the members with Python's zipfile and with torch's own reader (`PT2ArchiveReader`, what
 #   `torch.export.load` uses), refuses the file unless both list the same names, all under one root
 #   folder, no two of them one name to miniz (case folded), each exactly one of `_MEMBERS` or
@@ -112,9 +114,14 @@ def _members(data: bytes, name: str) -> dict[str, bytes | None]:
 
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            full_names = [item.filename for item in archive.infolist()]
+            items = archive.infolist()
     except zipfile.BadZipFile as error:
         _refuse(name, f"it is not a zip archive ({error})")
+    full_names = [item.filename for item in items]
+    for item in items:  # stored as is, so no member reads as more bytes than the file holds
+        if item.compress_type != zipfile.ZIP_STORED or item.file_size != item.compress_size:
+            _refuse(name, f"its member {item.filename!r} is compressed; torch.export.save stores every member as is "
+                          "(a compressed member may unpack to any size)")
     root = full_names[0].partition("/")[0] if full_names else ""
     if not _ROOT.fullmatch(root):
         _refuse(name, f"its first member {full_names[0] if full_names else None!r} is not in a root folder")
