@@ -53,4 +53,9 @@ def read_program(source: Path | bytes, *, name: str | None = None) -> torch.expo
 
     data = source if isinstance(source, bytes) else Path(source).read_bytes()
     check_archive(data, name=name or (None if isinstance(source, bytes) else Path(source).name))
+    # A PT2E-quantized program calls `quantized_decomposed` ops, which torch registers only when this
+    # module is imported (torch 2.13 `torch/ao/quantization/fx/_decomposed.py`): in a fresh process
+    # `torch.export.load` failed to resolve `dequantize_per_channel` without it.
+    import torch.ao.quantization.fx._decomposed  # noqa: F401
+
     return torch.export.load(io.BytesIO(data))
