@@ -147,6 +147,16 @@ def _parser() -> argparse.ArgumentParser:
     image.add_argument("--image-inputs", metavar="FILE.npz",
                        help="with an image-text export: the processor's image arrays (pixel_values, and "
                        "image_grid_thw for Qwen2-VL) saved with numpy.savez; the prompt holds the image tokens")
+    # speech (issue 52): the clip is the whole input, in place of a prompt (checked by generate._check_audio_options)
+    prompt.required = False
+    audio = generate.add_mutually_exclusive_group()
+    audio.add_argument("--audio", metavar="PATH",
+                       help="with a speech export (Whisper), in place of a prompt: a WAV or FLAC file (soundfile: pip "
+                       "install \"hfexport[audio]\"), mixed to mono, resampled and turned into features by the "
+                       "feature extractor saved in the export; prints the transcript")
+    audio.add_argument("--audio-inputs", metavar="FILE.npz",
+                       help="with a speech export, in place of a prompt: the feature extractor's arrays "
+                       "(input_features) saved with numpy.savez")
     generate.add_argument("--max-new-tokens", type=int, default=None, help="default 16, 256 with --chat")
     generate.add_argument("--min-new-tokens", type=int, default=0)
     generate.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")

@@ -5,7 +5,7 @@ out/tiny-llama/
   manifest.json            format, components (files, inputs, outputs, shapes, dtypes), cache kind
   decode.onnx              one file (or pair) per component, as the exporter's `save` writes it
   config.json              the model config; generation_config.json; tokenizer files and chat template
-                           when given, an image-text model's processor too (`tokenizer_files.py`)
+                           when given, an image-text or speech model's processor too (`tokenizer_files.py`)
   export_config.json       the ExportConfig used
 ```
 `save_generation_export` writes it through a staged folder (nothing half-written is left behind);
@@ -106,8 +106,9 @@ def save_generation_export(
         generation_config: the one used for the export (a static cache's `max_cache_len`); the
             model's own is saved when not given.
         tokenizer: saved too when given, so `hfexport generate` can print text.
-        processor: an image-text model's processor (image processor, tokenizer, chat template),
-            saved too when given, so `hfexport generate --image` can read an image file.
+        processor: an image-text model's processor (image processor, tokenizer, chat template) or a
+            speech model's (feature extractor, tokenizer), saved too when given, so `hfexport
+            generate --image` can read an image file (`--audio` an audio file).
         overwrite: replace an earlier hfexport export in `directory` (only the files it wrote);
             otherwise a folder holding files is an error, and a folder holding files no export
             wrote is one either way (`output_folder`).
@@ -212,14 +213,14 @@ class GenerationExport:
 
     @property
     def has_processor(self) -> bool:
-        """Whether the export carries a processor (an image-text model's, `tokenizer_files.PROCESSOR_FILES`)."""
+        """Whether the export carries a processor (an image-text or speech model's, `tokenizer_files.PROCESSOR_FILES`)."""
         return any(name in self.manifest.get("files", {}) for name in PROCESSOR_FILES)
 
     def load_processor(self) -> Any:
         """The processor saved with the export (`tokenizer_files.load_processor`), read from the files
         the manifest lists as `load` reads the tokenizer; None where it carries none. Loaded on
-        demand, not by `load`: it needs Pillow, which
-        generating from token ids and image arrays does not.
+        demand, not by `load`: an image processor needs Pillow, which generating from token ids and
+        image arrays does not.
 
         Raises:
             ImportError: transformers needs a package to build the processor (`load_processor`).
