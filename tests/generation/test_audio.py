@@ -151,6 +151,39 @@ def test_audio_inputs_take_the_feature_extractors_arrays(speech_export, whisper,
     assert json.loads(done.stdout.strip().splitlines()[-1])["tokens"] == _eager(whisper, features)[0]
 
 
+@pytest.mark.slow
+def test_a_multilingual_config_detects_the_language_as_generate_does(tmp_path):
+    """A multilingual Whisper's config names no language (`forced_decoder_ids` [[1, None], [2, transcribe]]):
+    `generate` picks it from the decoder's first logits. The export's capture names one (else the
+    detection's own forward would be taken for the prefill), and the runner detects it as `generate`
+    does; the tiny model picks the middle one of three here, so neither the first nor the last."""
+    from hfexport import AutoExportConfig
+    from hfexport.job.export import export_to_folder
+    from hfexport.loading import LoadedModel
+
+    model, inputs = build_preset("whisper")
+    processor = tiny_processor("whisper")
+    generation = model.generation_config
+    generation.lang_to_id, generation.task_to_id = {"<|en|>": 120, "<|fr|>": 121, "<|de|>": 122}, {"translate": 123,
+                                                                                                  "transcribe": 124}
+    generation.is_multilingual, generation.forced_decoder_ids = True, [[1, None], [2, 124]]
+    inputs = {name: value for name, value in inputs.items() if not name.startswith("decoder_")}
+    export_to_folder(LoadedModel(model, inputs, "tiny:whisper", processor.tokenizer, processor=processor),
+                     AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True}), tmp_path / "out",
+                     generate=True)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [i["name"] for i in manifest["components"]["prefill"]["inputs"]][0] == "decoder_input_ids"
+    assert any(i["name"].startswith("cache.") for i in manifest["components"]["decode"]["inputs"])
+    samples = 0.3 * np.random.default_rng(3).standard_normal(9000).astype(np.float32)
+    features = processor.feature_extractor(samples, sampling_rate=16000, return_tensors="pt")["input_features"]
+    with torch.no_grad():
+        out = model.generate(input_features=features, max_new_tokens=8, do_sample=False, return_dict_in_generate=True,
+                             output_logits=True)
+    prompt, tokens = out.sequences[0, :-len(out.logits)].tolist(), out.sequences[0, -len(out.logits):].tolist()
+    assert prompt == [1, 121, 124, 127]  # start, the detected language, transcribe, no timestamps
+    assert GenerationRunner.load(tmp_path / "out").generate_from_audio(samples, max_new_tokens=8).tokens == tokens
+
+
 # -- refusals on an export: exit 2, naming the remedy ---------------------------------------------------
 
 

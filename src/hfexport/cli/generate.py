@@ -170,6 +170,9 @@ def run(args) -> int:
     _check_image_options(args)
     _check_audio_options(args)
     runner = load_runner(args)
+    if runner.is_speech and args.audio is None and args.audio_inputs is None:
+        raise UsageError(f"{args.export_dir} is a speech export: its encoder takes audio features, not a prompt; "
+                         "pass --audio FILE (or --audio-inputs FILE.npz) instead")
     options = {"min_new_tokens": args.min_new_tokens, "do_sample": args.do_sample, "temperature": args.temperature,
                "top_k": args.top_k, "top_p": args.top_p, "repetition_penalty": args.repetition_penalty,
                "seed": args.seed}
@@ -185,9 +188,6 @@ def run(args) -> int:
         elif args.audio is not None or args.audio_inputs is not None:
             limit = 16 if args.max_new_tokens is None else args.max_new_tokens
             result = _generate_from_audio(args, runner, limit, options)
-        elif runner.is_speech:
-            raise UsageError(f"{args.export_dir} is a speech export: its encoder takes audio features, not a prompt; "
-                             "pass --audio FILE (or --audio-inputs FILE.npz) instead")
         else:
             limit = 16 if args.max_new_tokens is None else args.max_new_tokens
             result = runner.generate(_prompt_ids(args, runner), max_new_tokens=limit, **options, **_image_inputs(args))

@@ -25,7 +25,9 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #   - cache inside the program (ExecuTorch's LLM-runner program, the default of `--format executorch
 #     --static-cache N`): `decode` takes the new tokens and `input_pos`, where they go; the program
 #     keeps its cache between calls;
-#   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
+#   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call; the
+#     decoder starts from the prompt its generation config names (`decoder_prompt.py`: the start
+#     token, and a speech model's language, task and no-timestamps tokens, as Whisper's `generate`).
 # The next token is chosen with transformers' own logits processors (repetition penalty, minimum
 # length, temperature, top-k, top-p), so sampling means what it means in `generate()`. Plain
 # greedy decoding (no processor, no per-step logits) on a program holding its cache runs its
@@ -117,7 +119,8 @@ class GenerationRunner:
         self.runners = _ComponentRunners(export.components, open_decode=self.engine is None)
         self.records = {name: component.record for name, component in export.components.items()}
         self.static = export.manifest.get("cache") == "static"
-        decode_ids = dict(zip(self.records["decode"].input_names, self.records["decode"].input_shapes)).get("input_ids")
+        decode_inputs = dict(zip(self.records["decode"].input_names, self.records["decode"].input_shapes))
+        decode_ids = decode_inputs.get("input_ids", decode_inputs.get("decoder_input_ids"))  # an encoder-decoder's
         self.decode_takes_one = bool(decode_ids) and decode_ids[-1] == 1  # one new token per decode call
         # a static cache's length, or the bound of an OpenVINO state that grows (`OpenVINOConfig.max_cache_len`)
         self.max_cache_len = export.manifest.get("max_cache_len") or next(
