@@ -37,6 +37,8 @@ TESTED_VERSIONS: dict[str, str] = {
     "gguf": "0.19.0",
     "accelerate": "1.15.0",
     "pillow": "13.0.0",
+    "soundfile": "0.14.0",
+    "scipy": "1.17.1",
 }
 
 #: Extra name -> distributions it installs (mirrors `[project.optional-dependencies]`).
@@ -55,6 +57,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "gguf": ("gguf", "accelerate"),
     # reads image files for an image-text export (`hfexport generate --image`) with its saved processor
     "vision": ("pillow",),
+    # reads audio files for a speech export (`hfexport generate --audio`), resampled for its saved feature extractor
+    "audio": ("soundfile", "scipy"),
 }
 
 #: Distribution name -> top-level import name, where they differ.

@@ -50,8 +50,9 @@ class LoadedModel:
     #: why `tokenizer` is None (`"no tokenizer files in the folder"`, or the error that stopped
     #: transformers building it); None when there is a tokenizer. The report carries it.
     tokenizer_missing: str | None = None
-    #: an image-text model's processor (image processor, tokenizer, chat template), saved with a
-    #: generation export so that `hfexport generate --image` reads image files; None without one
+    #: an image-text model's processor (image processor, tokenizer, chat template) or a speech
+    #: model's (feature extractor, tokenizer), saved with a generation export so that `hfexport
+    #: generate --image` reads image files (`--audio` audio files); None without one
     processor: Any = None
     #: the end token given to the model's generation config from its tokenizer, where neither the
     #: model config nor the generation config named one (`with_end_token`); the report carries it
@@ -423,9 +424,9 @@ def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | N
 
 
 def _tiny_processor(spec: str) -> Any:
-    """An image-text preset's processor (`presets.tiny_processor`: its tokenizer, image processor and
-    chat template), or None: for the other presets, and without Pillow (logged: the export is the
-    same, only `hfexport generate --image` needs it)."""
+    """An image-text or speech preset's processor (`presets.tiny_processor`: its tokenizer, and its
+    image processor and chat template or its feature extractor), or None: for the other presets, and
+    without Pillow (logged: the export is the same, only `hfexport generate --image` needs it)."""
     from .presets import tiny_processor
 
     try:
@@ -439,15 +440,16 @@ def _tiny_processor(spec: str) -> Any:
 
 
 def _processor(spec: str, config: Any, **kwargs: Any) -> Any:
-    """The processor saved with an image-text model `spec` (a folder with a processor's files, or a
-    hub repo of a model with a `vision_config`), or None. One transformers cannot build (Pillow
-    missing, files it cannot read) is logged as a warning saying what its absence
-    costs: the export is the same, only `hfexport generate --image` needs the processor."""
+    """The processor saved with an image-text or speech model `spec` (a folder with a processor's
+    files, or a hub repo of a model with a `vision_config` or mel bins), or None. One transformers
+    cannot build (Pillow missing, files it cannot read) is logged as a warning saying what its absence
+    costs: the export is the same, only `hfexport generate --image` (`--audio`) needs the processor."""
     import logging
 
     from .folder.tokenizer_files import has_processor, processor_class
 
-    if not (has_processor(spec) if os.path.isdir(spec) else hasattr(config, "vision_config")):
+    if not (has_processor(spec) if os.path.isdir(spec) else
+            hasattr(config, "vision_config") or hasattr(config, "num_mel_bins")):
         return None
     try:
         processor = processor_class(spec, **kwargs).from_pretrained(spec, **kwargs)
@@ -458,7 +460,8 @@ def _processor(spec: str, config: Any, **kwargs: Any) -> Any:
             "--image` cannot read image files with it (--image-inputs FILE.npz still works)", spec,
             type(error).__name__, str(error).splitlines()[0] if str(error) else "")
         return None
-    return processor if hasattr(processor, "image_processor") else None
+    # an image processor (`generate --image`) or a speech feature extractor (`generate --audio`)
+    return processor if hasattr(processor, "image_processor") or hasattr(processor, "feature_extractor") else None
 
 
 def _tokenizer(spec: str, **kwargs: Any) -> tuple[Any, str | None]:

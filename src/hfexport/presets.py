@@ -110,9 +110,24 @@ QWEN2_VL_CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
 
 
+#: `tiny:whisper`'s special tokens by id (`WHISPER_SPECIAL`, the config's pad, decoder start and end at
+#: 0-2, the prompt tokens at 123-127), laid out as an English-only Whisper's (whisper-tiny.en).
+WHISPER_SPECIAL = {0: "<|pad|>", 1: "<|startoftranscript|>", 2: "<|endoftext|>", 123: "<|translate|>",
+                   124: "<|transcribe|>", 125: "<|startofprev|>", 126: "<|nospeech|>", 127: "<|notimestamps|>"}
+#: The symbols Whisper never writes (its generation config's `suppress_tokens`: punctuation it does not
+#: transcribe) as `tiny:whisper`'s tokenizer numbers them (printable ASCII from id 3 on), then the
+#: special tokens it suppresses (decoder start, translate, transcribe, previous text, no speech).
+WHISPER_SUPPRESS_TOKENS = [ord(symbol) - 30 for symbol in '"#()*+/:;<=>@[\\]^_`{|}~'] + [1, 123, 124, 125, 126]
+#: The tokens suppressed at the first step (`begin_suppress_tokens`): a space (byte-level 'Ġ', 97) and the end.
+WHISPER_BEGIN_SUPPRESS_TOKENS = [97, 2]
+#: What an English-only Whisper's `generation_config.json` adds (its `<|notimestamps|>` ends the decoder prompt).
+WHISPER_GENERATION = dict(no_timestamps_token_id=127, prev_sot_token_id=125, is_multilingual=False,
+                          return_timestamps=False)
+
+
 def tiny_processor(name: str) -> Any:
-    """The processor of the image-text preset `name` made offline, or None for the others
-    (`load_model("tiny:NAME")` carries it, so its export generates from an image file).
+    """The processor of the image-text or speech preset `name` made offline, or None for the others
+    (`load_model("tiny:NAME")` carries it, so its export generates from an image or audio file).
 
     LLaVA's: a CLIP image processor (Pillow backend) resizing any image to the tiny tower's 16x16,
     a byte-level BPE tokenizer of the preset's vocabulary with `<image>` at the config's image token
@@ -120,7 +135,10 @@ def tiny_processor(name: str) -> Any:
     patches (4 pixels, 2x2 merged, 2 frames) resizing an image to between 1 and 16 image tokens, the
     tokenizer with the config's image pad, video pad, vision start and end at 120-123, and
     `QWEN2_VL_CHAT_TEMPLATE`; built, as `hfexport` loads it, without the video processor
-    transformers 5.24 cannot build without torchvision (`tokenizer_files.buildable_processor_class`)."""
+    transformers 5.24 cannot build without torchvision (`tokenizer_files.buildable_processor_class`).
+    Whisper's: a `WhisperFeatureExtractor` of the preset's 8 mel bins over 1 s chunks at 16 kHz (the
+    32 frames its encoder takes; a real Whisper's chunk is 30 s), and a byte-level BPE tokenizer of
+    the preset's vocabulary with `WHISPER_SPECIAL`."""
     name = name.removeprefix("tiny:")
     if name == "llava":
         from transformers import CLIPImageProcessorPil, LlavaProcessor
@@ -140,7 +158,34 @@ def tiny_processor(name: str) -> Any:
         tokenizer = _image_text_tokenizer(["<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>"])
         return buildable_processor_class(Qwen2VLProcessor)(image_processor=image_processor, tokenizer=tokenizer,
                                                            chat_template=QWEN2_VL_CHAT_TEMPLATE)
+    if name == "whisper":
+        from transformers import WhisperFeatureExtractor, WhisperProcessor
+
+        # 1 s chunks: 16 000 samples in 32 frames of 8 mel bins, what the tiny encoder takes (2 x max_source_positions)
+        feature_extractor = WhisperFeatureExtractor(feature_size=PRESETS["whisper"].config["num_mel_bins"],
+                                                    sampling_rate=16000, hop_length=500, chunk_length=1, n_fft=1000)
+        return WhisperProcessor(feature_extractor=feature_extractor, tokenizer=_speech_tokenizer())
     return None
+
+
+def _speech_tokenizer() -> Any:
+    """`tiny:whisper`'s tokenizer: a byte-level BPE of the preset's 128 ids with `WHISPER_SPECIAL`
+    where the config and `WHISPER_GENERATION` name them."""
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = ["the quick brown fox jumps over the lazy dog", "hello, how are you today?",
+              "she sells sea shells by the sea shore", "a tone and some noise",
+              "one two three four five six seven eight nine ten"] * 20
+    tail = sorted(i for i in WHISPER_SPECIAL if i > 2)
+    tokenizer = _byte_level_bpe(corpus, tail[0], [WHISPER_SPECIAL[i] for i in range(3)])
+    tokenizer.add_special_tokens([WHISPER_SPECIAL[i] for i in tail])
+    made = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=WHISPER_SPECIAL[1],
+                                   eos_token=WHISPER_SPECIAL[2], pad_token=WHISPER_SPECIAL[0])
+    assert len(made) == PRESETS["whisper"].config["vocab_size"], len(made)
+    assert all(made.convert_ids_to_tokens(i) == token for i, token in WHISPER_SPECIAL.items())
+    assert made.convert_ids_to_tokens(WHISPER_SUPPRESS_TOKENS[:3]) == ['"', "#", "("]
+    assert made.convert_ids_to_tokens(WHISPER_BEGIN_SUPPRESS_TOKENS[0]) == "\u0120"
+    return made
 
 
 def _image_text_tokenizer(special: list[str], first_special: int = 120) -> Any:
@@ -234,6 +279,9 @@ class Preset:
     inputs: Callable[[Any], dict[str, Any]]
     kind: str  # decoder | ssm | encoder-decoder | encoder | vision | audio | multimodal
     generative: bool = False
+    #: what the model's `generation_config` holds besides what it takes from the config (a
+    #: checkpoint's `generation_config.json`: Whisper's prompt and suppressed tokens)
+    generation: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def build(self, seed: int = 0, **overrides: Any) -> tuple[torch.nn.Module, dict[str, Any]]:
         """The model (weights from `torch.manual_seed(seed)`, in eval mode) and its sample inputs.
@@ -247,6 +295,11 @@ class Preset:
         config = getattr(transformers, self.config_class)(**kwargs)
         torch.manual_seed(seed)
         model = getattr(transformers, self.model_class)(config).eval()
+        if self.generation:  # a checkpoint's own generation_config.json, not one derived from its config
+            for key, value in self.generation.items():
+                setattr(model.generation_config, key, value)
+            # transformers 5.24 reads back only its own fields from a file derived from the model config
+            model.generation_config._from_model_config = False
         return model, self.inputs(model.config)
 
 
@@ -329,7 +382,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            dict(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                 decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8,
                 max_source_positions=16, max_target_positions=32, decoder_start_token_id=1, pad_token_id=0,
-                eos_token_id=2, bos_token_id=1), whisper_inputs, "encoder-decoder", True),
+                eos_token_id=2, bos_token_id=1, suppress_tokens=WHISPER_SUPPRESS_TOKENS,
+                begin_suppress_tokens=WHISPER_BEGIN_SUPPRESS_TOKENS,
+                # at the default 0.02 the tiny decoder writes the same tokens whatever the audio (its
+                # cross-attention barely moves the logits), so no test of the audio path could fail
+                init_std=0.1), whisper_inputs, "encoder-decoder", True,
+           generation=WHISPER_GENERATION),
     Preset("wav2vec2", "Wav2Vec2Model", "Wav2Vec2Config",
            dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 8), num_conv_pos_embeddings=16,

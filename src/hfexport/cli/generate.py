@@ -1,6 +1,7 @@
 """`hfexport generate DIR --prompt-ids 1,2,3` (or `--prompt TEXT`, or `--chat MESSAGE`): generate with
 the components of a saved export; `--image-inputs FILE.npz` adds an image-text export's image arrays,
-`--image PATH --prompt TEXT` an image file read with the processor saved in the export."""
+`--image PATH --prompt TEXT` an image file read with the processor saved in the export; `--audio PATH`
+(or `--audio-inputs FILE.npz`) transcribes a clip with a speech export, in place of a prompt."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ NAME = "generate"
 
 #: The remedy of an `--image` the export or this install cannot read.
 _ARRAYS_INSTEAD = "or pass the processor's arrays with --image-inputs FILE.npz and the prompt's ids with --prompt-ids"
+#: The remedy of an `--audio` the export or this install cannot read.
+_AUDIO_ARRAYS_INSTEAD = "or pass the feature extractor's arrays (input_features) with --audio-inputs FILE.npz"
 
 
 def _prompt_ids(args, runner) -> list[int]:
@@ -58,6 +61,61 @@ def _check_image_options(args) -> None:
     if not is_importable("pillow"):
         raise UsageError(f"--image needs Pillow to read the image, which is not installed: {pip_line('vision')}; "
                          + _ARRAYS_INSTEAD)
+
+
+def _check_audio_options(args) -> None:
+    """`--audio` and `--audio-inputs` stand in for a prompt (one of the four is needed), and `--audio`
+    needs soundfile and scipy (exit 2 otherwise, before any loading)."""
+    clip = "--audio" if args.audio is not None else "--audio-inputs" if args.audio_inputs is not None else None
+    if clip is None:
+        if args.prompt_ids is None and args.prompt is None and args.chat is None:
+            raise UsageError("give the input: --prompt-ids 1,2,3, --prompt TEXT or --chat MESSAGE, or with a speech "
+                             "export --audio FILE")
+        return
+    given = next((name for name, value in (("--chat", args.chat), ("--prompt", args.prompt),
+                                           ("--prompt-ids", args.prompt_ids), ("--image", args.image),
+                                           ("--image-inputs", args.image_inputs)) if value is not None), None)
+    if given is not None:
+        raise UsageError(f"{clip} is the whole input of a speech export, so it goes without {given}: drop {given} "
+                         "(the decoder's prompt comes from the generation config saved in the export)")
+    missing = [name for name in ("soundfile", "scipy") if not is_importable(name)]
+    if clip == "--audio" and missing:
+        raise UsageError(f"--audio needs {' and '.join(missing)} to read and resample the clip, which "
+                         f"{'is' if len(missing) == 1 else 'are'} not installed: {pip_line('audio')}; "
+                         + _AUDIO_ARRAYS_INSTEAD)
+
+
+def _generate_from_audio(args, runner, limit: int, options: dict):
+    """`runner.generate_from_audio` on `--audio`, or `generate` on the arrays of `--audio-inputs`; an
+    export or a clip that cannot be read this way exits 2, saying why."""
+    if not runner.is_speech:
+        clip = "--audio" if args.audio is not None else "--audio-inputs"
+        raise UsageError(f"{clip} needs a speech export (an encoder taking input_features, as Whisper's); "
+                         f"{args.export_dir} is not one: drop {clip} and give a prompt")
+    if args.audio is not None and not runner.export.has_processor:
+        raise UsageError(f"{args.export_dir} holds no feature extractor to read audio with: export again from a model "
+                         f"folder that has its processor (preprocessor_config.json), {_AUDIO_ARRAYS_INSTEAD}")
+    try:
+        if args.audio_inputs is not None:
+            return runner.generate([], max_new_tokens=limit, **options, **_npz_arrays(args.audio_inputs))
+        runner.processor()
+        return runner.generate_from_audio(args.audio, max_new_tokens=limit, **options)
+    except ImportError as error:  # soundfile or scipy, or what transformers needs for the feature extractor
+        raise UsageError(f"cannot read {args.audio} with {args.export_dir}'s feature extractor: "
+                         f"{str(error).strip().splitlines()[0]}") from error
+    except PrepareError as error:  # refused before generating: the file, its length, the arrays, the positions
+        raise UsageError(str(error).replace("\n", " ").removeprefix(f"[{PrepareError.step}] ")) from error
+
+
+def _npz_arrays(path: str) -> dict:
+    """The arrays of the `.npz` file `path` by name (exit 2 where it is no such file)."""
+    import numpy as np
+
+    try:
+        with np.load(path) as arrays:
+            return {name: arrays[name] for name in arrays.files}
+    except (OSError, ValueError) as error:
+        raise UsageError(f"cannot read {path} as a numpy .npz file: {error}") from error
 
 
 def _generate_from_image(args, runner, limit: int, options: dict):
@@ -128,6 +186,16 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     image.add_argument("--image-inputs", metavar="FILE.npz",
                        help="with an image-text export: the processor's image arrays (pixel_values, and "
                        "image_grid_thw for Qwen2-VL) saved with numpy.savez; the prompt holds the image tokens")
+    # speech (issue 52): the clip is the whole input, in place of a prompt (checked by _check_audio_options)
+    prompt.required = False
+    audio = parser.add_mutually_exclusive_group()
+    audio.add_argument("--audio", metavar="PATH",
+                       help="with a speech export (Whisper), in place of a prompt: a WAV or FLAC file (soundfile: pip "
+                       "install \"hfexport[audio]\"), mixed to mono, resampled and turned into features by the "
+                       "feature extractor saved in the export; prints the transcript")
+    audio.add_argument("--audio-inputs", metavar="FILE.npz",
+                       help="with a speech export, in place of a prompt: the feature extractor's arrays "
+                       "(input_features) saved with numpy.savez")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 16, 256 with --chat")
     parser.add_argument("--min-new-tokens", type=int, default=0)
     parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
@@ -151,7 +219,11 @@ def run(args) -> int:
     if args.system is not None and args.chat is None:
         raise ValueError("--system is the system message of a --chat turn; add --chat MESSAGE")
     _check_image_options(args)
+    _check_audio_options(args)
     runner = load_runner(args)
+    if runner.is_speech and args.audio is None and args.audio_inputs is None:
+        raise UsageError(f"{args.export_dir} is a speech export: its encoder takes audio features, not a prompt; "
+                         "pass --audio FILE (or --audio-inputs FILE.npz) instead")
     options = {"min_new_tokens": args.min_new_tokens, "do_sample": args.do_sample, "temperature": args.temperature,
                "top_k": args.top_k, "top_p": args.top_p, "repetition_penalty": args.repetition_penalty,
                "seed": args.seed}
@@ -164,6 +236,9 @@ def run(args) -> int:
         elif args.image is not None:
             limit = 16 if args.max_new_tokens is None else args.max_new_tokens
             result = _generate_from_image(args, runner, limit, options)
+        elif args.audio is not None or args.audio_inputs is not None:
+            limit = 16 if args.max_new_tokens is None else args.max_new_tokens
+            result = _generate_from_audio(args, runner, limit, options)
         else:
             limit = 16 if args.max_new_tokens is None else args.max_new_tokens
             result = runner.generate(_prompt_ids(args, runner), max_new_tokens=limit, **options, **_image_inputs(args))
@@ -183,8 +258,9 @@ def result_lines(args, runner, result) -> list[str]:
     else:
         lines = [f"text:   {result.text}"] + ([f"tokens: {ids}"] if args.ids else [])
     tokenizer = runner.export.tokenizer if result.text is not None else None
-    # not after --image or --image-inputs: --chat takes neither (`_check_image_options`)
-    if (args.chat is None and args.image is None and args.image_inputs is None and result.stopped_at_eos
+    # not after --image, --image-inputs or a clip: --chat takes none of them (`_check_image_options`)
+    if (args.chat is None and args.image is None and args.image_inputs is None and args.audio is None
+            and args.audio_inputs is None and result.stopped_at_eos
             and len(result.tokens) == 1 and getattr(tokenizer, "chat_template", None)):
         lines.append("note:   the model's first token was its end token: its tokenizer has a chat template, so it "
                      "likely expects a chat turn: ask with --chat MESSAGE")

@@ -45,7 +45,9 @@ class FolderContents:
     generation_config: Any = None
     #: saved with its chat template, so `hfexport generate` can print text (`tokenizer_files`)
     tokenizer: Any = None
-    #: an image-text model's processor, saved too, so `hfexport generate --image` can read an image file
+    #: an image-text model's processor (image processor, tokenizer, chat template) or a speech model's
+    #: (feature extractor, tokenizer), saved too, so `hfexport generate --image` can read an image
+    #: file (`--audio` an audio file)
     processor: Any = None
     #: the `ExportConfig` used, saved as `export_config.json`
     export_config: Any = None

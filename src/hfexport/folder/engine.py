@@ -111,6 +111,8 @@ def loop_reason(config: Any, *, output_logits: bool = False, encoder_inputs: boo
         return "a repetition penalty runs hfexport's loop (transformers' RepetitionPenaltyLogitsProcessor)"
     if any(getattr(config, name, None) is not None for name in ("forced_bos_token_id", "forced_eos_token_id")):
         return "forced first or last tokens run hfexport's loop"
+    if any(getattr(config, name, None) is not None for name in ("suppress_tokens", "begin_suppress_tokens")):
+        return "suppressed tokens (suppress_tokens, begin_suppress_tokens) run hfexport's loop"
     if output_logits:
         return "per-step logits (output_logits) come from hfexport's loop"
     if encoder_inputs:

@@ -5,7 +5,7 @@ out/tiny-llama/
   manifest.json            format, components (files, inputs, outputs, shapes, dtypes), cache kind
   decode.onnx              one file (or pair) per component, as the exporter's `save` writes it
   config.json              the model config; generation_config.json; tokenizer files and chat template
-                           when given, an image-text model's processor too (`tokenizer_files.py`)
+                           when given, an image-text or speech model's processor too (`tokenizer_files.py`)
   export_config.json       the ExportConfig used
 ```
 `bundle.save_folder` writes it (given `FolderContents("generation", ...)`) through a staged folder (nothing
@@ -152,14 +152,14 @@ class GenerationExport:
 
     @property
     def has_processor(self) -> bool:
-        """Whether the export carries a processor (an image-text model's, `tokenizer_files.PROCESSOR_FILES`)."""
+        """Whether the export carries a processor (an image-text or speech model's, `tokenizer_files.PROCESSOR_FILES`)."""
         return any(name in self.manifest.get("files", {}) for name in PROCESSOR_FILES)
 
     def load_processor(self) -> Any:
         """The processor saved with the export (`tokenizer_files.load_processor`), read from the files
         the manifest lists as `load` reads the tokenizer; None where it carries none. Loaded on
-        demand, not by `load`: it needs Pillow, which
-        generating from token ids and image arrays does not.
+        demand, not by `load`: an image processor needs Pillow, which generating from token ids and
+        image arrays does not.
 
         Raises:
             ImportError: transformers needs a package to build the processor (`load_processor`).

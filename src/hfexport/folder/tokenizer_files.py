@@ -1,4 +1,4 @@
-"""The tokenizer (and an image-text model's processor) an export folder carries: its files, its
+"""The tokenizer (and an image-text or speech model's processor) an export folder carries: its files, its
 chat template, and reading them back.
 
 ```
@@ -6,14 +6,15 @@ out/tiny-llama/
   tokenizer.json, tokenizer_config.json   what `tokenizer.save_pretrained` writes (+ vocab/merges files
                                           for a slow tokenizer, special_tokens_map.json where it has one)
   chat_template.jinja                     the chat template, where the tokenizer has one
-  processor_config.json                   an image-text model's processor, where it came with one (the
-                                          image processor's settings; preprocessor_config.json for some)
+  processor_config.json                   an image-text or speech model's processor, where it came with one
+                                          (the image processor's or the feature extractor's settings;
+                                          preprocessor_config.json for some)
 ```
 `save_tokenizer_files` and `save_processor_files` are the one place an export writes them
 (`bundle.save_folder`, for every kind of export); a runtime's own tokenizer files (a genai config,
 a converted OpenVINO tokenizer) are written beside them by that runtime's packaging.
 `load_tokenizer` opens them again (`hfexport generate`, `hfexport chat`), `load_processor` the
-processor (`hfexport generate --image`).
+processor (`hfexport generate --image`, `--audio`).
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def load_tokenizer(folder: str | os.PathLike) -> Any:
 
 def save_processor_files(processor: Any, folder: str | os.PathLike) -> list[str]:
     """Write `processor` (an image-text model's processor: image processor, tokenizer, chat
-    template) into `folder` with `save_pretrained`; return the names of the files written."""
+    template; a speech model's: feature extractor, tokenizer) into `folder` with `save_pretrained`;
+    return the names of the files written."""
     return _save_with_template(processor, folder)
 
 

@@ -81,7 +81,23 @@ def _generation_config(model: torch.nn.Module, generation_config: Any, new_token
     config.do_sample = False
     config.num_beams = 1
     config.max_length = None
+    if _detects_language(config, model):
+        # Whisper's generate picks a language the config does not name with a forward call of its own,
+        # without a cache, which the hooks would record as the prefill: the capture names one instead
+        config.language = next(iter(config.lang_to_id))
     return config
+
+
+def _detects_language(config: Any, model: torch.nn.Module) -> bool:
+    """Whether `generate` would detect the language first (a multilingual Whisper's config naming none)."""
+    from .decoder_prompt import DETECT_LANGUAGE, decoder_prompt
+
+    if not getattr(config, "lang_to_id", None) or getattr(config, "is_multilingual", None) is False:
+        return False
+    try:
+        return DETECT_LANGUAGE in decoder_prompt(config, model.config)
+    except PrepareError:  # what the runner refuses (timestamps) is still exported as generate runs it
+        return False
 
 
 def decompose_for_generation(

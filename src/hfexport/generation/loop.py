@@ -25,7 +25,9 @@ result.tokens, result.time_to_first_token_s, result.tokens_per_s
 #   - cache inside the program (ExecuTorch's LLM-runner program, the default of `--format executorch
 #     --static-cache N`): `decode` takes the new tokens and `input_pos`, where they go; the program
 #     keeps its cache between calls;
-#   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call.
+#   - encoder-decoder: the `encoder` first, its `last_hidden_state` fed to every decoder call; the
+#     decoder starts from the prompt its generation config names (`decoder_prompt.py`: the start
+#     token, and a speech model's language, task and no-timestamps tokens, as Whisper's `generate`).
 # The next token is chosen with transformers' own logits processors (repetition penalty, minimum
 # length, temperature, top-k, top-p), so sampling means what it means in `generate()`. Plain
 # greedy decoding (no processor, no per-step logits) on a program holding its cache runs its
@@ -43,9 +45,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ExportError
+from ..errors import ExportError, PrepareError
 from ..folder.engine import open_engine, route, run_on_engine
 from ..folder.generation_export import GenerationExport
+from .audio_input import AUDIO_INPUT_NAMES
+from .decoder_prompt import DETECT_LANGUAGE, check_decoder_length, decoder_prompt, detected_language
 from .greedy import GreedySteps
 from .multimodal import ImagePrefill
 from .result import GenerationResult, as_token_list
@@ -115,7 +119,8 @@ class GenerationRunner:
         self.runners = _ComponentRunners(export.components, open_decode=self.engine is None)
         self.records = {name: component.record for name, component in export.components.items()}
         self.static = export.manifest.get("cache") == "static"
-        decode_ids = dict(zip(self.records["decode"].input_names, self.records["decode"].input_shapes)).get("input_ids")
+        decode_inputs = dict(zip(self.records["decode"].input_names, self.records["decode"].input_shapes))
+        decode_ids = decode_inputs.get("input_ids", decode_inputs.get("decoder_input_ids"))  # an encoder-decoder's
         self.decode_takes_one = bool(decode_ids) and decode_ids[-1] == 1  # one new token per decode call
         # a static cache's length, or the bound of an OpenVINO state that grows (`OpenVINOConfig.max_cache_len`)
         self.max_cache_len = export.manifest.get("max_cache_len") or next(
@@ -126,7 +131,10 @@ class GenerationRunner:
         self._attends: dict[tuple, bool] = {}  # `attends_written_slots`, per record and mask shape
         self.use_fast_path = True  # greedy decode steps through `greedy.GreedySteps` where they can run
         self.image_prefill = ImagePrefill(self) if "image_encoder" in names else None
-        self._processor = None  # the saved processor, loaded at the first `generate_from_image`
+        # a speech encoder-decoder (Whisper): its encoder takes the feature extractor's `input_features`
+        self.is_speech = "encoder" in names and any(
+            name in AUDIO_INPUT_NAMES for name in self.records["encoder"].input_names)
+        self._processor = None  # the saved processor, loaded at the first `generate_from_image` or `_audio`
 
     # NOTE: read once per component, not per step: a decode step's own Python work is what
     # `hfexport generate` adds to the runtime's (`bench/genai_decode.py`, `bench/onnx_genai.py`
@@ -205,8 +213,10 @@ class GenerationRunner:
                                  start=start)
         state = DecodeState(self, prompt, attention_mask, encoder_inputs)
         prefix = state.decoder_prefix()
-        result = self._generate_on(state, prefix, prefix, config, seed=seed, output_logits=output_logits,
-                                   streamer=streamer, start=start)
+        if state.is_seq2seq:
+            check_decoder_length(prefix.shape[1], config.max_new_tokens, self.export.config)
+        result = self._generate_on(state, prefix[:, len(state.fed):], prefix, config, seed=seed,
+                                   output_logits=output_logits, streamer=streamer, start=start)
         result.prompt = prompt[0].tolist()  # an encoder-decoder's is the encoder's input, not the decoder's start
         result.engine_reason = why
         return result
@@ -240,6 +250,33 @@ class GenerationRunner:
                               "from a model folder that has its processor (processor_config.json)")
         inputs = image_prompt_inputs(processor, image, prompt)
         return self.generate(inputs.pop("input_ids"), max_new_tokens, **options, **inputs)
+
+    def generate_from_audio(self, audio: Any, max_new_tokens: int = 16, *, sampling_rate: int | None = None,
+                            **options: Any) -> GenerationResult:
+        """Generate from a speech clip with the feature extractor saved in the export (a speech
+        encoder-decoder's, Whisper's): `audio` is a file (wav, flac: `audio_input.read_audio`) or an
+        array of samples at `sampling_rate` (default: the feature extractor's), mixed to mono and
+        resampled as a file is. `options` are `generate`'s. Greedy tokens equal
+        `model.generate(input_features=feature_extractor(clip)["input_features"], do_sample=False)`'s;
+        `result.text` is the transcript.
+
+        Raises:
+            PrepareError: the export is not a speech model's or holds no feature extractor, the file
+                cannot be read, or the clip is longer than the feature extractor's chunk.
+            ImportError: soundfile or scipy is missing (`pip install "hfexport[audio]"`).
+        """
+        from .audio_input import audio_features
+
+        if not self.is_speech:
+            raise PrepareError(f"{self.export.directory} is not a speech export (its components take no "
+                               "input_features)", remedy="generate from it with a text prompt, or export a speech "
+                               "model (hfexport export tiny:whisper --generate)")
+        processor = self.processor()
+        if getattr(processor, "feature_extractor", None) is None:
+            raise PrepareError(f"{self.export.directory} holds no feature extractor to read audio with",
+                               remedy="pass the feature extractor's arrays to generate() (input_features=...), or "
+                               "export again from a model folder that has its processor (preprocessor_config.json)")
+        return self.generate([], max_new_tokens, **options, **audio_features(processor, audio, sampling_rate))
 
     def _generate_on(self, state: DecodeState, new_ids: torch.Tensor, sequence: torch.Tensor, config: Any, *,
                      seed: int | None = None, output_logits: bool = False, streamer: Any = None,
@@ -309,7 +346,8 @@ class GenerationRunner:
         entries). What an accuracy check compares with eager, free of the drift a free-running
         loop accumulates after its first differing token."""
         state = DecodeState(self, _as_prompt(input_ids), None, encoder_inputs)
-        step_ids, logits = state.decoder_prefix(), []
+        prefix, logits = state.decoder_prefix(), []
+        step_ids = prefix[:, len(state.fed):]
         for token in tokens:
             logits.append(state.step(step_ids)[0, -1].float().clone())
             step_ids = torch.tensor([[int(token)]])
@@ -357,29 +395,35 @@ class DecodeState:
             self._run_encoder()
 
     def decoder_prefix(self) -> torch.Tensor:
-        """The first decoder tokens: the prompt, or an encoder-decoder's decoder start token."""
+        """The first decoder tokens: the prompt, or an encoder-decoder's decoder prompt (its start
+        token, and a speech model's prompt tokens: `decoder_prompt`). A language to detect is picked
+        here from the decoder's logits after the start token, which the cache then holds (`fed`)."""
         if not self.is_seq2seq:
             return self.prompt
-        config = self.runner.export.config
-        start = getattr(self.runner.export.generation_config, "decoder_start_token_id", None)
-        if start is None:
-            start = getattr(config, "decoder_start_token_id", None)
-        if start is None:
-            raise ExportError("the saved configs name no decoder_start_token_id", remedy="set it in generation_config.json")
-        return torch.tensor([[int(as_token_list(start)[0])]])
+        generation_config = self.runner.export.generation_config
+        prompt = decoder_prompt(generation_config, self.runner.export.config)
+        if DETECT_LANGUAGE in prompt:
+            logits = self.step(torch.tensor([prompt[:1]]))
+            prompt[prompt.index(DETECT_LANGUAGE)] = detected_language(logits[0, -1], generation_config)
+        return torch.tensor([prompt])
 
     def _run_encoder(self) -> None:
         runner = self.runner.runners["encoder"]
         feed = {}
-        for name in runner.record.input_names:
+        for name, shape in zip(runner.record.input_names, runner.record.input_shapes):
             if name == "input_ids":
                 feed[name] = self.prompt
             elif name == "attention_mask":
                 feed[name] = self.prompt_mask
             elif name in self.encoder_inputs:
                 feed[name] = torch.as_tensor(self.encoder_inputs[name])
+                if len(shape) != feed[name].dim() or any(isinstance(size, int) and size != given
+                                                         for size, given in zip(shape, feed[name].shape)):
+                    raise PrepareError(f"the encoder takes {name} of shape {list(shape)}, got {list(feed[name].shape)}",
+                                       remedy="make it with the processor saved in the export (a speech model's "
+                                       "feature extractor pads every clip to its chunk)")
             else:
-                raise ExportError(f"the encoder takes {name!r}", remedy=f"pass {name}=... to generate()")
+                raise PrepareError(f"the encoder takes {name!r}", remedy=f"pass {name}=... to generate()")
         outputs = runner.run_named(feed)
         self.encoder_hidden = outputs.get("last_hidden_state", next(iter(outputs.values())))
 
@@ -565,6 +609,8 @@ def _logits_processors(config: Any, eos: list[int]):
         LogitsProcessorList,
         MinNewTokensLengthLogitsProcessor,
         RepetitionPenaltyLogitsProcessor,
+        SuppressTokensAtBeginLogitsProcessor,
+        SuppressTokensLogitsProcessor,
         TemperatureLogitsWarper,
         TopKLogitsWarper,
         TopPLogitsWarper,
@@ -581,6 +627,12 @@ def _logits_processors(config: Any, eos: list[int]):
     if getattr(config, "forced_eos_token_id", None) is not None:  # ... and the last one, at max_new_tokens
         processors.append(_AtFirstCall(
             lambda start: ForcedEOSTokenLogitsProcessor(start + config.max_new_tokens, config.forced_eos_token_id)))
+    if getattr(config, "suppress_tokens", None) is not None:  # never chosen (Whisper: symbols it does not write)
+        processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens))
+    if getattr(config, "begin_suppress_tokens", None) is not None:  # not chosen first
+        forced_first = config.forced_bos_token_id is not None
+        processors.append(_AtFirstCall(lambda start: SuppressTokensAtBeginLogitsProcessor(
+            config.begin_suppress_tokens, start + 1 if start == 1 and forced_first else start)))
     if config.do_sample:
         if config.temperature is not None and config.temperature != 1.0:
             processors.append(TemperatureLogitsWarper(config.temperature))

@@ -1,0 +1,102 @@
+"""Generation from an audio file: the feature extractor saved with a speech export (Whisper's) turns
+a clip into the `input_features` its encoder takes.
+
+```python
+runner = GenerationRunner.load("out/whisper-gen")   # hfexport export MODEL --generate, with its processor
+runner.generate_from_audio("clip.wav", max_new_tokens=32).text
+```
+
+# NOTE: the features are the saved feature extractor's own, so the tokens equal eager
+# `model.generate(input_features=...)`'s on them. What comes before it is ours: the file is read with
+# soundfile (wav, flac: what libsndfile reads), its channels mixed to mono by their mean (what
+# ffmpeg's `-ac 1` does, with which transformers' pipeline reads files), and resampled to the
+# extractor's `sampling_rate` with scipy's polyphase filter (`resample_poly`). A clip longer than the
+# extractor's chunk (`n_samples`: 30 s for Whisper) is refused rather than cut: the extractor would
+# drop the rest without a word, and transformers' long-form generation (30 s windows moved on by the
+# timestamps the model writes) is not hfexport's yet.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from .._versions import pip_line
+from ..errors import PrepareError
+
+__all__ = ["AUDIO_INPUT_NAMES", "read_audio", "audio_features"]
+
+#: The feature extractor's outputs a speech encoder takes (`GenerationRunner.is_speech`).
+AUDIO_INPUT_NAMES = ("input_features",)
+#: The remedy of a clip this install or this export cannot read.
+_ARRAYS_INSTEAD = "or pass the feature extractor's arrays: --audio-inputs FILE.npz (input_features=...)"
+
+
+def read_audio(path: str | os.PathLike, sampling_rate: int) -> np.ndarray:
+    """The samples of the audio file `path` as float32 mono at `sampling_rate` Hz.
+
+    Raises:
+        ImportError: soundfile or scipy is not installed (`pip install "hfexport[audio]"`).
+        PrepareError: no such file, or one soundfile cannot read as audio, or one without samples.
+    """
+    try:
+        import soundfile
+    except ImportError as error:
+        raise ImportError(f"reading an audio file needs soundfile, which is not installed. Install it with: "
+                          f"{pip_line('audio')}   ({_ARRAYS_INSTEAD})") from error
+    if not os.path.isfile(path):
+        raise PrepareError(f"no audio file {os.fspath(path)!r}", remedy="pass the path of a WAV or FLAC file")
+    try:
+        samples, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    except soundfile.SoundFileError as error:
+        raise PrepareError(f"cannot read {os.fspath(path)!r} as audio: {error}",
+                           remedy="pass a WAV or FLAC file (any format libsndfile reads)") from error
+    if samples.shape[0] == 0:
+        raise PrepareError(f"{os.fspath(path)!r} holds no samples", remedy="pass a clip that is not empty")
+    return _as_mono(samples, rate, sampling_rate)
+
+
+def audio_features(processor: Any, audio: Any, sampling_rate: int | None = None) -> dict[str, Any]:
+    """The encoder inputs (`AUDIO_INPUT_NAMES`) the feature extractor of `processor` (a speech
+    processor, or a feature extractor) makes of `audio`: a file (`read_audio`), or samples at
+    `sampling_rate` Hz (default: the extractor's), `[samples]` or `[samples, channels]`.
+
+    Raises:
+        PrepareError: the clip is longer than the extractor's chunk (`n_samples`), or unreadable.
+    """
+    extractor = getattr(processor, "feature_extractor", processor)
+    rate = int(extractor.sampling_rate)
+    if isinstance(audio, (str, os.PathLike)):
+        where, clip = os.fspath(audio), read_audio(audio, rate)
+    else:
+        samples = np.asarray(audio, dtype=np.float32)
+        if samples.ndim not in (1, 2) or samples.size == 0:
+            raise PrepareError(f"audio takes samples as [samples] or [samples, channels], got shape {list(samples.shape)}",
+                               remedy="pass a 1-D array of samples, or a file")
+        where, clip = "the clip", _as_mono(samples.reshape(samples.shape[0], -1), sampling_rate or rate, rate)
+    limit = getattr(extractor, "n_samples", None)
+    if limit is not None and clip.shape[0] > limit:
+        raise PrepareError(
+            f"{where} is {clip.shape[0] / rate:.2f} s long; the model's feature extractor takes at most {limit / rate:.2f} s "
+            f"({limit} samples at {rate} Hz), and hfexport does not yet cut long audio into chunks as transformers' "
+            "long-form generation does", remedy=f"cut it into clips of at most {limit / rate:.2f} s and generate from each")
+    features = extractor(clip, sampling_rate=rate, return_tensors="pt")
+    return {name: features[name] for name in AUDIO_INPUT_NAMES if name in features}
+
+
+def _as_mono(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """`[samples, channels]` at `rate` Hz as one channel (their mean) at `target` Hz (scipy's
+    `resample_poly`, by the reduced ratio of the two rates)."""
+    mono = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
+    if int(rate) == int(target):
+        return np.ascontiguousarray(mono, dtype=np.float32)
+    try:
+        from scipy.signal import resample_poly
+    except ImportError as error:
+        raise ImportError(f"resampling audio from {rate} Hz to the model's {target} Hz needs scipy, which is not "
+                          f"installed. Install it with: {pip_line('audio')}   ({_ARRAYS_INSTEAD})") from error
+    common = math.gcd(int(rate), int(target))
+    return resample_poly(mono, int(target) // common, int(rate) // common).astype(np.float32)
