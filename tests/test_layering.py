@@ -161,10 +161,11 @@ _FORMAT_WORDS = re.compile(r"onnx|openvino|executorch|dynamo|xnnpack", re.IGNORE
 
 
 def test_the_export_job_and_generation_name_no_format():
-    """`job/`, `generation/` and what opens and checks a generation folder are the same for every format: what differs per runtime (its own
-    program, the files its LLM runner reads) lives in `backends/<format>/`, reached through the
-    format's `RuntimePackage` (`folder/package.py`). Code only: an identifier, an import or a
-    string that is not a docstring; prose may name the runtimes it explains."""
+    """`job/`, `generation/` and what opens and checks a generation folder are the same for every
+    format: what differs per runtime (its own program, the files its LLM runner reads) lives in
+    `backends/<format>/`, reached through the format's `RuntimePackage` (`folder/package.py`). Code
+    only: an identifier, an import or a string that is not a docstring; prose may name the runtimes
+    it explains."""
     found = []
     for path in [*sorted((ROOT / "job").glob("*.py")), *sorted((ROOT / "generation").glob("*.py")),
                  *(ROOT / "folder" / name for name in ("engine.py", "generation_export.py"))]:

@@ -147,6 +147,7 @@ def open_engine(export: Any, choice: str) -> tuple[LlmEngine | None, str | None]
     if choice == HFEXPORT:
         return None, None
     try:
+        # the format's engine, whatever the folder's task: it refuses a folder that is not its package
         return AutoHfExporter.from_format(export.format).runtime_package().open_engine(export), None
     except RunnerUnavailable as error:
         if choice == "runtime":

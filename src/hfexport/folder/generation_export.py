@@ -116,7 +116,7 @@ class GenerationExport:
         listed.check_others({f for entry in manifest["components"].values() for f in entry["files"]})
         fmt = manifest["format"]
         exporter = AutoHfExporter.from_format(fmt)
-        exporter.runtime_package().check_listed(manifest, listed)
+        exporter.runtime_package().check_listed(manifest, listed)  # one check per format, whatever the task
         components = {}
         for name, entry in manifest["components"].items():
             files = [listed.read(relative) for relative in entry["files"]]

@@ -67,8 +67,9 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
 
     def check(folder: Path) -> dict[str, Any]:
         if "input_ids" not in prompt:  # a speech model's sample is its audio features
-            return {"runner": {"checked": False, "why": "the runtimes' LLM runners take a text prompt, and this model's "
-                               f"sample inputs hold none: {', '.join(sorted(prompt))}"}}
+            why = ("the runtimes' LLM runners take a text prompt, and this model's sample inputs hold none: "
+                   f"{', '.join(sorted(prompt))}")
+            return {"runner": {"checked": False, "why": why}}
         request = _request(folder, model, prompt, generation_config)
         start = time.perf_counter()
         try:
