@@ -78,7 +78,8 @@ def test_a_prompt_that_ends_at_once_on_a_chat_model_says_to_chat(with_tokenizer,
 
     runner = GenerationRunner.load(with_tokenizer)
     end = runner.export.tokenizer.eos_token_id
-    args = SimpleNamespace(export_dir=str(with_tokenizer), ids=False, chat=None, image=None, image_inputs=None)
+    args = SimpleNamespace(export_dir=str(with_tokenizer), ids=False, chat=None, image=None, image_inputs=None,
+                           audio=None, audio_inputs=None)
 
     def printed(tokens, **changes):
         result = GenerationResult(tokens=tokens, prompt=[5, 6], time_to_first_token_s=0.01, tokens_per_s=50.0 if tokens[1:] else float("nan"),
