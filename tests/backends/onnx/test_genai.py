@@ -269,3 +269,18 @@ def test_an_int4_export_with_a_tied_head_runs_in_onnxruntime_genai(tmp_path):
     got = GenerationRunner.load(folder).generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
     og = pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
     assert _genai_tokens(og, folder, prompt) == got.tokens
+
+
+@pytest.mark.parametrize(("names", "says"), [
+    (["encoder", "prefill", "decode"], "this encoder-decoder export has ['decode', 'encoder', 'prefill'], which "
+                                       "`hfexport generate` runs"),
+    (["prefill", "decode"], "(export with --multi-token-decode --static-cache N)"),
+    (["image_encoder", "decode"], "`hfexport generate --image` runs the folder"),
+])
+def test_why_a_folder_is_not_onnxruntime_genais_names_what_the_export_is(names, says):
+    """The manifest's why for a folder og does not open gives advice that fits the model: a
+    decoder's components can become og's graph (`--multi-token-decode --static-cache N`), an
+    encoder-decoder's (T5, Whisper) or an image-text model's cannot."""
+    from hfexport.backends.onnx.genai import genai_status
+
+    assert says in genai_status(dict.fromkeys(names), None)

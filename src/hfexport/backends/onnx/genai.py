@@ -53,6 +53,9 @@ def genai_status(artifacts: dict[str, Any], generation_config: Any) -> str | Non
         return ("onnxruntime-genai 0.18's multimodal pipeline (og.MultiModalProcessor) reads the vision layouts of "
                 f"{', '.join(_GENAI_VISION_TYPES)} only, not this image-text model's; `hfexport generate --image` "
                 "runs the folder")
+    if "encoder" in artifacts:  # T5, Whisper: --static-cache makes no one-graph decoder of them
+        return (f"onnxruntime-genai's folder made here is one decoder-only graph; this encoder-decoder export has "
+                f"{sorted(artifacts)}, which `hfexport generate` runs")
     if set(artifacts) != {"decode"}:
         return (f"onnxruntime-genai runs one decoder graph; this export has {sorted(artifacts)} (export with "
                 "--multi-token-decode --static-cache N)")
