@@ -148,7 +148,7 @@ def run_one(backend: str, source: str | None, repeats: int) -> dict:
                                                 generation_config=generation_config, multi_token_decode=True)
     with tempfile.TemporaryDirectory() as tmp:
         save_folder(exporter, components, Path(tmp) / "export",
-             FolderContents("generation", model=model, generation_config=generation_config))
+                    FolderContents("generation", model=model, generation_config=generation_config))
         generation = GenerationRunner.load(Path(tmp) / "export")
         rates = [generation.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tokens_per_s
                  for _ in range(max(1, repeats // 2))]

@@ -43,7 +43,8 @@ def test_contents_check_their_kind():
 
 def test_one_graph(llama, tmp_path):
     model, exporter, program, _, _ = llama
-    contents = FolderContents(model=model, export_config=DynamoConfig(), report={"note": 1}, extra={"weights_from": "x"})
+    contents = FolderContents(model=model, export_config=DynamoConfig(), report={"note": 1},
+                              extra={"weights_from": "x"})
     saved = save_folder(exporter, {"model": program}, tmp_path / "out", contents)
     manifest, files = _written(tmp_path / "out")
     assert files == ["config.json", "export_config.json", "manifest.json", "model.pt2", "report.json"]
@@ -56,7 +57,7 @@ def test_one_graph(llama, tmp_path):
 def test_a_generation_folder(llama, tmp_path):
     model, exporter, _, components, generation_config = llama
     saved = save_folder(exporter, components, tmp_path / "out",
-                 FolderContents("generation", model=model, generation_config=generation_config, extra={"x": 1}))
+                        FolderContents("generation", model=model, generation_config=generation_config, extra={"x": 1}))
     manifest, files = _written(tmp_path / "out")
     assert files == ["config.json", "decode.pt2", "generation_config.json", "manifest.json", "prefill.pt2"]
     assert saved.report is None
@@ -74,7 +75,7 @@ def test_the_deprecated_functions_write_what_save_writes(llama, tmp_path):
     model, exporter, program, components, generation_config = llama
     save_folder(exporter, {"model": program}, tmp_path / "model", FolderContents(model=model, extra={"x": 1}))
     save_folder(exporter, components, tmp_path / "generation",
-         FolderContents("generation", model=model, generation_config=generation_config))
+                FolderContents("generation", model=model, generation_config=generation_config))
     with pytest.deprecated_call(match="hfexport.save_folder"):
         saved = hfexport.save_export(exporter, {"model": program}, tmp_path / "old-model", model=model,
                                      manifest_extra={"x": 1})

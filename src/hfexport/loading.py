@@ -103,7 +103,7 @@ def dtype_name(model: torch.nn.Module) -> str:
 
 
 def check_dtype(dtype: str) -> str:
-    """`dtype` when `DTYPES` names it, else a `ValueError` listing them."""
+    """`dtype` when `DTYPES` names it, else an `OptionError` (a `ValueError`) listing them."""
     if dtype not in DTYPES:
         raise OptionError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     return dtype

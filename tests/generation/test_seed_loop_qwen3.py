@@ -39,7 +39,7 @@ def _export(fmt: str, directory: Path):
     artifacts = exporter.export_for_generation(model, inputs, config=config, generation_config=generation_config,
                                                multi_token_decode=True)
     save_folder(exporter, artifacts, directory,
-         FolderContents("generation", model=model, generation_config=generation_config, export_config=config))
+                FolderContents("generation", model=model, generation_config=generation_config, export_config=config))
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                              generation_config=generation_config)

@@ -37,8 +37,8 @@ from .output_folder import model_folder, staged_folder
 from .package import Packaged
 from .tokenizer_files import save_processor_files, save_tokenizer_files
 
-__all__ = ["save_folder", "FolderContents", "SavedExport", "save_export", "MANIFEST", "MANIFEST_VERSION", "record_entry",
-           "record_from_entry"]
+__all__ = ["save_folder", "FolderContents", "SavedExport", "save_export", "MANIFEST", "MANIFEST_VERSION",
+           "record_entry", "record_from_entry"]
 
 
 @dataclasses.dataclass
@@ -116,7 +116,7 @@ def _with_sizes(report: dict[str, Any], components: dict[str, Any]) -> dict[str,
 
 
 def save_folder(exporter: Any, artifacts: dict[str, Any], directory: str | os.PathLike, contents: FolderContents, *,
-         overwrite: bool = False, check: Any = None) -> SavedExport:
+                overwrite: bool = False, check: Any = None) -> SavedExport:
     """Write `artifacts` (`{component name: artifact}`, from one exporter) and what loads them
     again (`contents`) into `directory`.
 
@@ -205,4 +205,4 @@ def save_export(exporter: Any, artifacts: dict[str, Any], directory: str | os.Pa
                   DeprecationWarning, stacklevel=2)
     plan = getattr(context, "plan", None) if contents.get("kind") == "generation" else None
     return save_folder(exporter, artifacts, directory, FolderContents(extra=manifest_extra, plan=plan, **contents),
-                overwrite=overwrite, check=check)
+                       overwrite=overwrite, check=check)

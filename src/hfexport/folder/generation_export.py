@@ -70,7 +70,7 @@ def save_generation_export(exporter: Any, artifacts: dict[str, Any], directory: 
                   "hfexport.save_folder(exporter, artifacts, directory, hfexport.FolderContents('generation', ...))",
                   DeprecationWarning, stacklevel=2)
     saved = save_folder(exporter, artifacts, directory, FolderContents("generation", extra=extra, **contents),
-                 overwrite=overwrite, check=check)
+                        overwrite=overwrite, check=check)
     return saved if details else saved.directory
 
 
