@@ -3,11 +3,32 @@ front end calls), `options.py` (its `JobOptions`, in groups that check themselve
 `batch_item.py` (`export-many`: a page of exports, resumable), `executors.py` (where a batch's cells
 run: here, or on Ray).
 
-`from hfexport.job import export_to_folder, JobOptions` is the documented import; importing this
-package imports `export.py` and `options.py` only."""
+`from hfexport.job import export_to_folder, JobOptions` is the documented import. Its names are
+imported on first use, as `hfexport`'s are: importing `hfexport.job.executors` (a Ray driver, the
+coverage matrix) does not load the export job and torch's exporters with it."""
 
-from .export import (ExportJobResult, GenerationOptions, JobOptions, JudgingOptions, LoadingOptions,
-                     default_min_agreement, default_min_cache_cosine, default_min_cosine, export_to_folder)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: The documented names, by the module that defines them.
+_LAZY = {**dict.fromkeys(("export_to_folder", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
+                          "default_min_agreement"), "hfexport.job.export"),
+         **dict.fromkeys(("JobOptions", "LoadingOptions", "JudgingOptions", "GenerationOptions"), "hfexport.job.options")}
 
 __all__ = ["export_to_folder", "JobOptions", "LoadingOptions", "JudgingOptions", "GenerationOptions",
            "ExportJobResult", "default_min_cosine", "default_min_cache_cosine", "default_min_agreement"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hfexport.job' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
