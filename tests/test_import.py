@@ -37,3 +37,17 @@ def test_building_a_quantizer_loads_no_backend_package():
     loaded = _modules_after("from hfexport.quantization import PT2EQuantizer, NNCFQuantizer, OrtQuantizer\n"
                             "PT2EQuantizer('int8-dynamic'); NNCFQuantizer('int4-weights'); OrtQuantizer('int8-dynamic')")
     assert not loaded & set(BACKEND_PACKAGES), loaded & set(BACKEND_PACKAGES)
+
+
+def test_the_job_packages_runners_load_no_export_job():
+    """`hfexport.job.executors` (where a batch's cells run: a Ray driver, the coverage matrix) loads
+    neither the export job nor torch; `from hfexport.job import JobOptions` still gives its names."""
+    out = subprocess.run([sys.executable, "-c", "import hfexport.job.executors, sys; print(' '.join(sys.modules))"],
+                         capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.split())
+    assert "hfexport.job.export" not in loaded and "torch" not in loaded
+    import hfexport.job
+    from hfexport.job import JobOptions, export_to_folder
+    from hfexport.job.export import export_to_folder as defined
+
+    assert export_to_folder is defined and hfexport.job.JobOptions is JobOptions and "JobOptions" in dir(hfexport.job)

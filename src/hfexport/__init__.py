@@ -13,12 +13,10 @@ is imported when its exporter is first used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 # Registers the built-in export formats and quantizers by name (where their classes live;
 # nothing is imported until one is used), so every registry is filled before anything asks it.
 from . import builtins as _builtins  # noqa: F401
+from .registry import lazy_names as _lazy_names
 
 __version__ = "0.4.0"
 
@@ -73,14 +71,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hfexport' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)

@@ -10,12 +10,13 @@ only when it is used (`load_object`).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from .errors import RegistryError
 
-__all__ = ["Registry", "load_object"]
+__all__ = ["Registry", "load_object", "lazy_names"]
 
 E = TypeVar("E")
 
@@ -83,3 +84,20 @@ def load_object(target: Any) -> Any:
     if not name:
         raise RegistryError(f"{target!r} does not name an object", remedy='write it as "package.module:Name"')
     return getattr(importlib.import_module(module_name), name)
+
+
+def lazy_names(package: str, names: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """`(__getattr__, __dir__)` for `package`, whose documented `names` (`{name: defining module}`)
+    are imported on first use and then kept in its namespace: `import package` stays cheap."""
+    def getattr_(name: str) -> Any:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def dir_() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(names))
+
+    return getattr_, dir_

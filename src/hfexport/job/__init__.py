@@ -9,8 +9,7 @@ coverage matrix) does not load the export job and torch's exporters with it."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..registry import lazy_names as _lazy_names
 
 #: The documented names, by the module that defines them.
 _LAZY = {**dict.fromkeys(("export_to_folder", "ExportJobResult", "default_min_cosine", "default_min_cache_cosine",
@@ -20,15 +19,4 @@ _LAZY = {**dict.fromkeys(("export_to_folder", "ExportJobResult", "default_min_co
 __all__ = ["export_to_folder", "JobOptions", "LoadingOptions", "JudgingOptions", "GenerationOptions",
            "ExportJobResult", "default_min_cosine", "default_min_cache_cosine", "default_min_agreement"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hfexport.job' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, _LAZY)
