@@ -308,3 +308,17 @@ def test_generate_without_any_input_exits_2(tmp_path, capsys):
     assert main(["generate", str(tmp_path)]) == 2
     assert "--prompt-ids 1,2,3, --prompt TEXT or --chat MESSAGE, or with a speech export --audio FILE" in \
         capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_chat_on_a_speech_export_says_to_transcribe_with_audio(speech_export, capsys, monkeypatch):
+    """`hfexport chat` on a Whisper export names `generate --audio`, not `--prompt` (which a speech export
+    refuses too); exit 1, as its other refusals (no tokenizer, no chat template)."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    folder = speech_export("dynamo")
+    assert main(["chat", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert f"{folder} is a speech export: it transcribes audio" in err and f"generate {folder} --audio FILE" in err
+    assert "--prompt" not in err
