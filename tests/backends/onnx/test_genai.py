@@ -284,3 +284,43 @@ def test_why_a_folder_is_not_onnxruntime_genais_names_what_the_export_is(names, 
     from hfexport.backends.onnx.genai import genai_status
 
     assert says in genai_status(dict.fromkeys(names), None)
+
+
+GPT2_HEADS, GPT2_HEAD_DIM, GPT2_PROMPT = _DRAW.choice([2, 4]), _DRAW.choice([16, 32]), _DRAW.randint(3, 12)
+
+
+@pytest.fixture(scope="module", ids=[f"heads{GPT2_HEADS}-d{GPT2_HEAD_DIM}"], params=[None])
+def gpt2_package(tmp_path_factory, request):
+    """A random GPT-2 of drawn heads and head size, saved as a model folder and exported by the CLI
+    with no task (its onnxruntime-genai package), validated and checked by the runner."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hfexport.cli.main import main
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=128, n_embd=GPT2_HEADS * GPT2_HEAD_DIM, n_layer=2, n_head=GPT2_HEADS,
+                        n_positions=64, bos_token_id=1, eos_token_id=2, initializer_range=0.1)
+    model = GPT2LMHeadModel(config).eval()
+    root = tmp_path_factory.mktemp("genai")
+    model.save_pretrained(root / "gpt2")
+    assert main(["export", str(root / "gpt2"), "-f", "onnx", "-o", str(root / "out"), "--quiet"]) == 0
+    return model, root / "out"
+
+
+def test_a_gpt2_conv1d_model_is_onnxruntime_genais_package(gpt2_package):
+    """GPT-2 reads its attention's output as `[batch * length, hidden]` (`Conv1D`, a `Gemm`);
+    onnxscript's attention fusion (0.7.2) hands that `Gemm` its 3-D output, which ONNX Runtime
+    refused, so the flagless export kept the unfused graph and wrote no onnxruntime-genai folder
+    (`fusions.fix_mha_flattened_output`). Now the folder is og's, its runner check passed (og's
+    tokens equal eager's), and both runners give eager's tokens on a drawn prompt."""
+    import onnx
+
+    model, folder = gpt2_package
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["runtime_package"]["ready"], manifest["runtime_package"]
+    report = json.loads((folder / "report.json").read_text())
+    assert report["runner"]["checked"] and report["runner"]["tokens_equal"], report["runner"]
+    ops = [node.op_type for node in onnx.load(folder / "decode.onnx").graph.node]
+    assert ops.count("GroupQueryAttention") == 2 and "MultiHeadAttention" not in ops
+    prompt = torch.randint(3, 128, (1, GPT2_PROMPT), generator=torch.Generator().manual_seed(GPT2_PROMPT))
+    _both_runners_give_eagers_tokens(model, prompt, folder)
