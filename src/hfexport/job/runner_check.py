@@ -50,7 +50,7 @@ def skipped_entry() -> dict[str, Any]:
 
 
 def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], generation_config: Any, *,
-                 min_agreement: float | None = None) -> Callable[[Path], dict[str, Any]]:
+                 min_agreement: float | None = None, package_asked: bool = False) -> Callable[[Path], dict[str, Any]]:
     """The check `bundle.save_folder` runs on the staged folder (see the module docstring).
 
     Args:
@@ -59,6 +59,9 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
         generation_config: the export's merged generation config (its end tokens, a static cache).
         min_agreement: `None` for an fp32 export (tokens equal to eager's); for a quantized one,
             the share of steps the runner's tokens must agree with hfexport's runner on.
+        package_asked: the task asked for the runtime's LLM package (`text-generation-with-past`,
+            what `--task auto` gives a causal LM): a folder that is not the runner's package (its
+            components, and why) refuses the export instead of being written as a lesser thing.
 
     Returns:
         `check(folder)`, returning the report's `{"runner": ...}` entry (nothing for a format
@@ -75,6 +78,12 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
         try:
             got = package.run(folder, request)
         except RunnerUnavailable as unavailable:
+            if package_asked and not unavailable.missing:
+                raise ValidationError(
+                    "the task (text-generation-with-past) asks for the runtime's LLM package, and "
+                    f"{unavailable.why}; nothing was written", model=type(model).__name__,
+                    remedy="`--task generation-components` writes the generation components `hfexport generate` runs; "
+                    "or another --format makes its runtime's package") from unavailable
             if unavailable.missing:
                 logger.warning("the export was not run in its runtime's LLM runner: %s", unavailable.why)
             return {"runner": {"checked": False, "why": unavailable.why}}
