@@ -291,9 +291,9 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
                                       min_mean_cosine)))
     if generate and package.has_runner:
         if judging.validate:
+            package_asked = task_name == "text-generation-with-past" and package.task == "text-generation"
             checks.append((f"running the folder in {config.export_format}'s own LLM runner", "validate",
-                           _runner_check(package, loaded, generation_config, floor,
-                                         task_name == "text-generation-with-past" and package.task == "text-generation")))
+                           _runner_check(package, loaded, generation_config, floor, package_asked)))
         else:
             report.update(skipped_entry())
 
