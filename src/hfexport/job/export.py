@@ -529,7 +529,7 @@ def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: floa
     from ..folder.contents import merged_generation_config
 
     return runner_check(package, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
-                        min_agreement=floor)
+                        min_agreement=floor, processor=loaded.processor)
 
 
 def _floor(value: float | None, spec: str) -> str:
