@@ -130,6 +130,30 @@ def test_generate_from_an_audio_file_equals_generate(speech_export, whisper, fmt
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "runner"), [("onnx", "onnxruntime-genai"), ("executorch", "TextLLMRunner")])
+def test_the_flagless_export_is_the_components_where_the_runtime_has_no_speech_runner(whisper, fmt, runner,
+                                                                                      tmp_path):
+    """No task flag: `--task auto` picks `automatic-speech-recognition`, which writes the components
+    (OpenVINO's WhisperPipeline folder: tests/backends/openvino/test_whisper.py); the manifest says
+    why the runtime's runner does not open them, and `hfexport generate --audio` gives eager's tokens."""
+    require_backend(fmt)
+    pytest.importorskip("soundfile")
+    done = _hfexport("export", "tiny:whisper", "-f", fmt, "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["task"]["name"] == "automatic-speech-recognition"
+    assert list(manifest["components"]) == ["encoder", "prefill", "decode"]
+    entry = manifest["runtime_package"]
+    assert entry["runner"] == runner and not entry["ready"] and entry["why"] == report["runner"]["why"], entry
+    wav = _write_clip(tmp_path / "tone.wav", *CLIPS[0], seed=4)
+    done = _hfexport("generate", str(tmp_path / "out"), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS),
+                     "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["tokens"] == _eager(whisper, _features(whisper[1], wav))[0]
+
+
+@pytest.mark.slow
 def test_the_transcript_is_printed(speech_export, whisper, tmp_path):
     folder = speech_export("dynamo")
     wav = _write_clip(tmp_path / "tone.wav", *CLIPS[0])
