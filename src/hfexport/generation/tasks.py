@@ -208,7 +208,8 @@ def resolve_task(requested: str | None, model: Any, flags: GenerationFlags) -> T
     if requested == "text-generation" and not _generates_text(model):
         raise TaskError(f"--task text-generation: {type(model).__name__} does not generate text",
                         remedy="pass --task auto, forward or feature-extraction")
-    if requested == "automatic-speech-recognition" and not (_generates_text(model) and _is_speech_encoder_decoder(model)):
+    is_speech = _generates_text(model) and _is_speech_encoder_decoder(model)
+    if requested == "automatic-speech-recognition" and not is_speech:
         raise TaskError(f"--task automatic-speech-recognition: {type(model).__name__} is no speech encoder-decoder "
                         "(an encoder of audio features and a text decoder, as Whisper)",
                         remedy=f"pass --task auto (here {infer_task(model)[0]}), generation-components or forward")

@@ -169,7 +169,9 @@ def test_hfexport_generate_audio_on_the_folder_gives_eagers_tokens(package, pres
 
 @pytest.mark.slow
 def test_a_drawn_whisper_is_a_whisper_pipeline_folder_with_eagers_tokens(tmp_path):
-    """Other sizes and mel bins than the preset's, exported through the Python API with its processor."""
+    """Other sizes and mel bins than the preset's, multilingual (the language detected from the
+    decoder's first logits, by WhisperPipeline as by `generate()`), exported through the Python API
+    with its processor."""
     from transformers import WhisperFeatureExtractor, WhisperProcessor
 
     from hfexport import OpenVINOConfig
@@ -179,6 +181,10 @@ def test_a_drawn_whisper_is_a_whisper_pipeline_folder_with_eagers_tokens(tmp_pat
     require_backend("openvino")
     pytest.importorskip("openvino_genai")
     model, inputs = build_preset("whisper", 3, **VARIATION)
+    generation = model.generation_config  # a multilingual Whisper's: [[1, None], [2, <|transcribe|>]]
+    generation.lang_to_id, generation.task_to_id = {"<|en|>": 120, "<|fr|>": 121, "<|de|>": 122}, {"translate": 123,
+                                                                                                  "transcribe": 124}
+    generation.is_multilingual, generation.forced_decoder_ids = True, [[1, None], [2, 124]]
     tokenizer = tiny_processor("whisper").tokenizer
     extractor = WhisperFeatureExtractor(feature_size=VARIATION["num_mel_bins"], sampling_rate=16000, hop_length=500,
                                         chunk_length=1, n_fft=1000)
@@ -226,7 +232,7 @@ def test_a_crafted_whisper_pipeline_folder_is_refused_on_opening(package, tmp_pa
         tokenizer.write_bytes(detokenizer_ir)
         detokenizer.write_bytes(tokenizer_ir)
         _rehash(folder)
-        expected = "openvino_tokenizer.xml takes ['i64'] where openvino-tokenizers' tokenizer takes ['string']"
+        expected = "openvino_tokenizer.xml takes ['i64'] where openvino-tokenizers' tokenizer takes string or u8"
     elif craft == "tokenizer swapped":
         tokenizer.write_bytes(detokenizer.read_bytes())
         expected = "openvino_tokenizer.xml"
@@ -248,6 +254,7 @@ def test_a_crafted_whisper_pipeline_folder_is_refused_on_opening(package, tmp_pa
     ({"forced_decoder_ids": [[1, 121], [2, 123]]}, "starts the decoder with [1, <detected language>, 124, 127]"),
     ({"return_timestamps": True}, "asks for timestamps"),
     ({"no_timestamps_token_id": None}, "starts the decoder with [1, 50363]"),
+    ({"forced_decoder_ids": None}, "where generate() starts with [1, <detected language>, 127]"),  # no task named
 ])
 def test_a_generation_config_whisper_pipeline_would_read_otherwise_is_refused(change, words):
     """Where `generate()` builds another decoder prompt than WhisperPipeline from the same
@@ -258,7 +265,7 @@ def test_a_generation_config_whisper_pipeline_would_read_otherwise_is_refused(ch
     model, _ = build_preset("whisper")
     generation = model.generation_config
     assert whisper_refusal(model.config, generation, OpenVINOConfig(dynamic=True)) is None
-    if "language" in change or "forced_decoder_ids" in change:  # a multilingual Whisper's config
+    if {"language", "forced_decoder_ids"} & set(change):  # a multilingual Whisper's config
         generation.lang_to_id, generation.task_to_id = {"<|en|>": 120, "<|fr|>": 121}, {"translate": 123,
                                                                                          "transcribe": 124}
         generation.is_multilingual = True

@@ -144,7 +144,8 @@ class WhisperPipelinePackage(OpenVINORuntimePackage):
         generation_config = merged_generation_config(model, plan.generation_config)
         if {"encoder", "prefill"} - set(components) or whisper_refusal(model.config, generation_config, plan.config):
             return components
-        return {**components, **{name: Component(*part) for name, part in whisper_components(model, components).items()}}
+        added = whisper_components(model, components)
+        return {**components, **{name: Component(*part) for name, part in added.items()}}
 
     def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
         """An export with `WhisperPipeline`'s decoder writes it and the encoder under the names

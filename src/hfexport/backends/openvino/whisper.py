@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,8 @@ def whisper_components(model: Any, components: dict[str, Any]) -> dict[str, Any]
     return {"whisper_decoder": (decoder, {"input_ids": new, "encoder_hidden_states": hidden, "past_key_values": cache})}
 
 
-def whisper_refusal(model_config: Any, generation_config: Any, config: Any, feature_extractor: Any = None) -> str | None:
+def whisper_refusal(model_config: Any, generation_config: Any, config: Any,
+                    feature_extractor: Any = None) -> str | None:
     """Why a speech model's generation folder (its `model_config`, the generation config it is saved
     with, the export's `config`, the feature extractor it carries, if known) gets no `WhisperPipeline`
     models, or None."""
@@ -134,7 +136,8 @@ def whisper_refusal(model_config: Any, generation_config: Any, config: Any, feat
     if not getattr(config, "stateful", False):
         return "OpenVINOConfig(stateful=False): WhisperPipeline's decoder keeps its cache as state"
     if not getattr(config, "dynamic", False) and getattr(config, "dynamic_shapes", None) is None:
-        return "a static export: WhisperPipeline feeds its decoder prompts and steps of other lengths; export with dynamic=True"
+        return ("a static export: WhisperPipeline feeds its decoder prompts and steps of other lengths; export with "
+                "dynamic=True")
     if generation_config is not None and getattr(generation_config, "return_timestamps", False):
         return ("the generation config asks for timestamps (return_timestamps), which WhisperPipeline writes only "
                 "when asked per call, and hfexport's runner does not write")
@@ -167,12 +170,18 @@ def _prompt_refusal(model_config: Any, generation_config: Any) -> str | None:
         pipeline += [DETECT_LANGUAGE, task_ids.get("transcribe", _GENAI_DEFAULTS["transcribe"])]
     pipeline.append(given("no_timestamps_token_id"))
     if [int(t) for t in pipeline] != [int(t) for t in eager]:
-        show = lambda ids: "[" + ", ".join("<detected language>" if t == DETECT_LANGUAGE else str(t) for t in ids) + "]"  # noqa: E731
-        return (f"WhisperPipeline {_GENAI_SEEN} starts the decoder with {show(pipeline)} from generation_config.json "
+        return (f"WhisperPipeline {_GENAI_SEEN} starts the decoder with {_shown(pipeline)} from generation_config.json "
                 f"(it reads no language, task nor forced_decoder_ids from it), where generate() starts with "
-                f"{show(eager)}: pass the language and task to WhisperPipeline.generate yourself, or run the folder with "
-                "`hfexport generate`")
+                f"{_shown(eager)}: pass the language and task to WhisperPipeline.generate yourself, or run the folder "
+                "with `hfexport generate`")
     return None
+
+
+def _shown(prompt: list[int]) -> str:
+    """A decoder prompt as a refusal shows it, the language to detect named."""
+    from ...generation.decoder_prompt import DETECT_LANGUAGE
+
+    return "[" + ", ".join("<detected language>" if t == DETECT_LANGUAGE else str(t) for t in prompt) + "]"
 
 
 def _feature_extractor_refusal(model_config: Any, extractor: Any) -> str | None:
@@ -193,7 +202,8 @@ def _feature_extractor_refusal(model_config: Any, extractor: Any) -> str | None:
     return None
 
 
-def whisper_folder_files(artifacts: dict[str, Any], directory: Path, context: Any, refusal: str | None) -> dict[str, Any]:
+def whisper_folder_files(artifacts: dict[str, Any], directory: Path, context: Any,
+                         refusal: str | None) -> dict[str, Any]:
     """For a speech generation export, write what `WhisperPipeline` reads besides the models (the
     converted tokenizer, the feature extractor's `preprocessor_config.json`) into `directory` (the
     staged folder) and return the manifest's `runtime_package` entry: the files it reads, or why it
@@ -244,15 +254,17 @@ def check_whisper_listed(manifest: dict[str, Any], listed: Any) -> None:
         raise ExportFolderError(f"{listed.folder / 'manifest.json'} names {strange or models} for WhisperPipeline; "
                                 f"hfexport writes only {', '.join(sorted(WHISPER_FILES))} for it", remedy=remedy)
     for name in sorted(WHISPER_READS):
-        if name not in manifest["files"] and (listed.folder / name).exists():
+        if name not in manifest["files"] and os.path.lexists(listed.folder / name):  # a link too, even dangling
             raise ExportFolderError(f"{listed.folder / name} is not a file manifest.json lists, and WhisperPipeline "
                                     "opens it by that name: it is not a file this export wrote", remedy=remedy)
-    for stem, takes in ((_TOKENIZER, "string"), (_DETOKENIZER, "i64")):
+    # text in (a string tensor, or packed as u8 by older converters), token ids out; and back
+    for stem, takes in ((_TOKENIZER, ("string", "u8")), (_DETOKENIZER, ("i64", "i32"))):
         xml = f"{stem}.xml"
-        if xml in manifest["files"] and (found := _parameter_types(listed.read(xml).data)) != [takes]:
+        found = _parameter_types(listed.read(xml).data) if xml in manifest["files"] else None
+        if found is not None and found[:1] not in [[t] for t in takes]:
             raise ExportFolderError(f"{listed.folder / xml} takes {found} where openvino-tokenizers' "
-                                    f"{stem.removeprefix('openvino_')} takes [{takes!r}]: it is not the file this "
-                                    "export wrote", remedy=remedy)
+                                    f"{stem.removeprefix('openvino_')} takes {' or '.join(takes)}: it is not the file "
+                                    "this export wrote", remedy=remedy)
 
 
 def _parameter_types(ir: bytes) -> list[str]:
