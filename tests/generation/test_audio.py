@@ -110,7 +110,9 @@ def test_generate_from_an_audio_file_equals_generate(speech_export, whisper, fmt
     processor = whisper[1]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert {"processor_config.json", "tokenizer.json", "generation_config.json"} <= set(manifest["files"])
-    assert list(manifest["components"]) == ["encoder", "prefill", "decode"]
+    # OpenVINO's speech folder also holds the decoder WhisperPipeline opens (tests/backends/openvino/test_whisper.py)
+    assert list(manifest["components"]) == ["encoder", "prefill", "decode",
+                                            *(["whisper_decoder"] if fmt == "openvino" else [])]
     wav = _write_clip(tmp_path / "tone.wav", *CLIPS[0])
     done = _hfexport("generate", str(folder), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -125,6 +127,30 @@ def test_generate_from_an_audio_file_equals_generate(speech_export, whisper, fmt
     assert result.tokens == tokens
     for got, expected in zip(result.logits, logits, strict=True):
         torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "runner"), [("onnx", "onnxruntime-genai"), ("executorch", "TextLLMRunner")])
+def test_the_flagless_export_is_the_components_where_the_runtime_has_no_speech_runner(whisper, fmt, runner,
+                                                                                      tmp_path):
+    """No task flag: `--task auto` picks `automatic-speech-recognition`, which writes the components
+    (OpenVINO's WhisperPipeline folder: tests/backends/openvino/test_whisper.py); the manifest says
+    why the runtime's runner does not open them, and `hfexport generate --audio` gives eager's tokens."""
+    require_backend(fmt)
+    pytest.importorskip("soundfile")
+    done = _hfexport("export", "tiny:whisper", "-f", fmt, "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["task"]["name"] == "automatic-speech-recognition"
+    assert list(manifest["components"]) == ["encoder", "prefill", "decode"]
+    entry = manifest["runtime_package"]
+    assert entry["runner"] == runner and not entry["ready"] and entry["why"] == report["runner"]["why"], entry
+    wav = _write_clip(tmp_path / "tone.wav", *CLIPS[0], seed=4)
+    done = _hfexport("generate", str(tmp_path / "out"), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS),
+                     "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["tokens"] == _eager(whisper, _features(whisper[1], wav))[0]
 
 
 @pytest.mark.slow

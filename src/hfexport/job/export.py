@@ -531,7 +531,7 @@ def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: floa
     from ..folder.contents import merged_generation_config
 
     return runner_check(package, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
-                        min_agreement=floor, package_asked=package_asked)
+                        min_agreement=floor, processor=loaded.processor, package_asked=package_asked)
 
 
 def _floor(value: float | None, spec: str) -> str:
