@@ -89,7 +89,7 @@ def _qwen2_audio_inputs(config: Any) -> dict[str, torch.Tensor]:
                      torch.tensor([[QWEN2_AUDIO_SPECIAL["<|audio_eos|>"], 7, 9]])], dim=1)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
             "input_features": torch.randn(1, audio.num_mel_bins, frames, generator=generator),
-            "feature_attention_mask": (torch.arange(frames) < heard).long()[None]}
+            "feature_attention_mask": (torch.arange(frames) < heard).int()[None]}  # int32, as the processor's
 
 
 def qwen2_vl_image(config: Any, grid: list[tuple[int, int, int]],

@@ -49,7 +49,8 @@ class AudioTowerFront(torch.nn.Module):
         positions = features.shape[-1] // self.stride
         heard = (frames.sum(-1) + self.stride - 1) // self.stride
         keep = torch.arange(positions, device=features.device)[None] < heard[:, None]
-        mask = keep[:, None, None, :].expand(keep.shape[0], 1, positions, positions)
+        # one clip per row of features: the mask's batch is theirs (one symbol for both under torch.export)
+        mask = keep[:, None, None, :].expand(features.shape[0], 1, positions, positions)
         if self.additive:
             zero = torch.zeros((), dtype=features.dtype, device=features.device)
             mask = torch.where(mask, zero, torch.finfo(features.dtype).min)

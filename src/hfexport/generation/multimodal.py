@@ -215,7 +215,9 @@ class AudioPrefill(ImagePrefill):
         if missing:
             raise PrepareError(f"the audio encoder takes {', '.join(missing)}",
                                remedy="pass the processor's output for the clip (input_features and its mask)")
-        feed = {name: torch.as_tensor(inputs[name]) for name in record.input_names}
+        dtypes = dict(zip(record.input_names, record.input_dtypes or []))  # the processor's int32 mask, an int64 capture
+        feed = {name: torch.as_tensor(inputs[name]).to(getattr(torch, dtypes.get(name) or "float32"))
+                for name in record.input_names}
         features = self._projected(self._run("audio_encoder", feed)[self.entry["features"]])
         table, mask = self.entry.get("rows_heard"), self.entry.get("frame_mask")
         heard = [table[int(n)] for n in feed[mask].sum(-1).tolist()] if table and mask else \
