@@ -47,8 +47,11 @@ class AudioTowerFront(torch.nn.Module):
         frames = kwargs.pop(self.mask_name)
         features = kwargs["input_features"]
         positions = features.shape[-1] // self.stride
-        heard = (frames.sum(-1) + self.stride - 1) // self.stride
-        keep = torch.arange(positions, device=features.device)[None] < heard[:, None]
+        # position j is heard where j < ceil(frames heard / stride), i.e. j * stride < frames heard: no
+        # integer division in the graph (OpenVINO 2026.4.1 converts an int64 `(n + 1) // 2` with round half to
+        # even: 15 // 2 gave 8)
+        heard = frames.sum(-1)
+        keep = torch.arange(positions, device=features.device)[None] * self.stride < heard[:, None]
         # one clip per row of features: the mask's batch is theirs (one symbol for both under torch.export)
         mask = keep[:, None, None, :].expand(features.shape[0], 1, positions, positions)
         if self.additive:
