@@ -81,9 +81,10 @@ def _check_audio_options(args) -> None:
                                            ("--image-inputs", args.image_inputs))
                   if value is not None and name != allowed), None)
     if given is not None:
+        placed = ", the processor placing the audio tokens" if clip == "--audio" else " holding the audio tokens"
         raise UsageError(f"{clip} goes without {given}: drop {given} (a speech export's decoder prompt comes from "
                          f"the generation config saved in the export; an audio-text export takes {allowed} with "
-                         f"{clip}{', the processor placing the audio tokens' if clip == '--audio' else ' holding the audio tokens'})")
+                         f"{clip}{placed})")
     missing = [name for name in ("soundfile", "scipy") if not is_importable(name)]
     if clip == "--audio" and missing:
         raise UsageError(f"--audio needs {' and '.join(missing)} to read and resample the clip, which "
@@ -98,7 +99,8 @@ def _generate_from_audio(args, runner, limit: int, options: dict):
     clip = "--audio" if args.audio is not None else "--audio-inputs"
     if not runner.takes_audio:
         raise UsageError(f"{clip} needs a speech export (an encoder taking input_features, as Whisper's, or an "
-                         f"audio-text model's audio encoder); {args.export_dir} is not one: drop {clip} and give a prompt")
+                         f"audio-text model's audio encoder); {args.export_dir} is not one: drop {clip} and give a "
+                         "prompt")
     prompt = "--prompt" if args.prompt is not None else "--prompt-ids" if args.prompt_ids is not None else None
     if runner.is_speech and prompt is not None:
         raise UsageError(f"{clip} is the whole input of a speech encoder-decoder's export, so it goes without "

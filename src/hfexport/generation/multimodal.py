@@ -215,7 +215,8 @@ class AudioPrefill(ImagePrefill):
         if missing:
             raise PrepareError(f"the audio encoder takes {', '.join(missing)}",
                                remedy="pass the processor's output for the clip (input_features and its mask)")
-        dtypes = dict(zip(record.input_names, record.input_dtypes or []))  # the processor's int32 mask, an int64 capture
+        # as the export takes them: the processor's int32 mask given to a capture made with int64, say
+        dtypes = dict(zip(record.input_names, record.input_dtypes or []))
         feed = {name: torch.as_tensor(inputs[name]).to(getattr(torch, dtypes.get(name) or "float32"))
                 for name in record.input_names}
         features = self._projected(self._run("audio_encoder", feed)[self.entry["features"]])
