@@ -24,6 +24,7 @@ import torch
 
 from hfexport import GenerationRunner
 from hfexport.cli.main import main
+from hfexport.errors import PrepareError
 from hfexport.presets import build_preset, tiny_processor
 from tests.harness import require_backend
 
@@ -256,6 +257,16 @@ def test_a_prompt_on_a_speech_export_exits_2_naming_audio(speech_export, capsys)
 
 
 @pytest.mark.slow
+def test_a_prompt_with_audio_on_whisper_exits_2(speech_export, tmp_path, capsys):
+    """Whisper takes the clip alone (an audio-text LLM takes `--prompt` too: test_audio_llm.py)."""
+    clip = _write_clip(tmp_path / "tone.wav", *CLIPS[0])
+    assert main(["generate", str(speech_export("dynamo")), "--audio", str(clip), "--prompt", "hi"]) == 2
+    assert "goes without --prompt: drop --prompt" in capsys.readouterr().err
+    with pytest.raises(PrepareError, match="it takes the clip alone"):
+        GenerationRunner.load(speech_export("dynamo")).generate_from_audio(clip, prompt="hi")
+
+
+@pytest.mark.slow
 def test_audio_on_a_text_only_export_exits_2(saved_generation, tmp_path, capsys):
     pytest.importorskip("soundfile")
     clip = _write_clip(tmp_path / "tone.wav", *CLIPS[0])
@@ -311,9 +322,10 @@ def test_a_clip_longer_than_the_chunk_is_refused_not_cut(whisper):
         audio_features(whisper[1], np.zeros(20000, dtype=np.float32))
 
 
-@pytest.mark.parametrize("other", [["--chat", "hello"], ["--prompt-ids", "1,2"], ["--prompt", "hi"]])
+@pytest.mark.parametrize("other", [["--chat", "hello"], ["--prompt-ids", "1,2"]])
 def test_audio_goes_without_a_prompt(tmp_path, capsys, other):
-    """Refused before the export is opened (the folder need not exist)."""
+    """Refused before the export is opened (the folder need not exist); `--prompt`, which an audio-text
+    export takes with `--audio`, once the export is opened (`test_a_prompt_with_audio_on_whisper_exits_2`)."""
     assert main(["generate", str(tmp_path), "--audio", "clip.wav", *other]) == 2
     err = capsys.readouterr().err
     assert f"goes without {other[0]}: drop {other[0]}" in err
