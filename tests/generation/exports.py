@@ -152,3 +152,26 @@ def export_llm_package(name: str, runtime: str, directory: Path, **overrides: An
                               loading=LoadingOptions(prompt=LLM_PROMPT), generation=LLM_RUNTIMES[runtime][1])
     ids = tokenizer(LLM_PROMPT, return_tensors="pt").input_ids
     return LlmPackage(directory / "out", result.manifest, model, tokenizer, ids)
+
+
+def cli_generation_exports(shared_folder: Any, preset: str, key: str) -> Any:
+    """`get(fmt)`: `hfexport export tiny:<preset> -f fmt --generate -o OUT` in a new process, made once
+    per test run (`shared_folder`, under `<key>-<fmt>`), skipped where the format or soundfile is missing."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    from tests.harness import require_backend
+
+    def write(fmt: str, folder: Path) -> None:
+        done = subprocess.run([sys.executable, "-m", "hfexport", "export", f"tiny:{preset}", "-f", fmt, "--generate",
+                               "-o", str(folder / "export")], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    def get(fmt: str) -> Path:
+        require_backend(fmt)
+        pytest.importorskip("soundfile")
+        return shared_folder(f"{key}-{fmt}", lambda folder: write(fmt, folder)) / "export"
+
+    return get

@@ -28,6 +28,8 @@ from hfexport.errors import PrepareError
 from hfexport.presets import build_preset, tiny_processor
 from tests.harness import require_backend
 
+from .exports import cli_generation_exports
+
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 NEW_TOKENS = 12
 _DRAW = np.random.default_rng(52)
@@ -88,17 +90,7 @@ def _hfexport(*args: str) -> subprocess.CompletedProcess:
 def speech_export(shared_folder):
     """`speech_export(fmt)`: `hfexport export tiny:whisper -f fmt --generate -o OUT` in a new process,
     made once per test run (`shared_folder`)."""
-
-    def write(fmt: str, folder):
-        done = _hfexport("export", "tiny:whisper", "-f", fmt, "--generate", "-o", str(folder / "export"))
-        assert done.returncode == 0, done.stderr[-3000:]
-
-    def get(fmt: str):
-        require_backend(fmt)
-        pytest.importorskip("soundfile")
-        return shared_folder(f"speech-{fmt}", lambda folder: write(fmt, folder)) / "export"
-
-    return get
+    return cli_generation_exports(shared_folder, "whisper", "speech")
 
 
 @pytest.mark.slow

@@ -24,7 +24,8 @@ from hfexport import GenerationRunner
 from hfexport.cli.main import main
 from hfexport.generation.audio_input import DEFAULT_AUDIO_PROMPT
 from hfexport.presets import build_preset, tiny_processor
-from tests.harness import require_backend
+
+from .exports import cli_generation_exports
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 NEW_TOKENS = 10
@@ -93,17 +94,7 @@ def _hfexport(*args: str) -> subprocess.CompletedProcess:
 def audio_llm_export(shared_folder):
     """`audio_llm_export(fmt)`: `hfexport export tiny:qwen2_audio -f fmt --generate -o OUT` in a new
     process, made once per test run (`shared_folder`)."""
-
-    def write(fmt: str, folder):
-        done = _hfexport("export", "tiny:qwen2_audio", "-f", fmt, "--generate", "-o", str(folder / "export"))
-        assert done.returncode == 0, done.stderr[-3000:]
-
-    def get(fmt: str):
-        require_backend(fmt)
-        pytest.importorskip("soundfile")
-        return shared_folder(f"audio-llm-{fmt}", lambda folder: write(fmt, folder)) / "export"
-
-    return get
+    return cli_generation_exports(shared_folder, "qwen2_audio", "audio-llm")
 
 
 def _generated(*args: str) -> dict:

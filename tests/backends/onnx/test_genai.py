@@ -286,6 +286,17 @@ def test_why_a_folder_is_not_onnxruntime_genais_names_what_the_export_is(names, 
     assert says in genai_status(dict.fromkeys(names), None)
 
 
+def _cli_package(model, tmp_path_factory):
+    """`(model, folder)`: `model` saved as a model folder and exported by the CLI with no task (its
+    onnxruntime-genai package), validated and checked by og against eager."""
+    from hfexport.cli.main import main
+
+    root = tmp_path_factory.mktemp("genai")
+    model.save_pretrained(root / "model")
+    assert main(["export", str(root / "model"), "-f", "onnx", "-o", str(root / "out"), "--quiet"]) == 0
+    return model, root / "out"
+
+
 GPT2_HEADS, GPT2_HEAD_DIM, GPT2_PROMPT = _DRAW.choice([2, 4]), _DRAW.choice([16, 32]), _DRAW.randint(3, 12)
 
 
@@ -295,16 +306,10 @@ def gpt2_package(tmp_path_factory, request):
     with no task (its onnxruntime-genai package), validated and checked by the runner."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from hfexport.cli.main import main
-
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=128, n_embd=GPT2_HEADS * GPT2_HEAD_DIM, n_layer=2, n_head=GPT2_HEADS,
                         n_positions=64, bos_token_id=1, eos_token_id=2, initializer_range=0.1)
-    model = GPT2LMHeadModel(config).eval()
-    root = tmp_path_factory.mktemp("genai")
-    model.save_pretrained(root / "gpt2")
-    assert main(["export", str(root / "gpt2"), "-f", "onnx", "-o", str(root / "out"), "--quiet"]) == 0
-    return model, root / "out"
+    return _cli_package(GPT2LMHeadModel(config).eval(), tmp_path_factory)
 
 
 def test_a_gpt2_conv1d_model_is_onnxruntime_genais_package(gpt2_package):
@@ -334,18 +339,12 @@ def moe_package(tmp_path_factory, request):
     """A random Mixtral of drawn experts and experts per token, exported by the CLI with no task."""
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    from hfexport.cli.main import main
-
     torch.manual_seed(0)
     config = MixtralConfig(vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
                            num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP, bos_token_id=1,
                            eos_token_id=2, pad_token_id=0)
-    model = MixtralForCausalLM(config).eval()
-    root = tmp_path_factory.mktemp("genai")
-    model.save_pretrained(root / "mixtral")
-    assert main(["export", str(root / "mixtral"), "-f", "onnx", "-o", str(root / "out"), "--quiet"]) == 0
-    return model, root / "out"
+    return _cli_package(MixtralForCausalLM(config).eval(), tmp_path_factory)
 
 
 def test_a_mixture_of_experts_is_onnxruntime_genais_package(moe_package):
