@@ -291,9 +291,8 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
                                       min_mean_cosine)))
     if generate and package.has_runner:
         if judging.validate:
-            package_asked = task_name == "text-generation-with-past" and package.task == "text-generation"
             checks.append((f"running the folder in {config.export_format}'s own LLM runner", "validate",
-                           _runner_check(package, loaded, generation_config, floor, package_asked)))
+                           _runner_check(package, loaded, generation_config, floor)))
         else:
             report.update(skipped_entry())
 
@@ -524,14 +523,13 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
     return gate
 
 
-def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: float | None, package_asked: bool) -> Any:
+def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: float | None) -> Any:
     """The check that the packaged folder runs in its runtime's own LLM runner with eager's greedy
-    tokens (`job.runner_check`; a quantized export against hfexport's runner, at `floor`), and is
-    that runner's package where the task asks for it (`package_asked`)."""
+    tokens (`job.runner_check`; a quantized export against hfexport's runner, at `floor`)."""
     from ..folder.contents import merged_generation_config
 
     return runner_check(package, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
-                        min_agreement=floor, processor=loaded.processor, package_asked=package_asked)
+                        min_agreement=floor, processor=loaded.processor)
 
 
 def _floor(value: float | None, spec: str) -> str:

@@ -16,9 +16,9 @@ eager `generate()` is given the model's feature extractor's features of the same
 whose format has no speech runner reports why its runner does not open it (the manifest's
 `runtime_package`).
 A difference, or a runner that fails on the folder, raises `ValidationError` (nothing is
-written). A runner that is not installed is reported (`{"checked": false, "why": ...}`) and the
-export stands, warned about once per export; so is a folder that is not its runner's package (the
-components), unless the task asked for the LLM package (`package_asked`), which it then refuses.
+written). A runner that is not installed, or a folder that is not its package (the components),
+is reported (`{"checked": false, "why": ...}`) and the export stands; a missing package is
+warned about, once per export.
 
 # NOTE: why a quantized export is compared with hfexport's runner and not with eager. The
 # accuracy gate (`accuracy.py`) already holds its tokens to fp32 eager's, teacher-forced; free
@@ -57,8 +57,7 @@ def skipped_entry() -> dict[str, Any]:
 
 
 def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], generation_config: Any, *,
-                 min_agreement: float | None = None, processor: Any = None,
-                 package_asked: bool = False) -> Callable[[Path], dict[str, Any]]:
+                 min_agreement: float | None = None, processor: Any = None) -> Callable[[Path], dict[str, Any]]:
     """The check `bundle.save_folder` runs on the staged folder (see the module docstring).
 
     Args:
@@ -67,9 +66,6 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
         generation_config: the export's merged generation config (its end tokens, a static cache).
         min_agreement: `None` for an fp32 export (tokens equal to eager's); for a quantized one,
             the share of steps the runner's tokens must agree with hfexport's runner on.
-        package_asked: the task asked for the runtime's LLM package (`text-generation-with-past`,
-            what `--task auto` gives a causal LM): a folder that is not the runner's package (its
-            components, and why) refuses the export instead of being written as a lesser thing.
         processor: the model's processor (a speech model's holds the feature extractor the
             sample clip's features are made by); None where it came without one.
 
@@ -93,12 +89,6 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
         try:
             got = package.run(folder, request)
         except RunnerUnavailable as unavailable:
-            if package_asked and not unavailable.missing:
-                raise ValidationError(
-                    "the task (text-generation-with-past) asks for the runtime's LLM package, and "
-                    f"{unavailable.why}; nothing was written", model=type(model).__name__,
-                    remedy="`--task generation-components` writes the generation components `hfexport generate` runs; "
-                    "or another --format makes its runtime's package") from unavailable
             if unavailable.missing:
                 logger.warning("the export was not run in its runtime's LLM runner: %s", unavailable.why)
             return {"runner": {"checked": False, "why": unavailable.why}}

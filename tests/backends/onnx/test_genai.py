@@ -371,15 +371,17 @@ def test_a_mixture_of_experts_is_onnxruntime_genais_package(moe_package):
     ("bloom", "the decode graph has no GroupQueryAttention"),  # ALiBi: no rotary attention to rewrite
     ("qwen3", "the model names no end token"),  # no eos_token_id, no tokenizer: og refuses eos -1
 ])
-def test_a_flagless_export_that_cannot_be_the_package_writes_nothing_and_says_why(preset, why, tmp_path, capsys):
-    """The task `--task auto` gives a causal LM is its runtime's LLM package: where the ONNX folder
-    cannot be onnxruntime-genai's, the export is refused (exit 3, nothing written) naming why and
-    `--task generation-components`, not written as components with exit 0 (the package asked for, quietly
-    not made). Before, a model without an end token failed in og with "eos_token_id (-1) must be in range"."""
+def test_a_folder_that_cannot_be_onnxruntime_genais_is_components_that_say_why(preset, why, tmp_path, capsys):
+    """Where the ONNX folder cannot be onnxruntime-genai's, the flagless export writes the components
+    (`hfexport generate` runs them), the manifest and the report saying why, as a refused package of
+    any runtime does (tests/generation/test_llm_package.py). A model naming no end token failed in og
+    ("eos_token_id (-1) must be in range", exit 3 asking to report it) before its why was written."""
     from hfexport.cli.main import main
 
     out = tmp_path / "out"
-    assert main(["export", f"tiny:{preset}", "-f", "onnx", "-o", str(out), "--quiet"]) == 3
-    err = capsys.readouterr().err
-    assert "asks for the runtime's LLM package" in err and why in err and "--task generation-components" in err, err
-    assert not out.exists()
+    assert main(["export", f"tiny:{preset}", "-f", "onnx", "-o", str(out), "--quiet"]) == 0
+    entry = json.loads((out / "manifest.json").read_text())["runtime_package"]
+    assert entry["runner"] == "onnxruntime-genai" and not entry["ready"] and why in entry["why"], entry
+    assert not (out / "genai_config.json").exists()
+    report = json.loads((out / "report.json").read_text())
+    assert not report["runner"]["checked"] and why in report["runner"]["why"], report["runner"]
