@@ -260,12 +260,14 @@ def _faster_whisper(folder: str, n: int, compute_type: str):
     import ctranslate2
     import numpy as np
     from faster_whisper import WhisperModel
+    from faster_whisper.tokenizer import Tokenizer
 
     model = WhisperModel(folder, device="cpu", compute_type=compute_type, cpu_threads=THREADS, num_workers=1)
     options = dict(language="en", task="transcribe", beam_size=1, best_of=1, temperature=[0.0],
                    without_timestamps=True, vad_filter=False, condition_on_previous_text=False,
                    max_new_tokens=n)
-    prompt = model.tokenizer.sot_sequence + [model.tokenizer.no_timestamps]
+    tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en")
+    prompt = tokenizer.sot_sequence + [tokenizer.no_timestamps]  # what transcribe() builds: [sot, notimestamps]
 
     def transcribe(samples):
         start = time.perf_counter()
