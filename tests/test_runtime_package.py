@@ -133,8 +133,8 @@ def test_a_written_entry_reads_back_as_written(tmp_path):
         "settings": {"program": "decode.pte", "data": None}}
     refused = runtime_package_entry("LLMPipeline", why="no tokenizer was given")["runtime_package"]
     assert refused["ready"] is False and refused["files"] == [] and refused["why"] == "no tokenizer was given"
-    with pytest.raises(ValueError, match="unknown runtime runner 'WhisperPipeline'"):
-        runtime_package_entry("WhisperPipeline")
+    with pytest.raises(ValueError, match="unknown runtime runner 'SpeechRunner'"):
+        runtime_package_entry("SpeechRunner")
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -204,7 +204,7 @@ PACKAGE_OF = {("onnx", "text-generation"): "OnnxRuntimePackage",
               ("onnx", "automatic-speech-recognition"): "OnnxRuntimePackage",
               ("openvino", "text-generation"): "LLMPipelinePackage",
               ("openvino", "image-text-to-text"): "VLMPipelinePackage",
-              ("openvino", "automatic-speech-recognition"): "LLMPipelinePackage",
+              ("openvino", "automatic-speech-recognition"): "WhisperPipelinePackage",
               ("executorch", "text-generation"): "TextLLMRunnerPackage",
               ("executorch", "image-text-to-text"): "MultimodalRunnerPackage",
               ("executorch", "automatic-speech-recognition"): "TextLLMRunnerPackage",

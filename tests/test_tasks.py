@@ -38,7 +38,7 @@ POSITIONS = 128
     ("bert", "forward", "BertModel does not generate text"),
     ("vit", "forward", "ViTForImageClassification does not generate text"),
     ("t5", "forward", "no runtime's LLM package"),  # seq2seq
-    ("whisper", "forward", "no runtime's LLM package"),  # speech seq2seq
+    ("whisper", "automatic-speech-recognition", "transcribes speech"),  # speech seq2seq: its runtime's speech package
     ("llava", "forward", "`--task generation-components`"),  # image-text-to-text
     ("clip", "forward", "CLIPModel does not generate text"),
 ])
@@ -79,12 +79,27 @@ def test_a_task_and_the_generation_options_resolve_to_what_they_ask(requested, f
     ("mamba", "text-generation-with-past", GenerationFlags(), "recurrent state"),
     ("t5", "text-generation-with-past", GenerationFlags(), "no runtime's LLM package"),
     ("bert", "auto", GenerationFlags(static_cache=32), "--static-cache 32 sizes an LLM package's cache"),
+    ("whisper", "auto", GenerationFlags(static_cache=32), "--static-cache 32 sizes an LLM package's cache"),
+    ("llama", "automatic-speech-recognition", GenerationFlags(), "LlamaForCausalLM is no speech encoder-decoder"),
+    ("t5", "automatic-speech-recognition", GenerationFlags(), "(here forward)"),
 ])
 def test_a_task_the_options_or_the_model_contradict_is_refused_with_a_remedy(preset, requested, flags, message):
     model, _ = build_preset(preset)
     with pytest.raises(TaskError, match="What to do: ") as refused:
         resolve_task(requested, model, flags)
     assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(("preset", "requested", "task"), [
+    ("whisper", "auto", "automatic-speech-recognition"), ("whisper", "automatic-speech-recognition",
+                                                          "automatic-speech-recognition"),
+    ("mamba", "auto", "generation-components")])
+def test_a_task_that_exports_components_asks_for_them(preset, requested, task):
+    """Inferred or named, a components task generates (`--task auto` on Mamba exported one graph of
+    its base model under the name `generation-components` before)."""
+    model, _ = build_preset(preset)
+    choice = resolve_task(requested, model, GenerationFlags())
+    assert (choice.task, choice.flags) == (task, GenerationFlags(generate=True))
 
 
 @pytest.mark.parametrize(("positions", "want"), [(128, 128), (DEFAULT_CACHE_LENGTH, DEFAULT_CACHE_LENGTH),
@@ -132,8 +147,8 @@ def test_text_generation_and_feature_extraction_are_graphs_without_the_cache():
     with torch.no_grad():
         assert module(**kwargs).last_hidden_state.shape[-1] == model.config.hidden_size
     assert graph_component("forward", model, inputs) == (model, inputs)
-    assert set(TASKS) == {"text-generation-with-past", "generation-components", "text-generation",
-                          "feature-extraction", "forward"}
+    assert set(TASKS) == {"text-generation-with-past", "automatic-speech-recognition", "generation-components",
+                          "text-generation", "feature-extraction", "forward"}
 
 
 # -- the command line ----------------------------------------------------------------------------

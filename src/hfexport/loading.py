@@ -79,7 +79,12 @@ def sample_inputs_for(model: torch.nn.Module, tokenizer: Any = None, prompt: str
         if getattr(config, "is_encoder_decoder", False):
             start = getattr(config, "decoder_start_token_id", None) or 0
             inputs["decoder_input_ids"] = torch.tensor([[start]], dtype=torch.long).repeat(1, 3)
-        if "token_type_ids" in inspect.signature(model.forward).parameters and "token_type_ids" not in inputs:
+        # an encoder's segment ids where no tokenizer says which inputs the model takes; a generative
+        # model's sample is what generate() feeds (GPT-2 takes token_type_ids but its tokenizer gives
+        # none, and a decode graph reading them is no runtime LLM runner's: onnxruntime-genai feeds none)
+        generates = callable(getattr(model, "can_generate", None)) and model.can_generate()
+        if (tokenizer is None and not generates and "token_type_ids" in inspect.signature(model.forward).parameters
+                and "token_type_ids" not in inputs):
             inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
         return inputs
     if first == "pixel_values":

@@ -71,6 +71,27 @@ def _llava_inputs(config: Any) -> dict[str, torch.Tensor]:
                                         generator=generator)}
 
 
+def qwen2_audio_tokens(frames: int) -> int:
+    """The audio tokens Qwen2-Audio's processor writes for a clip of `frames` feature frames (its
+    tower's two stride-2 stages, transformers 5.24 `Qwen2AudioProcessor._process_audio`)."""
+    return ((frames - 1) // 2 + 1 - 2) // 2 + 1
+
+
+def _qwen2_audio_inputs(config: Any) -> dict[str, torch.Tensor]:
+    """A prompt with one clip shorter than the encoder's chunk (19 of its 32 frames, so the capture
+    sees the padding masked): random features, the per-frame mask, one audio token per row of the
+    clip between text tokens, as the processor lays them out."""
+    generator = torch.Generator().manual_seed(1)
+    audio = config.audio_config
+    frames, heard = 2 * audio.max_source_positions, 19
+    ids = torch.cat([torch.tensor([[1, 5, QWEN2_AUDIO_SPECIAL["<|audio_bos|>"]]]),
+                     torch.full((1, qwen2_audio_tokens(heard)), config.audio_token_id),
+                     torch.tensor([[QWEN2_AUDIO_SPECIAL["<|audio_eos|>"], 7, 9]])], dim=1)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "input_features": torch.randn(1, audio.num_mel_bins, frames, generator=generator),
+            "feature_attention_mask": (torch.arange(frames) < heard).int()[None]}  # int32, as the processor's
+
+
 def qwen2_vl_image(config: Any, grid: list[tuple[int, int, int]],
                    seed: int = 1) -> dict[str, torch.Tensor]:
     """Flattened patches and `image_grid_thw` for images of the given `(t, h, w)` patch grids,
@@ -125,6 +146,18 @@ WHISPER_GENERATION = dict(no_timestamps_token_id=127, prev_sot_token_id=125, is_
                           return_timestamps=False)
 
 
+#: `tiny:qwen2_audio`'s audio tokens by name (the config's audio token and the two that bracket a clip).
+QWEN2_AUDIO_SPECIAL = {"<|AUDIO|>": 120, "<|audio_bos|>": 121, "<|audio_eos|>": 122}
+#: Qwen2-Audio's chat template in the tiny tokenizer's words: ChatML turns, a clip as
+#: `<|audio_bos|><|AUDIO|><|audio_eos|>` then a newline (Qwen2-Audio-7B-Instruct's, without its
+#: default system turn and its "Audio N:" label).
+QWEN2_AUDIO_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'audio' %}"
+    "<|audio_bos|><|AUDIO|><|audio_eos|>\n{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
 def tiny_processor(name: str) -> Any:
     """The processor of the image-text or speech preset `name` made offline, or None for the others
     (`load_model("tiny:NAME")` carries it, so its export generates from an image or audio file).
@@ -138,7 +171,9 @@ def tiny_processor(name: str) -> Any:
     transformers 5.24 cannot build without torchvision (`tokenizer_files.buildable_processor_class`).
     Whisper's: a `WhisperFeatureExtractor` of the preset's 8 mel bins over 1 s chunks at 16 kHz (the
     32 frames its encoder takes; a real Whisper's chunk is 30 s), and a byte-level BPE tokenizer of
-    the preset's vocabulary with `WHISPER_SPECIAL`."""
+    the preset's vocabulary with `WHISPER_SPECIAL`. Qwen2-Audio's: the same feature extractor (the 32
+    frames its tower takes), a byte-level BPE tokenizer with ChatML's `<|endoftext|>`, `<|im_start|>`,
+    `<|im_end|>` at 0-2 and `QWEN2_AUDIO_SPECIAL` at 120-122, and `QWEN2_AUDIO_CHAT_TEMPLATE`."""
     name = name.removeprefix("tiny:")
     if name == "llava":
         from transformers import CLIPImageProcessorPil, LlavaProcessor
@@ -159,13 +194,41 @@ def tiny_processor(name: str) -> Any:
         return buildable_processor_class(Qwen2VLProcessor)(image_processor=image_processor, tokenizer=tokenizer,
                                                            chat_template=QWEN2_VL_CHAT_TEMPLATE)
     if name == "whisper":
-        from transformers import WhisperFeatureExtractor, WhisperProcessor
+        from transformers import WhisperProcessor
 
-        # 1 s chunks: 16 000 samples in 32 frames of 8 mel bins, what the tiny encoder takes (2 x max_source_positions)
-        feature_extractor = WhisperFeatureExtractor(feature_size=PRESETS["whisper"].config["num_mel_bins"],
-                                                    sampling_rate=16000, hop_length=500, chunk_length=1, n_fft=1000)
-        return WhisperProcessor(feature_extractor=feature_extractor, tokenizer=_speech_tokenizer())
+        return WhisperProcessor(feature_extractor=_tiny_feature_extractor(), tokenizer=_speech_tokenizer())
+    if name == "qwen2_audio":
+        from transformers import Qwen2AudioProcessor
+
+        return Qwen2AudioProcessor(feature_extractor=_tiny_feature_extractor(), tokenizer=_audio_text_tokenizer(),
+                                   chat_template=QWEN2_AUDIO_CHAT_TEMPLATE)
     return None
+
+
+def _tiny_feature_extractor() -> Any:
+    """A `WhisperFeatureExtractor` of 8 mel bins over 1 s chunks at 16 kHz: 16 000 samples in 32
+    frames, what the tiny speech towers take (2 x max_source_positions; a real Whisper's chunk is 30 s)."""
+    from transformers import WhisperFeatureExtractor
+
+    return WhisperFeatureExtractor(feature_size=8, sampling_rate=16000, hop_length=500, chunk_length=1, n_fft=1000)
+
+
+def _audio_text_tokenizer() -> Any:
+    """`tiny:qwen2_audio`'s tokenizer: a byte-level BPE of the preset's 128 ids, ChatML's special
+    tokens at 0-2 (the config's pad, BOS and EOS), `QWEN2_AUDIO_SPECIAL` at 120-122."""
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = ["transcribe this audio", "what do you hear in this clip", "a tone and some noise",
+              "the quick brown fox jumps over the lazy dog"] * 20
+    first = min(QWEN2_AUDIO_SPECIAL.values())
+    tokenizer = _byte_level_bpe(corpus, first, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], newline=True)
+    tokenizer.add_special_tokens(list(QWEN2_AUDIO_SPECIAL))
+    size = PRESETS["qwen2_audio"].config["text_config"]["vocab_size"]
+    tokenizer.add_special_tokens([f"<unused{i}>" for i in range(size - tokenizer.get_vocab_size())])
+    made = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<|im_start|>", eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>")
+    assert len(made) == size and made.convert_tokens_to_ids(list(QWEN2_AUDIO_SPECIAL)) == [120, 121, 122]
+    return made
 
 
 def _speech_tokenizer() -> Any:
@@ -368,6 +431,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
                                    spatial_merge_size=2, temporal_patch_size=2),
                 image_token_id=120, video_token_id=121, vision_start_token_id=122, vision_end_token_id=123),
            _qwen2_vl_inputs, "multimodal", True),
+    Preset("qwen2_audio", "Qwen2AudioForConditionalGeneration", "Qwen2AudioConfig",
+           # at transformers' default 0.02 the tiny model writes the same tokens for a tone and for noise
+           # (the audio rows barely move the logits), so no test of the audio path could fail
+           dict(audio_config=dict(d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                                  num_mel_bins=8, max_source_positions=16, init_std=0.1),
+                text_config=dict(_TEXT, bos_token_id=1, eos_token_id=2, pad_token_id=0, initializer_range=0.1),
+                audio_token_id=QWEN2_AUDIO_SPECIAL["<|AUDIO|>"], initializer_range=0.1),
+           _qwen2_audio_inputs, "multimodal", True, generation=dict(bos_token_id=1, eos_token_id=2, pad_token_id=0)),
     Preset("bert", "BertModel", "BertConfig",
            dict(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=128),

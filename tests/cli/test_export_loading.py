@@ -152,3 +152,20 @@ def test_gguf_file_in_a_missing_local_folder_is_not_taken_for_a_hub_repo(tmp_pat
     pytest.importorskip("gguf")
     assert main(["export", str(tmp_path / "nowhere"), "--gguf-file", "x.gguf", "-q", "-o", str(tmp_path / "o")]) == 1
     assert "is not a folder (nor a hub repo id" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("preset", "with_tokenizer", "segment_ids"), [
+    ("gpt2", False, False),  # generate() feeds a GPT-2 no token_type_ids, nor does onnxruntime-genai
+    ("gpt2", True, False),   # nor does its tokenizer give any
+    ("bert", False, True),   # an encoder's segment ids, where no tokenizer says which inputs it takes
+])
+def test_a_folders_sample_holds_token_type_ids_only_where_the_model_is_fed_them(preset, with_tokenizer, segment_ids):
+    """A folder's sample inputs (`loading.sample_inputs_for`): a GPT-2 exported from its folder took
+    `token_type_ids` its tokenizer never gives, so its LLM package's decode graph read them and
+    onnxruntime-genai could not run it (tests/backends/onnx/test_genai.py's GPT-2)."""
+    from hfexport.loading import sample_inputs_for
+    from hfexport.presets import build_preset
+
+    model, _ = build_preset(preset)
+    inputs = sample_inputs_for(model, tiny_bpe_tokenizer() if with_tokenizer else None)
+    assert ("token_type_ids" in inputs) == segment_ids, sorted(inputs)

@@ -24,6 +24,7 @@ import torch
 
 from hfexport import GenerationRunner
 from hfexport.cli.main import main
+from hfexport.errors import PrepareError
 from hfexport.presets import build_preset, tiny_processor
 from tests.harness import require_backend
 
@@ -110,7 +111,9 @@ def test_generate_from_an_audio_file_equals_generate(speech_export, whisper, fmt
     processor = whisper[1]
     manifest = json.loads((folder / "manifest.json").read_text())
     assert {"processor_config.json", "tokenizer.json", "generation_config.json"} <= set(manifest["files"])
-    assert list(manifest["components"]) == ["encoder", "prefill", "decode"]
+    # OpenVINO's speech folder also holds the decoder WhisperPipeline opens (tests/backends/openvino/test_whisper.py)
+    assert list(manifest["components"]) == ["encoder", "prefill", "decode",
+                                            *(["whisper_decoder"] if fmt == "openvino" else [])]
     wav = _write_clip(tmp_path / "tone.wav", *CLIPS[0])
     done = _hfexport("generate", str(folder), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -125,6 +128,30 @@ def test_generate_from_an_audio_file_equals_generate(speech_export, whisper, fmt
     assert result.tokens == tokens
     for got, expected in zip(result.logits, logits, strict=True):
         torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "runner"), [("onnx", "onnxruntime-genai"), ("executorch", "TextLLMRunner")])
+def test_the_flagless_export_is_the_components_where_the_runtime_has_no_speech_runner(whisper, fmt, runner,
+                                                                                      tmp_path):
+    """No task flag: `--task auto` picks `automatic-speech-recognition`, which writes the components
+    (OpenVINO's WhisperPipeline folder: tests/backends/openvino/test_whisper.py); the manifest says
+    why the runtime's runner does not open them, and `hfexport generate --audio` gives eager's tokens."""
+    require_backend(fmt)
+    pytest.importorskip("soundfile")
+    done = _hfexport("export", "tiny:whisper", "-f", fmt, "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["task"]["name"] == "automatic-speech-recognition"
+    assert list(manifest["components"]) == ["encoder", "prefill", "decode"]
+    entry = manifest["runtime_package"]
+    assert entry["runner"] == runner and not entry["ready"] and entry["why"] == report["runner"]["why"], entry
+    wav = _write_clip(tmp_path / "tone.wav", *CLIPS[0], seed=4)
+    done = _hfexport("generate", str(tmp_path / "out"), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS),
+                     "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["tokens"] == _eager(whisper, _features(whisper[1], wav))[0]
 
 
 @pytest.mark.slow
@@ -230,6 +257,16 @@ def test_a_prompt_on_a_speech_export_exits_2_naming_audio(speech_export, capsys)
 
 
 @pytest.mark.slow
+def test_a_prompt_with_audio_on_whisper_exits_2(speech_export, tmp_path, capsys):
+    """Whisper takes the clip alone (an audio-text LLM takes `--prompt` too: test_audio_llm.py)."""
+    clip = _write_clip(tmp_path / "tone.wav", *CLIPS[0])
+    assert main(["generate", str(speech_export("dynamo")), "--audio", str(clip), "--prompt", "hi"]) == 2
+    assert "goes without --prompt: drop --prompt" in capsys.readouterr().err
+    with pytest.raises(PrepareError, match="it takes the clip alone"):
+        GenerationRunner.load(speech_export("dynamo")).generate_from_audio(clip, prompt="hi")
+
+
+@pytest.mark.slow
 def test_audio_on_a_text_only_export_exits_2(saved_generation, tmp_path, capsys):
     pytest.importorskip("soundfile")
     clip = _write_clip(tmp_path / "tone.wav", *CLIPS[0])
@@ -285,9 +322,10 @@ def test_a_clip_longer_than_the_chunk_is_refused_not_cut(whisper):
         audio_features(whisper[1], np.zeros(20000, dtype=np.float32))
 
 
-@pytest.mark.parametrize("other", [["--chat", "hello"], ["--prompt-ids", "1,2"], ["--prompt", "hi"]])
+@pytest.mark.parametrize("other", [["--chat", "hello"], ["--prompt-ids", "1,2"]])
 def test_audio_goes_without_a_prompt(tmp_path, capsys, other):
-    """Refused before the export is opened (the folder need not exist)."""
+    """Refused before the export is opened (the folder need not exist); `--prompt`, which an audio-text
+    export takes with `--audio`, once the export is opened (`test_a_prompt_with_audio_on_whisper_exits_2`)."""
     assert main(["generate", str(tmp_path), "--audio", "clip.wav", *other]) == 2
     err = capsys.readouterr().err
     assert f"goes without {other[0]}: drop {other[0]}" in err
@@ -308,3 +346,17 @@ def test_generate_without_any_input_exits_2(tmp_path, capsys):
     assert main(["generate", str(tmp_path)]) == 2
     assert "--prompt-ids 1,2,3, --prompt TEXT or --chat MESSAGE, or with a speech export --audio FILE" in \
         capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_chat_on_a_speech_export_says_to_transcribe_with_audio(speech_export, capsys, monkeypatch):
+    """`hfexport chat` on a Whisper export names `generate --audio`, not `--prompt` (which a speech export
+    refuses too); exit 1, as its other refusals (no tokenizer, no chat template)."""
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    folder = speech_export("dynamo")
+    assert main(["chat", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert f"{folder} is a speech export: it transcribes audio" in err and f"generate {folder} --audio FILE" in err
+    assert "--prompt" not in err

@@ -78,6 +78,7 @@ _ROLES_BY_NAME = {
     "decoder_attention_mask": ("batch", "decoder_sequence"),
     "pixel_values": ("batch", "channels", "height", "width"),
     "input_features": ("batch", "features", "frames"),
+    "feature_attention_mask": ("batch", "frames"),  # an audio-text LLM's per-frame mask (Qwen2-Audio's)
     "input_values": ("batch", "samples"),
     "cache_position": ("sequence",),
     "last_hidden_state": ("batch", "encoder_sequence", None),  # an encoder-decoder's `encoder_outputs`

@@ -67,8 +67,11 @@ class ExportRecord:
         return [_side(name, "input") for name in self.input_names]
 
     def named_outputs(self) -> list[str]:
-        """Output names for runtimes with named outputs: cache leaves as `output.cache.<layer>.<tensor>`."""
-        return [_side(name, "output") for name in self.output_names]
+        """Output names for runtimes with named outputs: cache leaves as `output.cache.<layer>.<tensor>`,
+        and an output named as an input (a forward handing back its mask, Qwen2-Audio's
+        `attention_mask`) as `output.<name>`, since an ONNX graph names each value once."""
+        taken = set(self.input_names)
+        return [f"output.{name}" if name in taken else _side(name, "output") for name in self.output_names]
 
     def summary(self) -> dict[str, Any]:
         """The record as the report shows it: inputs with their shapes, outputs, details."""

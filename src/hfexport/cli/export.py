@@ -25,7 +25,7 @@ NAME = "export"
 OUTPUT_REFUSED = 2
 VALIDATION_FAILED = 3
 #: the `--task` values a generation export (`--llm-runner`) may come with
-_GENERATING_TASKS = ("auto", "text-generation-with-past", "generation-components")
+_GENERATING_TASKS = ("auto", "text-generation-with-past", "automatic-speech-recognition", "generation-components")
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -67,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", required=True, help="output folder (must be new or empty, see --overwrite)")
     parser.add_argument("--task", default="auto", choices=["auto", *TASKS], metavar="TASK",
                         help="what to export: %(choices)s (default: auto: a causal LM gets its runtime's LLM package "
-                        "(text-generation-with-past), other models one graph (forward); --generate keeps its meaning). "
+                        "(text-generation-with-past), a speech encoder-decoder its speech package (automatic-speech-recognition), "
+                        "other models one graph (forward); --generate keeps its meaning). "
                         + "; ".join(f"{task.name}: {task.description}" for task in TASKS.values()))
     parser.add_argument("--static", action="store_true", help="export static shapes (default: dynamic=True)")
     parser.add_argument("--delegate", choices=DELEGATES, metavar="DELEGATE",

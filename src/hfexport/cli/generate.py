@@ -1,7 +1,8 @@
 """`hfexport generate DIR --prompt-ids 1,2,3` (or `--prompt TEXT`, or `--chat MESSAGE`): generate with
 the components of a saved export; `--image-inputs FILE.npz` adds an image-text export's image arrays,
 `--image PATH --prompt TEXT` an image file read with the processor saved in the export; `--audio PATH`
-(or `--audio-inputs FILE.npz`) transcribes a clip with a speech export, in place of a prompt."""
+(or `--audio-inputs FILE.npz`) transcribes a clip with a speech export, in place of a prompt, or asks an
+audio-text export about it with `--prompt`."""
 
 from __future__ import annotations
 
@@ -64,20 +65,26 @@ def _check_image_options(args) -> None:
 
 
 def _check_audio_options(args) -> None:
-    """`--audio` and `--audio-inputs` stand in for a prompt (one of the four is needed), and `--audio`
-    needs soundfile and scipy (exit 2 otherwise, before any loading)."""
+    """`--audio` and `--audio-inputs` stand in for a prompt (one of the four is needed) or go with one
+    (an audio-text LLM's question: `--prompt` with `--audio`, `--prompt-ids` with `--audio-inputs`),
+    and `--audio` needs soundfile and scipy (exit 2 otherwise, before any loading)."""
     clip = "--audio" if args.audio is not None else "--audio-inputs" if args.audio_inputs is not None else None
     if clip is None:
         if args.prompt_ids is None and args.prompt is None and args.chat is None:
             raise UsageError("give the input: --prompt-ids 1,2,3, --prompt TEXT or --chat MESSAGE, or with a speech "
                              "export --audio FILE")
         return
+    # an audio-text LLM's prompt: text the processor places the clip's tokens in, or ids already holding them
+    allowed = "--prompt" if clip == "--audio" else "--prompt-ids"
     given = next((name for name, value in (("--chat", args.chat), ("--prompt", args.prompt),
                                            ("--prompt-ids", args.prompt_ids), ("--image", args.image),
-                                           ("--image-inputs", args.image_inputs)) if value is not None), None)
+                                           ("--image-inputs", args.image_inputs))
+                  if value is not None and name != allowed), None)
     if given is not None:
-        raise UsageError(f"{clip} is the whole input of a speech export, so it goes without {given}: drop {given} "
-                         "(the decoder's prompt comes from the generation config saved in the export)")
+        placed = ", the processor placing the audio tokens" if clip == "--audio" else " holding the audio tokens"
+        raise UsageError(f"{clip} goes without {given}: drop {given} (a speech export's decoder prompt comes from "
+                         f"the generation config saved in the export; an audio-text export takes {allowed} with "
+                         f"{clip}{placed})")
     missing = [name for name in ("soundfile", "scipy") if not is_importable(name)]
     if clip == "--audio" and missing:
         raise UsageError(f"--audio needs {' and '.join(missing)} to read and resample the clip, which "
@@ -86,20 +93,35 @@ def _check_audio_options(args) -> None:
 
 
 def _generate_from_audio(args, runner, limit: int, options: dict):
-    """`runner.generate_from_audio` on `--audio`, or `generate` on the arrays of `--audio-inputs`; an
-    export or a clip that cannot be read this way exits 2, saying why."""
-    if not runner.is_speech:
-        clip = "--audio" if args.audio is not None else "--audio-inputs"
-        raise UsageError(f"{clip} needs a speech export (an encoder taking input_features, as Whisper's); "
-                         f"{args.export_dir} is not one: drop {clip} and give a prompt")
+    """`runner.generate_from_audio` on `--audio` (and an audio-text LLM's `--prompt`), or `generate` on
+    the arrays of `--audio-inputs` (and an audio-text LLM's `--prompt-ids`, or the arrays' `input_ids`);
+    an export or a clip that cannot be read this way exits 2, saying why."""
+    clip = "--audio" if args.audio is not None else "--audio-inputs"
+    if not runner.takes_audio:
+        raise UsageError(f"{clip} needs a speech export (an encoder taking input_features, as Whisper's, or an "
+                         f"audio-text model's audio encoder); {args.export_dir} is not one: drop {clip} and give a "
+                         "prompt")
+    prompt = "--prompt" if args.prompt is not None else "--prompt-ids" if args.prompt_ids is not None else None
+    if runner.is_speech and prompt is not None:
+        raise UsageError(f"{clip} is the whole input of a speech encoder-decoder's export, so it goes without "
+                         f"{prompt}: drop {prompt} (the decoder's prompt comes from the generation config saved in "
+                         "the export)")
     if args.audio is not None and not runner.export.has_processor:
         raise UsageError(f"{args.export_dir} holds no feature extractor to read audio with: export again from a model "
                          f"folder that has its processor (preprocessor_config.json), {_AUDIO_ARRAYS_INSTEAD}")
     try:
         if args.audio_inputs is not None:
-            return runner.generate([], max_new_tokens=limit, **options, **_npz_arrays(args.audio_inputs))
+            arrays = _npz_arrays(args.audio_inputs)
+            if runner.is_speech:
+                return runner.generate([], max_new_tokens=limit, **options, **arrays)
+            ids = _prompt_ids(args, runner) if args.prompt_ids is not None else arrays.pop("input_ids", None)
+            if ids is None:
+                raise UsageError(f"{args.audio_inputs} holds no input_ids: pass the prompt's ids, holding one audio "
+                                 "token per row of the clip, with --prompt-ids, or save the processor's whole output")
+            arrays.pop("attention_mask", None)
+            return runner.generate(ids, max_new_tokens=limit, **options, **arrays)
         runner.processor()
-        return runner.generate_from_audio(args.audio, max_new_tokens=limit, **options)
+        return runner.generate_from_audio(args.audio, max_new_tokens=limit, prompt=args.prompt, **options)
     except ImportError as error:  # soundfile or scipy, or what transformers needs for the feature extractor
         raise UsageError(f"cannot read {args.audio} with {args.export_dir}'s feature extractor: "
                          f"{str(error).strip().splitlines()[0]}") from error
@@ -192,10 +214,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     audio.add_argument("--audio", metavar="PATH",
                        help="with a speech export (Whisper), in place of a prompt: a WAV or FLAC file (soundfile: pip "
                        "install \"hfexport[audio]\"), mixed to mono, resampled and turned into features by the "
-                       "feature extractor saved in the export; prints the transcript")
+                       "feature extractor saved in the export; prints the transcript. With an audio-text export "
+                       "(Qwen2-Audio), the clip goes with --prompt TEXT (default: a transcription request), "
+                       "formatted with the processor's chat template")
     audio.add_argument("--audio-inputs", metavar="FILE.npz",
                        help="with a speech export, in place of a prompt: the feature extractor's arrays "
-                       "(input_features) saved with numpy.savez")
+                       "(input_features) saved with numpy.savez; with an audio-text export, the processor's "
+                       "arrays (input_features, feature_attention_mask, and input_ids or --prompt-ids)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default 16, 256 with --chat")
     parser.add_argument("--min-new-tokens", type=int, default=0)
     parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")

@@ -99,7 +99,8 @@ def run_generate(arch: str, backend: str, image: bool = False) -> dict[str, Any]
         if failed is not None:
             return failed
         summary: dict[str, Any] = {"components": list(result.artifacts)}
-        if PRESETS[arch].kind == "multimodal" and not image:
+        # an image-text model's tokens are the generate-image mode's; an audio-text model's, from its clip, here
+        if PRESETS[arch].kind == "multimodal" and "audio_config" not in PRESETS[arch].config and not image:
             return {**summary, "status": "ok", "tokens": "in the generate-image mode"}
         _stage("tokens")
         prompt = {k: v for k, v in result.inputs.items() if not k.startswith("decoder_")}

@@ -74,11 +74,13 @@ def merge_results(previous: list[CaseResult], new: list[CaseResult]) -> list[Cas
 
 
 def applicable(arch: str, mode: str) -> bool:
-    """`generate` only for models that generate, `generate-image` only for image-text models that do."""
+    """`generate` only for models that generate, `generate-image` only for image-text models that do
+    (an audio-text model's `generate` compares the tokens of its prompt's clip)."""
     from ..presets import PRESETS
 
     if mode == "generate-image":
-        return PRESETS[arch].generative and PRESETS[arch].kind == "multimodal"
+        preset = PRESETS[arch]
+        return preset.generative and preset.kind == "multimodal" and "audio_config" not in preset.config
     return mode == "export" or PRESETS[arch].generative
 
 

@@ -18,7 +18,7 @@ import functools
 from typing import Any
 
 from ..capture.record import record_of
-from ..generation.multimodal import image_prompt_entry
+from ..generation.multimodal import audio_prompt_entry, image_prompt_entry
 from .package import FolderContext, GenerationPlan
 
 __all__ = ["FolderContents", "KINDS", "merged_generation_config"]
@@ -75,11 +75,11 @@ class FolderContents:
 
     def manifest_entries(self, artifacts: dict[str, Any]) -> dict[str, Any]:
         """The manifest's entries from these contents: a generation folder's cache kind and image
-        prompt, then `extra`."""
+        or audio prompt, then `extra`."""
         derived = {}
         if self.kind == "generation":
             derived = {**_cache_kind(artifacts, self.saved_generation_config),
-                       **image_prompt_entry(self.model, artifacts)}
+                       **image_prompt_entry(self.model, artifacts), **audio_prompt_entry(self.model, artifacts)}
         return {**derived, **(self.extra or {})}
 
     def folder_context(self, component_files: dict[str, list[str]]) -> FolderContext:

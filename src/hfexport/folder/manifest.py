@@ -58,7 +58,7 @@ _HASHED_VERSION = 3
 #: The runtimes' own runners an export folder can be the package of (`runtime_package.runner`),
 #: with the format whose folders each opens.
 RUNNERS = {"onnxruntime-genai": "onnx", "LLMPipeline": "openvino", "VLMPipeline": "openvino",
-           "TextLLMRunner": "executorch", "MultimodalRunner": "executorch"}
+           "WhisperPipeline": "openvino", "TextLLMRunner": "executorch", "MultimodalRunner": "executorch"}
 #: The `runtime_package.settings` that name a file of the folder (`models`: several), each of which
 #: must be listed: a runner is handed them by name.
 _PACKAGE_FILE_SETTINGS = ("program", "data", "model")

@@ -252,11 +252,15 @@ class RunnerRequest:
         max_new_tokens: how many tokens to generate at most.
         eos_token_ids: the ids that end generation early (the token itself is returned), as
             eager `generate` stops at the model's `eos_token_id`; empty: none.
+        audio: a speech runner's input instead of a prompt: mono float32 samples at the model's
+            feature extractor's sampling rate, which the runner turns into features itself (its
+            decoder prompt is its own, from the folder's generation config); None: a text prompt.
     """
 
     prompt_ids: tuple[int, ...]
     max_new_tokens: int
     eos_token_ids: tuple[int, ...] = ()
+    audio: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

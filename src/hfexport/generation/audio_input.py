@@ -1,9 +1,12 @@
 """Generation from an audio file: the feature extractor saved with a speech export (Whisper's) turns
-a clip into the `input_features` its encoder takes.
+a clip into the `input_features` its encoder takes; an audio-text LLM's processor (Qwen2-Audio's)
+turns a clip and a text prompt into the prompt's ids, one audio token per row of the clip, and the
+features with their per-frame mask.
 
 ```python
 runner = GenerationRunner.load("out/whisper-gen")   # hfexport export MODEL --generate, with its processor
 runner.generate_from_audio("clip.wav", max_new_tokens=32).text
+GenerationRunner.load("out/qwen2-audio-gen").generate_from_audio("clip.wav", prompt="What do you hear?")
 ```
 
 # NOTE: the features are the saved feature extractor's own, so the tokens equal eager
@@ -13,7 +16,9 @@ runner.generate_from_audio("clip.wav", max_new_tokens=32).text
 # extractor's `sampling_rate` with scipy's polyphase filter (`resample_poly`). A clip longer than the
 # extractor's chunk (`n_samples`: 30 s for Whisper) is refused rather than cut: the extractor would
 # drop the rest without a word, and transformers' long-form generation (30 s windows moved on by the
-# timestamps the model writes) is not hfexport's yet.
+# timestamps the model writes) is not hfexport's yet. An audio-text LLM's prompt is its processor's
+# work, as an image-text model's is (`image_input.py`): the chat template places the clip, the
+# processor repeats the audio token once per row the clip gives.
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ import numpy as np
 from .._versions import pip_line
 from ..errors import PrepareError
 
-__all__ = ["AUDIO_INPUT_NAMES", "read_audio", "audio_features"]
+__all__ = ["AUDIO_INPUT_NAMES", "DEFAULT_AUDIO_PROMPT", "read_audio", "audio_clip", "audio_features",
+           "audio_prompt_text", "audio_prompt_inputs", "sample_clip"]
 
 #: The feature extractor's outputs a speech encoder takes (`GenerationRunner.is_speech`).
 AUDIO_INPUT_NAMES = ("input_features",)
+#: What an audio-text LLM is asked about a clip when the caller gives no prompt.
+DEFAULT_AUDIO_PROMPT = "Transcribe the audio."
 #: The remedy of a clip this install or this export cannot read.
 _ARRAYS_INSTEAD = "or pass the feature extractor's arrays: --audio-inputs FILE.npz (input_features=...)"
 
@@ -59,10 +67,10 @@ def read_audio(path: str | os.PathLike, sampling_rate: int) -> np.ndarray:
     return _as_mono(samples, rate, sampling_rate)
 
 
-def audio_features(processor: Any, audio: Any, sampling_rate: int | None = None) -> dict[str, Any]:
-    """The encoder inputs (`AUDIO_INPUT_NAMES`) the feature extractor of `processor` (a speech
-    processor, or a feature extractor) makes of `audio`: a file (`read_audio`), or samples at
-    `sampling_rate` Hz (default: the extractor's), `[samples]` or `[samples, channels]`.
+def audio_clip(processor: Any, audio: Any, sampling_rate: int | None = None) -> np.ndarray:
+    """The samples the feature extractor of `processor` (a speech processor, or a feature extractor)
+    is given for `audio`: a file (`read_audio`), or samples at `sampling_rate` Hz (default: the
+    extractor's), `[samples]` or `[samples, channels]`; float32 mono at the extractor's rate.
 
     Raises:
         PrepareError: the clip is longer than the extractor's chunk (`n_samples`), or unreadable.
@@ -83,8 +91,62 @@ def audio_features(processor: Any, audio: Any, sampling_rate: int | None = None)
             f"{where} is {clip.shape[0] / rate:.2f} s long; the model's feature extractor takes at most {limit / rate:.2f} s "
             f"({limit} samples at {rate} Hz), and hfexport does not yet cut long audio into chunks as transformers' "
             "long-form generation does", remedy=f"cut it into clips of at most {limit / rate:.2f} s and generate from each")
-    features = extractor(clip, sampling_rate=rate, return_tensors="pt")
+    return clip
+
+
+def audio_features(processor: Any, audio: Any, sampling_rate: int | None = None) -> dict[str, Any]:
+    """The encoder inputs (`AUDIO_INPUT_NAMES`) the feature extractor of `processor` makes of `audio`
+    (`audio_clip`: a file or samples).
+
+    Raises:
+        PrepareError: the clip is longer than the extractor's chunk (`n_samples`), or unreadable.
+    """
+    extractor = getattr(processor, "feature_extractor", processor)
+    clip = audio_clip(processor, audio, sampling_rate)
+    features = extractor(clip, sampling_rate=int(extractor.sampling_rate), return_tensors="pt")
     return {name: features[name] for name in AUDIO_INPUT_NAMES if name in features}
+
+
+def sample_clip(extractor: Any, seed: int = 0) -> np.ndarray:
+    """A clip made offline for a speech export's checks: float32 mono samples at `extractor`'s
+    sampling rate, 0.6 of its chunk long (`n_samples`; 1 s where it has none), a tone of 440 Hz and
+    one of 660 Hz with noise (seeded)."""
+    rate = int(extractor.sampling_rate)
+    length = int(0.6 * (getattr(extractor, "n_samples", None) or rate))
+    t = np.arange(length) / rate
+    noise = np.random.default_rng(seed).standard_normal(length)
+    return (0.4 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * 660 * t) + 0.05 * noise).astype(np.float32)
+
+
+def audio_prompt_text(processor: Any, prompt: str | None) -> str:
+    """The text an audio-text LLM's processor is given with one clip: `prompt` (default
+    `DEFAULT_AUDIO_PROMPT`) as it is where it already holds the processor's audio token; else one user
+    turn (the clip, then `prompt`) formatted with the processor's chat template and its generation
+    prompt; else, without a template, the audio token then `prompt`."""
+    token = getattr(processor, "audio_token", None)
+    if token is None:
+        raise PrepareError(f"the saved processor ({type(processor).__name__}) names no audio token",
+                           remedy="pass the processor's arrays and the prompt's ids: --audio-inputs FILE.npz "
+                           "(input_ids, input_features, its mask)")
+    prompt = DEFAULT_AUDIO_PROMPT if prompt is None else prompt
+    if token in prompt:
+        return prompt
+    if getattr(processor, "chat_template", None):
+        messages = [{"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": prompt}]}]
+        return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return token + prompt
+
+
+def audio_prompt_inputs(processor: Any, audio: Any, prompt: str | None,
+                        sampling_rate: int | None = None) -> dict[str, Any]:
+    """The processor's tensors for one clip (`audio_clip`) and `prompt` (`audio_prompt_text`): the
+    prompt's `input_ids`, with one audio token per row of the clip, and the features and their
+    per-frame mask (Qwen2-Audio's `input_features`, `feature_attention_mask`)."""
+    clip = audio_clip(processor, audio, sampling_rate)
+    rate = int(processor.feature_extractor.sampling_rate)
+    inputs = processor(text=[audio_prompt_text(processor, prompt)], audio=[clip], sampling_rate=rate,
+                       return_tensors="pt")
+    return {name: value for name, value in inputs.items() if name != "attention_mask"}
 
 
 def _as_mono(samples: np.ndarray, rate: int, target: int) -> np.ndarray:

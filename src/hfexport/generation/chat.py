@@ -109,6 +109,9 @@ class ChatSession:
     def __init__(self, runner: GenerationRunner, *, system: str | None = None):
         tokenizer = runner.export.tokenizer
         folder = runner.export.directory
+        if runner.is_speech:  # before the template: its remedy (a text prompt) is refused on a speech export too
+            raise ExportError(f"{folder} is a speech export: it transcribes audio, it does not chat",
+                              remedy=f"`hfexport generate {folder} --audio FILE` transcribes a wav or flac file")
         # what runs on this folder without a chat template: text where it has a tokenizer, else token ids
         instead = (f"`hfexport generate {folder} --prompt TEXT` generates from raw text" if tokenizer is not None
                    else f"`hfexport generate {folder} --prompt-ids 1,2,3` generates from token ids")

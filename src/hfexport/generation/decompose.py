@@ -36,6 +36,7 @@ import torch.utils._pytree as pytree
 from ..capture.prepare import inference_mode, model_name, normalize_inputs
 from ..capture.pytree import is_static_cache
 from ..errors import PrepareError
+from .audio_tower import audio_tower_component, without_audio_inputs
 from .caches import CACHE_KEYS, full_length_caches
 from .components import PROJECTOR_NAMES, Component, interface_kwargs, watched_modules
 from .front import fronted
@@ -175,6 +176,9 @@ def decompose_for_generation(
                 raise PrepareError(f"{part} of {name} was not called during generate()",
                                    model=name, remedy="report this model class; it needs support")
             components[part] = (watched[part], calls[part][0])
+        if "audio_encoder" in components:
+            components["audio_encoder"] = audio_tower_component(*components["audio_encoder"], kwargs, model_name=name,
+                                                                for_runner=runner_components)
         if runner_components:
             components["text_embeddings"] = _text_embeddings(model, kwargs)
     else:
@@ -185,6 +189,9 @@ def decompose_for_generation(
             components["prefill"] = (_static_prefill(model, top_calls[0], top_calls[1], kwargs) if static
                                      else _with_causal_mask(model, [top_calls[0]], top_calls[0], kwargs, past=0))
     decode = merge_decode_steps(top_calls[1], top_calls[2]) if multi_token_decode else top_calls[1]
+    if "audio_encoder" in components:  # the audio is in the cache after the prefill
+        audio = tuple(k for k in components["audio_encoder"][1] if k in kwargs)
+        decode = without_audio_inputs(decode, audio, lambda step, candidate: _same_logits(model, step, model, candidate))
     prompt_length = kwargs["input_ids"].shape[1] if isinstance(kwargs.get("input_ids"), torch.Tensor) else 0
     components["decode"] = _with_causal_mask(model, top_calls[1:needed], decode, kwargs, past=prompt_length)
     if "prefill" not in components and not is_static_cache(next((decode[k] for k in CACHE_KEYS if k in decode), None)):

@@ -51,7 +51,7 @@ from ..folder.generation_export import GenerationExport
 from .audio_input import AUDIO_INPUT_NAMES
 from .decoder_prompt import DETECT_LANGUAGE, check_decoder_length, decoder_prompt, detected_language
 from .greedy import GreedySteps
-from .multimodal import ImagePrefill
+from .multimodal import AudioPrefill, ImagePrefill
 from .result import GenerationResult, as_token_list
 
 __all__ = ["GenerationRunner", "GenerationResult"]
@@ -102,15 +102,15 @@ class GenerationRunner:
     def __init__(self, export: GenerationExport, *, engine: str = "auto"):
         self.export = export
         names = set(export.components)
-        if names & set(_MULTIMODAL) and not {"image_encoder", "text_embeddings"} <= names or "audio_encoder" in names:
+        if names & set(_MULTIMODAL) and not ({"image_encoder", "text_embeddings"} <= names
+                                             or {"audio_encoder", "text_embeddings"} <= names):
             raise ExportError(
                 f"{export.directory} holds multimodal components ({', '.join(sorted(names))}); the runner drives "
-                "text decoders, encoder-decoders and image-text models exported with a text_embeddings component",
-                remedy="export an image-text model with `hfexport export MODEL --generate` (export_to_folder), whose "
+                "text decoders, encoder-decoders, and image-text and audio-text models exported with a "
+                "text_embeddings component",
+                remedy="export the model with `hfexport export MODEL --generate` (export_to_folder), whose "
                 "folder adds text_embeddings to the documented components, or from Python export "
-                "decompose_for_generation(model, inputs, runner_components=True) with exporter.export_components; "
-                "for an audio model, run the audio encoder and projector yourself and feed language_model/decode "
-                "(the components' inputs are listed in manifest.json)",
+                "decompose_for_generation(model, inputs, runner_components=True) with exporter.export_components",
             )
         if "decode" not in names:
             raise ExportError(f"{export.directory} has no 'decode' component", remedy="export with --generate")
@@ -131,6 +131,8 @@ class GenerationRunner:
         self._attends: dict[tuple, bool] = {}  # `attends_written_slots`, per record and mask shape
         self.use_fast_path = True  # greedy decode steps through `greedy.GreedySteps` where they can run
         self.image_prefill = ImagePrefill(self) if "image_encoder" in names else None
+        #: an audio-text LLM's prefill (Qwen2-Audio's): the clip's rows merged at the audio tokens
+        self.audio_prefill = AudioPrefill(self) if "audio_encoder" in names else None
         # a speech encoder-decoder (Whisper): its encoder takes the feature extractor's `input_features`
         self.is_speech = "encoder" in names and any(
             name in AUDIO_INPUT_NAMES for name in self.records["encoder"].input_names)
@@ -199,7 +201,9 @@ class GenerationRunner:
                 (`transformers.TextStreamer(tokenizer, skip_prompt=True)` prints the answer as it comes).
             encoder_inputs: other encoder inputs by name (`input_features=` for speech models; for an
                 image-text export the processor's image inputs, `pixel_values=` and Qwen2-VL's
-                `image_grid_thw=`, with the image tokens in `input_ids`: `multimodal.py`).
+                `image_grid_thw=`, with the image tokens in `input_ids`: `multimodal.py`; for an
+                audio-text export the processor's `input_features=` and `feature_attention_mask=`, with
+                the audio tokens in `input_ids`).
         """
         start = time.perf_counter()
         prompt = _as_prompt(input_ids)
@@ -251,32 +255,49 @@ class GenerationRunner:
         inputs = image_prompt_inputs(processor, image, prompt)
         return self.generate(inputs.pop("input_ids"), max_new_tokens, **options, **inputs)
 
-    def generate_from_audio(self, audio: Any, max_new_tokens: int = 16, *, sampling_rate: int | None = None,
-                            **options: Any) -> GenerationResult:
-        """Generate from a speech clip with the feature extractor saved in the export (a speech
-        encoder-decoder's, Whisper's): `audio` is a file (wav, flac: `audio_input.read_audio`) or an
-        array of samples at `sampling_rate` (default: the feature extractor's), mixed to mono and
-        resampled as a file is. `options` are `generate`'s. Greedy tokens equal
-        `model.generate(input_features=feature_extractor(clip)["input_features"], do_sample=False)`'s;
-        `result.text` is the transcript.
+    def generate_from_audio(self, audio: Any, max_new_tokens: int = 16, *, prompt: str | None = None,
+                            sampling_rate: int | None = None, **options: Any) -> GenerationResult:
+        """Generate from a speech clip with the processor saved in the export: `audio` is a file
+        (wav, flac: `audio_input.read_audio`) or an array of samples at `sampling_rate` (default: the
+        feature extractor's), mixed to mono and resampled as a file is. `options` are `generate`'s;
+        `result.text` is the transcript (the answer).
+
+        A speech encoder-decoder (Whisper) takes the clip alone: greedy tokens equal
+        `model.generate(input_features=feature_extractor(clip)["input_features"], do_sample=False)`'s.
+        An audio-text LLM (Qwen2-Audio) takes `prompt` too (default `audio_input.DEFAULT_AUDIO_PROMPT`),
+        formatted with the processor's chat template (`audio_input.audio_prompt_text`): greedy tokens
+        equal `model.generate(**processor(text=..., audio=...), do_sample=False)`'s.
 
         Raises:
-            PrepareError: the export is not a speech model's or holds no feature extractor, the file
-                cannot be read, or the clip is longer than the feature extractor's chunk.
+            PrepareError: the export is not a speech model's or holds no feature extractor, a prompt
+                given to a speech encoder-decoder, the file cannot be read, or the clip is longer
+                than the feature extractor's chunk.
             ImportError: soundfile or scipy is missing (`pip install "hfexport[audio]"`).
         """
-        from .audio_input import audio_features
+        from .audio_input import audio_features, audio_prompt_inputs
 
-        if not self.is_speech:
+        if not self.takes_audio:
             raise PrepareError(f"{self.export.directory} is not a speech export (its components take no "
                                "input_features)", remedy="generate from it with a text prompt, or export a speech "
-                               "model (hfexport export tiny:whisper --generate)")
+                               "model (hfexport export tiny:whisper --generate, tiny:qwen2_audio)")
+        if prompt is not None and self.is_speech:
+            raise PrepareError(f"{self.export.directory} is a speech encoder-decoder's export: it takes the clip alone",
+                               remedy="drop the prompt (the decoder's prompt comes from the saved generation config)")
         processor = self.processor()
         if getattr(processor, "feature_extractor", None) is None:
             raise PrepareError(f"{self.export.directory} holds no feature extractor to read audio with",
                                remedy="pass the feature extractor's arrays to generate() (input_features=...), or "
                                "export again from a model folder that has its processor (preprocessor_config.json)")
-        return self.generate([], max_new_tokens, **options, **audio_features(processor, audio, sampling_rate))
+        if self.is_speech:
+            return self.generate([], max_new_tokens, **options, **audio_features(processor, audio, sampling_rate))
+        inputs = audio_prompt_inputs(processor, audio, prompt, sampling_rate)
+        return self.generate(inputs.pop("input_ids"), max_new_tokens, **options, **inputs)
+
+    @property
+    def takes_audio(self) -> bool:
+        """Whether the export generates from audio: a speech encoder-decoder (`is_speech`) or an
+        audio-text LLM (`audio_prefill`)."""
+        return self.is_speech or self.audio_prefill is not None
 
     def _generate_on(self, state: DecodeState, new_ids: torch.Tensor, sequence: torch.Tensor, config: Any, *,
                      seed: int | None = None, output_logits: bool = False, streamer: Any = None,
@@ -430,7 +451,7 @@ class DecodeState:
     def step(self, ids: torch.Tensor) -> torch.Tensor:
         """Run the next component on the new tokens `ids`; return its logits (those of the last
         call when a `decode` that takes one token at a time is fed several, after a `rewind`)."""
-        if self.first and self.runner.image_prefill is not None:
+        if self.first and (self.runner.image_prefill or self.runner.audio_prefill) is not None:
             return self._image_prefill(ids)
         name = "prefill" if self.first and "prefill" in self.runner.runners else "decode"
         if name == "decode" and not self.first and ids.shape[1] > 1 and self.runner.decode_takes_one:
@@ -454,8 +475,10 @@ class DecodeState:
         return outputs["logits"]
 
     def _image_prefill(self, ids: torch.Tensor) -> torch.Tensor:
-        """The first call of an image-text export: `multimodal.ImagePrefill`, whose cache the decode takes on."""
-        logits, self.cache, self.rope_delta = self.runner.image_prefill.run(ids, self.encoder_inputs)
+        """The first call of an image-text (audio-text) export: `multimodal.ImagePrefill` (`AudioPrefill`),
+        whose cache the decode takes on."""
+        prefill = self.runner.image_prefill or self.runner.audio_prefill
+        logits, self.cache, self.rope_delta = prefill.run(ids, self.encoder_inputs)
         self.past, self.fed, self.first = ids.shape[1], ids[0].tolist(), False
         return logits
 

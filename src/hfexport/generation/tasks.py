@@ -3,6 +3,8 @@
 ```
 hfexport export tiny:llama -f onnx -o out      --task auto (default): a causal LM gets its runtime's LLM package
   text-generation-with-past   the runtime's LLM package (each format's `RuntimePackage.request`)
+  automatic-speech-recognition  a speech encoder-decoder's generation components, which the format's speech
+                              package lays out as its runner opens them (OpenVINO GenAI's `WhisperPipeline`)
   generation-components       the generation components as `--generate` exports them
   text-generation             one graph: logits only, no cache outputs
   feature-extraction          one graph: the base model's hidden states
@@ -17,7 +19,11 @@ meaning what it meant.
 # returns a cache but takes none: no runtime's app can generate with it. The package is what a
 # runtime's LLM runner opens (onnxruntime-genai's folder, OpenVINO GenAI's `LLMPipeline`,
 # ExecuTorch's `TextLLMRunner`), so a user who names no task gets the artifact they deploy, and
-# the report says how to get the one graph (`--task forward`).
+# the report says how to get the one graph (`--task forward`). A speech encoder-decoder (Whisper)
+# likewise gets what a speech runner transcribes with: its generation components, which a format
+# with a speech runner packages for it (`register_package(format, "automatic-speech-recognition")`)
+# and the others leave as `--generate` writes them, their manifest saying why their runner does not
+# open it; `hfexport generate --audio` runs it in every format.
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ class Task:
 TASKS: dict[str, Task] = {task.name: task for task in (
     Task("text-generation-with-past", "package",
          "the runtime's LLM package: generation components over a cache, as its LLM runner opens them"),
+    Task("automatic-speech-recognition", "components",
+         "a speech encoder-decoder's generation components, as the runtime's speech runner opens them where it "
+         "has one (WhisperPipeline)"),
     Task("generation-components", "components", "the generation components as --generate exports them"),
     Task("text-generation", "graph", "one graph: the logits only, no cache outputs"),
     Task("feature-extraction", "graph", "one graph: the base model's hidden states"),
@@ -105,14 +114,19 @@ def default_cache_length(model: Any) -> tuple[int, str]:
 
 def infer_task(model: Any) -> tuple[str, str]:
     """`(task, reason)` for `model` when no task is named: a text decoder that generates gets
-    `text-generation-with-past`, a recurrent one (Mamba) its generation components, everything
-    else `forward`; the reason says why and how to ask for another."""
+    `text-generation-with-past`, a speech encoder-decoder `automatic-speech-recognition`, a
+    recurrent decoder (Mamba) its generation components, everything else `forward`; the reason says
+    why and how to ask for another."""
     from .components import is_text_decoder
 
     name = type(model).__name__
     config = model.config
     if not _generates_text(model):
         return "forward", f"{name} does not generate text: one graph of its forward"
+    if _is_speech_encoder_decoder(model):
+        return "automatic-speech-recognition", (f"{name} transcribes speech: its generation components, as the "
+                                                "runtime's speech runner opens them where it has one; `--task "
+                                                "forward` for one graph")
     if getattr(config, "is_encoder_decoder", False) or not is_text_decoder(model):
         return "forward", (f"{name} generates text from an encoder's or a tower's inputs, for which hfexport makes "
                            "no runtime's LLM package (their runners drive a text decoder): one graph of its forward; "
@@ -123,6 +137,14 @@ def infer_task(model: Any) -> tuple[str, str]:
                                           "package holds as a cache: its generation components; `--task forward` "
                                           "for one graph")
     return "text-generation-with-past", f"{name} generates text; `--task forward` for one graph"
+
+
+def _is_speech_encoder_decoder(model: Any) -> bool:
+    """Whether `model` is an encoder-decoder whose encoder reads audio (Whisper's `input_features`)."""
+    from .components import package_task
+
+    return bool(getattr(model.config, "is_encoder_decoder", False)) and \
+        package_task(model) == "automatic-speech-recognition"
 
 
 def _generates_text(model: Any) -> bool:
@@ -180,10 +202,17 @@ def resolve_task(requested: str | None, model: Any, flags: GenerationFlags) -> T
             raise TaskError(f"--static-cache {flags.static_cache} sizes an LLM package's cache, and {reason}",
                             remedy="drop --static-cache, or add --generate --multi-token-decode for the "
                             "static-cache generation components")
-        return TaskChoice(task, reason, GenerationFlags(static_cache=flags.static_cache))
+        # a task that exports components asks for them, as naming it does (below)
+        generate = TASKS[task].exports == "components"
+        return TaskChoice(task, reason, GenerationFlags(generate=generate, static_cache=flags.static_cache))
     if requested == "text-generation" and not _generates_text(model):
         raise TaskError(f"--task text-generation: {type(model).__name__} does not generate text",
                         remedy="pass --task auto, forward or feature-extraction")
+    is_speech = _generates_text(model) and _is_speech_encoder_decoder(model)
+    if requested == "automatic-speech-recognition" and not is_speech:
+        raise TaskError(f"--task automatic-speech-recognition: {type(model).__name__} is no speech encoder-decoder "
+                        "(an encoder of audio features and a text decoder, as Whisper)",
+                        remedy=f"pass --task auto (here {infer_task(model)[0]}), generation-components or forward")
     if requested == "text-generation-with-past" and (inferred := infer_task(model))[0] != requested:
         raise TaskError(f"--task text-generation-with-past: {inferred[1]}",
                         remedy=f"pass --task auto (here {inferred[0]}), generation-components or forward")

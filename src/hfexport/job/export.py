@@ -291,8 +291,9 @@ def _export(model: Any, config: ExportConfig, target: Path, options: JobOptions)
                                       min_mean_cosine)))
     if generate and package.has_runner:
         if judging.validate:
+            package_asked = task_name == "text-generation-with-past" and package.task == "text-generation"
             checks.append((f"running the folder in {config.export_format}'s own LLM runner", "validate",
-                           _runner_check(package, loaded, generation_config, floor)))
+                           _runner_check(package, loaded, generation_config, floor, package_asked)))
         else:
             report.update(skipped_entry())
 
@@ -523,13 +524,14 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
     return gate
 
 
-def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: float | None) -> Any:
+def _runner_check(package: Any, loaded: Any, generation_config: Any, floor: float | None, package_asked: bool) -> Any:
     """The check that the packaged folder runs in its runtime's own LLM runner with eager's greedy
-    tokens (`job.runner_check`; a quantized export against hfexport's runner, at `floor`)."""
+    tokens (`job.runner_check`; a quantized export against hfexport's runner, at `floor`), and is
+    that runner's package where the task asks for it (`package_asked`)."""
     from ..folder.contents import merged_generation_config
 
     return runner_check(package, loaded.model, loaded.inputs, merged_generation_config(loaded.model, generation_config),
-                        min_agreement=floor)
+                        min_agreement=floor, processor=loaded.processor, package_asked=package_asked)
 
 
 def _floor(value: float | None, spec: str) -> str:

@@ -10,10 +10,15 @@ runner_check(package, model, prompt, generation_config, min_agreement=None)(fold
   compare   fp32: the runner's tokens equal eager generate()'s exactly; quantized: they agree with
             hfexport's own runner on the same folder on at least `min_agreement` of the steps
 ```
+A speech model's folder is checked on a clip made offline (`audio_input.sample_clip`): its speech
+runner (`WhisperPipeline`) is given the samples and makes its own features and decoder prompt;
+eager `generate()` is given the model's feature extractor's features of the same samples. A folder
+whose format has no speech runner reports why its runner does not open it (the manifest's
+`runtime_package`).
 A difference, or a runner that fails on the folder, raises `ValidationError` (nothing is
-written). A runner that is not installed, or a folder that is not its package (the components),
-is reported (`{"checked": false, "why": ...}`) and the export stands; a missing package is
-warned about, once per export.
+written). A runner that is not installed is reported (`{"checked": false, "why": ...}`) and the
+export stands, warned about once per export; so is a folder that is not its runner's package (the
+components), unless the task asked for the LLM package (`package_asked`), which it then refuses.
 
 # NOTE: why a quantized export is compared with hfexport's runner and not with eager. The
 # accuracy gate (`accuracy.py`) already holds its tokens to fp32 eager's, teacher-forced; free
@@ -33,7 +38,7 @@ from typing import Any
 import torch
 
 from ..errors import ValidationError
-from ..folder.manifest import read_manifest
+from ..folder.manifest import read_manifest, runtime_package
 from ..folder.package import RunnerRequest, RunnerTokens, RunnerUnavailable
 
 __all__ = ["runner_check", "skipped_entry", "RUNNER_TOKENS"]
@@ -42,6 +47,8 @@ logger = logging.getLogger("hfexport")
 
 #: Greedy tokens the runner generates (fewer where the cache holds fewer after the prompt).
 RUNNER_TOKENS = 16
+#: the package task whose runner takes audio, not a text prompt
+SPEECH = "automatic-speech-recognition"
 
 
 def skipped_entry() -> dict[str, Any]:
@@ -50,7 +57,8 @@ def skipped_entry() -> dict[str, Any]:
 
 
 def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], generation_config: Any, *,
-                 min_agreement: float | None = None) -> Callable[[Path], dict[str, Any]]:
+                 min_agreement: float | None = None, processor: Any = None,
+                 package_asked: bool = False) -> Callable[[Path], dict[str, Any]]:
     """The check `bundle.save_folder` runs on the staged folder (see the module docstring).
 
     Args:
@@ -59,6 +67,11 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
         generation_config: the export's merged generation config (its end tokens, a static cache).
         min_agreement: `None` for an fp32 export (tokens equal to eager's); for a quantized one,
             the share of steps the runner's tokens must agree with hfexport's runner on.
+        package_asked: the task asked for the runtime's LLM package (`text-generation-with-past`,
+            what `--task auto` gives a causal LM): a folder that is not the runner's package (its
+            components, and why) refuses the export instead of being written as a lesser thing.
+        processor: the model's processor (a speech model's holds the feature extractor the
+            sample clip's features are made by); None where it came without one.
 
     Returns:
         `check(folder)`, returning the report's `{"runner": ...}` entry (nothing for a format
@@ -66,15 +79,26 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
     """
 
     def check(folder: Path) -> dict[str, Any]:
-        if "input_ids" not in prompt:  # a speech model's sample is its audio features
-            why = ("the runtimes' LLM runners take a text prompt, and this model's sample inputs hold none: "
-                   f"{', '.join(sorted(prompt))}")
+        extractor = getattr(processor, "feature_extractor", None)
+        if "input_ids" in prompt:
+            request = _request(folder, model, prompt, generation_config)
+        elif package.task == SPEECH and extractor is not None:
+            request = _audio_request(model, extractor, generation_config)
+        else:  # a speech model's sample is its audio features
+            entry = runtime_package(read_manifest(folder, verify=False)) or {}  # the folder this export just wrote
+            why = entry.get("why") or ("the runtimes' LLM runners take a text prompt, and this model's sample inputs "
+                                       f"hold none: {', '.join(sorted(prompt))}")
             return {"runner": {"checked": False, "why": why}}
-        request = _request(folder, model, prompt, generation_config)
         start = time.perf_counter()
         try:
             got = package.run(folder, request)
         except RunnerUnavailable as unavailable:
+            if package_asked and not unavailable.missing:
+                raise ValidationError(
+                    "the task (text-generation-with-past) asks for the runtime's LLM package, and "
+                    f"{unavailable.why}; nothing was written", model=type(model).__name__,
+                    remedy="`--task generation-components` writes the generation components `hfexport generate` runs; "
+                    "or another --format makes its runtime's package") from unavailable
             if unavailable.missing:
                 logger.warning("the export was not run in its runtime's LLM runner: %s", unavailable.why)
             return {"runner": {"checked": False, "why": unavailable.why}}
@@ -83,11 +107,12 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
         if got is None:
             return {}
         seconds = time.perf_counter() - start
-        entry = _compared(got, request, folder, model, generation_config, min_agreement)
+        entry = _compared(got, request, folder, model, generation_config, min_agreement, extractor)
         entry["seconds"] = round(seconds, 3)
         if not entry["passed"]:
+            given = "the sample clip" if request.audio is not None else f"prompt {list(request.prompt_ids)}"
             error = _refused(f"{got.runner} generated {list(got.tokens)} where {entry['against']} generated "
-                             f"{entry['expected']} (prompt {list(request.prompt_ids)})", model)
+                             f"{entry['expected']} ({given})", model)
             error.runner = entry
             raise error
         return {"runner": entry}
@@ -111,11 +136,42 @@ def _request(folder: Path, model: torch.nn.Module, prompt: dict[str, Any], gener
     return RunnerRequest(tuple(int(i) for i in ids), new_tokens, tuple(int(e) for e in eos))
 
 
+def _audio_request(model: torch.nn.Module, extractor: Any, generation_config: Any) -> RunnerRequest:
+    """The sample clip (`audio_input.sample_clip`), as many new tokens as the decoder has positions
+    for after its prompt up to `RUNNER_TOKENS`, the model's end tokens."""
+    from ..generation.audio_input import sample_clip
+    from ..generation.decoder_prompt import decoder_prompt
+
+    prompt = decoder_prompt(generation_config, model.config)
+    positions = getattr(model.config, "max_target_positions", None) or len(prompt) + RUNNER_TOKENS
+    eos = getattr(generation_config, "eos_token_id", None)
+    eos = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (eos,)
+    return RunnerRequest((), max(1, min(RUNNER_TOKENS, int(positions) - len(prompt))), tuple(int(e) for e in eos),
+                         audio=sample_clip(extractor))
+
+
+def _eager_speech(model: torch.nn.Module, extractor: Any, request: RunnerRequest, generation_config: Any) -> list[int]:
+    """Eager `generate()`'s new tokens on the feature extractor's features of the request's clip."""
+    features = extractor(request.audio, sampling_rate=extractor.sampling_rate, return_tensors="pt")["input_features"]
+    with torch.no_grad():
+        out = model.generate(input_features=features, max_new_tokens=request.max_new_tokens, do_sample=False,
+                             generation_config=generation_config, return_dict_in_generate=True, output_logits=True)
+    return out.sequences[0, out.sequences.shape[1] - len(out.logits):].tolist()
+
+
 def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: torch.nn.Module,
-              generation_config: Any, min_agreement: float | None) -> dict[str, Any]:
+              generation_config: Any, min_agreement: float | None, extractor: Any = None) -> dict[str, Any]:
     """The report's entry: the runner's tokens against eager's (fp32) or hfexport's runner's."""
     ids = torch.tensor([request.prompt_ids])
-    if min_agreement is None:
+    if request.audio is not None and min_agreement is None:
+        against, expected = "eager generate()", _eager_speech(model, extractor, request, generation_config)
+    elif request.audio is not None:
+        from ..generation.loop import GenerationRunner
+
+        against = "hfexport's runner on the same folder"
+        expected = list(GenerationRunner.load(folder, verify=False, engine="hfexport").generate_from_audio(
+            request.audio, max_new_tokens=request.max_new_tokens).tokens)  # verify=False: the folder it hashed
+    elif min_agreement is None:
         against = "eager generate()"
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=request.max_new_tokens,

@@ -284,3 +284,103 @@ def test_why_a_folder_is_not_onnxruntime_genais_names_what_the_export_is(names, 
     from hfexport.backends.onnx.genai import genai_status
 
     assert says in genai_status(dict.fromkeys(names), None)
+
+
+GPT2_HEADS, GPT2_HEAD_DIM, GPT2_PROMPT = _DRAW.choice([2, 4]), _DRAW.choice([16, 32]), _DRAW.randint(3, 12)
+
+
+@pytest.fixture(scope="module", ids=[f"heads{GPT2_HEADS}-d{GPT2_HEAD_DIM}"], params=[None])
+def gpt2_package(tmp_path_factory, request):
+    """A random GPT-2 of drawn heads and head size, saved as a model folder and exported by the CLI
+    with no task (its onnxruntime-genai package), validated and checked by the runner."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hfexport.cli.main import main
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=128, n_embd=GPT2_HEADS * GPT2_HEAD_DIM, n_layer=2, n_head=GPT2_HEADS,
+                        n_positions=64, bos_token_id=1, eos_token_id=2, initializer_range=0.1)
+    model = GPT2LMHeadModel(config).eval()
+    root = tmp_path_factory.mktemp("genai")
+    model.save_pretrained(root / "gpt2")
+    assert main(["export", str(root / "gpt2"), "-f", "onnx", "-o", str(root / "out"), "--quiet"]) == 0
+    return model, root / "out"
+
+
+def test_a_gpt2_conv1d_model_is_onnxruntime_genais_package(gpt2_package):
+    """GPT-2 reads its attention's output as `[batch * length, hidden]` (`Conv1D`, a `Gemm`);
+    onnxscript's attention fusion (0.7.2) hands that `Gemm` its 3-D output, which ONNX Runtime
+    refused, so the flagless export kept the unfused graph and wrote no onnxruntime-genai folder
+    (`fusions.fix_mha_flattened_output`). Now the folder is og's, its runner check passed (og's
+    tokens equal eager's), and both runners give eager's tokens on a drawn prompt."""
+    import onnx
+
+    model, folder = gpt2_package
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["runtime_package"]["ready"], manifest["runtime_package"]
+    report = json.loads((folder / "report.json").read_text())
+    assert report["runner"]["checked"] and report["runner"]["tokens_equal"], report["runner"]
+    ops = [node.op_type for node in onnx.load(folder / "decode.onnx").graph.node]
+    assert ops.count("GroupQueryAttention") == 2 and "MultiHeadAttention" not in ops
+    prompt = torch.randint(3, 128, (1, GPT2_PROMPT), generator=torch.Generator().manual_seed(GPT2_PROMPT))
+    _both_runners_give_eagers_tokens(model, prompt, folder)
+
+
+MOE_EXPERTS, MOE_TOP, MOE_PROMPT = _DRAW.choice([4, 8]), _DRAW.choice([1, 2]), _DRAW.randint(3, 12)
+
+
+@pytest.fixture(scope="module", ids=[f"experts{MOE_EXPERTS}-top{MOE_TOP}"], params=[None])
+def moe_package(tmp_path_factory, request):
+    """A random Mixtral of drawn experts and experts per token, exported by the CLI with no task."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    from hfexport.cli.main import main
+
+    torch.manual_seed(0)
+    config = MixtralConfig(vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                           num_local_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP, bos_token_id=1,
+                           eos_token_id=2, pad_token_id=0)
+    model = MixtralForCausalLM(config).eval()
+    root = tmp_path_factory.mktemp("genai")
+    model.save_pretrained(root / "mixtral")
+    assert main(["export", str(root / "mixtral"), "-f", "onnx", "-o", str(root / "out"), "--quiet"]) == 0
+    return model, root / "out"
+
+
+def test_a_mixture_of_experts_is_onnxruntime_genais_package(moe_package):
+    """A mixture of experts sizes its token dispatch from the 4-D mask's shape (torch.export names
+    the query length after the first input that has it), so the GroupQueryAttention rewrite, which
+    drops that mask, was given up ("the 4-D attention_mask is still read") and no og folder was
+    written (Mixtral, Qwen3-MoE, OLMoE, Falcon). The size is now read from `input_ids`
+    (`gqa._read_sizes_elsewhere`): the folder is og's, its runner check passed, and both runners
+    give eager's tokens on a drawn prompt."""
+    import onnx
+
+    model, folder = moe_package
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["runtime_package"]["ready"], manifest["runtime_package"]
+    assert json.loads((folder / "report.json").read_text())["runner"]["tokens_equal"]
+    ops = [node.op_type for node in onnx.load(folder / "decode.onnx").graph.node]
+    assert ops.count("GroupQueryAttention") == 2 and "attention_mask__4d" not in {
+        value for node in onnx.load(folder / "decode.onnx").graph.node for value in node.input}
+    prompt = torch.randint(3, 128, (1, MOE_PROMPT), generator=torch.Generator().manual_seed(MOE_PROMPT))
+    _both_runners_give_eagers_tokens(model, prompt, folder)
+
+
+@pytest.mark.parametrize(("preset", "why"), [
+    ("bloom", "the decode graph has no GroupQueryAttention"),  # ALiBi: no rotary attention to rewrite
+    ("qwen3", "the model names no end token"),  # no eos_token_id, no tokenizer: og refuses eos -1
+])
+def test_a_flagless_export_that_cannot_be_the_package_writes_nothing_and_says_why(preset, why, tmp_path, capsys):
+    """The task `--task auto` gives a causal LM is its runtime's LLM package: where the ONNX folder
+    cannot be onnxruntime-genai's, the export is refused (exit 3, nothing written) naming why and
+    `--task generation-components`, not written as components with exit 0 (the package asked for, quietly
+    not made). Before, a model without an end token failed in og with "eos_token_id (-1) must be in range"."""
+    from hfexport.cli.main import main
+
+    out = tmp_path / "out"
+    assert main(["export", f"tiny:{preset}", "-f", "onnx", "-o", str(out), "--quiet"]) == 3
+    err = capsys.readouterr().err
+    assert "asks for the runtime's LLM package" in err and why in err and "--task generation-components" in err, err
+    assert not out.exists()

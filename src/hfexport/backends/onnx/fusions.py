@@ -15,6 +15,8 @@ import os
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from .gqa import fuse_static_gqa
 
 __all__ = ["fuse_for_ort"]
@@ -46,9 +48,6 @@ def fuse_for_ort(model: Any, max_positions: int | None = None, *,
     `OnnxConfig(ort_fusions=False)`, and the record shows why. A QDQ graph is left as it is
     (`{"fused": {}, "skipped": why}`).
 
-    # NOTE: seen with onnxscript 0.7.2 / onnxruntime 1.32 on GPT-2 traced with static shapes: the
-    # fused graph feeds a rank-3 tensor to a `Gemm` ("Input 0 expected to have rank 2"); the
-    # unfused one runs.
     """
     import onnx_ir as ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
@@ -61,6 +60,7 @@ def fuse_for_ort(model: Any, max_positions: int | None = None, *,
                        "DequantizeLinear -> MatMul pairs are left for ONNX Runtime's QDQ transformer"}
     fused_model = model.clone()  # new graph, nodes and values; the weights' tensors shared, not copied
     _, steps = optimize_for_ort(fused_model)
+    flattened = fix_mha_flattened_output(fused_model)
     kv_4d = fix_mha_transposed_kv(fused_model)
     with_gqa, gqa = (fuse_static_gqa(fused_model, max_positions) if group_query_attention else
                      (fused_model, {"kept": _GQA_NOT_ASKED}))
@@ -76,9 +76,45 @@ def fuse_for_ort(model: Any, max_positions: int | None = None, *,
     ops = Counter(node.op_type for node in fused_model.graph if node.domain in ("", "com.microsoft"))
     fused = {op: ops[op] for op in FUSED_OPS if ops[op]}
     entry = {"fused": fused, "not_fused": _not_fused(fused_model, steps, fused, gqa), "group_query_attention": gqa}
+    if flattened:
+        entry["mha_output_flattened"] = flattened
     if kv_4d and "MultiHeadAttention" in fused:
         entry["mha_cache_layout"] = f"{kv_4d} attentions read the cache as it is (4-D key/value)"
     return fused_model, entry
+
+
+def fix_mha_flattened_output(model: Any) -> int:
+    """Flatten `MultiHeadAttention`'s output again where a `Gemm` reads it; return how many were.
+
+    # NOTE: onnxscript's SDPA -> MHA fusion (0.7.2) replaces the attention's Transpose + Reshape
+    # with MHA's `[batch, length, hidden]` output, also where the model reshaped to
+    # `[batch * length, hidden]` for a 2-D matmul: GPT-2's `Conv1D` (`x.view(-1, x.size(-1))`,
+    # `addmm`, exported as `Gemm`). ONNX Runtime then refuses the graph ("Gemm: Input 0 expected to
+    # have rank 2 but has rank 3"). A Reshape to `[-1, hidden]` is the flattening the fusion dropped.
+    """
+    import onnx_ir as ir
+
+    count = 0
+    for node in [n for n in model.graph if n.op_type == "Gemm" and n.domain == ""]:
+        source = node.inputs[0]
+        producer = source.producer() if source is not None else None
+        if producer is None or producer.op_type != "MultiHeadAttention" or producer.domain != "com.microsoft":
+            continue
+        weight = node.inputs[1].shape
+        trans_b = node.attributes.get("transB")
+        if weight is None or len(weight) != 2 or not isinstance(weight[1 if trans_b and trans_b.value else 0], int):
+            continue
+        hidden = weight[1 if trans_b and trans_b.value else 0]
+        shape = ir.Value(name=f"{source.name}_flat_shape", const_value=ir.tensor(np.array([-1, hidden], np.int64)))
+        model.graph.register_initializer(shape)
+        flat = ir.node("Reshape", [source, shape], name=f"{node.name}_flatten")
+        flat.outputs[0].name, flat.outputs[0].dtype = f"{source.name}_flat", source.dtype
+        flat.outputs[0].shape = source.shape
+        source.shape = None  # MHA's output is 3-D, not the 2-D shape the dropped Reshape's value had
+        model.graph.insert_before(node, flat)
+        node.replace_input_with(0, flat.outputs[0])
+        count += 1
+    return count
 
 
 def fix_mha_transposed_kv(model: Any) -> int:

@@ -190,6 +190,10 @@ def genai_folder_files(folder: Path, artifacts: dict[str, Any], context: Any) ->
     if context.model_config is None:
         return {}
     why = genai_status(artifacts, context.generation_config)
+    if why is None and _token(context.generation_config, text_config(context.model_config), "eos_token_id") == -1:
+        why = ("the model names no end token, and onnxruntime-genai's config needs one (it refuses eos_token_id -1): "
+               "give eos_token_id in config.json or generation_config.json, or export from a folder whose tokenizer "
+               "has an eos_token")
     if why is not None:
         return runtime_package_entry(RUNNER, why=why)
     content = genai_config(artifacts["decode"], context.model_config, context.generation_config)

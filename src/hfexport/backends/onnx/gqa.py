@@ -299,6 +299,39 @@ def _initializer(graph: Any, name: str | None, array: np.ndarray) -> Any:
     return value
 
 
+def _read_sizes_elsewhere(graph: Any) -> None:
+    """Have a `Shape` read of the old 4-D mask read the same sizes from another input.
+
+    # NOTE: torch.export names a symbolic size after the first input that has it, so a graph may
+    # take the query length from the 4-D mask's shape (`[batch, 1, query, keys]`): a mixture of
+    # experts sizes its token dispatch so (Mixtral, Qwen3-MoE, OLMoE). The mask is gone after the
+    # rewrite; `input_ids` has the same symbol along its sequence axis.
+    """
+    import onnx_ir as ir
+
+    readers = [(node, index) for node in graph for index, v in enumerate(node.inputs)
+               if v is not None and v.name == f"{MASK}__4d"]
+    for node, index in readers:
+        if node.op_type != "Shape" or node.domain != "" or node.inputs[index].shape is None:
+            continue
+        dims = list(node.inputs[index].shape)
+        start, end = (node.attributes[k].value if k in node.attributes else default
+                      for k, default in (("start", 0), ("end", len(dims))))
+        wanted = dims[start:end]
+        if not wanted or not all(isinstance(dim, ir.SymbolicDim) and dim.value for dim in wanted):
+            continue
+        for value in graph.inputs:
+            shape = list(value.shape) if value.shape is not None and value.name != MASK else []
+            at = next((i for i in range(len(shape) - len(wanted) + 1)
+                       if all(isinstance(a, ir.SymbolicDim) and a.value == b.value
+                              for a, b in zip(shape[i:i + len(wanted)], wanted))), None)
+            if at is not None:
+                node.replace_input_with(index, value)
+                node.attributes["start"] = ir.AttrInt64("start", at)
+                node.attributes["end"] = ir.AttrInt64("end", at + len(wanted))
+                break
+
+
 def _drop_unused_interface(model: Any) -> tuple[dict[str, Any], str | None]:
     """Remove what the rewrite left dead: the write counters' outputs and then every input no node
     reads (the 4-D mask, the counters; `position_ids` where nothing reads it). Return the
@@ -314,6 +347,7 @@ def _drop_unused_interface(model: Any) -> tuple[dict[str, Any], str | None]:
     dropped = [v for v in graph.inputs if id(v) not in used]
     names = {v.name for v in dropped}
     counter_inputs = {"input." + v.name[len("output."):] for v in counters}
+    _read_sizes_elsewhere(graph)
     if any(v is not None and v.name == f"{MASK}__4d" for node in graph for v in node.inputs):
         return {}, "the 4-D attention_mask is still read after the rewrite"
     if not counter_inputs <= names:

@@ -47,6 +47,10 @@ def open_llm_pipeline_engine(export: Any) -> LlmPipelineEngine:
     from .runner import compile_properties
 
     entry = runtime_package(export.manifest, RUNNER)
+    other = runtime_package(export.manifest)
+    if entry is None and other is not None and other["runner"] != RUNNER:  # a VLMPipeline or WhisperPipeline folder
+        raise RunnerUnavailable(f"the folder is {other['runner']}'s package (and the components), which hfexport's "
+                                "loop runs: hfexport drives LLMPipeline alone as an engine")
     if entry is None or not entry["ready"]:
         raise RunnerUnavailable("the folder is the components: " + (
             (entry or {}).get("why") or "not one stateful model in LLMPipeline's layout (a multimodal model)"))

@@ -1,9 +1,10 @@
 """The OpenVINO export folder as OpenVINO GenAI's own package (`folder.package.RuntimePackage`):
 `LLMPipelinePackage`, a decoder's generation as one stateful model `LLMPipeline` opens, with the
 converted tokenizer beside it (`genai.py`); `VLMPipelinePackage`, an image-text model's components
-with the models `VLMPipeline` opens (`vlm.py`). Both are `OpenVINORuntimePackage`s: what every
-OpenVINO folder is checked by when opened, and `LLMPipeline` as the runner check and the engine
-(`llm_engine.py`)."""
+with the models `VLMPipeline` opens (`vlm.py`); `WhisperPipelinePackage`, a speech model's
+components with the models `WhisperPipeline` opens (`whisper.py`). All are `OpenVINORuntimePackage`s:
+what every OpenVINO folder is checked by when opened, and `LLMPipeline` as the runner check and the
+engine (`llm_engine.py`); `WhisperPipeline` is the speech folder's runner check."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 from ...folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage, register_package
 from .config import INFERENCE_PRECISIONS, KV_CACHE_PRECISIONS
 
-__all__ = ["OpenVINORuntimePackage", "LLMPipelinePackage", "VLMPipelinePackage"]
+__all__ = ["OpenVINORuntimePackage", "LLMPipelinePackage", "VLMPipelinePackage", "WhisperPipelinePackage"]
 
 
 class OpenVINORuntimePackage(RuntimePackage):
@@ -37,8 +38,10 @@ class OpenVINORuntimePackage(RuntimePackage):
         beside each model they read (their tokenizer's too), by its name. The compile properties
         the runtime package records, which the engine hands `LLMPipeline`, are the precisions an
         export records and nothing else: another property (`CACHE_DIR`, say) would have the
-        runtime write where the folder says."""
+        runtime write where the folder says. A `WhisperPipeline` folder is held to what hfexport
+        writes for it (`whisper.check_whisper_listed`)."""
         from ...errors import ExportFolderError
+        from .whisper import RUNNER as WHISPER, check_whisper_listed
 
         remedy = "copy the export folder again, whole, from where it was written, or export again"
         files = manifest["files"]
@@ -55,6 +58,8 @@ class OpenVINORuntimePackage(RuntimePackage):
             raise ExportFolderError(f"{listed.folder / 'manifest.json'} gives the runtime the compile properties "
                                     f"{properties!r}; an export records only a precision ({', '.join(allowed)})",
                                     remedy=remedy)
+        if (manifest.get("runtime_package") or {}).get("runner") == WHISPER:
+            check_whisper_listed(manifest, listed)
 
     def run(self, folder: Path, request: Any) -> Any:
         """OpenVINO GenAI `LLMPipeline`'s greedy tokens on the folder (`genai.run_llm_pipeline`)."""
@@ -121,3 +126,47 @@ class VLMPipelinePackage(OpenVINORuntimePackage):
         refusal = (vlm_refusal(context.model_config, context.plan.config) if context.plan is not None
                    else "saved without its export plan (no FolderContents.plan)")
         return Packaged(vlm_folder_files(artifacts, folder, context, refusal), {})
+
+
+@register_package("openvino", "automatic-speech-recognition")
+class WhisperPipelinePackage(OpenVINORuntimePackage):
+    """OpenVINO GenAI's `WhisperPipeline` folder: a speech encoder-decoder's components, with the
+    decoder `WhisperPipeline` opens besides and the encoder under its name (`whisper.py`)."""
+
+    def components(self, model: Any, plan: GenerationPlan) -> dict[str, Any]:
+        """As `RuntimePackage.components`, and the decoder `WhisperPipeline` needs where it serves
+        the model (`whisper.whisper_refusal`)."""
+        from ...folder.contents import merged_generation_config
+        from ...generation.components import Component
+        from .whisper import whisper_components, whisper_refusal
+
+        components = super().components(model, plan)
+        generation_config = merged_generation_config(model, plan.generation_config)
+        if {"encoder", "prefill"} - set(components) or whisper_refusal(model.config, generation_config, plan.config):
+            return components
+        added = whisper_components(model, components)
+        return {**components, **{name: Component(*part) for name, part in added.items()}}
+
+    def file_stem(self, name: str, artifacts: dict[str, Any]) -> str:
+        """An export with `WhisperPipeline`'s decoder writes it and the encoder under the names
+        `WhisperPipeline` opens (`whisper.WHISPER_STEMS`)."""
+        from .whisper import WHISPER_STEMS
+
+        return WHISPER_STEMS[name] if "whisper_decoder" in artifacts and name in WHISPER_STEMS else name
+
+    def write(self, folder: Path, artifacts: dict[str, Any], context: FolderContext) -> Packaged:
+        """The converted tokenizer and `preprocessor_config.json` `WhisperPipeline` needs
+        (`whisper.whisper_folder_files`), or the manifest's word on why it does not open the folder."""
+        from .whisper import whisper_folder_files, whisper_refusal
+
+        extractor = getattr(context.processor, "feature_extractor", None)
+        refusal = (whisper_refusal(context.model_config, context.generation_config, context.plan.config, extractor)
+                   if context.plan is not None else "saved without its export plan (no FolderContents.plan)")
+        return Packaged(whisper_folder_files(artifacts, folder, context, refusal), {})
+
+    def run(self, folder: Path, request: Any) -> Any:
+        """OpenVINO GenAI `WhisperPipeline`'s greedy tokens on the folder's audio request
+        (`whisper.run_whisper_pipeline`)."""
+        from .whisper import run_whisper_pipeline
+
+        return run_whisper_pipeline(folder, request)
