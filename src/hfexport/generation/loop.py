@@ -625,15 +625,15 @@ def _as_prompt(input_ids: Any) -> torch.Tensor:
 
 
 def _logits_processors(config: Any, eos: list[int]):
-    """transformers' processors for the options `config` sets, in `generate()`'s order."""
+    """transformers' processors for the options `config` sets, in `generate()`'s order (the suppress
+    lists by `suppress.py`'s, which give the same scores without a `torch.isin` a step)."""
+    from .suppress import SuppressTokens, SuppressTokensAtBegin
     from transformers.generation.logits_process import (
         ForcedBOSTokenLogitsProcessor,
         ForcedEOSTokenLogitsProcessor,
         LogitsProcessorList,
         MinNewTokensLengthLogitsProcessor,
         RepetitionPenaltyLogitsProcessor,
-        SuppressTokensAtBeginLogitsProcessor,
-        SuppressTokensLogitsProcessor,
         TemperatureLogitsWarper,
         TopKLogitsWarper,
         TopPLogitsWarper,
@@ -651,10 +651,10 @@ def _logits_processors(config: Any, eos: list[int]):
         processors.append(_AtFirstCall(
             lambda start: ForcedEOSTokenLogitsProcessor(start + config.max_new_tokens, config.forced_eos_token_id)))
     if getattr(config, "suppress_tokens", None) is not None:  # never chosen (Whisper: symbols it does not write)
-        processors.append(SuppressTokensLogitsProcessor(config.suppress_tokens))
+        processors.append(SuppressTokens(config.suppress_tokens))  # transformers' own: suppress.py says why not
     if getattr(config, "begin_suppress_tokens", None) is not None:  # not chosen first
         forced_first = config.forced_bos_token_id is not None
-        processors.append(_AtFirstCall(lambda start: SuppressTokensAtBeginLogitsProcessor(
+        processors.append(_AtFirstCall(lambda start: SuppressTokensAtBegin(
             config.begin_suppress_tokens, start + 1 if start == 1 and forced_first else start)))
     if config.do_sample:
         if config.temperature is not None and config.temperature != 1.0:
