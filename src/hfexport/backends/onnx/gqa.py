@@ -343,11 +343,11 @@ def _drop_unused_interface(model: Any) -> tuple[dict[str, Any], str | None]:
     for value in counters:
         graph.outputs.remove(value)
     RemoveUnusedNodesPass()(model)
+    _read_sizes_elsewhere(graph)  # before `used`: the input it reads from instead is kept
     used = {id(v) for node in graph for v in node.inputs if v is not None} | {id(v) for v in graph.outputs}
     dropped = [v for v in graph.inputs if id(v) not in used]
     names = {v.name for v in dropped}
     counter_inputs = {"input." + v.name[len("output."):] for v in counters}
-    _read_sizes_elsewhere(graph)
     if any(v is not None and v.name == f"{MASK}__4d" for node in graph for v in node.inputs):
         return {}, "the 4-D attention_mask is still read after the rewrite"
     if not counter_inputs <= names:
