@@ -286,7 +286,9 @@ def _print_summary(summary: dict, reports: dict, target: Path, verbose: bool = F
         print(f"  accuracy:       greedy tokens equal fp32 eager generate()'s on {accuracy['agreement']:.0%} of "
               f"{accuracy['tokens']} steps (floor {accuracy['min_agreement']:.0%}); logits cosine "
               f"min {accuracy['min_cosine']:.4f}, mean {accuracy['mean_cosine']:.4f}"
-              + (f" (floor {floor:.4g})" if (floor := accuracy.get("min_mean_cosine")) is not None else ""))
+              + (f" (floor {floor:.4g})" if (floor := accuracy.get("min_mean_cosine")) is not None else "")
+              + (f"; over {clips} clips; its own transcripts' token error rate against eager's "
+                 f"{accuracy['token_error_rate']:.0%}" if (clips := accuracy.get("clips")) else ""))
     if runner := summary.get("runner"):
         print(f"  runtime runner: {_runner_line(runner)}")
     if reports:

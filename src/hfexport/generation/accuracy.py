@@ -57,7 +57,7 @@ from typing import Any
 import torch
 
 __all__ = ["AccuracyReport", "QuantizedCriteria", "INT8_CRITERIA", "INT4_CRITERIA", "INT8_DYNAMIC_INT4_CRITERIA",
-           "greedy_agreement", "quantized_criteria", "default_min_agreement", "DEFAULT_TOKENS"]
+           "greedy_agreement", "quantized_criteria", "default_min_agreement", "edit_distance", "DEFAULT_TOKENS"]
 
 #: Steps compared by default (fewer when a static cache holds fewer after the prompt).
 DEFAULT_TOKENS = 64
@@ -77,6 +77,8 @@ class AccuracyReport:
     min_agreement: float | None = None  # the floor it was held to
     top_k_overlap: float | None = None  # mean share of eager's TOP_K tokens among the export's, per step
     min_mean_cosine: float | None = None  # the floor `mean_cosine` was held to
+    clips: int | None = None  # a speech model's: the clips whose steps are pooled
+    token_error_rate: float | None = None  # a speech model's: its free-running tokens' edit distance from eager's
 
     @property
     def passed(self) -> bool:
@@ -144,36 +146,114 @@ def default_min_agreement(quantize: Any) -> float | None:
 def greedy_agreement(directory: str | Path, model: torch.nn.Module, prompt: dict[str, Any], *,
                      generation_config: Any = None, new_tokens: int = DEFAULT_TOKENS,
                      min_agreement: float | None = None, min_mean_cosine: float | None = None,
-                     verify: bool = True) -> AccuracyReport:
+                     verify: bool = True, extractor: Any = None) -> AccuracyReport:
     """Compare the generation export in `directory` with `model` (fp32 eager) over `new_tokens`
     greedy steps after `prompt` (its first sequence), held to `min_agreement` and
     `min_mean_cosine` when given; see the module docstring. `verify=False` skips the hash check
     of the folder's files (`GenerationExport.load`): the export job's gate, on the folder it has
-    just written and hashed."""
+    just written and hashed.
+
+    A speech model's sample (`input_features`, no `input_ids`) is compared on two clips made
+    offline, `audio_input.sample_clip` and `held_out_clip`, turned into features by `extractor`
+    (the saved feature extractor; without one, on the sample's own features): their steps are
+    pooled, and the report adds the error rate of the export's own free-running transcripts against
+    eager's, in tokens (`token_error_rate`)."""
     from .loop import GenerationRunner
 
     runner = GenerationRunner.load(directory, verify=verify, engine="hfexport")  # what the components give
-    ids = prompt["input_ids"][:1]
-    encoder = model.config.is_encoder_decoder
-    if runner.max_cache_len and not encoder:  # a static cache, or an OpenVINO state bounded at its length
-        new_tokens = max(1, min(new_tokens, int(runner.max_cache_len) - ids.shape[1]))
-    extra = {k: v[:1] for k, v in prompt.items() if k not in ("input_ids", "attention_mask") and isinstance(v, torch.Tensor)}
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, **extra, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                             do_sample=False, generation_config=generation_config, output_logits=True,
-                             return_dict_in_generate=True)
-    start = 1 if encoder else ids.shape[1]
-    tokens = out.sequences[0, start:].tolist()
-    want = [step[0].float() for step in out.logits]
-    got = runner.score(ids, tokens, **extra)
-    same = [int(g.argmax()) == token for g, token in zip(got, tokens)]
-    cosines = [float(torch.nn.functional.cosine_similarity(g.double(), w.double(), dim=0)) for g, w in zip(got, want)]
-    overlaps = [_top_k_overlap(g, w) for g, w in zip(got, want)]
-    return AccuracyReport(tokens=len(tokens), agreement=sum(same) / len(same), min_cosine=min(cosines),
-                          mean_cosine=sum(cosines) / len(cosines),
-                          first_difference=next((i for i, ok in enumerate(same) if not ok), None),
-                          min_agreement=min_agreement, top_k_overlap=sum(overlaps) / len(overlaps),
-                          min_mean_cosine=min_mean_cosine)
+    speech = "input_ids" not in prompt and "input_features" in prompt
+    if speech:
+        cases = [((), {"input_features": features}) for features in _speech_features(prompt, extractor)]
+    else:
+        extra = {k: v[:1] for k, v in prompt.items() if k not in ("input_ids", "attention_mask")
+                 and isinstance(v, torch.Tensor)}
+        cases = [(prompt["input_ids"][:1], extra)]
+    steps = _Steps()
+    for ids, extra in cases:
+        steps.add(runner, model, ids, extra, generation_config, new_tokens, transcribe=speech)
+    return AccuracyReport(tokens=len(steps.same), agreement=sum(steps.same) / len(steps.same),
+                          min_cosine=min(steps.cosines), mean_cosine=sum(steps.cosines) / len(steps.cosines),
+                          first_difference=next((i for i, ok in enumerate(steps.same) if not ok), None),
+                          min_agreement=min_agreement, top_k_overlap=sum(steps.overlaps) / len(steps.overlaps),
+                          min_mean_cosine=min_mean_cosine,
+                          clips=len(cases) if speech else None,
+                          token_error_rate=steps.token_error_rate() if speech else None)
+
+
+def _speech_features(prompt: dict[str, Any], extractor: Any) -> list[torch.Tensor]:
+    """The features a speech model's gate compares on: the sample and held-out clips' (`extractor`'s),
+    or the sample's own without one."""
+    if extractor is None:
+        return [prompt["input_features"][:1]]
+    from .audio_input import held_out_clip, sample_clip
+
+    rate = int(extractor.sampling_rate)
+    return [extractor(clip, sampling_rate=rate, return_tensors="pt")["input_features"]
+            for clip in (sample_clip(extractor), held_out_clip(extractor))]
+
+
+class _Steps:
+    """Teacher-forced steps of the export against eager's, over one prompt (or clip) after another."""
+
+    def __init__(self):
+        self.same: list[bool] = []  # whether the step's greedy token is eager's
+        self.cosines: list[float] = []
+        self.overlaps: list[float] = []
+        self.transcripts: list[tuple[list[int], list[int]]] = []  # (eager's, the export's free-running) new tokens
+
+    def add(self, runner: Any, model: torch.nn.Module, ids: Any, extra: dict[str, Any], generation_config: Any,
+            new_tokens: int, transcribe: bool) -> None:
+        """Eager `generate` greedily for `new_tokens` after `ids` (none: a speech model's decoder
+        prompt) and `extra`, then the export fed eager's tokens; with `transcribe`, the export's own
+        greedy tokens too."""
+        length = len(ids[0]) if len(ids) else 0
+        new_tokens = max(1, min(new_tokens, _positions_left(runner, model, generation_config, length)))
+        prompt = {"input_ids": ids} if length else {}
+        with torch.no_grad():
+            out = model.generate(**prompt, **extra, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                 do_sample=False, generation_config=generation_config, output_logits=True,
+                                 return_dict_in_generate=True)
+        tokens = out.sequences[0, out.sequences.shape[1] - len(out.logits):].tolist()  # after any decoder prompt
+        want = [step[0].float() for step in out.logits]
+        got = runner.score(ids, tokens, **extra)
+        # raw logits on both sides: eager's picked token went through its processors (a speech model's
+        # suppressed tokens, `min_new_tokens`' end token), which the export's raw step has not
+        self.same += [int(g.argmax()) == int(w.argmax()) for g, w in zip(got, want)]
+        self.cosines += [float(torch.nn.functional.cosine_similarity(g.double(), w.double(), dim=0))
+                         for g, w in zip(got, want)]
+        self.overlaps += [_top_k_overlap(g, w) for g, w in zip(got, want)]
+        if transcribe:
+            free = runner.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **extra)
+            self.transcripts.append((tokens, list(free.tokens)))
+
+    def token_error_rate(self) -> float:
+        """The export's free-running greedy tokens' edit distance from eager's, over eager's count:
+        a speech model's word error rate in tokens (a tiny model's text has few words to count)."""
+        return sum(edit_distance(want, got) for want, got in self.transcripts) / max(
+            sum(len(want) for want, _ in self.transcripts), 1)
+
+
+def _positions_left(runner: Any, model: torch.nn.Module, generation_config: Any, prompt_length: int) -> int:
+    """How many new tokens fit after a prompt of `prompt_length`: a static cache's length (an
+    OpenVINO state bounded at it), or a speech decoder's positions after its decoder prompt."""
+    if model.config.is_encoder_decoder:
+        positions = getattr(model.config, "max_target_positions", None)
+        if positions is None:
+            return DEFAULT_TOKENS
+        from .decoder_prompt import decoder_prompt
+
+        return int(positions) - len(decoder_prompt(generation_config or model.generation_config, model.config))
+    return int(runner.max_cache_len) - prompt_length if runner.max_cache_len else DEFAULT_TOKENS
+
+
+def edit_distance(want: list[Any], got: list[Any]) -> int:
+    """Levenshtein distance of two sequences (substitutions, insertions, deletions)."""
+    row = list(range(len(got) + 1))
+    for i, a in enumerate(want, 1):
+        previous, row[0] = row[0], i
+        for j, b in enumerate(got, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (a != b))
+    return row[-1]
 
 
 def _top_k_overlap(got: torch.Tensor, want: torch.Tensor, k: int = TOP_K) -> float:

@@ -118,6 +118,18 @@ def sample_clip(extractor: Any, seed: int = 0) -> np.ndarray:
     return (0.4 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * 660 * t) + 0.05 * noise).astype(np.float32)
 
 
+def held_out_clip(extractor: Any, seed: int = 1) -> np.ndarray:
+    """Another clip made offline, unlike `sample_clip` (which an export is calibrated and checked
+    on): a chirp sweeping 200 Hz to 3 kHz under a tone of 330 Hz with noise (seeded), 0.85 of the
+    extractor's chunk long; what a quantized speech export's accuracy gate also transcribes."""
+    rate = int(extractor.sampling_rate)
+    length = int(0.85 * (getattr(extractor, "n_samples", None) or rate))
+    t = np.arange(length) / rate
+    sweep = 2 * np.pi * (200 * t + (3000 - 200) * t**2 / (2 * t[-1]))
+    noise = np.random.default_rng(seed).standard_normal(length)
+    return (0.35 * np.sin(sweep) + 0.15 * np.sin(2 * np.pi * 330 * t) + 0.08 * noise).astype(np.float32)
+
+
 def audio_prompt_text(processor: Any, prompt: str | None) -> str:
     """The text an audio-text LLM's processor is given with one clip: `prompt` (default
     `DEFAULT_AUDIO_PROMPT`) as it is where it already holds the processor's audio token; else one user

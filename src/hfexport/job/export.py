@@ -37,7 +37,7 @@ from typing import Any
 
 from ..capture.record import record_of
 from ..config import ExportConfig
-from ..errors import DtypeRefusedError, ValidationError
+from ..errors import DtypeRefusedError, ExportError, ValidationError
 from ..folder.output_folder import claimed_folder, model_folder
 from ..generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
 from ..generation.components import package_task
@@ -503,9 +503,21 @@ def _accuracy_gate(loaded: Any, generation_config: Any, target: Path, tokens: in
     from ..generation.accuracy import greedy_agreement
 
     def gate(folder: Path) -> dict[str, Any]:
-        found = greedy_agreement(folder, loaded.model, loaded.inputs, generation_config=generation_config,
-                                 new_tokens=tokens or DEFAULT_TOKENS, min_agreement=floor, min_mean_cosine=min_cosine,
-                                 verify=False)  # the folder it is writing, hashed a moment ago
+        try:
+            found = greedy_agreement(folder, loaded.model, loaded.inputs, generation_config=generation_config,
+                                     new_tokens=tokens or DEFAULT_TOKENS, min_agreement=floor,
+                                     min_mean_cosine=min_cosine,
+                                     verify=False,  # the folder it is writing, hashed a moment ago
+                                     extractor=getattr(loaded.processor, "feature_extractor", None))  # speech: clips
+        except ExportError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the export failing to run is a refusal too, chained
+            raise ValidationError(
+                f"the quantized export could not be compared with fp32 eager generate(): hfexport's runner failed "
+                f"on it ({type(error).__name__}: {error}); nothing was written to {target}",
+                model=type(loaded.model).__name__,
+                remedy="run `hfexport generate` on it written with --no-validate to see the failure, and report "
+                "this; an export without --quantize is not gated") from error
         if not found.passed:
             error = ValidationError(
                 f"the quantized export's greedy tokens agree with fp32 eager generate() on {found.agreement:.0%} of "
