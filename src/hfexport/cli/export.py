@@ -301,6 +301,10 @@ def _runner_line(runner: dict) -> str:
         return f"NOT CHECKED: {runner['why']}"
     agreed = (f"agree with {runner['against']} on {runner['agreement']:.0%} (floor {runner['min_agreement']:.0%})"
               if "agreement" in runner else f"equal {runner['against']}'s")
+    if "features_max_abs_diff" in runner:  # a speech runner that made its own features: eager ran on them
+        apart = runner["features_max_abs_diff"]
+        agreed += " on the runner's own features " + ("(of another shape than the feature extractor's)" if apart is None
+                                                      else f"(max abs {apart:.3g} from the feature extractor's)")
     return f"{runner['runner']}: its {runner['tokens']} greedy tokens {agreed} ({runner['seconds']:.1f} s)"
 
 

@@ -266,10 +266,13 @@ class RunnerRequest:
 @dataclasses.dataclass(frozen=True)
 class RunnerTokens:
     """What a vendor runner generated: the new token ids (not the prompt) and which runner, with
-    its version (`"onnxruntime-genai 0.18.0"`)."""
+    its version (`"onnxruntime-genai 0.18.0"`); a speech runner that computes the features itself
+    and hands them back (onnxruntime-genai's processor) gives them as `features`, which eager
+    `generate()` is then run on (`job.runner_check`)."""
 
     tokens: tuple[int, ...]
     runner: str
+    features: Any = None
 
 
 class RunnerUnavailable(Exception):

@@ -11,8 +11,10 @@ runner_check(package, model, prompt, generation_config, min_agreement=None)(fold
             hfexport's own runner on the same folder on at least `min_agreement` of the steps
 ```
 A speech model's folder is checked on a clip made offline (`audio_input.sample_clip`): its speech
-runner (`WhisperPipeline`) is given the samples and makes its own features and decoder prompt;
-eager `generate()` is given the model's feature extractor's features of the same samples. A folder
+runner (`WhisperPipeline`, onnxruntime-genai's Whisper) is given the samples and makes its own
+features; eager `generate()` is given the model's feature extractor's features of the same samples,
+or, from a runner that hands back the features it made (onnxruntime-genai's processor, whose
+log-mel differs from transformers' at the clip's ends), those, the difference reported. A folder
 whose format has no speech runner reports why its runner does not open it (the manifest's
 `runtime_package`).
 A difference, or a runner that fails on the folder, raises `ValidationError` (nothing is
@@ -140,9 +142,13 @@ def _audio_request(model: torch.nn.Module, extractor: Any, generation_config: An
                          audio=sample_clip(extractor))
 
 
-def _eager_speech(model: torch.nn.Module, extractor: Any, request: RunnerRequest, generation_config: Any) -> list[int]:
-    """Eager `generate()`'s new tokens on the feature extractor's features of the request's clip."""
-    features = extractor(request.audio, sampling_rate=extractor.sampling_rate, return_tensors="pt")["input_features"]
+def _eager_speech(model: torch.nn.Module, extractor: Any, request: RunnerRequest, generation_config: Any,
+                  features: Any = None) -> list[int]:
+    """Eager `generate()`'s new tokens on `features` (those the runner computed from the request's
+    clip), else the feature extractor's features of the clip."""
+    if features is None:
+        features = extractor(request.audio, sampling_rate=extractor.sampling_rate, return_tensors="pt")["input_features"]
+    features = torch.as_tensor(features, dtype=model.dtype)
     with torch.no_grad():
         out = model.generate(input_features=features, max_new_tokens=request.max_new_tokens, do_sample=False,
                              generation_config=generation_config, return_dict_in_generate=True, output_logits=True)
@@ -154,7 +160,8 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
     """The report's entry: the runner's tokens against eager's (fp32) or hfexport's runner's."""
     ids = torch.tensor([request.prompt_ids])
     if request.audio is not None and min_agreement is None:
-        against, expected = "eager generate()", _eager_speech(model, extractor, request, generation_config)
+        against = "eager generate()"
+        expected = _eager_speech(model, extractor, request, generation_config, got.features)
     elif request.audio is not None:
         from ..generation.loop import GenerationRunner
 
@@ -181,9 +188,21 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
              "passed": passed, "expected": expected}
     if min_agreement is not None:
         entry.update(agreement=round(agreement, 4), min_agreement=min_agreement)
+    if got.features is not None and extractor is not None:  # eager ran on them: how far they are from the extractor's
+        entry["features_max_abs_diff"] = _features_difference(got.features, extractor, request)
     if passed:
         entry.pop("expected")
     return entry
+
+
+def _features_difference(features: Any, extractor: Any, request: RunnerRequest) -> float | None:
+    """The largest difference between a runner's features of the request's clip and the feature
+    extractor's (None where their shapes differ)."""
+    import numpy as np
+
+    own = extractor(request.audio, sampling_rate=extractor.sampling_rate, return_tensors="np")["input_features"]
+    features = np.asarray(features, dtype=np.float32)
+    return round(float(np.abs(features - own).max()), 6) if features.shape == own.shape else None
 
 
 def _refused(what: str, model: torch.nn.Module) -> ValidationError:

@@ -117,30 +117,49 @@ def genai_config(artifact: Any, config: Any, generation_config: Any) -> dict[str
 #: lists of them). A folder's `genai_config.json` with any other key is refused before anything
 #: reads it: onnxruntime-genai's configs can also name a custom-op library to load into the
 #: process (`session_options.custom_ops_library`), execution providers, and more model files.
+_SESSION_KEYS: dict[str, Any] = {
+    "session_options": {"log_id": None, "provider_options": None}, "filename": None, "head_size": None,
+    "hidden_size": None, "num_attention_heads": None, "num_hidden_layers": None, "num_key_value_heads": None,
+}
+_MODEL_KEYS = {"bos_token_id": None, "context_length": None, "eos_token_id": None, "pad_token_id": None, "type": None,
+               "vocab_size": None}
+_SEARCH_KEYS = {key: None for key in (
+    "diversity_penalty", "do_sample", "early_stopping", "length_penalty", "max_length", "min_length",
+    "no_repeat_ngram_size", "num_beams", "num_return_sequences", "past_present_share_buffer",
+    "repetition_penalty", "temperature", "top_k", "top_p")}
 _GENAI_KEYS: dict[str, Any] = {
     "model": {
-        "bos_token_id": None, "context_length": None, "eos_token_id": None, "pad_token_id": None, "type": None,
-        "vocab_size": None,
+        **_MODEL_KEYS,
         "decoder": {
-            "session_options": {"log_id": None, "provider_options": None}, "filename": None, "head_size": None,
-            "hidden_size": None, "num_attention_heads": None, "num_hidden_layers": None,
-            "num_key_value_heads": None,
+            **_SESSION_KEYS,
             "inputs": {"input_ids": None, "attention_mask": None, "position_ids": None, "past_key_names": None,
                        "past_value_names": None},
             "outputs": {"logits": None, "present_key_names": None, "present_value_names": None},
         },
     },
-    "search": {key: None for key in (
-        "diversity_penalty", "do_sample", "early_stopping", "length_penalty", "max_length", "min_length",
-        "no_repeat_ngram_size", "num_beams", "num_return_sequences", "past_present_share_buffer",
-        "repetition_penalty", "temperature", "top_k", "top_p")},
+    "search": _SEARCH_KEYS,
+}
+#: a Whisper's (`whisper_folder.og_whisper_config`): an encoder, the cross-attention cache's names
+_WHISPER_KEYS: dict[str, Any] = {
+    "model": {
+        **_MODEL_KEYS,
+        "decoder": {**_SESSION_KEYS,
+                    "inputs": {key: None for key in ("input_ids", "past_key_names", "past_value_names",
+                                                     "cross_past_key_names", "cross_past_value_names")},
+                    "outputs": {"logits": None, "present_key_names": None, "present_value_names": None}},
+        "encoder": {**_SESSION_KEYS, "inputs": {"audio_features": None},
+                    "outputs": {key: None for key in ("encoder_hidden_states", "cross_present_key_names",
+                                                      "cross_present_value_names")}},
+    },
+    "search": _SEARCH_KEYS,
 }
 
 
 def check_genai_config(content: Any, listed: set[str], path: Path) -> None:
     """Refuse (`ExportFolderError`, naming `path`) a `genai_config.json` holding anything
-    `genai_config` does not write (`_GENAI_KEYS`), execution providers, or a decoder file that is
-    not one of the folder's listed files (`listed`)."""
+    `genai_config` does not write (`_GENAI_KEYS`; a Whisper's, `whisper_folder.og_whisper_config`:
+    `_WHISPER_KEYS`), execution providers, or a decoder or encoder file that is not one of the
+    folder's listed files (`listed`)."""
     from ...errors import ExportFolderError
 
     def refuse(what: str) -> None:
@@ -159,12 +178,15 @@ def check_genai_config(content: Any, listed: set[str], path: Path) -> None:
             elif isinstance(value, dict) or (isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value)):
                 refuse(f"has an object at {where + key!r}")
 
-    walk(content, _GENAI_KEYS, "")
-    decoder = content.get("model", {}).get("decoder", {})
-    if decoder.get("session_options", {}).get("provider_options", []) != []:
-        refuse("names execution providers (model.decoder.session_options.provider_options)")
-    if decoder.get("filename") not in listed:
-        refuse(f"names the decoder {decoder.get('filename')!r}, which manifest.json does not list")
+    model = content.get("model") if isinstance(content, dict) else None
+    is_whisper = isinstance(model, dict) and model.get("type") == "whisper"
+    walk(content, _WHISPER_KEYS if is_whisper else _GENAI_KEYS, "")
+    for session in ("decoder", "encoder") if is_whisper else ("decoder",):
+        options = content["model"].get(session, {})
+        if options.get("session_options", {}).get("provider_options", []) != []:
+            refuse(f"names execution providers (model.{session}.session_options.provider_options)")
+        if options.get("filename") not in listed:
+            refuse(f"names the {session} {options.get('filename')!r}, which manifest.json does not list")
 
 
 def _token(generation_config: Any, config: Any, name: str) -> Any:

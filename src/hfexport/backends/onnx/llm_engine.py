@@ -44,8 +44,8 @@ def open_genai_engine(export: Any) -> GenaiEngine:
     """onnxruntime-genai on the `export`'s (a `GenerationExport`) private copy.
 
     Raises:
-        RunnerUnavailable: the folder has no `genai_config.json` (why, from its manifest), or
-            onnxruntime-genai is not installed.
+        RunnerUnavailable: the folder has no `genai_config.json` (why, from its manifest), is
+            og's Whisper package, or onnxruntime-genai is not installed.
     """
     from ...folder.package import RunnerUnavailable
     from ...folder.manifest import runtime_package
@@ -54,6 +54,9 @@ def open_genai_engine(export: Any) -> GenaiEngine:
     entry = runtime_package(export.manifest, RUNNER)
     if entry is None or not entry["ready"] or GENAI_CONFIG not in entry["files"]:
         raise RunnerUnavailable(f"the folder is the components: {(entry or {}).get('why') or 'no genai_config.json'}")
+    if entry["settings"].get("model_type") == "whisper":
+        raise RunnerUnavailable("the folder is onnxruntime-genai's Whisper package, which og.Generator runs from a clip "
+                                "(docs/deploy/onnxruntime-genai.md); hfexport drives og's decoder-only Generator only")
     try:
         import onnxruntime_genai as og
     except ImportError as error:
