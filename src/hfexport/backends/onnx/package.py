@@ -72,7 +72,7 @@ class OgWhisperPackage(OnnxRuntimePackage):
 
         components = super().components(model, plan)
         generation_config = merged_generation_config(model, plan.generation_config)
-        if {"encoder", "prefill"} - set(components) or og_whisper_refusal(model.config, generation_config):
+        if {"encoder", "prefill"} - set(components) or og_whisper_refusal(model.config, generation_config, plan.config):
             return components
         added = og_whisper_components(model, components, generation_config)
         return {**components, **{name: Component(*part) for name, part in added.items()}}

@@ -159,9 +159,9 @@ def og_whisper_components(model: Any, components: dict[str, Any], generation_con
             "og_decoder": (decoder, {"input_ids": new, "past_key_values": cache})}
 
 
-def og_whisper_refusal(model_config: Any, generation_config: Any) -> str | None:
+def og_whisper_refusal(model_config: Any, generation_config: Any, config: Any) -> str | None:
     """Why onnxruntime-genai 0.18 cannot run a Whisper folder of this model with `generate()`'s
-    tokens (its `model_config`, the generation config it is saved with), or None."""
+    tokens (its `model_config`, the generation config it is saved with, the export's `config`), or None."""
     from ...errors import PrepareError
     from ...generation.decoder_prompt import decoder_prompt
 
@@ -177,6 +177,9 @@ def og_whisper_refusal(model_config: Any, generation_config: Any) -> str | None:
         return (f"{_SEEN}'s Whisper feeds the encoder {OG_FRAMES} feature frames whatever the model (whisper.h: "
                 f"`int num_frames_{{3000}}`, and ValidateWhisperAudioFeaturesShape refuses other audio_features), where "
                 f"this encoder takes 2 x max_source_positions = {frames}; `hfexport generate --audio` runs the folder")
+    if not getattr(config, "dynamic", False) and getattr(config, "dynamic_shapes", None) is None:
+        return ("a static export: onnxruntime-genai feeds its decoder the prompt, then one token at a time, over a "
+                "growing past; export with dynamic=True")
     if generation_config is None:
         return "no generation config: og's decoder needs the decoder prompt and end token of generation_config.json"
     if getattr(generation_config, "return_timestamps", False):

@@ -131,7 +131,8 @@ def og_whisper_folder_files(folder: Path, artifacts: dict[str, Any], context: An
     if context.model_config is None:
         return {}
     extractor = getattr(context.processor, "feature_extractor", None)
-    why = og_whisper_refusal(context.model_config, context.generation_config)
+    why = ("saved without its export plan (no FolderContents.plan)" if context.plan is None else
+           og_whisper_refusal(context.model_config, context.generation_config, context.plan.config))
     if why is None and set(OG_STEMS) - set(artifacts):
         why = "the export has no onnxruntime-genai Whisper graphs (og_encoder, og_decoder)"
     if why is None and extractor is None:
