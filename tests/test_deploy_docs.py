@@ -186,3 +186,49 @@ def test_the_readmes_main_job_chats(exported, monkeypatch, capsys):
     eager, tokenizer = _eager(NEW_TOKENS)
     assert tokenizer.decode(eager, skip_special_tokens=True) in capsys.readouterr().out
     assert main(["generate", folder, "--prompt", "hello"]) == 0
+
+
+# -- onnxruntime-genai's Whisper folder (a Whisper of og's 3000 frames: tests/backends/onnx/whisper_exports.py) --
+
+WHISPER_PAGE, WHISPER_FOLDER, WHISPER_TOKENS = "onnxruntime-genai.md", "out/whisper-og", 12
+
+
+@pytest.fixture(scope="module")
+def og_whisper_folder(shared_folder):
+    from tests.backends.onnx.whisper_exports import og_whisper_export
+    from tests.harness import require_backend
+
+    require_backend("onnx")
+    pytest.importorskip("onnxruntime_genai")
+    pytest.importorskip("soundfile")
+    return og_whisper_export(shared_folder)
+
+
+def test_the_whisper_files_are_what_og_reads_of_the_export(og_whisper_folder):
+    """The page's Whisper table names og's files of the export: its `runtime_package` and the tokenizer."""
+    from hfexport.folder.manifest import read_manifest
+
+    manifest = read_manifest(og_whisper_folder)
+    table = _table_files(WHISPER_PAGE, "onnx whisper")
+    assert sorted(table) == sorted([*manifest["runtime_package"]["files"], "tokenizer.json", "tokenizer_config.json"])
+    assert set(table) <= set(manifest["files"])
+
+
+def test_the_whisper_snippet_gives_eagers_tokens(og_whisper_folder, tmp_path):
+    """The page's Whisper snippet in a fresh process, on the export and a drawn tone starting with
+    n_fft / 2 silent samples and padded to 30 s (where og's features are the feature extractor's):
+    `generate()`'s greedy tokens on the feature extractor's features."""
+    from tests.backends.onnx.whisper_exports import ONSET, eager, features, og_whisper, tone
+
+    (block,) = [body for lang, body in FENCE.findall(_between(WHISPER_PAGE, "snippet", "onnx whisper"))
+                if lang == "python"]
+    clip = tone(tmp_path / "clip.wav", 2.7, 523, onset=ONSET, padded=True, seed=9)
+    assert block.count(f'"{WHISPER_FOLDER}"') == 1 and block.count('"clip.wav"') == 1 and "2 + 32" in block
+    code = block.replace(f'"{WHISPER_FOLDER}"', repr(str(og_whisper_folder))).replace('"clip.wav"', repr(str(clip)))
+    code = code.replace("2 + 32", f"2 + {WHISPER_TOKENS}")
+    code += "\nimport json\nprint('RESULT ' + json.dumps([int(t) for t in tokens]))\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-2000:]
+    model, processor = og_whisper()
+    assert json.loads(lines[-1].removeprefix("RESULT ")) == eager(model, features(processor, clip), WHISPER_TOKENS)

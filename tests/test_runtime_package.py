@@ -201,7 +201,7 @@ def test_the_compile_properties_an_openvino_folder_gives_its_engine_are_an_expor
 #: not open the folder), or the components as asked where the format has none.
 PACKAGE_OF = {("onnx", "text-generation"): "OnnxRuntimePackage",
               ("onnx", "image-text-to-text"): "OnnxRuntimePackage",
-              ("onnx", "automatic-speech-recognition"): "OnnxRuntimePackage",
+              ("onnx", "automatic-speech-recognition"): "OgWhisperPackage",
               ("openvino", "text-generation"): "LLMPipelinePackage",
               ("openvino", "image-text-to-text"): "VLMPipelinePackage",
               ("openvino", "automatic-speech-recognition"): "WhisperPipelinePackage",

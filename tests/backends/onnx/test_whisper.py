@@ -52,17 +52,17 @@ _OG = textwrap.dedent("""
     processor = model.create_multimodal_processor()
     inputs = processor(prompt, audios=og.Audios.open(clip))
     np.save(saved, inputs["audio_features"].as_numpy())
-    start = inputs["input_ids"].as_numpy().shape[1]
+    detect = len(sys.argv) > 6  # a multilingual Whisper's: the language, then the rest of the prompt
+    languages, rest = (json.loads(sys.argv[6]), json.loads(sys.argv[7])) if detect else ([], [])
+    start = inputs["input_ids"].as_numpy().shape[1] + (1 + len(rest) if detect else 0)
     params = og.GeneratorParams(model)
     params.set_search_options(do_sample=False, max_length=start + int(new_tokens))
     generator = og.Generator(model, params)
     generator.set_inputs(inputs)
-    if len(sys.argv) > 6:  # a multilingual Whisper's prompt after the language, detected from the first logits
-        languages, rest = json.loads(sys.argv[6]), json.loads(sys.argv[7])
+    if detect:  # the highest of the first logits over the config's language tokens, as generate() detects it
         logits = generator.get_logits().reshape(-1)
         language = languages[int(np.argmax(logits[languages]))]
         generator.append_tokens(np.array([[language, *rest]], dtype=np.int32))
-        start += 1 + len(rest)
     while not generator.is_done():
         generator.generate_next_token()
     print(json.dumps({"tokens": [int(t) for t in generator.get_sequence(0)[start:]]}))
