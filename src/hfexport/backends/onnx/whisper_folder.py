@@ -235,8 +235,7 @@ def run_og_whisper(folder: Path, request: Any) -> Any:
 
     entry = runtime_package(read_manifest(folder, verify=False), RUNNER)  # the folder this export just wrote
     if entry is None or not entry["ready"] or entry["settings"].get("model_type") != "whisper":
-        raise RunnerUnavailable("this model's folder is the components: " + (
-            (entry or {}).get("why") or "not onnxruntime-genai's Whisper folder"))
+        raise RunnerUnavailable((entry or {}).get("why") or "not onnxruntime-genai's Whisper folder")
     if request.audio is None:
         raise RunnerUnavailable("onnxruntime-genai's Whisper transcribes audio, and the request holds a text prompt")
     try:
