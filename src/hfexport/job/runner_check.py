@@ -147,7 +147,8 @@ def _eager_speech(model: torch.nn.Module, extractor: Any, request: RunnerRequest
     """Eager `generate()`'s new tokens on `features` (those the runner computed from the request's
     clip), else the feature extractor's features of the clip."""
     if features is None:
-        features = extractor(request.audio, sampling_rate=extractor.sampling_rate, return_tensors="pt")["input_features"]
+        features = extractor(request.audio, sampling_rate=extractor.sampling_rate,
+                             return_tensors="pt")["input_features"]
     features = torch.as_tensor(features, dtype=model.dtype)
     with torch.no_grad():
         out = model.generate(input_features=features, max_new_tokens=request.max_new_tokens, do_sample=False,

@@ -55,8 +55,9 @@ def open_genai_engine(export: Any) -> GenaiEngine:
     if entry is None or not entry["ready"] or GENAI_CONFIG not in entry["files"]:
         raise RunnerUnavailable(f"the folder is the components: {(entry or {}).get('why') or 'no genai_config.json'}")
     if entry["settings"].get("model_type") == "whisper":
-        raise RunnerUnavailable("the folder is onnxruntime-genai's Whisper package, which og.Generator runs from a clip "
-                                "(docs/deploy/onnxruntime-genai.md); hfexport drives og's decoder-only Generator only")
+        raise RunnerUnavailable("the folder is onnxruntime-genai's Whisper package, which og.Generator runs from a "
+                                "clip (docs/deploy/onnxruntime-genai.md); hfexport drives og's decoder-only Generator "
+                                "only")
     try:
         import onnxruntime_genai as og
     except ImportError as error:

@@ -53,19 +53,15 @@ out/whisper/                                hfexport export ./whisper-folder -f 
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["OG_STEMS", "OG_FRAMES", "OgWhisperEncoder", "OgWhisperDecoder", "og_whisper_components",
-           "og_whisper_refusal", "og_extractor_refusal"]
+__all__ = ["OG_GRAPHS", "OG_FRAMES", "OG_SAMPLING_RATE", "OgWhisperEncoder", "OgWhisperDecoder",
+           "og_whisper_components", "og_whisper_refusal", "og_extractor_refusal"]
 
-logger = logging.getLogger("hfexport")
-
-#: component -> the file stem genai_config.json names it by
-OG_STEMS = {"og_encoder": "og_encoder", "og_decoder": "og_decoder"}
+#: the components og's `genai_config.json` names: its encoder and decoder sessions
+OG_GRAPHS = ("og_encoder", "og_decoder")
 #: the feature frames onnxruntime-genai 0.18's Whisper takes, whatever the model (whisper.h)
 OG_FRAMES = 3000
 #: onnxruntime-genai 0.18's feature extractor's rate: its `LogMel` fixes `n_sr_{16000}`, its
@@ -145,11 +141,10 @@ def og_whisper_components(model: Any, components: dict[str, Any], generation_con
 
     encoder = OgWhisperEncoder(model)
     features = components["encoder"][1]["input_features"]
-    prompt = [t for t in decoder_prompt(generation_config, model.config) if t != DETECT_LANGUAGE]
+    prompt = decoder_prompt(generation_config, model.config)
     decoder = OgWhisperDecoder(model, list(getattr(generation_config, "suppress_tokens", None) or []),
-                               list(getattr(generation_config, "begin_suppress_tokens", None) or []),
-                               len(decoder_prompt(generation_config, model.config)))
-    ids = torch.tensor([prompt]).expand(features.shape[0], -1)
+                               list(getattr(generation_config, "begin_suppress_tokens", None) or []), len(prompt))
+    ids = torch.tensor([[t for t in prompt if t != DETECT_LANGUAGE]]).expand(features.shape[0], -1)
     with torch.no_grad():
         cross = encoder(features)["cache"]
         cache = EncoderDecoderCache(DynamicCache(), cross)
@@ -175,8 +170,9 @@ def og_whisper_refusal(model_config: Any, generation_config: Any, config: Any) -
         # of 3000`, and ValidateWhisperAudioFeaturesShape: "Whisper uses num_frames = 3000. The provided inputs
         # have num_frames = N"; no config field sets it
         return (f"{_SEEN}'s Whisper feeds the encoder {OG_FRAMES} feature frames whatever the model (whisper.h: "
-                f"`int num_frames_{{3000}}`, and ValidateWhisperAudioFeaturesShape refuses other audio_features), where "
-                f"this encoder takes 2 x max_source_positions = {frames}; `hfexport generate --audio` runs the folder")
+                "`int num_frames_{3000}`, and ValidateWhisperAudioFeaturesShape refuses other audio_features), "
+                f"where this encoder takes 2 x max_source_positions = {frames}; `hfexport generate --audio` runs "
+                "the folder")
     if not getattr(config, "dynamic", False) and getattr(config, "dynamic_shapes", None) is None:
         return ("a static export: onnxruntime-genai feeds its decoder the prompt, then one token at a time, over a "
                 "growing past; export with dynamic=True")
@@ -204,7 +200,8 @@ def og_extractor_refusal(model_config: Any, extractor: Any) -> str | None:
         return (f"the feature extractor's rate is {extractor.sampling_rate} Hz; onnxruntime-genai's decodes every clip "
                 f"to {OG_SAMPLING_RATE} Hz and its mel bank is for that rate (speech_features.hpp `n_sr_{{16000}}`)")
     if int(extractor.feature_size) != int(model_config.num_mel_bins):
-        return f"the feature extractor makes {extractor.feature_size} mel bins where the encoder takes {model_config.num_mel_bins}"
+        return (f"the feature extractor makes {extractor.feature_size} mel bins where the encoder takes "
+                f"{model_config.num_mel_bins}")
     if int(extractor.n_samples) // int(extractor.hop_length) != OG_FRAMES or int(extractor.n_samples) != int(
             extractor.chunk_length) * OG_SAMPLING_RATE:
         return (f"the feature extractor makes {extractor.n_samples // extractor.hop_length} frames of "

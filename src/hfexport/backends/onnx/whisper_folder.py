@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .whisper import OG_FRAMES, OG_SAMPLING_RATE, OG_STEMS, og_extractor_refusal, og_whisper_refusal
+from .whisper import OG_GRAPHS, OG_SAMPLING_RATE, og_extractor_refusal, og_whisper_refusal
 
 __all__ = ["AUDIO_CONFIG", "OG_READS", "og_whisper_config", "audio_processor_config", "og_whisper_folder_files",
            "check_audio_processor_config", "check_og_files", "run_og_whisper"]
@@ -37,7 +37,7 @@ __all__ = ["AUDIO_CONFIG", "OG_READS", "og_whisper_config", "audio_processor_con
 AUDIO_CONFIG = "audio_processor_config.json"
 #: every file onnxruntime-genai 0.18 opens by name in a folder, besides the graphs its config names
 #: (model.cpp, config.h; onnxruntime-extensions' tokenizer_jsconfig.hpp: the tokenizer's files,
-#: its chat template and module config, read at bd0e21c1's successor 319f8d2c): each one there must be listed
+#: its chat template and module config, read at 319f8d2c): each one in a folder must be listed
 OG_READS = frozenset({"genai_config.json", AUDIO_CONFIG, "tokenizer.json", "tokenizer_config.json",
                       "chat_template.jinja", "chat_template.json", "tokenizer_module.json"})
 
@@ -133,11 +133,12 @@ def og_whisper_folder_files(folder: Path, artifacts: dict[str, Any], context: An
     extractor = getattr(context.processor, "feature_extractor", None)
     why = ("saved without its export plan (no FolderContents.plan)" if context.plan is None else
            og_whisper_refusal(context.model_config, context.generation_config, context.plan.config))
-    if why is None and set(OG_STEMS) - set(artifacts):
+    if why is None and set(OG_GRAPHS) - set(artifacts):
         why = "the export has no onnxruntime-genai Whisper graphs (og_encoder, og_decoder)"
     if why is None and extractor is None:
-        why = ("no feature extractor was given: onnxruntime-genai computes the features by audio_processor_config.json, "
-               "made from it; export from a folder where the processor was saved (processor.save_pretrained)")
+        why = ("no feature extractor was given: onnxruntime-genai computes the features by "
+               "audio_processor_config.json, made from it; export from a folder where the processor was saved "
+               "(processor.save_pretrained)")
     if why is None:
         why = og_extractor_refusal(context.model_config, extractor)
     if why is None and context.tokenizer is None:
@@ -146,11 +147,11 @@ def og_whisper_folder_files(folder: Path, artifacts: dict[str, Any], context: An
         why = "the model names no end token, and onnxruntime-genai's config needs one: give eos_token_id"
     if why is not None:
         return runtime_package_entry(RUNNER, why=why)
-    files = {name: context.component_files[name][0] for name in OG_STEMS}
+    files = {name: context.component_files[name][0] for name in OG_GRAPHS}
     content = og_whisper_config(artifacts, files, context.model_config, context.generation_config)
     (folder / GENAI_CONFIG).write_text(json.dumps(content, indent=4))
     (folder / AUDIO_CONFIG).write_text(json.dumps(audio_processor_config(extractor), indent=4))
-    graphs = [f for name in OG_STEMS for f in context.component_files[name]]
+    graphs = [f for name in OG_GRAPHS for f in context.component_files[name]]
     return runtime_package_entry(RUNNER, files=[GENAI_CONFIG, AUDIO_CONFIG, *graphs],
                                  settings={"model_type": "whisper", **_prompt_settings(context)})
 
@@ -169,8 +170,10 @@ def _prompt_settings(context: Any) -> dict[str, Any]:
 
 #: `audio_processor_config.json` as `audio_processor_config` writes it: these operations, in this
 #: order, with these attributes, each an integer (og's decoder could otherwise be told other rates)
-_AUDIO_OPERATIONS = (("audio_decoder", "AudioDecoder", ()), ("STFT", "STFTNorm", ("n_fft", "frame_length", "hop_length")),
+_AUDIO_OPERATIONS = (("audio_decoder", "AudioDecoder", ()),
+                     ("STFT", "STFTNorm", ("n_fft", "frame_length", "hop_length")),
                      ("log_mel_spectrogram", "LogMelSpectrum", ("chunk_size", "hop_length", "n_fft", "n_mel")))
+_REMEDY = "copy the export folder again, whole, from where it was written, or export again"
 
 
 def check_og_files(manifest: dict[str, Any], listed: Any) -> None:
@@ -184,10 +187,9 @@ def check_og_files(manifest: dict[str, Any], listed: Any) -> None:
 
     for name in sorted(OG_READS):
         if name not in manifest["files"] and os.path.lexists(listed.folder / name):  # a link too, even dangling
-            raise ExportFolderError(f"{listed.folder / name} is not a file manifest.json lists, and onnxruntime-genai "
-                                    "opens it by that name: it is not a file this export wrote",
-                                    remedy="copy the export folder again, whole, from where it was written, or export "
-                                           "again")
+            raise ExportFolderError(f"{listed.folder / name} is not a file manifest.json lists, and "
+                                    "onnxruntime-genai opens it by that name: it is not a file this export wrote",
+                                    remedy=_REMEDY)
     if AUDIO_CONFIG in manifest["files"]:
         config = listed.read(AUDIO_CONFIG)
         check_audio_processor_config(parse_json(config.data, config.path), config.path)
@@ -199,8 +201,7 @@ def check_audio_processor_config(content: Any, path: Path) -> None:
     from ...errors import ExportFolderError
 
     def refuse(what: str) -> None:
-        raise ExportFolderError(f"{path} {what}; hfexport writes no such {AUDIO_CONFIG}",
-                                remedy="copy the export folder again, whole, from where it was written, or export again")
+        raise ExportFolderError(f"{path} {what}; hfexport writes no such {AUDIO_CONFIG}", remedy=_REMEDY)
 
     root = content.get("feature_extraction") if isinstance(content, dict) and list(content) == [
         "feature_extraction"] else None
@@ -247,10 +248,11 @@ def run_og_whisper(folder: Path, request: Any) -> Any:
                                 missing=True) from error
     from ...generation.decoder_prompt import DETECT_LANGUAGE
 
-    prompt = _decoder_prompt(folder)
+    prompt, generation_config = _decoder_prompt(folder)
     model = og.Model(str(folder))
     clip = io.BytesIO()
-    soundfile.write(clip, np.asarray(request.audio, dtype=np.float32), OG_SAMPLING_RATE, format="WAV", subtype="FLOAT")
+    samples = np.asarray(request.audio, dtype=np.float32)
+    soundfile.write(clip, samples, OG_SAMPLING_RATE, format="WAV", subtype="FLOAT")  # float: the samples as they are
     inputs = model.create_multimodal_processor()(entry["settings"]["decoder_prompt"],
                                                  audios=og.Audios.open_bytes(clip.getvalue()))
     features = inputs["audio_features"].as_numpy()
@@ -264,7 +266,7 @@ def run_og_whisper(folder: Path, request: Any) -> Any:
     generator = og.Generator(model, params)
     generator.set_inputs(inputs)
     if known < len(prompt):
-        languages = sorted(_generation_json(folder)["lang_to_id"].values())
+        languages = sorted(generation_config.lang_to_id.values())
         logits = generator.get_logits().reshape(-1)
         prompt[known] = languages[int(np.argmax(logits[languages]))]
         generator.append_tokens(np.array([prompt[known:]], dtype=np.int32))
@@ -275,14 +277,12 @@ def run_og_whisper(folder: Path, request: Any) -> Any:
     return RunnerTokens(tuple(tokens), f"onnxruntime-genai {og.__version__} (whisper)", features=features)
 
 
-def _generation_json(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "generation_config.json").read_text())
-
-
-def _decoder_prompt(folder: Path) -> list[int]:
-    """The decoder prompt `generate()` starts from on the folder's configs (`decoder_prompt`)."""
+def _decoder_prompt(folder: Path) -> tuple[list[int], Any]:
+    """The decoder prompt `generate()` starts from on the folder's configs (`decoder_prompt`), and
+    the generation config."""
     from transformers import GenerationConfig, WhisperConfig
 
     from ...generation.decoder_prompt import decoder_prompt
 
-    return decoder_prompt(GenerationConfig.from_pretrained(folder), WhisperConfig.from_pretrained(folder))
+    generation_config = GenerationConfig.from_pretrained(folder)
+    return decoder_prompt(generation_config, WhisperConfig.from_pretrained(folder)), generation_config
