@@ -167,8 +167,13 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
         from ..generation.loop import GenerationRunner
 
         against = "hfexport's runner on the same folder"
-        expected = list(GenerationRunner.load(folder, verify=False, engine="hfexport").generate_from_audio(
-            request.audio, max_new_tokens=request.max_new_tokens).tokens)  # verify=False: the folder it hashed
+        runner = GenerationRunner.load(folder, verify=False, engine="hfexport")  # verify=False: the folder it hashed
+        if got.features is None:
+            result = runner.generate_from_audio(request.audio, max_new_tokens=request.max_new_tokens)
+        else:  # the features the runner made, as eager is given them
+            result = runner.generate([], input_features=torch.as_tensor(got.features),
+                                     max_new_tokens=request.max_new_tokens)
+        expected = list(result.tokens)
     elif min_agreement is None:
         against = "eager generate()"
         with torch.no_grad():

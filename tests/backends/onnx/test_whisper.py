@@ -153,6 +153,27 @@ def test_hfexport_generate_audio_on_the_folder_gives_eagers_tokens(package, whis
 
 
 @pytest.mark.slow
+def test_a_quantized_export_is_an_og_folder_checked_against_hfexports_runner(package, whisper, tmp_path):
+    """`--quantize int8-dynamic`: og's graphs quantized with the components, the accuracy gate passed,
+    og's tokens held to hfexport's runner on the same folder given og's own features; and in a fresh
+    process og's tokens are `generate --audio-inputs` of those features on the folder."""
+    out = tmp_path / "int8"
+    done = _hfexport("export", str(package.parent / "model"), "-f", "onnx", "--quantize", "int8-dynamic", "-o", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    runner = json.loads((out / "report.json").read_text())["runner"]
+    assert runner["checked"] and runner["passed"] and runner["against"] == "hfexport's runner on the same folder"
+    assert "features_max_abs_diff" in runner, runner
+    clip = tone(tmp_path / "tone.wav", *TONE, seed=4)
+    got = _og(out, clip, tmp_path / "features.npy")
+    np.savez(tmp_path / "inputs.npz", input_features=np.load(tmp_path / "features.npy"))
+    done = _hfexport("generate", str(out), "--audio-inputs", str(tmp_path / "inputs.npz"), "--max-new-tokens",
+                     str(NEW_TOKENS), "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    ours = json.loads(done.stdout.strip().splitlines()[-1])["tokens"]
+    assert sum(a == b for a, b in zip(got, ours)) >= 0.7 * NEW_TOKENS, (got, ours)
+
+
+@pytest.mark.slow
 def test_a_drawn_multilingual_whisper_is_an_og_folder_with_eagers_tokens(tmp_path):
     """Other sizes and mel bins than the fixture's, multilingual (og is given the start token, the
     language is the highest of og's first logits over `lang_to_id`, as `generate()` detects it), and
