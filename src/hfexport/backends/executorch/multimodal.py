@@ -134,6 +134,7 @@ class AudioEncoderMethod(torch.nn.Module):
         self.tower, self.projector = tower, projector
 
     def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+        """The clip's rows `[1, rows, hidden]`."""
         hidden = self.tower(input_features=input_features).last_hidden_state
         return hidden if self.projector is None else self.projector(hidden)
 
