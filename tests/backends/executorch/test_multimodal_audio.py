@@ -103,7 +103,8 @@ def cli_export(shared_folder):
 def drawn_export(tmp_path_factory):
     """The drawn variation exported by the export job (`export_to_folder`, what the CLI runs) with
     `--task generation-components` (what the flagless export's report names: task inference gives an
-    audio-text LLM one graph of its forward, as every image-text model), with its runner check."""
+    audio-text LLM one graph of its forward, as every image-text model) and its weights in `.ptd`
+    files, with its runner check."""
     from hfexport import AutoExportConfig
     from hfexport.job.export import GenerationOptions, export_to_folder
     from hfexport.loading import LoadedModel
@@ -119,8 +120,8 @@ def drawn_export(tmp_path_factory):
     processor = tiny_processor("qwen2_audio")
     folder = tmp_path_factory.mktemp("qwen2-audio-drawn") / "export"
     loaded = LoadedModel(model, inputs, "qwen2_audio", processor.tokenizer, processor=processor)
-    result = export_to_folder(loaded, AutoExportConfig.from_dict({"export_format": "executorch"}), folder,
-                              generation=GenerationOptions(task="generation-components"))
+    config = AutoExportConfig.from_dict({"export_format": "executorch", "external_weights": True})
+    result = export_to_folder(loaded, config, folder, generation=GenerationOptions(task="generation-components"))
     return folder, model, processor, result
 
 
@@ -157,7 +158,8 @@ def test_a_drawn_variation_gives_eagers_tokens(drawn_export, tmp_path):
     folder, model, processor, result = drawn_export
     assert result.report["task"]["name"] == "generation-components", result.report["task"]
     assert result.report["runner"]["checked"] and result.report["runner"]["passed"], result.report["runner"]
-    assert _entry(folder)["ready"], (_entry(folder), DRAWN)
+    entry = _entry(folder)
+    assert entry["ready"] and entry["settings"]["data"] == "multimodal.ptd" and "multimodal.ptd" in entry["files"]
     samples = _clip(DRAWN["seconds"], DRAWN["hz"], 7)
     eager = _eager(model, _processor_inputs(processor, samples, DRAWN["prompt"]))
     pieces = _snippet(folder, _wav(tmp_path / "drawn.wav", samples), DRAWN["prompt"])
