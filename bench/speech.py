@@ -16,8 +16,11 @@ under ``--root`` and reused (`bench/whisper_formats.py` does the conversions):
   - ``clip.wav``: `SENTENCE` spoken by ``espeak-ng`` (``apt-get install espeak-ng``), resampled to
     16 kHz with scipy's ``resample_poly`` (what hfexport's reader uses);
   - ``exports/F``: ``hfexport export hf -f F --generate -o exports/F`` for F in dynamo, onnx,
-    openvino, executorch (validated); ``exports/openvino-speech``: the flagless
-    ``hfexport export hf -f openvino -o ...``, the row ``ov-whisper`` when `WhisperPipeline` opens it.
+    openvino, executorch (validated); ``exports/F-int8``: the same with ``--quantize`` (`QUANTIZED`:
+    OpenVINO ``int8-weights``, ONNX ``int8-dynamic`` and ``int8-weights`` (``-int8w``: ``MatMulNBits``);
+    the export's speech accuracy gate passed);
+    ``exports/openvino-speech`` (``-int8``): the flagless ``hfexport export hf -f openvino -o ...``
+    (``--quantize int8-weights``), the rows ``ov-whisper`` (``-int8``) when `WhisperPipeline` opens it.
 
 Checks before timing: CTranslate2 float32 on the feature extractor's features of the clip gives eager
 ``transformers`` ``generate()``'s tokens (the weights converted right), and whisper.cpp's transcript
@@ -31,7 +34,9 @@ Rows (each one worker process kept for the run, pinned to the same CPUs, `THREAD
                wall clock of the process (what a user waits: imports, load, transcription)
   fw-f32/int8  faster-whisper ``WhisperModel(ct2, compute_type=..., cpu_threads=2).transcribe``
   cpp          pywhispercpp ``Model(ggml, n_threads=2).transcribe``; ``cpp@1``: 1 thread
-  ov-whisper   ``openvino_genai.WhisperPipeline(exports/openvino-speech, "CPU")`` (when it opens)
+  ours-F-int8  as ours-F on ``exports/F-int8``
+  ov-whisper   ``openvino_genai.WhisperPipeline(exports/openvino-speech, "CPU")`` (when it opens);
+               ``ov-whisper-int8`` on ``exports/openvino-speech-int8``
 
 Every row decodes greedily (beam 1, temperature 0 with no fallback, English, transcribe, no
 timestamps, no VAD, the model's suppress lists, at most `MAX_NEW_TOKENS` new tokens), from the same
@@ -66,13 +71,20 @@ VENDOR = ("faster-whisper==1.2.1", "pywhispercpp==1.5.1")
 SENTENCE = ("The quick brown fox jumps over the lazy dog. She sells sea shells by the sea shore. "
             "Please call Stella and ask her to bring these things with her from the store.")
 FORMATS = ("dynamo", "onnx", "openvino", "executorch")
-ROWS = ("eager", *(f"ours-{f}" for f in FORMATS), *(f"cli-{f}" for f in FORMATS), "fw-f32", "fw-int8", "cpp",
-        "cpp@1", "ov-whisper")
+#: The quantized exports: name -> (format, scheme): the int8 scheme each runtime's kernels run fastest.
+QUANTIZED = {"openvino-int8": ("openvino", "int8-weights"), "onnx-int8": ("onnx", "int8-dynamic"),
+             "onnx-int8w": ("onnx", "int8-weights")}
+EXPORTS = {**{f: (f, None) for f in FORMATS}, **QUANTIZED}
+ROWS = ("eager", *(f"ours-{f}" for f in EXPORTS), *(f"cli-{f}" for f in FORMATS), "fw-f32", "fw-int8", "cpp",
+        "cpp@1", "ov-whisper", "ov-whisper-int8")
 LABELS = {"eager": "eager transformers fp32 `generate`", "fw-f32": "faster-whisper float32 (CTranslate2)",
           "fw-int8": "faster-whisper int8 (CTranslate2)", "cpp": "whisper.cpp f16 (pywhispercpp)",
           "cpp@1": "whisper.cpp f16 (pywhispercpp), 1 thread",
           "ov-whisper": "OpenVINO GenAI `WhisperPipeline` on the flagless OpenVINO export",
+          "ov-whisper-int8": "OpenVINO GenAI `WhisperPipeline` on the flagless OpenVINO export, int8-weights",
           **{f"ours-{f}": f"hfexport {f}, `GenerationRunner.generate_from_audio`" for f in FORMATS},
+          **{f"ours-{f}": f"hfexport {fmt} {scheme}, `GenerationRunner.generate_from_audio`"
+             for f, (fmt, scheme) in QUANTIZED.items()},
           **{f"cli-{f}": f"hfexport {f}, `hfexport generate --audio` (process)" for f in FORMATS}}
 
 
@@ -129,14 +141,15 @@ def speech_clip(root: Path) -> Path:
     return clip
 
 
-def export(hf: Path, fmt: str, out: Path, generate: bool = True) -> float | str | None:
-    """`hfexport export hf -f FMT [--generate] -o OUT`: seconds, None when cached, the error's last line
-    when it failed."""
+def export(hf: Path, fmt: str, out: Path, generate: bool = True, quantize: str | None = None) -> float | str | None:
+    """`hfexport export hf -f FMT [--generate] [--quantize SCHEME] -o OUT`: seconds, None when cached, the
+    error's last line when it failed."""
     if (out / "manifest.json").exists():
         return None
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "hfexport", "export", str(hf), "-f", fmt, "-o", str(out),
-                           *(["--generate"] if generate else []), "--overwrite"], capture_output=True, text=True)
+                           *(["--generate"] if generate else []), *(["--quantize", quantize] if quantize else []),
+                           "--overwrite"], capture_output=True, text=True)
     if done.returncode:
         lines = [l for l in (done.stdout + done.stderr).splitlines() if l.strip()]
         return f"exit {done.returncode}: {lines[-1] if lines else ''}"
@@ -189,7 +202,7 @@ def _runtime(row: str, spec: dict):
         return _faster_whisper(spec["ct2"], n, "float32" if row == "fw-f32" else "int8")
     if row.startswith("cpp"):
         return _whisper_cpp(spec["ggml"], n, int(row.partition("@")[2] or THREADS))
-    if row == "ov-whisper":
+    if row.startswith("ov-whisper"):
         return _whisper_pipeline(spec["export"], n)
     raise ValueError(f"unknown row {row!r}; choose from {', '.join(ROWS)}")
 
@@ -427,17 +440,12 @@ class CliRow:
 
 def word_error_rate(text: str, reference: str) -> float:
     """Word-level Levenshtein distance over the reference's word count (lower case, punctuation dropped)."""
+    from hfexport.generation.accuracy import edit_distance
+
     def words(s):
         return re.sub(r"[^a-z0-9' ]", " ", s.lower()).split()
 
-    hyp, ref = words(text), words(reference)
-    previous = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        current = [i]
-        for j, h in enumerate(hyp, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h)))
-        previous = current
-    return previous[-1] / len(ref)
+    return edit_distance(words(reference), words(text)) / len(words(reference))
 
 
 def check_conversions(python: Path, paths: dict, log: Path) -> dict:
@@ -486,17 +494,20 @@ def measure(args, root: Path) -> dict:
     audio_s = soundfile.info(paths["clip"]).duration
     keys = args.rows.split(",")
     export_s = {}
-    for fmt in FORMATS:
-        if any(k.endswith(f"-{fmt}") for k in keys):
-            export_s[fmt] = export(hf, fmt, root / "exports" / fmt)
+    for name, (fmt, scheme) in EXPORTS.items():
+        if f"ours-{name}" in keys or f"cli-{name}" in keys:
+            export_s[name] = export(hf, fmt, root / "exports" / name, quantize=scheme)
     notes = {}
-    if "ov-whisper" in keys:
-        speech = root / "exports" / "openvino-speech"
-        export_s["openvino (flagless)"] = export(hf, "openvino", speech, generate=False)
+    for key, scheme in (("ov-whisper", None), ("ov-whisper-int8", "int8-weights")):
+        if key not in keys:
+            continue
+        speech = root / "exports" / key.replace("ov-whisper", "openvino-speech")
+        export_s[f"openvino (flagless{', ' + scheme if scheme else ''})"] = export(hf, "openvino", speech,
+                                                                                   generate=False, quantize=scheme)
         reason = _whisper_pipeline_opens(speech)
         if reason:
-            notes["ov-whisper"] = reason
-            keys.remove("ov-whisper")
+            notes[key] = reason
+            keys.remove(key)
     check = check_conversions(python, paths, root / "setup.log")
     print(f"conversion check: CTranslate2 float32 on the same features == eager: {check['ct2_equals_eager']}", flush=True)
     base = {**paths, "max_new_tokens": args.max_new_tokens}
@@ -513,8 +524,8 @@ def measure(args, root: Path) -> dict:
             spec = dict(base)
             if key.startswith("ours-"):
                 spec["export"] = str(root / "exports" / key.removeprefix("ours-"))
-            elif key == "ov-whisper":
-                spec["export"] = str(root / "exports" / "openvino-speech")
+            elif key.startswith("ov-whisper"):
+                spec["export"] = str(root / "exports" / key.replace("ov-whisper", "openvino-speech"))
             vendor = key.startswith(("fw-", "cpp"))
             rows[key] = Row(key, str(python) if vendor else sys.executable, spec, log)
             print(f"{key}: ready (load {rows[key].load_s} s)", flush=True)

@@ -207,7 +207,7 @@ PACKAGE_OF = {("onnx", "text-generation"): "OnnxRuntimePackage",
               ("openvino", "automatic-speech-recognition"): "WhisperPipelinePackage",
               ("executorch", "text-generation"): "TextLLMRunnerPackage",
               ("executorch", "image-text-to-text"): "MultimodalRunnerPackage",
-              ("executorch", "automatic-speech-recognition"): "TextLLMRunnerPackage",
+              ("executorch", "automatic-speech-recognition"): "AudioMultimodalRunnerPackage",
               ("dynamo", "text-generation"): "RuntimePackage",
               ("dynamo", "image-text-to-text"): "RuntimePackage"}
 

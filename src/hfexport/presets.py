@@ -173,7 +173,10 @@ def tiny_processor(name: str) -> Any:
     32 frames its encoder takes; a real Whisper's chunk is 30 s), and a byte-level BPE tokenizer of
     the preset's vocabulary with `WHISPER_SPECIAL`. Qwen2-Audio's: the same feature extractor (the 32
     frames its tower takes), a byte-level BPE tokenizer with ChatML's `<|endoftext|>`, `<|im_start|>`,
-    `<|im_end|>` at 0-2 and `QWEN2_AUDIO_SPECIAL` at 120-122, and `QWEN2_AUDIO_CHAT_TEMPLATE`."""
+    `<|im_end|>` at 0-2 and `QWEN2_AUDIO_SPECIAL` at 120-122, and `QWEN2_AUDIO_CHAT_TEMPLATE`.
+    Speech2Text's: a `Speech2TextFeatureExtractor` of the preset's 8 filter banks (Kaldi's 25 ms
+    windows every 10 ms at 16 kHz, numpy's backend without torchaudio), and a byte-level BPE
+    tokenizer with `<pad>`, `<s>`, `</s>` at the config's 0-2."""
     name = name.removeprefix("tiny:")
     if name == "llava":
         from transformers import CLIPImageProcessorPil, LlavaProcessor
@@ -202,6 +205,12 @@ def tiny_processor(name: str) -> Any:
 
         return Qwen2AudioProcessor(feature_extractor=_tiny_feature_extractor(), tokenizer=_audio_text_tokenizer(),
                                    chat_template=QWEN2_AUDIO_CHAT_TEMPLATE)
+    if name == "speech_to_text":
+        from transformers import Speech2TextFeatureExtractor, Speech2TextProcessor
+
+        bins = PRESETS[name].config["input_feat_per_channel"]
+        return Speech2TextProcessor(feature_extractor=Speech2TextFeatureExtractor(feature_size=bins, num_mel_bins=bins),
+                                    tokenizer=_speech2text_tokenizer())
     return None
 
 
@@ -228,6 +237,20 @@ def _audio_text_tokenizer() -> Any:
     made = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<|im_start|>", eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>")
     assert len(made) == size and made.convert_tokens_to_ids(list(QWEN2_AUDIO_SPECIAL)) == [120, 121, 122]
+    return made
+
+
+def _speech2text_tokenizer() -> Any:
+    """`tiny:speech_to_text`'s tokenizer: a byte-level BPE of the preset's 128 ids with Speech2Text's
+    `<pad>`, `<s>`, `</s>` at the config's pad, BOS and EOS (0-2)."""
+    from transformers import PreTrainedTokenizerFast
+
+    corpus = ["the quick brown fox jumps over the lazy dog", "a tone and some noise",
+              "one two three four five six seven eight nine ten"] * 20
+    size = PRESETS["speech_to_text"].config["vocab_size"]
+    made = PreTrainedTokenizerFast(tokenizer_object=_byte_level_bpe(corpus, size, ["<pad>", "<s>", "</s>"]),
+                                   pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    assert len(made) == size and made.convert_tokens_to_ids(["<pad>", "<s>", "</s>"]) == [0, 1, 2]
     return made
 
 
@@ -498,7 +521,9 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            dict(vocab_size=128, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
                 decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=64,
                 max_target_positions=32, input_feat_per_channel=8, input_channels=1, conv_channels=16,
-                num_conv_layers=2, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2),
+                num_conv_layers=2, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=2,
+                # at the default 0.02 the tiny model writes the same tokens for every clip, as Whisper's does
+                init_std=0.1),
            _speech2text_inputs, "encoder-decoder", True),
     _encoder("roberta", "Roberta", pad_token_id=1),
     _encoder("distilbert", "DistilBert", dim=32, n_layers=2, n_heads=4, hidden_dim=64),

@@ -123,14 +123,15 @@ def test_generate_from_an_audio_file_equals_generate(speech_export, whisper, fmt
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("fmt", "runner"), [("onnx", "onnxruntime-genai"), ("executorch", "TextLLMRunner")])
+@pytest.mark.parametrize(("fmt", "runner"), [("onnx", "onnxruntime-genai"), ("executorch", "MultimodalRunner")])
 def test_the_flagless_export_is_the_components_where_the_runtimes_runner_cannot_open_it(whisper, fmt, runner,
                                                                                       tmp_path):
     """No task flag: `--task auto` picks `automatic-speech-recognition`, which writes the components
     (OpenVINO's WhisperPipeline folder: tests/backends/openvino/test_whisper.py; onnxruntime-genai's
     Whisper folder of an encoder of og's 3000 frames: tests/backends/onnx/test_whisper.py); the
     manifest says why the runtime's runner does not open them (og: `tiny:whisper`'s encoder takes 32
-    frames), and `hfexport generate --audio` gives eager's tokens."""
+    frames; ExecuTorch's: executorch 1.4.1's Python package has no runner for an encoder-decoder's
+    speech), and `hfexport generate --audio` gives eager's tokens."""
     require_backend(fmt)
     pytest.importorskip("soundfile")
     done = _hfexport("export", "tiny:whisper", "-f", fmt, "-o", str(tmp_path / "out"))
@@ -143,6 +144,8 @@ def test_the_flagless_export_is_the_components_where_the_runtimes_runner_cannot_
     assert entry["runner"] == runner and not entry["ready"] and entry["why"] == report["runner"]["why"], entry
     if fmt == "onnx":  # og 0.18's src/models/whisper.h: `int num_frames_{3000}`
         assert "`int num_frames_{3000}`" in entry["why"] and "= 32" in entry["why"], entry
+    if fmt == "executorch":
+        assert "Seq2SeqRunner" in entry["why"] and "C++ only" in entry["why"], entry
     wav = _write_clip(tmp_path / "tone.wav", *CLIPS[0], seed=4)
     done = _hfexport("generate", str(tmp_path / "out"), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS),
                      "--json")

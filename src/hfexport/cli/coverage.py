@@ -28,7 +28,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(NAME, help="export every tiny architecture to every backend, check each "
                                    "against eager, write the matrix (Markdown + JSON)")
     parser.add_argument("--backends", help="comma-separated (default: dynamo,onnx,openvino,executorch)")
-    parser.add_argument("--modes", help="comma-separated: export,generate,generate-image (default: all)")
+    parser.add_argument("--modes", help="comma-separated: export,generate,generate-image,generate-audio (default: all)")
     parser.add_argument("--only", help="comma-separated architectures (preset names; default: all)")
     parser.add_argument("--output", "-o", default="docs/coverage.md",
                         help="the Markdown page; the JSON goes beside it (default: docs/coverage.md); each "

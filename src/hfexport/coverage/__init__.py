@@ -8,8 +8,11 @@ runtime and compares it with eager:
 - `export`: the whole model as one graph, `dynamic=True`, at the sample shape and at a second
   batch size and sequence length (validation's resized case);
 - `generate`: `export_for_generation`, every component against its eager submodule, then greedy
-  tokens from the saved export through `GenerationRunner` against `model.generate` (text models;
-  the runner does not drive multimodal exports, so those check the components only).
+  tokens from the saved export through `GenerationRunner` against `model.generate` (text models and
+  speech encoder-decoders, on the sample inputs; an image-text or audio-text model's components only);
+- `generate-image`: the same, an image-text model's greedy tokens from its prompt's image;
+- `generate-audio`: the same, a speech encoder-decoder's or an audio-text LLM's greedy tokens from
+  two generated clips through the saved processor (`GenerationRunner.generate_from_audio`).
 
 Statuses: `ok`, `export failure`, `runtime failure`, `mismatch`, `timeout`, `crash`, and for the
 declared cases of `KNOWN_FAILURES` `known failure` (or `unexpected pass` when one starts to work).

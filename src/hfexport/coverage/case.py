@@ -14,11 +14,15 @@ import time
 import traceback
 from typing import Any
 
+import numpy as np
 import torch
 
 from hfexport.errors import first_line
 
 NEW_TOKENS = 4
+#: Greedy tokens per clip in the `generate-audio` mode: enough that each preset's tokens differ
+#: between its two clips (`audio_clips`); Whisper's, a tone's and a chirp's, first differ at the sixth
+AUDIO_TOKENS = 12
 
 
 def _stage(name: str) -> None:
@@ -87,11 +91,13 @@ def run_export(arch: str, backend: str) -> dict[str, Any]:
     return {"status": "ok", "detail": None, **_main_output(result.reports["model"])}
 
 
-def run_generate(arch: str, backend: str, image: bool = False) -> dict[str, Any]:
+def run_generate(arch: str, backend: str, mode: str = "generate") -> dict[str, Any]:
     """The generation components, each against its eager submodule, then greedy tokens from the
-    saved export through `GenerationRunner` against `model.generate`: an image-text model's
-    tokens only with `image` (the `generate-image` mode), from its prompt's image."""
+    saved export through `GenerationRunner` against `model.generate`: an image-text model's tokens
+    only in the `generate-image` mode, from its prompt's image; a model's tokens from audio clips
+    only in the `generate-audio` mode (`audio_tokens`), an audio-text model's only there."""
     from hfexport import GenerationRunner
+    from hfexport.coverage.matrix import reads_audio
     from hfexport.presets import PRESETS
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,9 +105,11 @@ def run_generate(arch: str, backend: str, image: bool = False) -> dict[str, Any]
         if failed is not None:
             return failed
         summary: dict[str, Any] = {"components": list(result.artifacts)}
-        # an image-text model's tokens are the generate-image mode's; an audio-text model's, from its clip, here
-        if PRESETS[arch].kind == "multimodal" and "audio_config" not in PRESETS[arch].config and not image:
-            return {**summary, "status": "ok", "tokens": "in the generate-image mode"}
+        if mode == "generate-audio":
+            return {**summary, **audio_tokens(arch, result)}
+        if PRESETS[arch].kind == "multimodal" and mode != "generate-image":
+            tokens_mode = "generate-audio" if reads_audio(arch) else "generate-image"
+            return {**summary, "status": "ok", "tokens": f"in the {tokens_mode} mode"}
         _stage("tokens")
         prompt = {k: v for k, v in result.inputs.items() if not k.startswith("decoder_")}
         runner = GenerationRunner.load(result.directory, engine="hfexport")  # the components, as exported
@@ -112,14 +120,75 @@ def run_generate(arch: str, backend: str, image: bool = False) -> dict[str, Any]
                                   attention_mask=prompt.get("attention_mask"), **encoder_inputs).tokens
         except Exception as error:  # noqa: BLE001
             return {**summary, "status": "runtime failure", "detail": f"runner: {first_line(error)}"}
-    with torch.no_grad():
-        out = result.model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                    output_logits=True, return_dict_in_generate=True)
-    # the new tokens are the last ones, one per step (Whisper's sequences leave its start token out)
-    want = out.sequences[0, -len(out.logits):].tolist()
+    want = _new_tokens(result.model, prompt, NEW_TOKENS)
     if got != want:
         return {**summary, "status": "mismatch", "detail": f"greedy tokens {got} != generate() {want}"}
     return {**summary, "status": "ok", "tokens": "match"}
+
+
+def audio_clips(extractor: Any) -> dict[str, np.ndarray]:
+    """The clips of the `generate-audio` mode, float32 mono at `extractor`'s sampling rate, as long as
+    the export job's sample clip (`audio_input.sample_clip`): that clip (a tone with noise), and a
+    chirp from 100 Hz to 4 kHz. Each preset's eager tokens differ between them (a test holds them
+    to it), so a runner that lost the audio on the way could not match both."""
+    from hfexport.generation.audio_input import sample_clip
+
+    tone = sample_clip(extractor)
+    rate, length = int(extractor.sampling_rate), tone.shape[0]
+    hertz = np.linspace(100.0, 4000.0, length)
+    chirp = 0.5 * np.sin(2 * np.pi * np.cumsum(hertz) / rate)
+    return {"tone": tone, "chirp": chirp.astype(np.float32)}
+
+
+def eager_audio_tokens(model: torch.nn.Module, processor: Any, clip: np.ndarray, new_tokens: int = AUDIO_TOKENS,
+                       audio_text: bool = False) -> list[int]:
+    """Eager `model.generate`'s greedy tokens for `clip` as the model's own `processor` prepares it:
+    a speech encoder-decoder's `input_features` (its feature extractor), or with `audio_text` an
+    audio-text LLM's prompt and features (the processor on the default prompt, formatted as
+    `generate_from_audio` formats it)."""
+    from hfexport.generation.audio_input import audio_prompt_text
+
+    rate = int(processor.feature_extractor.sampling_rate)
+    if audio_text:
+        inputs = dict(processor(text=[audio_prompt_text(processor, None)], audio=[clip], sampling_rate=rate,
+                                return_tensors="pt"))
+    else:
+        inputs = {"input_features": processor.feature_extractor(clip, sampling_rate=rate,
+                                                                 return_tensors="pt")["input_features"]}
+    return _new_tokens(model, inputs, new_tokens)
+
+
+def audio_tokens(arch: str, result: Any) -> dict[str, Any]:
+    """The `generate-audio` mode's comparison: for each of `audio_clips`, `generate_from_audio` on the
+    saved export (its saved processor) against `eager_audio_tokens` (the processor the preset's
+    model came with), `AUDIO_TOKENS` greedy tokens each."""
+    from hfexport import GenerationRunner
+    from hfexport.presets import PRESETS, tiny_processor
+
+    runner = GenerationRunner.load(result.directory, engine="hfexport")
+    processor = tiny_processor(arch)
+    if processor is None or getattr(processor, "feature_extractor", None) is None:
+        return {"status": "runtime failure", "detail": f"tiny:{arch} carries no feature extractor to read a clip with"}
+    audio_text, clips = PRESETS[arch].kind == "multimodal", audio_clips(processor.feature_extractor)
+    for name, clip in clips.items():
+        _stage(f"tokens ({name})")
+        try:
+            got = runner.generate_from_audio(clip, max_new_tokens=AUDIO_TOKENS, min_new_tokens=AUDIO_TOKENS).tokens
+        except Exception as error:  # noqa: BLE001
+            return {"status": "runtime failure", "detail": f"runner, the {name}: {first_line(error)}"}
+        want = eager_audio_tokens(result.model, processor, clip, audio_text=audio_text)
+        if got != want:
+            return {"status": "mismatch", "detail": f"the {name}: greedy tokens {got} != generate() {want}"}
+    return {"status": "ok", "tokens": "match", "clips": list(clips)}
+
+
+def _new_tokens(model: torch.nn.Module, inputs: dict[str, Any], new_tokens: int) -> list[int]:
+    """Eager greedy `model.generate(**inputs)`'s `new_tokens` new tokens (none of them the end)."""
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                             output_logits=True, return_dict_in_generate=True)
+    # the new tokens are the last ones, one per step (Whisper's sequences leave its start token out)
+    return out.sequences[0, -len(out.logits):].tolist()
 
 
 def main(argv: list[str]) -> int:
@@ -128,7 +197,7 @@ def main(argv: list[str]) -> int:
     torch.manual_seed(0)
     start = time.perf_counter()
     try:
-        result = run_export(arch, backend) if mode == "export" else run_generate(arch, backend, mode == "generate-image")
+        result = run_export(arch, backend) if mode == "export" else run_generate(arch, backend, mode)
     except Exception as error:  # noqa: BLE001 - a case never raises; the traceback goes to stderr
         traceback.print_exc()
         result = {"status": "runtime failure", "detail": first_line(error)}

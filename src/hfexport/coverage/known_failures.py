@@ -3,7 +3,8 @@
 A key is `(architecture, backend, mode)`: an architecture of `hfexport.presets`, a backend of
 `BACKENDS`, a mode of `MODES` (`export`: the whole model as one graph, `dynamic=True`;
 `generate`: the generation components and greedy tokens; `generate-image`: an image-text model's
-greedy tokens from its prompt's image). `hfexport coverage` judges its cases
+greedy tokens from its prompt's image; `generate-audio`: a speech or audio-text model's greedy
+tokens from generated clips). `hfexport coverage` judges its cases
 against it (a listed case that passes shows as XPASS), and the test suite turns the same entries
 into strict xfails (the backend parity panel reads `export`, the generation runner `generate`).
 """
@@ -16,7 +17,9 @@ __all__ = ["BACKENDS", "KNOWN_FAILURES", "MODES", "KnownFailure"]
 
 #: the built-in formats (`config.BUILTIN_FORMATS`) in the coverage page's column order
 BACKENDS = ("dynamo", "onnx", "openvino", "executorch")
-MODES = ("export", "generate", "generate-image")
+MODES = ("export", "generate", "generate-image", "generate-audio")
+#: the modes of a text model (the only ones `mamba` and `falcon_mamba` have cells in)
+_TEXT_MODES = ("export", "generate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +46,7 @@ _SEQUENCE_LOOP = KnownFailure(
 
 KNOWN_FAILURES: dict[tuple[str, str, str], KnownFailure] = {
     **{(arch, backend, mode): _SEQUENCE_LOOP
-       for arch in ("mamba", "falcon_mamba") for backend in BACKENDS for mode in MODES},
+       for arch in ("mamba", "falcon_mamba") for backend in BACKENDS for mode in _TEXT_MODES},
     **{("qwen2_vl", backend, "export"): _QWEN2_VL_ONE_GRAPH for backend in BACKENDS},
     ("mamba2", "dynamo", "export"): KnownFailure(
         "a one-token prompt takes Mamba2's single-step path (Mamba2Mixer.torch_forward branches on seq_len == 1 "
@@ -54,7 +57,7 @@ KNOWN_FAILURES: dict[tuple[str, str, str], KnownFailure] = {
     **{("mamba2", "openvino", mode): KnownFailure(
         "the chunked scan pads the sequence to a multiple of chunk_size with SymInt arithmetic; OpenVINO's "
         "PyTorch frontend has no conversion rule for operator.mod / torch.sym_min on symbolic sizes",
-        "OpenVINO 2026.4.1 PyTorch FE (torch.export path)") for mode in MODES},
+        "OpenVINO 2026.4.1 PyTorch FE (torch.export path)") for mode in _TEXT_MODES},
     **{("llava", backend, "export"): KnownFailure(
         "the whole model in one graph: the vision tower's batch, traced at 1, comes out bounded to 1..2 (a "
         "reshape guarded on the batch being 1), refused since it used to come back as if dynamic; and the "

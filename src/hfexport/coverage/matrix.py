@@ -25,8 +25,8 @@ from ..job.executors import LOST, Cell, Executor, LocalExecutor, run_subprocess
 from .known_failures import BACKENDS, KNOWN_FAILURES, MODES, KnownFailure
 
 __all__ = ["KNOWN_FAILURES", "RERUN_ON_RESUME", "CaseResult", "KnownFailure", "applicable", "case_cell",
-           "check_outputs", "done_results", "is_coverage_page", "load_results", "merge_results", "render_markdown",
-           "run_case", "run_matrix", "save_results"]
+           "check_outputs", "done_results", "is_coverage_page", "load_results", "merge_results", "reads_audio",
+           "render_markdown", "run_case", "run_matrix", "save_results"]
 
 FAILED = ("export failure", "runtime failure", "mismatch", "timeout", "crash")
 
@@ -74,14 +74,29 @@ def merge_results(previous: list[CaseResult], new: list[CaseResult]) -> list[Cas
 
 
 def applicable(arch: str, mode: str) -> bool:
-    """`generate` only for models that generate, `generate-image` only for image-text models that do
-    (an audio-text model's `generate` compares the tokens of its prompt's clip)."""
+    """`generate` only for models that generate; `generate-image` only for image-text models that do,
+    `generate-audio` only for those that generate from audio (`reads_audio`): a speech encoder-decoder
+    or an audio-text LLM. An encoder of audio (wav2vec2) has neither, as a text model has no image."""
     from ..presets import PRESETS
 
+    preset = PRESETS[arch]
     if mode == "generate-image":
-        preset = PRESETS[arch]
-        return preset.generative and preset.kind == "multimodal" and "audio_config" not in preset.config
-    return mode == "export" or PRESETS[arch].generative
+        return preset.generative and preset.kind == "multimodal" and not reads_audio(arch)
+    if mode == "generate-audio":
+        return preset.generative and reads_audio(arch)
+    return mode == "export" or preset.generative
+
+
+def reads_audio(arch: str) -> bool:
+    """Whether the preset `arch`'s model reads audio: an audio tower (Qwen2-Audio's `audio_config`),
+    or audio features as its main input (Whisper's and Speech2Text's `input_features`)."""
+    import transformers
+
+    from ..presets import PRESETS
+
+    preset = PRESETS[arch]
+    model_class = getattr(transformers, preset.model_class)
+    return "audio_config" in preset.config or model_class.main_input_name in ("input_features", "input_values")
 
 
 def run_case(arch: str, backend: str, mode: str, timeout: float = 900, threads: int | None = None) -> CaseResult:
@@ -292,9 +307,14 @@ def render_markdown(results: list[CaseResult], runs: Sequence[str] = ("hfexport 
         "with `dynamic=True`, the artifact runs in its own runtime and is compared with eager PyTorch. "
         "`export`: the whole model as one graph, at the sample shape and at a second batch size and sequence "
         "length. `generate`: every component of `export_for_generation` against its eager submodule, then "
-        "greedy tokens from the saved export (`GenerationRunner`) against `model.generate` (text models). "
-        "`generate-image`: the same for an image-text model, its greedy tokens generated from the prompt's "
-        "image (image encoder, merge, language model, decode) against `model.generate`.",
+        "greedy tokens from the saved export (`GenerationRunner`) against `model.generate` (text models and "
+        "speech encoder-decoders, on the sample inputs; an image-text or audio-text model's components only). "
+        "`generate-image`: the same for an image-text model, "
+        "its greedy tokens generated from the prompt's image (image encoder, merge, language model, decode) "
+        "against `model.generate`. `generate-audio`: the same for a model that generates from audio, on two "
+        "generated clips (a tone with noise, a chirp) through the saved processor (`generate_from_audio`): a "
+        "speech encoder-decoder's tokens against `model.generate(input_features=...)` of the model's feature "
+        "extractor, an audio-text LLM's against `model.generate(**processor(text=..., audio=...))`.",
         "",
     ]
     missing = [f"{b} {m}" for b in BACKENDS for m in MODES if (b, m) not in present]

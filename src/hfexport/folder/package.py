@@ -255,12 +255,18 @@ class RunnerRequest:
         audio: a speech runner's input instead of a prompt: mono float32 samples at the model's
             feature extractor's sampling rate, which the runner turns into features itself (its
             decoder prompt is its own, from the folder's generation config); None: a text prompt.
+        inputs: a multimodal prompt's processor outputs besides its ids, one sequence's
+            (`pixel_values`; an audio-text LLM's `input_features` and its per-frame mask), for a
+            runner that takes them (ExecuTorch's `MultimodalRunner`): `prompt_ids` then hold the
+            image's or clip's placeholder tokens as the processor wrote them, and eager `generate`
+            is given the same; None: a text prompt.
     """
 
     prompt_ids: tuple[int, ...]
     max_new_tokens: int
     eos_token_ids: tuple[int, ...] = ()
     audio: Any = None
+    inputs: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

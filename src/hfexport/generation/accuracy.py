@@ -212,13 +212,15 @@ class _Steps:
         with torch.no_grad():
             out = model.generate(**prompt, **extra, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                                  do_sample=False, generation_config=generation_config, output_logits=True,
-                                 return_dict_in_generate=True)
+                                 output_scores=True, return_dict_in_generate=True)
         tokens = out.sequences[0, out.sequences.shape[1] - len(out.logits):].tolist()  # after any decoder prompt
         want = [step[0].float() for step in out.logits]
         got = runner.score(ids, tokens, **extra)
-        # raw logits on both sides: eager's picked token went through its processors (a speech model's
-        # suppressed tokens, `min_new_tokens`' end token), which the export's raw step has not
-        self.same += [int(g.argmax()) == int(w.argmax()) for g, w in zip(got, want)]
+        # eager's token was picked after its processors had ruled tokens out (`min_new_tokens`' end token,
+        # a speech model's suppress lists): the export's raw step picks among the same tokens
+        ruled_out = [scores[0] == float("-inf") for scores in out.scores]
+        self.same += [int(g.masked_fill(ruled, float("-inf")).argmax()) == token
+                      for g, ruled, token in zip(got, ruled_out, tokens)]
         self.cosines += [float(torch.nn.functional.cosine_similarity(g.double(), w.double(), dim=0))
                          for g, w in zip(got, want)]
         self.overlaps += [_top_k_overlap(g, w) for g, w in zip(got, want)]

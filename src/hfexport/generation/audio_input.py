@@ -107,12 +107,12 @@ def audio_features(processor: Any, audio: Any, sampling_rate: int | None = None)
     return {name: features[name] for name in AUDIO_INPUT_NAMES if name in features}
 
 
-def sample_clip(extractor: Any, seed: int = 0) -> np.ndarray:
+def sample_clip(extractor: Any, seed: int = 0, share: float = 0.6) -> np.ndarray:
     """A clip made offline for a speech export's checks: float32 mono samples at `extractor`'s
-    sampling rate, 0.6 of its chunk long (`n_samples`; 1 s where it has none), a tone of 440 Hz and
-    one of 660 Hz with noise (seeded)."""
+    sampling rate, `share` of its chunk long (`n_samples`; 1 s where it has none), a tone of 440 Hz
+    and one of 660 Hz with noise (seeded)."""
     rate = int(extractor.sampling_rate)
-    length = int(0.6 * (getattr(extractor, "n_samples", None) or rate))
+    length = int(share * (getattr(extractor, "n_samples", None) or rate))
     t = np.arange(length) / rate
     noise = np.random.default_rng(seed).standard_normal(length)
     return (0.4 * np.sin(2 * np.pi * 440 * t) + 0.2 * np.sin(2 * np.pi * 660 * t) + 0.05 * noise).astype(np.float32)

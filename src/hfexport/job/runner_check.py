@@ -16,7 +16,11 @@ features; eager `generate()` is given the model's feature extractor's features o
 or, from a runner that hands back the features it made (onnxruntime-genai's processor, whose
 log-mel differs from transformers' at the clip's ends), those, the difference reported. A folder
 whose format has no speech runner reports why its runner does not open it (the manifest's
-`runtime_package`).
+`runtime_package`). An audio-text LLM's folder is checked on the clip made to fill the feature
+extractor's chunk (ExecuTorch's `MultimodalRunner` program serves that length) in the processor's
+prompt: the runner is given the prompt's ids and the processor's features (`RunnerRequest.inputs`),
+eager `generate()` the processor's whole output. An image-text folder's runner is given the sample
+prompt's image beside its ids (a runner that takes none says why it is not checked).
 A difference, or a runner that fails on the folder, raises `ValidationError` (nothing is
 written). A runner that is not installed, or a folder that is not its package (the components),
 is reported (`{"checked": false, "why": ...}`) and the export stands; a missing package is
@@ -39,7 +43,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ValidationError
+from ..errors import PrepareError, ValidationError
 from ..folder.manifest import read_manifest, runtime_package
 from ..folder.package import RunnerRequest, RunnerTokens, RunnerUnavailable
 
@@ -49,8 +53,10 @@ logger = logging.getLogger("hfexport")
 
 #: Greedy tokens the runner generates (fewer where the cache holds fewer after the prompt).
 RUNNER_TOKENS = 16
-#: the package task whose runner takes audio, not a text prompt
+#: the package task whose runner takes audio, not a text prompt (an audio-text LLM's: both)
 SPEECH = "automatic-speech-recognition"
+#: the package task whose runner takes the prompt's image beside its ids
+IMAGE_TEXT = "image-text-to-text"
 
 
 def skipped_entry() -> dict[str, Any]:
@@ -78,8 +84,13 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
 
     def check(folder: Path) -> dict[str, Any]:
         extractor = getattr(processor, "feature_extractor", None)
-        if "input_ids" in prompt:
-            request = _request(folder, model, prompt, generation_config)
+        if "input_ids" in prompt and package.task == SPEECH and extractor is not None:  # an audio-text LLM
+            try:
+                request = _audio_llm_request(folder, processor, generation_config)
+            except PrepareError as error:  # a processor that cannot write the clip's prompt
+                return {"runner": {"checked": False, "why": f"no sample clip prompt: {error}"}}
+        elif "input_ids" in prompt:
+            request = _request(folder, model, prompt, generation_config, with_image=package.task == IMAGE_TEXT)
         elif package.task == SPEECH and extractor is not None:
             request = _audio_request(model, extractor, generation_config)
         else:  # a speech model's sample is its audio features
@@ -102,7 +113,8 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
         entry = _compared(got, request, folder, model, generation_config, min_agreement, extractor)
         entry["seconds"] = round(seconds, 3)
         if not entry["passed"]:
-            given = "the sample clip" if request.audio is not None else f"prompt {list(request.prompt_ids)}"
+            given = "the sample clip" if request.audio is not None else f"prompt {list(request.prompt_ids)}" + (
+                f" with its {', '.join(request.inputs)}" if request.inputs else "")
             error = _refused(f"{got.runner} generated {list(got.tokens)} where {entry['against']} generated "
                              f"{entry['expected']} ({given})", model)
             error.runner = entry
@@ -112,20 +124,46 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
     return check
 
 
-def _request(folder: Path, model: torch.nn.Module, prompt: dict[str, Any], generation_config: Any) -> RunnerRequest:
+def _request(folder: Path, model: torch.nn.Module, prompt: dict[str, Any], generation_config: Any, *,
+             with_image: bool = False) -> RunnerRequest:
     """The sample prompt's first sequence (its padding left out), as many new tokens as the
-    folder's cache holds up to `RUNNER_TOKENS`, the model's end tokens."""
+    folder's cache holds up to `RUNNER_TOKENS`, the model's end tokens; `with_image`: its image
+    inputs too (the first image's, batch-first as LLaVA's `pixel_values`)."""
     ids = prompt["input_ids"][0]
     mask = prompt.get("attention_mask")
     if mask is not None:
         ids = ids[mask[0].bool()]
-    new_tokens = RUNNER_TOKENS
-    bound = read_manifest(folder, verify=False).get("max_cache_len")  # the folder this export just wrote
-    if bound:
-        new_tokens = max(1, min(new_tokens, int(bound) - len(ids)))
+    inputs = {name: value[:1] for name, value in prompt.items()
+              if name not in ("input_ids", "attention_mask") and isinstance(value, torch.Tensor)}
+    return RunnerRequest(tuple(int(i) for i in ids), _new_tokens(folder, len(ids)), _eos(generation_config),
+                         inputs=inputs if with_image and inputs else None)
+
+
+def _audio_llm_request(folder: Path, processor: Any, generation_config: Any) -> RunnerRequest:
+    """The sample clip made to fill the feature extractor's chunk (`audio_input.sample_clip`), in
+    the processor's prompt (`audio_input.audio_prompt_inputs`: the default request, the chat
+    template): its ids, and its features and per-frame mask as `inputs`."""
+    from ..generation.audio_input import audio_prompt_inputs, sample_clip
+
+    inputs = audio_prompt_inputs(processor, sample_clip(processor.feature_extractor, share=1.0), None)
+    ids = inputs.pop("input_ids")[0]
+    return RunnerRequest(tuple(int(i) for i in ids), _new_tokens(folder, len(ids)), _eos(generation_config),
+                         inputs={name: value[:1] for name, value in inputs.items()})
+
+
+def _new_tokens(folder: Path, prompt_length: int) -> int:
+    """`RUNNER_TOKENS`, or fewer where the folder's cache (a static cache, a runner program's)
+    holds fewer after the prompt."""
+    manifest = read_manifest(folder, verify=False)  # the folder this export just wrote
+    bound = manifest.get("max_cache_len") or ((runtime_package(manifest) or {}).get("settings") or {}).get(
+        "max_cache_len")
+    return max(1, min(RUNNER_TOKENS, int(bound) - prompt_length)) if bound else RUNNER_TOKENS
+
+
+def _eos(generation_config: Any) -> tuple[int, ...]:
     eos = getattr(generation_config, "eos_token_id", None)
     eos = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (eos,)
-    return RunnerRequest(tuple(int(i) for i in ids), new_tokens, tuple(int(e) for e in eos))
+    return tuple(int(e) for e in eos)
 
 
 def _audio_request(model: torch.nn.Module, extractor: Any, generation_config: Any) -> RunnerRequest:
@@ -136,9 +174,7 @@ def _audio_request(model: torch.nn.Module, extractor: Any, generation_config: An
 
     prompt = decoder_prompt(generation_config, model.config)
     positions = getattr(model.config, "max_target_positions", None) or len(prompt) + RUNNER_TOKENS
-    eos = getattr(generation_config, "eos_token_id", None)
-    eos = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (eos,)
-    return RunnerRequest((), max(1, min(RUNNER_TOKENS, int(positions) - len(prompt))), tuple(int(e) for e in eos),
+    return RunnerRequest((), max(1, min(RUNNER_TOKENS, int(positions) - len(prompt))), _eos(generation_config),
                          audio=sample_clip(extractor))
 
 
@@ -178,14 +214,14 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
         against = "eager generate()"
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=request.max_new_tokens,
-                                 do_sample=False, generation_config=generation_config)
+                                 do_sample=False, generation_config=generation_config, **(request.inputs or {}))
         expected = out[0, ids.shape[1]:].tolist()
     else:
         from ..generation.loop import GenerationRunner
 
         against = "hfexport's runner on the same folder"
         expected = list(GenerationRunner.load(folder, verify=False, engine="hfexport").generate(
-            ids, max_new_tokens=request.max_new_tokens).tokens)  # verify=False: the folder it hashed a moment ago
+            ids, max_new_tokens=request.max_new_tokens, **(request.inputs or {})).tokens)  # verify=False: hashed now
     tokens = list(got.tokens)
     agreement = sum(a == b for a, b in zip(tokens, expected)) / max(len(tokens), len(expected), 1)
     equal = tokens == expected

@@ -55,7 +55,7 @@ def test_multimodal_runner_generates_eagers_tokens(saved_generation):
 def test_an_image_text_model_the_runner_does_not_serve_says_why(saved_generation):
     qwen = json.loads((saved_generation("executorch", "qwen2_vl").directory / "manifest.json").read_text())
     entry = qwen["runtime_package"]
-    assert entry["runner"] == "MultimodalRunner" and entry["ready"] is False and "LLaVA only" in entry["why"], entry
+    assert entry["runner"] == "MultimodalRunner" and entry["ready"] is False and "Qwen2-Audio (audio) only" in entry["why"]
     assert "multimodal" not in qwen["components"]
 
 
@@ -63,18 +63,18 @@ def test_the_programs_methods_in_eager_give_generates_tokens():
     """Eager `MultimodalProgram` driven as `MultimodalRunner` drives it (the text before the image,
     the image's features, the text after, each prefilled at the running position, then one token
     at a time through `token_embedding` and `text_decoder`) gives `generate`'s greedy tokens."""
-    from hfexport.backends.executorch.multimodal import MultimodalProgram
+    from hfexport.backends.executorch.multimodal import MultimodalProgram, image_encoder_method
 
     model, inputs = build_preset("llava")
     ids = inputs["input_ids"][:1]
     with torch.no_grad():
         want = model.generate(**{k: v[:1] for k, v in inputs.items()}, max_new_tokens=6, min_new_tokens=6,
                               do_sample=False)[0, ids.shape[1]:].tolist()
-        program = MultimodalProgram(model, inputs["pixel_values"], 64)
+        program = MultimodalProgram(model, image_encoder_method(model, inputs["pixel_values"]), 64)
         methods = {name: module for name, (module, _, _) in program.methods().items()}
         position, logits = 0, None
         for kind, value in split_prompt(ids, model.config.image_token_index):
-            piece = (methods["vision_encoder"](program.pixel_values) if kind == "image"
+            piece = (methods["vision_encoder"](inputs["pixel_values"][:1]) if kind == "image"
                      else methods["token_embedding"](torch.tensor([value])))
             logits = program(piece, torch.tensor([position]))["logits"]
             position += piece.shape[1]
@@ -95,7 +95,7 @@ def test_the_refusals_name_what_to_change():
     qwen, _ = build_preset("qwen2_vl")
     plain = ExecutorchConfig(dynamic=True)
     assert multimodal_refusal(llava.config, plain) is None
-    assert "LLaVA only" in multimodal_refusal(qwen.config, plain)
+    assert "LLaVA (images) and Qwen2-Audio (audio) only" in multimodal_refusal(qwen.config, plain)
     assert "--no-llm-runner" in multimodal_refusal(llava.config, ExecutorchConfig(dynamic=True, llm_runner=False))
     assert "without quantization" in multimodal_refusal(llava.config, plain.replace(quantizer=object()))
     llava.config.vision_feature_layer = [-2, -1]

@@ -1,9 +1,11 @@
 """The ExecuTorch export folder as ExecuTorch's own package (`folder.package.RuntimePackage`):
 `TextLLMRunnerPackage`, a text decoder as the one program `TextLLMRunner` loads, with the
 `tokenizer.json` it reads (`llm_export.py`); `MultimodalRunnerPackage`, an image-text model's
-components with the program `MultimodalRunner` loads (`multimodal.py`). Both are
-`ExecutorchRuntimePackage`s: weights over 64 MiB in a `.ptd`, `TextLLMRunner` as the runner check
-and the engine (`text_runner.py`, `llm_engine.py`)."""
+components with the program `MultimodalRunner` loads (`multimodal.py`), and
+`AudioMultimodalRunnerPackage`, the same for an audio-text LLM (Whisper keeps its components, the
+manifest saying why). All are
+`ExecutorchRuntimePackage`s: weights over 64 MiB in a `.ptd`, `TextLLMRunner` as the engine
+(`llm_engine.py`); the runner check is each folder's runner (`text_runner.py`, `multimodal_runner.py`)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from ...config import EXTERNAL_WEIGHTS_BYTES
 from ...folder.package import FolderContext, GenerationPlan, Packaged, RuntimePackage, register_package
 from .config import ExecutorchConfig
 
-__all__ = ["ExecutorchRuntimePackage", "TextLLMRunnerPackage", "MultimodalRunnerPackage"]
+__all__ = ["ExecutorchRuntimePackage", "TextLLMRunnerPackage", "MultimodalRunnerPackage",
+           "AudioMultimodalRunnerPackage"]
 
 logger = logging.getLogger("hfexport")
 
@@ -76,19 +79,19 @@ class TextLLMRunnerPackage(ExecutorchRuntimePackage):
 
 @register_package("executorch", "image-text-to-text")
 class MultimodalRunnerPackage(ExecutorchRuntimePackage):
-    """ExecuTorch's `MultimodalRunner` folder: an image-text model's components and the one
-    program `MultimodalRunner` loads."""
+    """ExecuTorch's `MultimodalRunner` folder: an image-text (or, `AudioMultimodalRunnerPackage`,
+    audio-text) model's components and the one program `MultimodalRunner` loads."""
 
     def components(self, model: Any, plan: GenerationPlan) -> dict[str, Any]:
-        """As `RuntimePackage.components`; an image-text model that `MultimodalRunner` serves
-        (`multimodal.multimodal_refusal`) also gets its one program (`multimodal.py`), over a cache
-        of `static_cache=N` tokens, else `llm_export.default_cache_length`'s."""
+        """As `RuntimePackage.components`; an image-text or audio-text model that `MultimodalRunner`
+        serves (`multimodal.multimodal_refusal`) also gets its one program (`multimodal.py`), over a
+        cache of `static_cache=N` tokens, else `llm_export.default_cache_length`'s."""
         from ...generation.components import Component
         from .llm_export import default_cache_length
-        from .multimodal import PROGRAM, multimodal_component, multimodal_refusal
+        from .multimodal import PROGRAM, modality_of, multimodal_component, multimodal_refusal
 
         components = super().components(model, plan)
-        if "image_encoder" not in components or multimodal_refusal(model.config, plan.config):
+        if modality_of(components) is None or multimodal_refusal(model.config, plan.config):
             return components
         named = getattr(plan.generation_config, "max_cache_len", None)  # static_cache=N (--static-cache N)
         cache = named or default_cache_length(model, plan.config.max_sequence_length)[0]
@@ -109,3 +112,17 @@ class MultimodalRunnerPackage(ExecutorchRuntimePackage):
             why = (multimodal_refusal(context.model_config, context.plan.config) if context.model_config is not None
                    else None) or context.plan.report.get("multimodal_runner", {}).get("why")
         return Packaged(multimodal_package(folder, artifacts, context, why), {})
+
+    def run(self, folder: Path, request: Any) -> Any:
+        """ExecuTorch `MultimodalRunner`'s greedy tokens on the folder's program for a request with
+        the processor's image or audio inputs (`multimodal_runner.run_multimodal_request`)."""
+        from .multimodal_runner import run_multimodal_request
+
+        return run_multimodal_request(folder, request)
+
+
+@register_package("executorch", "automatic-speech-recognition")
+class AudioMultimodalRunnerPackage(MultimodalRunnerPackage):
+    """ExecuTorch's folder of a speech model: an audio-text LLM's as `MultimodalRunnerPackage`'s
+    (a clip through `make_audio_input`); an encoder-decoder's (Whisper) components, whose manifest
+    says why no ExecuTorch Python runner opens them (`multimodal.SEQ2SEQ_WHY`)."""
