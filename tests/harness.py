@@ -146,3 +146,27 @@ def output_refusal(capsys) -> str:
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("hfexport: error: [output] "), err
     return err
+
+
+def whisper_variation(draw, mel_bins: bool = True) -> dict[str, int]:
+    """A Whisper of other sizes than `tiny:whisper`'s, drawn from `draw` (a `random.Random`): width and
+    heads, layers, and with `mel_bins` 80 or 128 mel bins (`build_preset("whisper", seed, **drawn)`)."""
+    drawn = dict(d_model=draw.choice([16, 48, 64]), encoder_attention_heads=draw.choice([2, 4]),
+                 encoder_layers=draw.randint(1, 3), decoder_layers=draw.randint(1, 3))
+    if mel_bins:
+        drawn["num_mel_bins"] = draw.choice([80, 128])
+    drawn["decoder_attention_heads"] = drawn["encoder_attention_heads"]
+    drawn["encoder_ffn_dim"] = drawn["decoder_ffn_dim"] = 2 * drawn["d_model"]
+    return drawn
+
+
+def eager_transcription(model, processor, clip: Path, new_tokens: int) -> list[int]:
+    """Eager `generate()`'s new tokens on the feature extractor's features of the clip file's samples."""
+    import soundfile
+
+    samples, rate = soundfile.read(clip, dtype="float32")
+    features = processor.feature_extractor(samples, sampling_rate=rate, return_tensors="pt")["input_features"]
+    with torch.no_grad():
+        out = model.generate(input_features=features, max_new_tokens=new_tokens, do_sample=False,
+                             return_dict_in_generate=True, output_logits=True)
+    return out.sequences[0, out.sequences.shape[1] - len(out.logits):].tolist()

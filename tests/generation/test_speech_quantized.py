@@ -17,20 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from hfexport.cli.main import main
 from hfexport.generation.accuracy import INT4_CRITERIA, INT8_CRITERIA, edit_distance
 from hfexport.presets import build_preset, tiny_processor
-from tests.harness import require_backend
+from tests.harness import eager_transcription, require_backend, whisper_variation
 
 NEW_TOKENS = 12
 _DRAW = random.Random(5252)
-#: a Whisper of other sizes than the preset's, drawn once (as tests/backends/openvino/test_whisper.py draws)
-VARIATION = dict(d_model=_DRAW.choice([16, 48, 64]), encoder_attention_heads=_DRAW.choice([2, 4]),
-                 encoder_layers=_DRAW.randint(1, 3), decoder_layers=_DRAW.randint(1, 3))
-VARIATION["decoder_attention_heads"] = VARIATION["encoder_attention_heads"]
-VARIATION["encoder_ffn_dim"] = VARIATION["decoder_ffn_dim"] = 2 * VARIATION["d_model"]
+#: a Whisper of other sizes than the preset's, drawn once
+VARIATION = whisper_variation(_DRAW, mel_bins=False)
 #: the drawn clip of the fresh-process check: seconds under the preset's 1 s chunk, a tone's Hz
 CLIP = (round(_DRAW.uniform(0.3, 0.9), 3), _DRAW.randint(150, 3000))
 
@@ -42,17 +38,6 @@ def _clip(path: Path, seconds: float, hz: int, rate: int = 16000) -> Path:
     noise = np.random.default_rng(7).standard_normal(t.shape)
     soundfile.write(path, (0.5 * np.sin(2 * np.pi * hz * t) + 0.05 * noise).astype(np.float32), rate)
     return path
-
-
-def _eager(model, processor, clip: Path, new_tokens: int = NEW_TOKENS) -> list[int]:
-    import soundfile
-
-    samples, rate = soundfile.read(clip, dtype="float32")
-    features = processor.feature_extractor(samples, sampling_rate=rate, return_tensors="pt")["input_features"]
-    with torch.no_grad():
-        out = model.generate(input_features=features, max_new_tokens=new_tokens, do_sample=False,
-                             return_dict_in_generate=True, output_logits=True)
-    return out.sequences[0, out.sequences.shape[1] - len(out.logits):].tolist()
 
 
 def _export(capsys, *args: str) -> tuple[int, str]:
@@ -114,7 +99,7 @@ def test_hfexport_generate_audio_on_the_quantized_folder_in_a_fresh_process(open
     runner = GenerationRunner.load(folder, engine="hfexport")
     assert printed["tokens"] == list(runner.generate_from_audio(str(clip), max_new_tokens=NEW_TOKENS).tokens)
     model, _ = build_preset("whisper")
-    eager = _eager(model, tiny_processor("whisper"), clip)
+    eager = eager_transcription(model, tiny_processor("whisper"), clip, NEW_TOKENS)
     agree = sum(a == b for a, b in zip(printed["tokens"], eager)) / len(eager)
     assert agree >= INT8_CRITERIA.min_agreement, (printed["tokens"], eager)
 

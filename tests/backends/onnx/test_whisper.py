@@ -27,18 +27,14 @@ from hfexport.cli.main import main
 from hfexport.presets import build_preset, tiny_processor
 from tests.backends.onnx.whisper_exports import (ONSET, eager, features, og_whisper, og_whisper_export, saved,
                                                  tone)
-from tests.harness import require_backend
+from tests.harness import require_backend, whisper_variation
 
 NEW_TOKENS = 12
 _DRAW = random.Random(5252)
 #: the drawn tone of the fresh-process checks: (seconds, Hz)
 TONE = (round(_DRAW.uniform(0.4, 20.0), 2), _DRAW.randint(150, 3000))
 #: a Whisper of other sizes than the preset's, drawn once: width and heads, layers, mel bins
-VARIATION = dict(d_model=_DRAW.choice([16, 48, 64]), encoder_attention_heads=_DRAW.choice([2, 4]),
-                 encoder_layers=_DRAW.randint(1, 3), decoder_layers=_DRAW.randint(1, 3),
-                 num_mel_bins=_DRAW.choice([80, 128]))
-VARIATION["decoder_attention_heads"] = VARIATION["encoder_attention_heads"]
-VARIATION["encoder_ffn_dim"] = VARIATION["decoder_ffn_dim"] = 2 * VARIATION["d_model"]
+VARIATION = whisper_variation(_DRAW)
 
 #: what a user runs: only onnxruntime_genai and numpy; og's processor featurizes the clip and encodes the
 #: decoder prompt, the features are saved for the test's eager run

@@ -20,22 +20,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from hfexport.cli.main import main
 from hfexport.presets import build_preset, tiny_processor
-from tests.harness import require_backend
+from tests.harness import eager_transcription, require_backend, whisper_variation
 
 NEW_TOKENS = 12
 _DRAW = random.Random(52)
 #: the drawn tone of the fresh-process checks: (seconds under the preset's 1 s chunk, Hz)
 TONE = (round(_DRAW.uniform(0.3, 0.9), 3), _DRAW.randint(150, 3000))
 #: a Whisper of other sizes than the preset's, drawn once: width and heads, layers, mel bins
-VARIATION = dict(d_model=_DRAW.choice([16, 48, 64]), encoder_attention_heads=_DRAW.choice([2, 4]),
-                 encoder_layers=_DRAW.randint(1, 3), decoder_layers=_DRAW.randint(1, 3),
-                 num_mel_bins=_DRAW.choice([80, 128]))
-VARIATION["decoder_attention_heads"] = VARIATION["encoder_attention_heads"]
-VARIATION["encoder_ffn_dim"] = VARIATION["decoder_ffn_dim"] = 2 * VARIATION["d_model"]
+VARIATION = whisper_variation(_DRAW)
 
 #: what a user runs: only openvino_genai and soundfile, the folder's recorded precisions, the tokens its
 #: streamer is handed
@@ -72,15 +67,7 @@ def _tone(path: Path, seconds: float, hz: int, rate: int = 16000, seed: int = 0)
 
 
 def _eager(model, processor, clip: Path) -> list[int]:
-    """Eager `generate()`'s new tokens on the feature extractor's features of the clip's samples."""
-    import soundfile
-
-    samples, rate = soundfile.read(clip, dtype="float32")
-    features = processor.feature_extractor(samples, sampling_rate=rate, return_tensors="pt")["input_features"]
-    with torch.no_grad():
-        out = model.generate(input_features=features, max_new_tokens=NEW_TOKENS, do_sample=False,
-                             return_dict_in_generate=True, output_logits=True)
-    return out.sequences[0, out.sequences.shape[1] - len(out.logits):].tolist()
+    return eager_transcription(model, processor, clip, NEW_TOKENS)
 
 
 def _whisper_pipeline(folder: Path, clip: Path) -> dict:
