@@ -37,6 +37,8 @@ Rows (each one worker process kept for the run, pinned to the same CPUs, `THREAD
   ours-F-int8  as ours-F on ``exports/F-int8``
   ov-whisper   ``openvino_genai.WhisperPipeline(exports/openvino-speech, "CPU")`` (when it opens);
                ``ov-whisper-int8`` on ``exports/openvino-speech-int8``
+  og-whisper   onnxruntime-genai's ``Generator`` on ``exports/onnx-speech`` (the flagless ONNX export, og's
+               Whisper folder), og's processor reading ``clip.wav`` (its own features) each round
 
 Every row decodes greedily (beam 1, temperature 0 with no fallback, English, transcribe, no
 timestamps, no VAD, the model's suppress lists, at most `MAX_NEW_TOKENS` new tokens), from the same
@@ -76,12 +78,13 @@ QUANTIZED = {"openvino-int8": ("openvino", "int8-weights"), "onnx-int8": ("onnx"
              "onnx-int8w": ("onnx", "int8-weights")}
 EXPORTS = {**{f: (f, None) for f in FORMATS}, **QUANTIZED}
 ROWS = ("eager", *(f"ours-{f}" for f in EXPORTS), *(f"cli-{f}" for f in FORMATS), "fw-f32", "fw-int8", "cpp",
-        "cpp@1", "ov-whisper", "ov-whisper-int8")
+        "cpp@1", "ov-whisper", "ov-whisper-int8", "og-whisper")
 LABELS = {"eager": "eager transformers fp32 `generate`", "fw-f32": "faster-whisper float32 (CTranslate2)",
           "fw-int8": "faster-whisper int8 (CTranslate2)", "cpp": "whisper.cpp f16 (pywhispercpp)",
           "cpp@1": "whisper.cpp f16 (pywhispercpp), 1 thread",
           "ov-whisper": "OpenVINO GenAI `WhisperPipeline` on the flagless OpenVINO export",
           "ov-whisper-int8": "OpenVINO GenAI `WhisperPipeline` on the flagless OpenVINO export, int8-weights",
+          "og-whisper": "onnxruntime-genai `Generator` on the flagless ONNX export (og's own features of the file)",
           **{f"ours-{f}": f"hfexport {f}, `GenerationRunner.generate_from_audio`" for f in FORMATS},
           **{f"ours-{f}": f"hfexport {fmt} {scheme}, `GenerationRunner.generate_from_audio`"
              for f, (fmt, scheme) in QUANTIZED.items()},
@@ -204,6 +207,8 @@ def _runtime(row: str, spec: dict):
         return _whisper_cpp(spec["ggml"], n, int(row.partition("@")[2] or THREADS))
     if row.startswith("ov-whisper"):
         return _whisper_pipeline(spec["export"], n)
+    if row == "og-whisper":
+        return _og_whisper(spec["export"], spec["clip"], n)
     raise ValueError(f"unknown row {row!r}; choose from {', '.join(ROWS)}")
 
 
@@ -377,6 +382,35 @@ def _whisper_pipeline(folder: str, n: int):
     return transcribe
 
 
+def _og_whisper(folder: str, clip: str, n: int):
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    processor = model.create_multimodal_processor()
+    settings = json.loads((Path(folder) / "manifest.json").read_text())["runtime_package"]["settings"]
+    prompt = settings["decoder_prompt"]  # generate()'s decoder prompt as text (docs/deploy/onnxruntime-genai.md)
+
+    def transcribe(samples):  # og reads the file itself (og.Audios.open) and makes its own features
+        start = time.perf_counter()
+        inputs = processor(prompt, audios=og.Audios.open(clip))
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=inputs["input_ids"].shape()[-1] + n)
+        generator = og.Generator(model, params)
+        generator.set_inputs(inputs)
+        begun = len(generator.get_sequence(0))
+        generator.generate_next_token()
+        first = time.perf_counter()
+        while not generator.is_done():
+            generator.generate_next_token()
+        done = time.perf_counter()
+        new = list(generator.get_sequence(0))[begun:]
+        tokens = [int(t) for t in new if t < 50256]
+        return {"wall_s": done - start, "tokens": tokens, "text": processor.decode(tokens).strip(),
+                "encoder_s": first - start, "decode_steps": len(new) - 1, "decode_s": done - first}
+
+    return transcribe
+
+
 # -- the parent ------------------------------------------------------------------------------------
 
 
@@ -498,13 +532,14 @@ def measure(args, root: Path) -> dict:
         if f"ours-{name}" in keys or f"cli-{name}" in keys:
             export_s[name] = export(hf, fmt, root / "exports" / name, quantize=scheme)
     notes = {}
-    for key, scheme in (("ov-whisper", None), ("ov-whisper-int8", "int8-weights")):
+    for key, scheme in (("ov-whisper", None), ("ov-whisper-int8", "int8-weights"), ("og-whisper", None)):
         if key not in keys:
             continue
-        speech = root / "exports" / key.replace("ov-whisper", "openvino-speech")
-        export_s[f"openvino (flagless{', ' + scheme if scheme else ''})"] = export(hf, "openvino", speech,
-                                                                                   generate=False, quantize=scheme)
-        reason = _whisper_pipeline_opens(speech)
+        fmt = "onnx" if key.startswith("og-") else "openvino"
+        speech = root / "exports" / _speech_folder(key)
+        export_s[f"{fmt} (flagless{', ' + scheme if scheme else ''})"] = export(hf, fmt, speech, generate=False,
+                                                                                quantize=scheme)
+        reason = _og_opens(speech) if fmt == "onnx" else _whisper_pipeline_opens(speech)
         if reason:
             notes[key] = reason
             keys.remove(key)
@@ -524,8 +559,8 @@ def measure(args, root: Path) -> dict:
             spec = dict(base)
             if key.startswith("ours-"):
                 spec["export"] = str(root / "exports" / key.removeprefix("ours-"))
-            elif key.startswith("ov-whisper"):
-                spec["export"] = str(root / "exports" / key.replace("ov-whisper", "openvino-speech"))
+            elif key.startswith(("ov-whisper", "og-whisper")):
+                spec["export"] = str(root / "exports" / _speech_folder(key))
             vendor = key.startswith(("fw-", "cpp"))
             rows[key] = Row(key, str(python) if vendor else sys.executable, spec, log)
             print(f"{key}: ready (load {rows[key].load_s} s)", flush=True)
@@ -553,6 +588,17 @@ def measure(args, root: Path) -> dict:
             "same_as_eager": run["tokens"] == check["eager_tokens"], "load_1min": round(row.loads[best], 1),
             "model_load_s": row.load_s})
     return out
+
+
+def _speech_folder(key: str) -> str:
+    """The flagless export a vendor speech runner's row opens: ``openvino-speech[-int8]``, ``onnx-speech``."""
+    return key.replace("ov-whisper", "openvino-speech").replace("og-whisper", "onnx-speech")
+
+
+def _og_opens(folder: Path) -> str | None:
+    """None when the flagless ONNX export is onnxruntime-genai's Whisper folder, else why not (its manifest's)."""
+    entry = json.loads((folder / "manifest.json").read_text()).get("runtime_package") or {}
+    return None if entry.get("ready") else f"not onnxruntime-genai's Whisper folder: {entry.get('why')}"
 
 
 def _whisper_pipeline_opens(folder: Path) -> str | None:
