@@ -19,7 +19,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch", "grown_sample", "has_fixed_batch"]
+__all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch", "grown_sample", "has_fixed_batch",
+           "pin_static_axes"]
 
 
 #: `bounds(leaf name, axis, sample size) -> (min, max)` or None for an unbounded `Dim.AUTO`.
@@ -296,18 +297,50 @@ def _narrowed(bounds: tuple[int, int | None], size: int, spec: Any) -> bool:
 def mark_dynamic(inputs: Any, plan: Any, leaf: int, axis: int) -> Any:
     """`plan` with `axis` of the `leaf`-th tensor (pytree order) a `Dim.DYNAMIC`, or None when the
     plan does not reach that leaf."""
-    counter = iter(range(10**9))
     found = False
 
-    def rebuilt(value: Any, spec: Any) -> Any:
+    def edit(index: int, tensor: torch.Tensor, specs: dict[int, Any]) -> dict[int, Any]:
         nonlocal found
-        if isinstance(value, torch.Tensor):
-            if next(counter) != leaf:
-                return spec
+        if index == leaf:
             found = True
-            specs = _axis_specs(spec, value.dim())
             specs[axis] = torch.export.Dim.DYNAMIC
-            return specs
+        return specs
+
+    result = _edited_plan(inputs, plan, edit)
+    return result if found else None
+
+
+def pin_static_axes(inputs: dict[str, Any], plan: Any, shapes: list[tuple[int | str, ...]]) -> Any:
+    """`plan` with every axis it asks to be dynamic that `shapes` has as a number made `Dim.STATIC`.
+
+    `shapes` are the input shapes of a program captured on `inputs` with `plan` (`ExportRecord.input_shapes`,
+    pytree order): re-exporting a transformed copy of that program (`trace.reexport`) must keep the
+    dynamic shapes it had. The guard that fixed an axis in the first capture (Whisper's encoder
+    raises unless it gets exactly `2 * max_source_positions` frames) is not in the program's graph,
+    so the copy, traced with the plan alone, can come out with that axis symbolic.
+    Returns `plan` as is where `shapes` does not pair with `inputs`' tensors.
+    """
+    if plan is None or len(paired_specs(inputs, plan)) != len(shapes):
+        return plan
+
+    def edit(index: int, tensor: torch.Tensor, specs: dict[int, Any]) -> dict[int, Any]:
+        return {axis: torch.export.Dim.STATIC if _is_requested(spec) and axis < len(shapes[index])
+                and isinstance(shapes[index][axis], int) else spec for axis, spec in specs.items()}
+
+    return _edited_plan(inputs, plan, edit)
+
+
+def _edited_plan(inputs: Any, plan: Any, edit: Callable[[int, torch.Tensor, dict[int, Any]], dict[int, Any]]) -> Any:
+    """`plan` rebuilt along `inputs`, each tensor leaf's `{axis: spec}` replaced by
+    `edit(leaf index in pytree order, tensor, {axis: spec})`."""
+    counter = iter(range(10**9))
+
+    def rebuilt(value: Any, spec: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            index = next(counter)
+            specs = _axis_specs(spec, value.dim())
+            edited = edit(index, value, dict(specs))
+            return spec if edited == specs else edited
         if type(value) is dict:
             spec = spec if isinstance(spec, dict) else {}
             return {k: rebuilt(v, spec.get(k)) for k, v in value.items()}
@@ -318,8 +351,7 @@ def mark_dynamic(inputs: Any, plan: Any, leaf: int, axis: int) -> Any:
             return type(spec)(out) if isinstance(spec, tuple) else out
         return spec
 
-    result = {k: rebuilt(v, (plan or {}).get(k) if isinstance(plan, dict) else None) for k, v in inputs.items()}
-    return result if found else None
+    return {k: rebuilt(v, (plan or {}).get(k) if isinstance(plan, dict) else None) for k, v in inputs.items()}
 
 
 def describe_axes(axes: list[dict[str, Any]]) -> str:

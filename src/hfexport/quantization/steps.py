@@ -44,7 +44,8 @@ def calibration_samples(quantizer: Any, model: torch.nn.Module, sample: dict[str
 def quantize_program(captured: Any, model: torch.nn.Module, sample: dict[str, Any], config: Any, bounds: Any,
                      format: str) -> Any:
     """Step 4: `config.quantizer` on the captured program's module (the format's quantize-stage
-    patches applied), re-exported at `sample` with the same dynamic plan; the `Capture` with it."""
+    patches applied), re-exported at `sample` with the captured program's dynamic shapes (an axis
+    the capture fixed stays fixed); the `Capture` with it."""
     from ..capture.trace import reexport
 
     quantizer = config.quantizer
@@ -53,8 +54,8 @@ def quantize_program(captured: Any, model: torch.nn.Module, sample: dict[str, An
     with _translated(quantizer, model, "the torch.export graph"):
         with size_oblivious_tracing(captured.size_oblivious), applied_patches(format, stage="quantize") as patches:
             quantized = quantizer.quantize_program(captured.program.module(), samples)
-        program = reexport(quantized, {k: sample[k] for k in keys if k in sample}, config, bounds=bounds,
-                           size_oblivious=captured.size_oblivious)
+        program = reexport(quantized, {k: sample[k] for k in keys if k in sample}, config, like=captured.program,
+                           bounds=bounds, size_oblivious=captured.size_oblivious)
     return dataclasses.replace(captured, program=program, patches_reached=patches.reached())
 
 
