@@ -20,7 +20,7 @@ import torch
 import torch.utils._pytree as pytree
 
 __all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch", "grown_sample", "has_fixed_batch",
-           "pin_static_axes"]
+           "shape_differences"]
 
 
 #: `bounds(leaf name, axis, sample size) -> (min, max)` or None for an unbounded `Dim.AUTO`.
@@ -297,50 +297,18 @@ def _narrowed(bounds: tuple[int, int | None], size: int, spec: Any) -> bool:
 def mark_dynamic(inputs: Any, plan: Any, leaf: int, axis: int) -> Any:
     """`plan` with `axis` of the `leaf`-th tensor (pytree order) a `Dim.DYNAMIC`, or None when the
     plan does not reach that leaf."""
+    counter = iter(range(10**9))
     found = False
 
-    def edit(index: int, tensor: torch.Tensor, specs: dict[int, Any]) -> dict[int, Any]:
-        nonlocal found
-        if index == leaf:
-            found = True
-            specs[axis] = torch.export.Dim.DYNAMIC
-        return specs
-
-    result = _edited_plan(inputs, plan, edit)
-    return result if found else None
-
-
-def pin_static_axes(inputs: dict[str, Any], plan: Any, shapes: list[tuple[int | str, ...]]) -> Any:
-    """`plan` with every axis it asks to be dynamic that `shapes` has as a number made `Dim.STATIC`.
-
-    `shapes` are the input shapes of a program captured on `inputs` with `plan` (`ExportRecord.input_shapes`,
-    pytree order): re-exporting a transformed copy of that program (`trace.reexport`) must keep the
-    dynamic shapes it had. The guard that fixed an axis in the first capture (Whisper's encoder
-    raises unless it gets exactly `2 * max_source_positions` frames) is not in the program's graph,
-    so the copy, traced with the plan alone, can come out with that axis symbolic.
-    Returns `plan` as is where `shapes` does not pair with `inputs`' tensors.
-    """
-    if plan is None or len(paired_specs(inputs, plan)) != len(shapes):
-        return plan
-
-    def edit(index: int, tensor: torch.Tensor, specs: dict[int, Any]) -> dict[int, Any]:
-        return {axis: torch.export.Dim.STATIC if _is_requested(spec) and axis < len(shapes[index])
-                and isinstance(shapes[index][axis], int) else spec for axis, spec in specs.items()}
-
-    return _edited_plan(inputs, plan, edit)
-
-
-def _edited_plan(inputs: Any, plan: Any, edit: Callable[[int, torch.Tensor, dict[int, Any]], dict[int, Any]]) -> Any:
-    """`plan` rebuilt along `inputs`, each tensor leaf's `{axis: spec}` replaced by
-    `edit(leaf index in pytree order, tensor, {axis: spec})`."""
-    counter = iter(range(10**9))
-
     def rebuilt(value: Any, spec: Any) -> Any:
+        nonlocal found
         if isinstance(value, torch.Tensor):
-            index = next(counter)
+            if next(counter) != leaf:
+                return spec
+            found = True
             specs = _axis_specs(spec, value.dim())
-            edited = edit(index, value, dict(specs))
-            return spec if edited == specs else edited
+            specs[axis] = torch.export.Dim.DYNAMIC
+            return specs
         if type(value) is dict:
             spec = spec if isinstance(spec, dict) else {}
             return {k: rebuilt(v, spec.get(k)) for k, v in value.items()}
@@ -351,7 +319,33 @@ def _edited_plan(inputs: Any, plan: Any, edit: Callable[[int, torch.Tensor, dict
             return type(spec)(out) if isinstance(spec, tuple) else out
         return spec
 
-    return {k: rebuilt(v, (plan or {}).get(k) if isinstance(plan, dict) else None) for k, v in inputs.items()}
+    result = {k: rebuilt(v, (plan or {}).get(k) if isinstance(plan, dict) else None) for k, v in inputs.items()}
+    return result if found else None
+
+
+def shape_differences(names: list[str], before: list[tuple[int | str, ...]],
+                      after: list[tuple[int | str, ...]]) -> list[str]:
+    """Where the input shapes `after` (a re-export's) differ from `before` (the capture's) other
+    than by the names of their symbols: a size fixed on one side only or to another number, or
+    axes sharing one size on one side and not on the other. Empty where they agree."""
+    if len(before) != len(after) or any(len(b) != len(a) for b, a in zip(before, after)):
+        return [f"the inputs' ranks differ: {before} against {after}"]
+    out: list[str] = []
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, old, new in zip(names, before, after):
+        for axis, (was, now) in enumerate(zip(old, new)):
+            where = f"{name}, axis {axis}"
+            if isinstance(was, int) or isinstance(now, int):
+                if was != now:
+                    out.append(f"{where}: {was} in the capture, {now} now")
+                continue
+            groups.setdefault(("before", was), []).append(where)
+            groups.setdefault(("after", now), []).append(where)
+    shared_before = sorted(sorted(axes) for (side, _), axes in groups.items() if side == "before")
+    shared_after = sorted(sorted(axes) for (side, _), axes in groups.items() if side == "after")
+    if shared_before != shared_after:
+        out.append(f"axes sharing a size: {shared_before} in the capture, {shared_after} now")
+    return out
 
 
 def describe_axes(axes: list[dict[str, Any]]) -> str:

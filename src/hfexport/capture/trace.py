@@ -17,7 +17,7 @@ import torch.utils._pytree as pytree
 
 from ..errors import CaptureError, summarize
 from ..workarounds import FX_NODE_FIXES, FX_PROGRAM_FIXES, FxFix, ordered_fixes
-from .dynamic import grow_batch, pin_static_axes, plan_dynamic_shapes, size_oblivious_tracing
+from .dynamic import grow_batch, plan_dynamic_shapes, size_oblivious_tracing
 from .interface import named_kwargs_forward, split_constants
 from .names import CACHE_PREFIX
 from .prepare import model_name
@@ -282,16 +282,12 @@ def _why_fixed(model: Any, inputs: dict[str, Any], plan: Any, config: Any, axis:
     return None
 
 
-def reexport(module: torch.nn.Module, inputs: dict[str, Any], config: Any, *, like: torch.export.ExportedProgram,
-             bounds: Any = None, size_oblivious: bool) -> torch.export.ExportedProgram:
-    """Export `module` (a transformed `like.module()`, e.g. after quantization) again, with the
-    same inputs and dynamic-shapes plan as the first capture, `like`, each axis `like` fixed kept
-    fixed (`dynamic.pin_static_axes`: the model code that fixed it is not in `like`'s graph)."""
-    from .record import record_from_program
-
+def reexport(module: torch.nn.Module, inputs: dict[str, Any], config: Any, *, bounds: Any = None,
+             size_oblivious: bool) -> torch.export.ExportedProgram:
+    """Export `module` (a transformed `program.module()`, e.g. after quantization) again, with
+    the same inputs and dynamic-shapes plan as the first capture."""
     traced, _ = split_constants(inputs)
     plan = plan_dynamic_shapes(traced, dynamic=config.dynamic, dynamic_shapes=config.dynamic_shapes, bounds=bounds)
-    plan = pin_static_axes(traced, plan, record_from_program(like).input_shapes)
     with size_oblivious_tracing(size_oblivious):
         program = torch.export.export(
             module, (), kwargs=traced, dynamic_shapes=plan, strict=False,

@@ -39,3 +39,27 @@ def patch_xnnpack_quantizer_integer_scalars(original):
 
     return _convert_scalars_to_attrs
 
+
+
+@register_patch(
+    ("executorch", "dynamo", "onnx", "openvino"),
+    "torch.export._unlift._ok_to_generate_guards_fn",
+    reason="ExportedProgram.module() leaves the program's guards (its `_guards_fn`: a size the model fixes "
+    "or ties with a Python check, as Whisper's encoder takes exactly 2 * max_source_positions frames) out of "
+    "the module when a caller's file path holds 'executorch' or 'torchao', which hfexport's ExecuTorch "
+    "exporter's does; the quantizer's re-export of that module then made those sizes free (Whisper's frames "
+    "symbolic: XNNPACK refused the conv, 'reshape only supports 1 dynamic dimension'; BERT's mask and ids "
+    "lengths two symbols). The guards are kept while the quantizer runs; the re-export traces them",
+    upstream="pytorch/pytorch#162532 (merged: the file-path rule, because ExecuTorch's passes cannot take the "
+    "`_guards_fn` call module; hfexport's re-export traces it away before ExecuTorch sees the graph); "
+    "pytorch/ao#2969 (open); torch 2.13 export/_unlift.py",
+    seen_with={"torch": "2.13.0", "executorch": "1.4.1"},
+    remove_when="torch>2.13.0",
+    stage="quantize",
+)
+def patch_torch_export_guards_fn(original):
+    """The program's guards kept in `ExportedProgram.module()` whoever calls it."""
+    def _ok_to_generate_guards_fn() -> bool:
+        return True
+
+    return _ok_to_generate_guards_fn

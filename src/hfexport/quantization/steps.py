@@ -44,8 +44,8 @@ def calibration_samples(quantizer: Any, model: torch.nn.Module, sample: dict[str
 def quantize_program(captured: Any, model: torch.nn.Module, sample: dict[str, Any], config: Any, bounds: Any,
                      format: str) -> Any:
     """Step 4: `config.quantizer` on the captured program's module (the format's quantize-stage
-    patches applied), re-exported at `sample` with the captured program's dynamic shapes (an axis
-    the capture fixed stays fixed); the `Capture` with it."""
+    patches applied), re-exported at `sample` with the same dynamic plan, and checked to take the
+    inputs the captured program takes (`_check_kept_shapes`); the `Capture` with it."""
     from ..capture.trace import reexport
 
     quantizer = config.quantizer
@@ -54,9 +54,33 @@ def quantize_program(captured: Any, model: torch.nn.Module, sample: dict[str, An
     with _translated(quantizer, model, "the torch.export graph"):
         with size_oblivious_tracing(captured.size_oblivious), applied_patches(format, stage="quantize") as patches:
             quantized = quantizer.quantize_program(captured.program.module(), samples)
-        program = reexport(quantized, {k: sample[k] for k in keys if k in sample}, config, like=captured.program,
-                           bounds=bounds, size_oblivious=captured.size_oblivious)
+        program = reexport(quantized, {k: sample[k] for k in keys if k in sample}, config, bounds=bounds,
+                           size_oblivious=captured.size_oblivious)
+    _check_kept_shapes(captured.program, program, quantizer, model)
     return dataclasses.replace(captured, program=program, patches_reached=patches.reached())
+
+
+def _check_kept_shapes(captured: Any, program: Any, quantizer: Any, model: torch.nn.Module) -> None:
+    """Raise `QuantizationError` where the quantized program's inputs are shaped otherwise than the
+    captured program's (a size fixed or freed, two axes no longer one size).
+
+    # NOTE: the capture's guards (a size the model fixes or ties with a Python check) are in no
+    # graph node; the re-export of `program.module()` keeps them only by tracing the module's
+    # `_guards_fn`, which torch leaves out for some callers (`patch_torch_export_guards_fn`).
+    # A guard lost so would give a program taking inputs the model refuses (Whisper's encoder on
+    # any number of frames, which XNNPACK then failed to lower); this check refuses that instead.
+    """
+    from ..capture.dynamic import shape_differences
+    from ..capture.record import record_from_program
+
+    before, after = record_from_program(captured), record_from_program(program)
+    differences = shape_differences(before.input_names, before.input_shapes, after.input_shapes)
+    if differences:
+        raise QuantizationError(
+            f"{quantizer!r}: the quantized program takes other input shapes than the captured one: "
+            f"{'; '.join(differences[:3])}", model=model_name(model),
+            remedy="export with dynamic_shapes that fix or tie those axes as the model does, or without quantizer=, "
+            "and report the model")
 
 
 def quantize_model(artifact: Any, record: Any, model: torch.nn.Module, sample: dict[str, Any], config: Any,
