@@ -31,18 +31,15 @@ import torch
 
 from hfexport.generation.accuracy import quantized_criteria
 from hfexport.presets import build_preset, tiny_processor
-from tests.harness import require_backend
+from tests.harness import require_backend, whisper_variation
 
 NEW_TOKENS = 12
 SCHEMES = ("int8-dynamic", "int8-dynamic-int4-weights")
 _DRAW = random.Random(5253)
 #: the clip of the fresh-process checks: seconds under the preset's 1 s chunk, a tone's Hz
 CLIP = (round(_DRAW.uniform(0.3, 0.9), 3), _DRAW.randint(150, 3000))
-#: a Whisper of other sizes than the preset's, drawn once (as tests/backends/openvino/test_whisper.py draws)
-VARIATION = dict(d_model=_DRAW.choice([16, 48, 64]), encoder_attention_heads=_DRAW.choice([2, 4]),
-                 encoder_layers=_DRAW.randint(1, 3), decoder_layers=_DRAW.randint(1, 3))
-VARIATION["decoder_attention_heads"] = VARIATION["encoder_attention_heads"]
-VARIATION["encoder_ffn_dim"] = VARIATION["decoder_ffn_dim"] = 2 * VARIATION["d_model"]
+#: a Whisper of other sizes than the preset's, drawn once (the preset's processor: its 8 mel bins)
+VARIATION = whisper_variation(_DRAW, mel_bins=False)
 
 
 def _clip(path: Path, seconds: float, hz: int, rate: int = 16000) -> Path:
@@ -62,7 +59,8 @@ def _features(processor, clip: Path) -> torch.Tensor:
 
 
 def _eager(model, features: torch.Tensor) -> tuple[list[int], list[int]]:
-    """Eager `generate()`'s prompt (start, language, task tokens) and its new tokens."""
+    """Eager `generate()`'s prompt (start, language, task tokens) and its new tokens (as
+    `harness.eager_transcription`, which gives the new tokens only)."""
     with torch.no_grad():
         out = model.generate(input_features=features, max_new_tokens=NEW_TOKENS, do_sample=False,
                              return_dict_in_generate=True, output_logits=True)
