@@ -276,21 +276,13 @@ def _runtime(row: str, spec: dict):
 
 def _eager(folder: str, n: int):
     import torch
-    from transformers import AutoModelForCausalLM, LogitsProcessor, LogitsProcessorList
+    from transformers import AutoModelForCausalLM, LogitsProcessorList
 
     torch.set_num_threads(THREADS)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
-    class Clock(LogitsProcessor):  # called once a step, right after that step's forward
-        def __init__(self):
-            self.times: list[float] = []
-
-        def __call__(self, input_ids, scores):
-            self.times.append(time.perf_counter())
-            return scores
-
     def generate(prompt):
-        clock = Clock()
+        clock = step_clock()
         ids = torch.tensor([prompt])
         with torch.no_grad():  # eos_token_id=[]: the end token does not stop it
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, do_sample=False,
@@ -619,6 +611,22 @@ def _seconds(value) -> str:
 
 
 HEADING = "### int4 decode against llama.cpp (issue 43): `bench/llama_cpp.py`"
+
+
+def step_clock():
+    """A transformers logits processor that notes the time of each call: once a step of `generate`,
+    right after that step's forward (`.times`); eager rows' decode split."""
+    from transformers import LogitsProcessor
+
+    class Clock(LogitsProcessor):
+        def __init__(self):
+            self.times: list[float] = []
+
+        def __call__(self, input_ids, scores):
+            self.times.append(time.perf_counter())
+            return scores
+
+    return Clock()
 
 
 def write_results(path: Path, table: str, heading: str = HEADING) -> None:

@@ -64,7 +64,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llama_cpp import _run, write_results  # noqa: E402 - llama_cpp.py's set-up and results pieces
+from llama_cpp import _run, step_clock, write_results  # noqa: E402 - llama_cpp.py's set-up and results pieces
 
 HERE = Path(__file__).resolve().parent
 THREADS, ROUNDS, MAX_NEW_TOKENS = 2, 3, 96
@@ -214,22 +214,14 @@ def _runtime(row: str, spec: dict):
 
 def _eager(folder: str, n: int):
     import torch
-    from transformers import LogitsProcessor, LogitsProcessorList, WhisperForConditionalGeneration, WhisperProcessor
+    from transformers import LogitsProcessorList, WhisperForConditionalGeneration, WhisperProcessor
 
     torch.set_num_threads(THREADS)
     processor = WhisperProcessor.from_pretrained(folder)
     model = WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
 
-    class Clock(LogitsProcessor):  # called once a step, right after its forward
-        def __init__(self):
-            self.times: list[float] = []
-
-        def __call__(self, input_ids, scores):
-            self.times.append(time.perf_counter())
-            return scores
-
     def transcribe(samples):
-        clock, start = Clock(), time.perf_counter()
+        clock, start = step_clock(), time.perf_counter()
         features = processor.feature_extractor(samples, sampling_rate=16000, return_tensors="pt").input_features
         began = time.perf_counter()
         with torch.no_grad():
