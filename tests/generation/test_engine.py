@@ -81,6 +81,23 @@ def test_what_the_engine_cannot_run_falls_back_and_says_why_or_is_refused(llm_pa
     assert long["engine"] == "hfexport" and "cache" in long["engine_reason"], long
 
 
+def test_a_prompt_ending_with_onnxruntime_genais_pad_token_runs_hfexports_loop(llm_package, capsys):
+    """og masks a prompt's trailing pad tokens (right padding; the pad is the end token where the
+    model has none), where `generate()` attends to them: such a prompt runs hfexport's loop and says
+    why, and `--engine runtime` refuses it."""
+    package = llm_package("llama", "onnx")
+    pad = json.loads((package.folder / "genai_config.json").read_text())["model"]["pad_token_id"]
+    ids = [*package.ids[0].tolist(), pad]
+    got = _generate(capsys, package.folder, ids)
+    assert got["engine"] == "hfexport" and "pad token" in got["engine_reason"], got
+    with torch.no_grad():
+        eager = package.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                       max_new_tokens=NEW_TOKENS, do_sample=False)
+    assert got["tokens"] == eager[0, len(ids):].tolist()
+    assert main(["generate", str(package.folder), "--prompt-ids", ",".join(map(str, ids)), "--engine", "runtime"]) == 2
+    assert "pad token" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_the_engine_runs_a_private_copy_not_the_folder(llm_package, capsys, tmp_path, runtime):
     """Once open, the folder's files are never read again: damaged after `load`, the engine still

@@ -94,8 +94,8 @@ class LlmEngine(Protocol):
     #: how many tokens a sequence may hold in its cache (None: no bound)
     capacity: int | None
 
-    def refusal(self, request: EngineRequest) -> str | None:
-        """Why this engine cannot run `request` as `generate()` would, or None."""
+    def refusal(self, request: EngineRequest, ids: list[int]) -> str | None:
+        """Why this engine cannot run `request` after the sequence `ids` as `generate()` would, or None."""
 
     def conversation(self, *, keep: bool) -> EngineConversation:
         """A new sequence; `keep`: one a chat continues (sized for the whole cache)."""
@@ -164,10 +164,9 @@ def engine_request(config: Any) -> EngineRequest:
                          tuple(as_token_list(config.eos_token_id)))
 
 
-def route(runner: Any, config: Any, length: int, *, output_logits: bool = False,
+def route(runner: Any, config: Any, ids: list[int], *, output_logits: bool = False,
           encoder_inputs: bool = False) -> tuple[EngineRequest | None, str | None]:
-    """Where `runner` (a `GenerationRunner`) runs a generation of `config` on a sequence of `length`
-    tokens: `(request, None)` on its engine, or `(None, why hfexport's loop runs it)` (`None` where
+    """Where `runner` (a `GenerationRunner`) runs a generation of `config` after the sequence `ids`: `(request, None)` on its engine, or `(None, why hfexport's loop runs it)` (`None` where
     the loop was asked for).
 
     Raises:
@@ -177,7 +176,7 @@ def route(runner: Any, config: Any, length: int, *, output_logits: bool = False,
         return None, runner.engine_reason
     request = engine_request(config)
     why = (loop_reason(config, output_logits=output_logits, encoder_inputs=encoder_inputs)
-           or runner.engine.refusal(request) or fits(runner.engine, length, request))
+           or runner.engine.refusal(request, ids) or fits(runner.engine, len(ids), request))
     if why is None:
         return request, None
     if runner.engine_choice == "runtime":

@@ -274,11 +274,13 @@ class RunnerTokens:
     """What a vendor runner generated: the new token ids (not the prompt) and which runner, with
     its version (`"onnxruntime-genai 0.18.0"`); a speech runner that computes the features itself
     and hands them back (onnxruntime-genai's processor) gives them as `features`, which eager
-    `generate()` is then run on (`job.runner_check`)."""
+    `generate()` is then run on (`job.runner_check`); a runner that was given fewer prompt tokens
+    than the request's names them as `prompt_ids`, which eager is then given."""
 
     tokens: tuple[int, ...]
     runner: str
     features: Any = None
+    prompt_ids: tuple[int, ...] | None = None
 
 
 class RunnerUnavailable(Exception):

@@ -164,7 +164,7 @@ class ChatSession:
         max_new_tokens = min(max_new_tokens, room)
         seed = options.pop("seed", None)
         config = self.runner.generation_config(max_new_tokens, eos_token_id=self.end_ids, **options)
-        request, why = route(self.runner, config, len(ids))
+        request, why = route(self.runner, config, ids)
         if request is not None:
             result = self._send_on_engine(ids, request, streamer)
         else:

@@ -209,7 +209,7 @@ class GenerationRunner:
         prompt = _as_prompt(input_ids)
         config = self.generation_config(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
                                         repetition_penalty, eos_token_id)
-        request, why = route(self, config, prompt.shape[1], output_logits=output_logits,
+        request, why = route(self, config, prompt[0].tolist(), output_logits=output_logits,
                              encoder_inputs=bool(encoder_inputs) or attention_mask is not None)
         if request is not None:
             ids = prompt[0].tolist()

@@ -113,7 +113,8 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
         entry = _compared(got, request, folder, model, generation_config, min_agreement, extractor)
         entry["seconds"] = round(seconds, 3)
         if not entry["passed"]:
-            given = "the sample clip" if request.audio is not None else f"prompt {list(request.prompt_ids)}" + (
+            prompt_ids = list(got.prompt_ids or request.prompt_ids)
+            given = "the sample clip" if request.audio is not None else f"prompt {prompt_ids}" + (
                 f" with its {', '.join(request.inputs)}" if request.inputs else "")
             error = _refused(f"{got.runner} generated {list(got.tokens)} where {entry['against']} generated "
                              f"{entry['expected']} ({given})", model)
@@ -194,8 +195,9 @@ def _eager_speech(model: torch.nn.Module, extractor: Any, request: RunnerRequest
 
 def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: torch.nn.Module,
               generation_config: Any, min_agreement: float | None, extractor: Any = None) -> dict[str, Any]:
-    """The report's entry: the runner's tokens against eager's (fp32) or hfexport's runner's."""
-    ids = torch.tensor([request.prompt_ids])
+    """The report's entry: the runner's tokens against eager's (fp32) or hfexport's runner's, on
+    the prompt the runner was given (`RunnerTokens.prompt_ids`)."""
+    ids = torch.tensor([got.prompt_ids or request.prompt_ids])
     if request.audio is not None and min_agreement is None:
         against = "eager generate()"
         expected = _eager_speech(model, extractor, request, generation_config, got.features)
@@ -230,6 +232,8 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
              "passed": passed, "expected": expected}
     if min_agreement is not None:
         entry.update(agreement=round(agreement, 4), min_agreement=min_agreement)
+    if got.prompt_ids is not None:  # both ran on the prompt the runner serves as generate() does
+        entry["prompt_ids"] = list(got.prompt_ids)
     if got.features is not None and extractor is not None:  # eager ran on them: how far they are from the extractor's
         entry["features_max_abs_diff"] = _features_difference(got.features, extractor, request)
     if passed:

@@ -116,6 +116,27 @@ def test_onnxruntime_genai_runs_the_folder_with_eagers_tokens(exported):
     assert runner["checked"] and runner["tokens_equal"], runner
 
 
+def test_a_prompt_ending_with_the_pad_token_is_checked_as_onnxruntime_genai_serves_it(exported):
+    """og takes a prompt's trailing pad tokens for right padding and masks them, where `generate()`
+    attends to them: the export's runner check runs og and eager on the prompt without them (an
+    export whose sample prompt ended with its end token, the pad where the model has none, was
+    refused); `hfexport generate` runs such a prompt in its own loop (`test_engine.py`)."""
+    pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
+    from transformers import GenerationConfig
+
+    from hfexport.backends.onnx.package import OnnxRuntimePackage
+    from hfexport.job.runner_check import runner_check
+
+    model, prompt, folder = exported
+    pad = json.loads((folder / "genai_config.json").read_text())["model"]["pad_token_id"]
+    assert pad == model.config.pad_token_id
+    padded = torch.cat([prompt, torch.full((1, 2), pad)], dim=1)
+    config = GenerationConfig.from_model_config(model.config)
+    config.cache_implementation, config.max_cache_len = "static", CACHE
+    entry = runner_check(OnnxRuntimePackage(None), model, {"input_ids": padded}, config)(folder)["runner"]
+    assert entry["passed"] and entry["tokens_equal"] and entry["prompt_ids"] == prompt[0].tolist(), entry
+
+
 def _genai_tokens(og, folder, prompt) -> list[int]:
     """NEW_TOKENS greedy tokens from onnxruntime-genai's `Generator` on `folder`."""
     genai_model = og.Model(str(folder))

@@ -109,7 +109,7 @@ class TextLlmRunnerEngine(LlmEngine):
         self._first = first
         self._current: TextLlmRunnerConversation | None = None
 
-    def refusal(self, request: EngineRequest) -> str | None:
+    def refusal(self, request: EngineRequest, ids: list[int]) -> str | None:
         if request.min_new_tokens and request.eos:
             return ("ExecuTorch's TextLLMRunner has no minimum of new tokens (min_new_tokens): hfexport's loop masks "
                     "the end tokens")

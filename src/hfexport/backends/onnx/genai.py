@@ -244,12 +244,24 @@ def run_genai(folder: Path, request: Any) -> Any:
         raise RunnerUnavailable(f"onnxruntime-genai is not installed ({error}): pip install 'hfexport[genai]'",
                                 missing=True) from error
     model = og.Model(str(folder))
+    prompt = _unpadded(list(request.prompt_ids), json.loads((folder / GENAI_CONFIG).read_text())["model"])
     params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(request.prompt_ids) + request.max_new_tokens, do_sample=False)
+    params.set_search_options(max_length=len(prompt) + request.max_new_tokens, do_sample=False)
     generator = og.Generator(model, params)
-    generator.append_tokens([list(request.prompt_ids)])
+    generator.append_tokens([prompt])
     tokens: list[int] = []
     while not generator.is_done() and len(tokens) < request.max_new_tokens:
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    return RunnerTokens(tuple(tokens), f"onnxruntime-genai {og.__version__}")
+    return RunnerTokens(tuple(tokens), f"onnxruntime-genai {og.__version__}",
+                        prompt_ids=tuple(prompt) if len(prompt) < len(request.prompt_ids) else None)
+
+
+def _unpadded(prompt: list[int], model: dict[str, Any]) -> list[int]:
+    """`prompt` without its trailing pad tokens (at least one token kept): og takes them for right
+    padding and masks them (`llm_engine.py`'s note), so the check runs og on the prompt it serves as
+    `generate()` does, and eager on the same (`RunnerTokens.prompt_ids`)."""
+    end = len(prompt)
+    while end > 1 and prompt[end - 1] == model["pad_token_id"]:
+        end -= 1
+    return prompt[:end]

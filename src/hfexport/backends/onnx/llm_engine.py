@@ -19,6 +19,12 @@ folder (`folder/engine.py`).
 # decoder's thread count is
 # onnxruntime-genai's own unless `$HFEXPORT_ORT_SESSION_CONFIG` sets `intra_op_num_threads` or
 # `inter_op_num_threads` (what the runner's own sessions take).
+#
+# A prompt ending with the config's `pad_token_id` runs hfexport's loop: og builds the attention
+# mask and positions from the tokens, taking a sequence's trailing pad tokens for right padding
+# (masked, position 0; `position_inputs.cpp`, read at 0.18), where `generate()` attends to them.
+# The pad is the end token where the model names no pad (`genai._token`), so a prompt ending with
+# the end token meets it.
 """
 
 from __future__ import annotations
@@ -74,18 +80,21 @@ def open_genai_engine(export: Any) -> GenaiEngine:
     for copy in decode.artifact.path.parent.iterdir():  # the model and its external data, checked as copied
         _link(copy, Path(folder.name) / copy.name)
     (Path(folder.name) / GENAI_CONFIG).write_bytes(config_file.data)
-    return GenaiEngine(og, folder, decode.artifact, int(content["model"]["context_length"]))
+    return GenaiEngine(og, folder, decode.artifact, int(content["model"]["context_length"]),
+                       int(content["model"]["pad_token_id"]))
 
 
 class GenaiEngine(LlmEngine):
     """One `og.Model` on a private folder, stopping at no token of its own (see the module note)."""
 
-    def __init__(self, og: Any, folder: tempfile.TemporaryDirectory, source: Any, context_length: int):
+    def __init__(self, og: Any, folder: tempfile.TemporaryDirectory, source: Any, context_length: int,
+                 pad_token_id: int):
         from .session_options import session_config
 
         self.og = og
         self.name = f"onnxruntime-genai {og.__version__}"
         self.capacity = context_length
+        self.pad_token_id = pad_token_id
         self._folder = folder  # removed with the engine
         self._source = source  # the component's private copies the folder links to, kept alive
         config = og.Config(folder.name)
@@ -94,10 +103,13 @@ class GenaiEngine(LlmEngine):
                                              **({"decoder": {"session_options": options}} if options else {})}}))
         self.model = og.Model(config)
 
-    def refusal(self, request: EngineRequest) -> str | None:
+    def refusal(self, request: EngineRequest, ids: list[int]) -> str | None:
         if request.min_new_tokens and request.eos:
             return ("onnxruntime-genai masks only its model's end tokens before min_length: a minimum of new tokens "
                     "(min_new_tokens) runs hfexport's loop")
+        if ids and ids[-1] == self.pad_token_id:
+            return (f"the prompt ends with the pad token ({self.pad_token_id}, the end token where the model has no "
+                    "pad), which onnxruntime-genai takes for right padding and masks: hfexport's loop runs it")
         return None
 
     def conversation(self, *, keep: bool) -> GenaiConversation:

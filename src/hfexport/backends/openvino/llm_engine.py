@@ -87,7 +87,7 @@ class LlmPipelineEngine(LlmEngine):
         self.capacity = capacity
         self._current: LlmPipelineConversation | None = None
 
-    def refusal(self, request: EngineRequest) -> str | None:
+    def refusal(self, request: EngineRequest, ids: list[int]) -> str | None:
         return None
 
     def conversation(self, *, keep: bool) -> LlmPipelineConversation:
