@@ -3,6 +3,7 @@
     python bench/export_vs_vendor.py --root /tmp/export-vendor-bench            # every row
     python bench/export_vs_vendor.py --root R --formats onnx,openvino --markdown /tmp/evv.md
     python bench/export_vs_vendor.py --root R --smollm2         # + our ExecuTorch LLM program of SmolLM2-135M
+    python bench/export_vs_vendor.py --root R --model large --formats onnx --schemes fp32   # 1.25 GB, RSS
     python bench/export_vs_vendor.py --root R --schemes none --smollm2            # that row alone
     python bench/export_vs_vendor.py --table run.json           # the table of an earlier run's --json
     python bench/export_vs_vendor.py --root R --formats openvino --tools optimum-intel   # one tool's rows
@@ -138,6 +139,26 @@ def vendor_cli(root: Path, tool: str) -> Path:
 # -- one row: a wrapper process that runs the command and reads its peak RSS ------------------------
 
 
+def large_folder(root: Path, small: Path) -> Path:
+    """A random Llama of 1.25 GB (vocabulary 32000, hidden 2048, intermediate 5632, 4 layers, 16 heads,
+    4 kv heads, untied head) with the small model's tokenizer, saved as transformers saves it (made
+    once under `root`): issue 53's model for peak RSS beside the builder's."""
+    folder = root / "large-llama"
+    if (folder / "config.json").exists():
+        return folder
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
+                         num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
+                         tie_word_embeddings=False)
+    LlamaForCausalLM(config).eval().save_pretrained(folder)
+    for tokenizer_file in small.glob("tokenizer*.json"):
+        shutil.copy(tokenizer_file, folder / tokenizer_file.name)
+    return folder
+
+
 def measure_command(log: str, command: list[str]) -> None:
     """(The wrapper, one per row.) Run `command` to `log`; print its seconds, peak RSS and exit status."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -263,6 +284,8 @@ def markdown(result: dict) -> str:
                 ratio = f"{share:.2f}x"
                 limit = TIME_TARGET[r["format"]]
                 checks.append(f"time {'met' if share <= limit else '**miss**'} (<= {limit:g}x)")
+                checks.append(f"RSS {'met' if r['peak_mb'] <= vendor['peak_mb'] else '**miss**'} (<= theirs, "
+                              f"{r['peak_mb'] / vendor['peak_mb']:.2f}x)")
             elif "SmolLM2" in r["format"]:
                 checks.append(f"time {'met' if r['wall'] <= 180 else '**miss**'} (< 3 min)")
             else:
@@ -301,6 +324,9 @@ def main() -> None:
                         "8da4w (executorch)")
     parser.add_argument("--tools", default="ours,vendor", help="comma-separated: ours, vendor (each format's), "
                         "or a vendor tool's name: builder, optimum-intel, optimum-executorch")
+    parser.add_argument("--model", choices=("small", "large"), default="small",
+                        help="small: the 134 MB random Llama; large: a 1.25 GB one (`large_folder`, issue 53's "
+                        "memory row)")
     parser.add_argument("--smollm2", action="store_true",
                         help="also our ExecuTorch LLM program of SmolLM2-135M (fp32, cache 256): one row, ours only")
     parser.add_argument("--json", type=Path, help="write the measurements here")
@@ -321,7 +347,8 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from runner_vs_vendor import source_folder
 
-    source = source_folder(root)
+    source = source_folder(root) if args.model == "small" else large_folder(root, source_folder(root))
+    tag = "" if args.model == "small" else "-large"
     formats, schemes = args.formats.split(","), args.schemes.split(",")
     tools = args.tools.split(",")
     pairs = [p for p in PAIRS if p[0] in formats and p[1] in schemes]
@@ -335,7 +362,7 @@ def main() -> None:
     rows = []
     for fmt, scheme, tool in pairs:
         for who in [t for t in (tool, "ours") if t in tools or (t != "ours" and "vendor" in tools)]:
-            rows.append(run_row(who, fmt, scheme, source, root))
+            rows.append(run_row(who, fmt, scheme, source, root, tag=tag))
             print(json.dumps(rows[-1]), flush=True)
     if args.smollm2:
         from real_model import smollm2_folder

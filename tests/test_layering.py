@@ -102,7 +102,7 @@ def test_the_checker_sees_a_cycle_through_a_function_level_import():
 #: modules. Each entry is a module or package under `hfexport` (`""`: `hfexport/__init__.py`); a
 #: module is in the layer of its longest listed prefix (`generation.loop` above `generation`).
 LAYERS = (
-    ("errors", "_versions", "registry", "model_config", "timing"),  # plain helpers, no torch graph
+    ("errors", "_versions", "registry", "model_config", "timing", "resident"),  # plain helpers, no torch graph
     ("extensions", "config", "auto", "workarounds"),   # the registries, configs, patches
     ("capture",),                                      # torch.export and what it records
     ("runner", "generation"),                          # running an artifact; decomposing a model

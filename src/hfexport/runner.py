@@ -38,6 +38,12 @@ class Runner:
         """The precision the runtime computes in (`"f32"`, `"bf16"`, ...)."""
         return "as exported"
 
+    @property
+    def mapped_files(self) -> tuple[str, ...]:
+        """The files whose mapped pages hold this runner's weights (`resident.drop_clean_pages`
+        takes them out of the resident set between two runs); none where the runtime copies them."""
+        return ()
+
     def run(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
         """Run on forward kwargs (caches as objects); outputs in `record.output_names` order."""
         return self.run_flat([leaf for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.Tensor)])

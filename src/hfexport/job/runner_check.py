@@ -46,6 +46,7 @@ import torch
 from ..errors import PrepareError, ValidationError
 from ..folder.manifest import read_manifest, runtime_package
 from ..folder.package import RunnerRequest, RunnerTokens, RunnerUnavailable
+from ..resident import drop_clean_pages, weight_storages
 
 __all__ = ["runner_check", "skipped_entry", "RUNNER_TOKENS"]
 
@@ -98,6 +99,7 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
             why = entry.get("why") or ("the runtimes' LLM runners take a text prompt, and this model's sample inputs "
                                        f"hold none: {', '.join(sorted(prompt))}")
             return {"runner": {"checked": False, "why": why}}
+        drop_clean_pages(spans=weight_storages(model))  # the runner's weights and eager's resident one at a time
         start = time.perf_counter()
         try:
             got = package.run(folder, request)

@@ -32,6 +32,7 @@ from ..capture.pytree import flatten_with_names, register_cache_pytree_nodes
 from ..capture.record import record_of
 from ..errors import ValidationError, summarize
 from ..generation.front import unwrap
+from ..resident import drop_clean_pages, weight_storages
 from ..runner import runner_for
 from ..timing import phase
 from .compare import attended_positions, compare_output, default_tolerance, is_cache_output
@@ -83,10 +84,13 @@ def _run_case(label: str, runner, model, inputs, record, atol, rtol, min_cosine=
         return CaseReport(label, _shapes(inputs), [], f"eager PyTorch rejects these inputs, so the artifact cannot "
                           f"be compared at this shape: {summarize(error, 200)}")
     expected = [(name, value) for name, value in flatten_with_names(eager) if value is not None]
+    drop_clean_pages(spans=weight_storages(model))  # eager's and the runtime's weights resident one at a time
     try:
         got = runner.run(copy.deepcopy(record.artifact_inputs(inputs)))
     except Exception as error:  # noqa: BLE001 - a runtime failure is a validation result, reported
         return CaseReport(label, _shapes(inputs), [], summarize(error))
+    finally:
+        drop_clean_pages(paths=runner.mapped_files)
     if len(got) != len(expected):
         return CaseReport(label, _shapes(inputs), [],
                           f"artifact returned {len(got)} outputs, eager {len(expected)}")
@@ -159,7 +163,9 @@ def validate(
     default_atol, default_rtol = default_tolerance(record.format, _compute_dtype(model))
     atol = default_atol if atol is None else atol
     rtol = default_rtol if rtol is None else rtol
+    drop_clean_pages(spans=weight_storages(model))  # opening the runtime touches its weights, not eager's
     runner = runner_for(artifact, record)
+    drop_clean_pages(paths=runner.mapped_files)
     if cosine_advisory and min_cosine is None:
         raise ValueError("cosine_advisory makes the cosine floors advisory: pass min_cosine too")
     floors = (min_cosine, min_cache_cosine, bool(cosine_advisory))

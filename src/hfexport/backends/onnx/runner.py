@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,13 @@ class OnnxRunner(Runner):
     @property
     def precision(self) -> str:
         return "the model's own dtypes (ONNX Runtime CPU runs each op in its inputs' dtype)"
+
+    @property
+    def mapped_files(self) -> tuple[str, ...]:
+        """The scratch file's external weights, which ONNX Runtime maps (prepacking off)."""
+        if self._scratch is None:
+            return ()
+        return tuple(str(path) for path in Path(self._scratch.name).iterdir() if path.suffix == ".data")
 
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.interface is not None:
