@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -33,7 +34,7 @@ from .builtins import load_workarounds
 from .capture.dynamic import size_oblivious_tracing
 from .capture.prepare import check_attention, inference_mode, model_name, normalize_inputs
 from .capture.record import ExportRecord, attach_record, record_from_program
-from .capture.trace import Capture, capture
+from .capture.trace import Capture, capture, functionalized
 from .config import ExportConfig
 from .errors import ConversionError, ExportError, PrepareError, SerializationError, summarize
 from .folder.manifest import FileBytes
@@ -108,7 +109,8 @@ class HfExporter:
             bounds = self._dim_bounds(model, sample, config)
             with phase("trace"):
                 captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order,
-                                   bounds=bounds, drop_none_outputs=self.drop_none_outputs)
+                                   bounds=bounds, drop_none_outputs=self.drop_none_outputs,
+                                   functionalize=functools.partial(self._functionalize, config=config))
             sample = captured.sample  # the capture may have traced a batch of 2 (see `capture`)
             if getattr(bounds, "chosen", None):
                 logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
@@ -269,6 +271,14 @@ class HfExporter:
     def _capture_sample(self, inputs: dict[str, Any], config: ExportConfig) -> dict[str, Any]:
         """The inputs to trace with (a backend may enlarge size-1 dims it cannot keep dynamic)."""
         return inputs
+
+    def _functionalize(self, program: torch.export.ExportedProgram, size_oblivious: bool,
+                       config: ExportConfig) -> torch.export.ExportedProgram:
+        """How the capture states a program's in-place writes to its inputs (a static cache) in its
+        signature: `capture.trace.functionalized`, a retrace with no decomposition. A backend whose
+        conversion retraces the program with a table of its own anyway retraces it with that table
+        here instead, once (ONNX: `backends/onnx/decomposition.py`)."""
+        return functionalized(program, size_oblivious)
 
     def _dim_bounds(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig):
         """`(leaf, axis, size) -> (min, max)` for `dynamic=True` dims, or None (unbounded). A callable
