@@ -44,7 +44,7 @@ from .quantization.steps import quantize_model, quantize_program
 from .timing import Phases, phase, recording
 from .workarounds import applied_patches
 
-__all__ = ["HfExporter", "GenerationPlan"]
+__all__ = ["HfExporter", "GenerationPlan", "checked_config"]
 
 logger = logging.getLogger("hfexport")
 
@@ -84,7 +84,7 @@ class HfExporter:
             ExportError: a step failed; the subclass names the step (`CaptureError`, ...);
                 `ValidationError` when `config.validate` and the artifact differs from eager.
         """
-        config = self._check_config(config)
+        config = checked_config(self, config)
         _check_environment(self)
         kwargs = normalize_inputs(inputs, model=model)
         if not isinstance(model, torch.nn.Module):
@@ -300,19 +300,17 @@ class HfExporter:
     def _record(self, record: ExportRecord, captured: Capture, artifact: Any, config: ExportConfig) -> None:
         """Add what the backend knows about `artifact` to its record (delegation, precision, ...)."""
 
-    # -- helpers ------------------------------------------------------------------------------
 
-    def _check_config(self, config: ExportConfig | None) -> ExportConfig:
-        if config is None:
-            return self.config_class()
-        if not isinstance(config, self.config_class):
-            raise TypeError(
-                f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}; "
-                "use AutoHfExporter.from_config(config) to get the exporter that matches a config"
-            )
-        return config
-
-
+def checked_config(exporter: HfExporter, config: ExportConfig | None) -> ExportConfig:
+    """`config`, or `exporter`'s default config for `None`; a `TypeError` for another format's config."""
+    if config is None:
+        return exporter.config_class()
+    if not isinstance(config, exporter.config_class):
+        raise TypeError(
+            f"{type(exporter).__name__} takes a {exporter.config_class.__name__}, got {type(config).__name__}; "
+            "use AutoHfExporter.from_config(config) to get the exporter that matches a config"
+        )
+    return config
 
 
 def _check_environment(exporter: HfExporter) -> None:
