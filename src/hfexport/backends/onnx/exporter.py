@@ -62,8 +62,10 @@ class OnnxExporter(HfExporter):
     def _functionalize(self, program: torch.export.ExportedProgram, size_oblivious: bool,
                        config: OnnxConfig) -> torch.export.ExportedProgram:
         """Functionalized with torch.onnx's own decomposition, which the conversion then does not
-        repeat: one retrace instead of two (`decomposition.py`). Under an FX-graph quantizer the
-        program is functionalized only: the quantizer annotates the ops torch.export wrote."""
+        repeat: one retrace instead of two (`decomposition.py`), size-1 dimensions kept symbolic
+        whatever `size_oblivious` says, as torch.onnx's retrace keeps them. FX fixes registered for
+        ONNX then see the decomposed program (the built-in ones: none). Under an FX-graph quantizer
+        the program is functionalized only: the quantizer annotates the ops torch.export wrote."""
         quantizer = config.quantizer
         if quantizer is not None and quantizer.stage_for(self.format) == "fx":
             return super()._functionalize(program, size_oblivious, config)
