@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -33,7 +34,7 @@ from .builtins import load_workarounds
 from .capture.dynamic import size_oblivious_tracing
 from .capture.prepare import check_attention, inference_mode, model_name, normalize_inputs
 from .capture.record import ExportRecord, attach_record, record_from_program
-from .capture.trace import Capture, capture
+from .capture.trace import Capture, capture, functionalized
 from .config import ExportConfig
 from .errors import ConversionError, ExportError, PrepareError, SerializationError, summarize
 from .folder.manifest import FileBytes
@@ -43,7 +44,7 @@ from .quantization.steps import quantize_model, quantize_program
 from .timing import Phases, phase, recording
 from .workarounds import applied_patches
 
-__all__ = ["HfExporter", "GenerationPlan"]
+__all__ = ["HfExporter", "GenerationPlan", "checked_config"]
 
 logger = logging.getLogger("hfexport")
 
@@ -83,7 +84,7 @@ class HfExporter:
             ExportError: a step failed; the subclass names the step (`CaptureError`, ...);
                 `ValidationError` when `config.validate` and the artifact differs from eager.
         """
-        config = self._check_config(config)
+        config = checked_config(self, config)
         _check_environment(self)
         kwargs = normalize_inputs(inputs, model=model)
         if not isinstance(model, torch.nn.Module):
@@ -108,7 +109,8 @@ class HfExporter:
             bounds = self._dim_bounds(model, sample, config)
             with phase("trace"):
                 captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order,
-                                   bounds=bounds, drop_none_outputs=self.drop_none_outputs)
+                                   bounds=bounds, drop_none_outputs=self.drop_none_outputs,
+                                   functionalize=functools.partial(self._functionalize, config=config))
             sample = captured.sample  # the capture may have traced a batch of 2 (see `capture`)
             if getattr(bounds, "chosen", None):
                 logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
@@ -270,6 +272,14 @@ class HfExporter:
         """The inputs to trace with (a backend may enlarge size-1 dims it cannot keep dynamic)."""
         return inputs
 
+    def _functionalize(self, program: torch.export.ExportedProgram, size_oblivious: bool,
+                       config: ExportConfig) -> torch.export.ExportedProgram:
+        """How the capture states a program's in-place writes to its inputs (a static cache) in its
+        signature: `capture.trace.functionalized`, a retrace with no decomposition. A backend whose
+        conversion retraces the program with a table of its own anyway retraces it with that table
+        here instead, once (ONNX: `backends/onnx/decomposition.py`)."""
+        return functionalized(program, size_oblivious)
+
     def _dim_bounds(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExportConfig):
         """`(leaf, axis, size) -> (min, max)` for `dynamic=True` dims, or None (unbounded). A callable
         with a `chosen` dict (bound -> why) has it logged and recorded in the report."""
@@ -290,19 +300,17 @@ class HfExporter:
     def _record(self, record: ExportRecord, captured: Capture, artifact: Any, config: ExportConfig) -> None:
         """Add what the backend knows about `artifact` to its record (delegation, precision, ...)."""
 
-    # -- helpers ------------------------------------------------------------------------------
 
-    def _check_config(self, config: ExportConfig | None) -> ExportConfig:
-        if config is None:
-            return self.config_class()
-        if not isinstance(config, self.config_class):
-            raise TypeError(
-                f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}; "
-                "use AutoHfExporter.from_config(config) to get the exporter that matches a config"
-            )
-        return config
-
-
+def checked_config(exporter: HfExporter, config: ExportConfig | None) -> ExportConfig:
+    """`config`, or `exporter`'s default config for `None`; a `TypeError` for another format's config."""
+    if config is None:
+        return exporter.config_class()
+    if not isinstance(config, exporter.config_class):
+        raise TypeError(
+            f"{type(exporter).__name__} takes a {exporter.config_class.__name__}, got {type(config).__name__}; "
+            "use AutoHfExporter.from_config(config) to get the exporter that matches a config"
+        )
+    return config
 
 
 def _check_environment(exporter: HfExporter) -> None:

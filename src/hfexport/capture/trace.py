@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import re
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -111,11 +112,15 @@ def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool,
 
 
 def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, backend: str,
-            fix_order: tuple[str, ...] = (), bounds: Any = None, drop_none_outputs: bool = False) -> Capture:
+            fix_order: tuple[str, ...] = (), bounds: Any = None, drop_none_outputs: bool = False,
+            functionalize: Callable[[torch.export.ExportedProgram, bool], torch.export.ExportedProgram] | None = None,
+            ) -> Capture:
     """Trace `model(**inputs)` with `torch.export` under `config`'s shape plan, check that the
     program kept every axis the plan asked to be dynamic, then apply the FX fixes registered for
     `backend` (those named in `fix_order` first, in that order). `bounds` gives `dynamic=True`
-    dimensions a range (see `plan_dynamic_shapes`).
+    dimensions a range (see `plan_dynamic_shapes`). A program that writes its inputs in place is
+    functionalized by `functionalize(program, size_oblivious)` (default `functionalized`), before
+    the FX fixes.
 
     Raises:
         CaptureError: with the model line that failed and what to try; or naming each axis asked
@@ -142,7 +147,7 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
             raise error from None  # traced at 2 it guards on the batch not being 1: no better
         fixed["traced_batch"] = 2
     if mutates_user_inputs(program):
-        program = functionalized(program, size_oblivious)
+        program = (functionalize or functionalized)(program, size_oblivious)
     applied = apply_fx_fixes(program, backend, fix_order)
     return Capture(program, size_oblivious, applied, fixed, sample)
 

@@ -20,6 +20,7 @@ from . import package  # noqa: F401  (registers the format's runtime packages)
 from .artifact import HfOnnxProgram, write_onnx
 from .cache_writes import fix_index_copy_transposes
 from .config import OnnxConfig
+from .decomposition import decomposed_for_onnx, onnx_registry, to_onnx_program
 from .dims import fix_scalar_outputs, rename_symbolic_dims
 from .fusions import fuse_for_ort
 from .graph_interface import GRAPH_INTERFACE, GraphInterface
@@ -58,23 +59,23 @@ class OnnxExporter(HfExporter):
         # 206) while the Dynamo program took them. A decode step's one token stays 1.
         return grown_sample(inputs, config, batch=False)
 
+    def _functionalize(self, program: torch.export.ExportedProgram, size_oblivious: bool,
+                       config: OnnxConfig) -> torch.export.ExportedProgram:
+        """Functionalized with torch.onnx's own decomposition, which the conversion then does not
+        repeat: one retrace instead of two (`decomposition.py`), size-1 dimensions kept symbolic
+        whatever `size_oblivious` says, as torch.onnx's retrace keeps them. FX fixes registered for
+        ONNX then see the decomposed program (the built-in ones: none). Under an FX-graph quantizer
+        the program is functionalized only: the quantizer annotates the ops torch.export wrote."""
+        quantizer = config.quantizer
+        if quantizer is not None and quantizer.stage_for(self.format) == "fx":
+            return super()._functionalize(program, size_oblivious, config)
+        return decomposed_for_onnx(program, onnx_registry(config.opset))
+
     def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
                  config: OnnxConfig) -> HfOnnxProgram:
-        from .translations import translation_table
-
-        onnx_program = torch.onnx.export(
-            captured.program,
-            (),
-            kwargs=inputs,
-            dynamo=True,
-            input_names=record.named_inputs(),
-            output_names=record.named_outputs(),
-            opset_version=config.opset,
-            optimize=config.optimize,
-            custom_translation_table=translation_table(),
-            verbose=False,
-            report=False,
-        )
+        onnx_program = to_onnx_program(captured.program, onnx_registry(config.opset),
+                                       input_names=record.named_inputs(), output_names=record.named_outputs(),
+                                       opset=config.opset, optimize=config.optimize)
         with phase("optimise"):  # hfexport's rewrites of torch.onnx's model (`stage_seconds["optimise"]`)
             onnx_program = self._rewritten(onnx_program, record, model, inputs, config)
         return HfOnnxProgram.wrap(onnx_program, external_data=config.external_data)

@@ -21,7 +21,7 @@ import torch
 
 from ...capture.record import ExportRecord
 from ...capture.trace import Capture
-from ...exporter import HfExporter
+from ...exporter import HfExporter, checked_config
 from ...folder.manifest import FileBytes
 from . import package  # noqa: F401  (registers the format's runtime packages)
 from .config import OpenVINOConfig
@@ -65,7 +65,7 @@ class OpenVINOExporter(HfExporter):
 
         from .patches import fully_masked_rows_left_unzeroed
 
-        config = self._check_config(config)
+        config = checked_config(self, config)
         with fully_masked_rows_left_unzeroed() if config.genai_layout else contextlib.nullcontext():
             return super().export(model, inputs, config)
 
@@ -125,7 +125,7 @@ class OpenVINOExporter(HfExporter):
         otherwise the seed's components."""
         from .genai import plan_genai_generation
 
-        config = self._check_config(config)
+        config = checked_config(self, config)
         if not config.genai_layout:
             return super().plan_generation(model, inputs, config, generation_config, multi_token_decode)
         return plan_genai_generation(model, inputs, config, generation_config, multi_token_decode)
