@@ -13,10 +13,15 @@ from tests.harness import require_backend
 CASES = [
     ("dynamo", "llama"), ("dynamo", "gpt2"), ("dynamo", "mistral"), ("dynamo", "qwen3_moe"),
     ("dynamo", "t5"), ("dynamo", "whisper"), ("dynamo", "llava"),
-    ("onnx", "llama"), ("onnx", "t5"), ("onnx", "llava"),
-    ("openvino", "llama"), ("openvino", "t5"), ("openvino", "llava"),
-    ("executorch", "llava"),  # ExecuTorch's Llama/Mistral/T5 components: tests/generation/test_runner.py
+    ("onnx", "llama"), ("openvino", "llama"),
 ]
+#: Cases whose export the runner and image tests share (`saved_generation`: the same preset, format
+#: and `dynamic=True`, made once per test run): the export job validated every component against its
+#: eager submodule with `validate_components`' defaults, and its report holds each comparison, which
+#: these read instead of exporting and validating the same components again (~200 s of the suite).
+#: ExecuTorch's Llama/Mistral/T5 components: tests/generation/test_runner.py; its `export_for_generation`
+#: call: tests/generation/test_qwen2_vl.py.
+SAVED_CASES = [("onnx", "t5"), ("onnx", "llava"), ("openvino", "t5"), ("openvino", "llava"), ("executorch", "llava")]
 
 
 @pytest.mark.slow
@@ -35,6 +40,38 @@ def test_every_component_matches_its_eager_submodule(fmt, name):
     assert list(artifacts) == list(components)
     for component, report in validate_components(artifacts, components).items():
         assert report.passed, f"{component}:\n{report.to_table()}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("fmt", "name"), SAVED_CASES, ids=[f"{f}-{n}" for f, n in SAVED_CASES])
+def test_every_component_of_the_shared_export_matched_its_eager_submodule(saved_generation, fmt, name):
+    """The components `export_for_generation` plans for `fmt` (`plan_generation`, as above) are all
+    in the shared export, in that order (an image-text folder adds its own among them: the token
+    embeddings, ExecuTorch's MultimodalRunner program, OpenVINO's VLMPipeline models), and every
+    component of it matched its eager submodule at `validate`'s default tolerance, with no cosine
+    floor, at the sample and resized."""
+    import json
+
+    from hfexport.validation import default_tolerance
+
+    require_backend(fmt)
+    folder = saved_generation(fmt, name).directory
+    model, inputs = build_preset(name)  # the shared export's own model is left to its other readers
+    inputs = {k: v for k, v in inputs.items() if not k.startswith("decoder_")}
+    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+    plan = AutoHfExporter.from_config(config).plan_generation(model, inputs, config)
+    components = decompose_for_generation(model, plan.inputs, plan.generation_config, plan.multi_token_decode,
+                                          decode_prefills=plan.decode_prefills)
+    reports = json.loads((folder / "report.json").read_text())["components"]
+    assert [component for component in reports if component in components] == list(components), list(reports)
+    atol, rtol = default_tolerance(fmt, torch.float32)
+    for component, entry in reports.items():
+        report = entry["validation"]
+        assert report["passed"], f"{component}: {report}"
+        assert (report["atol"], report["rtol"], report["min_cosine"], report["min_cache_cosine"]) == \
+            (atol, rtol, None, None), f"{component}: {report}"
+        labels = [case["label"] for case in report["cases"]]
+        assert labels[:2] == ["sample", "resized"] and all(case["passed"] for case in report["cases"]), report
 
 
 def test_non_generative_model_is_refused():
