@@ -20,15 +20,18 @@ pytest_plugins = ["tests.strict_skips"]
 
 #: Test modules run by one worker, one after the other, as one group: those that start a local Ray
 #: instance, those that read the same session-scoped LLM packages (`llm_package`: a package is
-#: exported once per worker that asks for it, with its vendor-runner check), and MultimodalRunner's
+#: exported once per worker that asks for it, with its vendor-runner check), MultimodalRunner's
 #: test, which reads two of the image-text exports (`saved_generation`) the multimodal generation
-#: tests make.
+#: tests make, and those that read the same ExecuTorch lowerings of tiny Llama (`executorch_lowering`).
 _GROUPS = {"tests/test_batch.py": "ray", "tests/test_executors.py": "ray",
            "tests/generation/test_llm_package.py": "llm-packages", "tests/generation/test_greedy.py": "llm-packages",
            "tests/generation/test_engine.py": "llm-packages",
            "tests/test_deploy_docs.py": "llm-packages", "tests/test_trust.py": "llm-packages",
            "tests/generation/test_multimodal_generate.py": "image-exports",
-           "tests/backends/executorch/test_multimodal.py": "image-exports"}
+           "tests/backends/executorch/test_multimodal.py": "image-exports",
+           "tests/backends/executorch/test_exporter.py": "executorch-lowerings",
+           "tests/backends/executorch/test_external_weights.py": "executorch-lowerings",
+           "tests/backends/test_native_resave.py": "executorch-lowerings"}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -84,6 +87,30 @@ def dynamic_llama():
             config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
             made[fmt] = model, inputs, AutoHfExporter.from_config(config).export(model, inputs, config=config)
         return made[fmt]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def executorch_lowering():
+    """`executorch_lowering(name, seed=0, external_weights=None)`: `(model, inputs, program)`, preset
+    `name` (its weights from `seed`) lowered to XNNPACK with `dynamic=True` (the seed's
+    `ExecutorchConfig(delegate="xnnpack", dynamic=True)`, `external_weights` as given), made once per
+    session whichever test asks first: the ExecuTorch panel, the external-weights and the re-save
+    tests read the same tiny Llama lowerings (~20 s each; `_GROUPS` runs them on one worker). No test
+    changes the model or the program; one that saves the program writes into its own folder."""
+    from hfexport import ExecutorchConfig, ExecutorchExporter
+    from hfexport.presets import build_preset
+
+    made = {}
+
+    def get(name: str, seed: int = 0, external_weights: bool | None = None):
+        key = name, seed, external_weights
+        if key not in made:
+            model, inputs = build_preset(name, seed=seed)
+            config = ExecutorchConfig(delegate="xnnpack", dynamic=True, external_weights=external_weights)
+            made[key] = model, inputs, ExecutorchExporter().export(model, inputs, config=config)
+        return made[key]
 
     return get
 

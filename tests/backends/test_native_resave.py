@@ -85,13 +85,13 @@ BACKENDS = {
 }
 
 
-def _export(fmt: str, seed: int, **options):
+def _export(fmt: str, seed: int):
     """The tiny Llama preset (weights from `seed`) exported to `fmt` with `dynamic=True`, its
     sample inputs and its eager logits there."""
     from hfexport import AutoExportConfig, AutoHfExporter
 
     model, inputs = build_preset("llama", seed=seed)
-    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True, **options})
+    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
     artifact = AutoHfExporter.from_config(config).export(model, inputs, config=config)
     with torch.no_grad():
         logits = model(**inputs).logits.numpy()
@@ -99,13 +99,18 @@ def _export(fmt: str, seed: int, **options):
 
 
 @pytest.fixture(scope="module", params=list(BACKENDS))
-def programs(request):
+def programs(request, executorch_lowering):
     """`(backend, (A, eager logits), (B, eager logits), inputs)`: A keeps its weights in the side
-    file (ExecuTorch's `.ptd` needs it asked at export), B is saved as the format's default."""
+    file (ExecuTorch's `.ptd` needs it asked at export: the lowering test_external_weights.py reads
+    too, `executorch_lowering`), B is saved as the format's default."""
     backend = BACKENDS[request.param]
     require_backend(backend.fmt)
-    options = {"external_weights": True} if backend.fmt == "executorch" else {}
-    a, inputs, a_logits = _export(backend.fmt, seed=0, **options)
+    if backend.fmt == "executorch":
+        model, inputs, a = executorch_lowering("llama", external_weights=True)
+        with torch.no_grad():
+            a_logits = model(**inputs).logits.numpy()
+    else:
+        a, inputs, a_logits = _export(backend.fmt, seed=0)
     b, _, b_logits = _export(backend.fmt, seed=1)
     assert np.abs(a_logits - b_logits).max() > 100 * ATOL  # so loading A's file in B's place would fail
     return backend, (a, a_logits), (b, b_logits), inputs

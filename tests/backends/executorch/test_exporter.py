@@ -23,21 +23,13 @@ ATOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def dynamic_export():
+def dynamic_export(executorch_lowering):
     """`dynamic_export(name)`: `(model, inputs, program)`, preset `name` lowered to XNNPACK with
     `dynamic=True` (the seed's `ExecutorchConfig(delegate="xnnpack", dynamic=True)`), made once per
-    module whichever test asks first: the panel validates each, and the seed's snippets save and run
-    the Qwen3 one (one lowering, ~20 s, where there were two). No test changes the program."""
-    made = {}
-
-    def get(name: str):
-        if name not in made:
-            model, inputs = build_preset(name)
-            config = ExecutorchConfig(delegate="xnnpack", dynamic=True)
-            made[name] = model, inputs, ExecutorchExporter().export(model, inputs, config=config)
-        return made[name]
-
-    return get
+    session whichever test asks first (`executorch_lowering`): the panel validates each, the seed's
+    snippets save and run the Qwen3 one (one lowering, ~20 s, where there were two), and
+    test_external_weights.py reads the Llama one. No test changes the program."""
+    return executorch_lowering
 
 
 @pytest.mark.slow
