@@ -128,8 +128,8 @@ def test_the_executorch_names_outside_its_public_api_still_exist():
 @pytest.fixture(scope="module")
 def llama_exports(tmp_path_factory, executorch_lowering):
     """Tiny Llama exported with its weights outside (saved as an export folder) and inside (the
-    default, which `export` keeps in the program: `test_automatic_mode_keeps_them_in_the_program_unless_writing_a_folder`),
-    each lowering shared with the other tests that make it (`executorch_lowering`: the panel's, the
+    default, which `export` keeps in the program, as the automatic-mode test above checks), each
+    lowering shared with the other tests that make it (`executorch_lowering`: the panel's, the
     re-save test's)."""
     model, inputs, outside = executorch_lowering("llama", external_weights=True)
     _, _, inside = executorch_lowering("llama")
