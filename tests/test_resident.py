@@ -89,6 +89,16 @@ def test_a_runtimes_mapped_file_is_dropped_by_path(tmp_path):
     assert np.array_equal(mapped, values)
 
 
+def test_a_tensor_subclass_without_storage_is_passed_over():
+    """torchao's quantized weights are wrapper subclasses whose storage has no data pointer."""
+    pytest.importorskip("torchao")
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    module = torch.nn.Sequential(torch.nn.Linear(HIDDEN, 64))
+    quantize_(module, Int8WeightOnlyConfig())
+    assert drop_clean_pages(spans=weight_storages(module)) == 0
+
+
 def test_memory_no_file_backs_is_never_advised():
     tensor = torch.randn(HIDDEN, 1024)
     copy = tensor.clone()

@@ -6,7 +6,7 @@ runtime mapped).
 # other, and each maps its weights from a file: safetensors maps the checkpoint (private, read
 # only in practice), ONNX Runtime the external data `artifact.save_scratch` wrote. Once touched,
 # both sets of pages stay in the resident set, so the export's peak RSS held the weights twice
-# over (3.2 GB for a 1.25 GB Llama's ONNX package, the onnxruntime-genai builder 2.1 GB:
+# over (3.1 GB for a 1.25 GB Llama's ONNX package, the onnxruntime-genai builder 2.0 GB:
 # bench/RESULTS.md). A clean page of a file mapping is the file's: `madvise(MADV_DONTNEED)` takes
 # it out of the process's page tables and the next touch maps it again from the page cache (a
 # minor fault; from the disk only if the kernel reclaimed it meanwhile), so the weights are
@@ -68,8 +68,11 @@ def weight_storages(module: Any) -> list[tuple[int, int]]:
     for tensor in [*module.parameters(), *module.buffers()]:
         if tensor.device.type != "cpu":
             continue
-        storage = tensor.untyped_storage()
-        spans[storage.data_ptr()] = storage.nbytes()
+        try:
+            storage = tensor.untyped_storage()
+            spans[storage.data_ptr()] = storage.nbytes()
+        except (RuntimeError, NotImplementedError, TypeError):  # a wrapper subclass (torchao's) has no data of its own
+            continue
     return [(address, size) for address, size in spans.items() if address and size]
 
 

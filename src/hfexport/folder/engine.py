@@ -166,8 +166,9 @@ def engine_request(config: Any) -> EngineRequest:
 
 def route(runner: Any, config: Any, ids: list[int], *, output_logits: bool = False,
           encoder_inputs: bool = False) -> tuple[EngineRequest | None, str | None]:
-    """Where `runner` (a `GenerationRunner`) runs a generation of `config` after the sequence `ids`: `(request, None)` on its engine, or `(None, why hfexport's loop runs it)` (`None` where
-    the loop was asked for).
+    """Where `runner` (a `GenerationRunner`) runs a generation of `config` after the sequence `ids`:
+    `(request, None)` on its engine, or `(None, why hfexport's loop runs it)` (`None` where the loop
+    was asked for).
 
     Raises:
         EngineRefused: the runner was opened with `engine="runtime"` and the engine cannot run it.
