@@ -64,6 +64,26 @@ def test_a_mapped_checkpoints_pages_leave_and_come_back_unchanged(checkpoint):
     assert _resident_kib(weights) > 0  # touched again: mapped back from the page cache
 
 
+@pytest.mark.slow  # one ONNX export
+def test_validation_leaves_the_checkpoint_out_of_the_resident_set_while_the_runtime_runs(checkpoint):
+    """`validate` drops eager's mapped pages before the runtime runs (its last step: eager, dropped,
+    then the runtime), so the checkpoint is not resident when it returns; the comparison still
+    passes on the pages mapped back."""
+    pytest.importorskip("onnxruntime")
+    from hfexport import OnnxConfig, OnnxExporter
+    from hfexport.validation import validate
+
+    folder, model = checkpoint
+    inputs = {"input_ids": torch.tensor([[5, 6, 7, 8, 9]])}
+    artifact = OnnxExporter().export(model, inputs, OnnxConfig(validate=False))
+    with torch.no_grad():
+        model(**inputs)
+    assert _resident_kib(folder / "model.safetensors") > 0
+    report = validate(artifact, model, inputs)
+    assert report.passed, report.to_table()
+    assert _resident_kib(folder / "model.safetensors") == 0
+
+
 def test_a_mapping_with_a_written_page_is_kept(checkpoint, tmp_path):
     from transformers import AutoModelForCausalLM
 

@@ -97,3 +97,21 @@ def test_a_16_bit_dtype_makes_the_runtimes_package_checked_by_its_runner(source,
     assert (out / PACKAGE_FILE[runtime]).is_file(), sorted(p.name for p in out.iterdir())
     runner = report["runner"]
     assert runner["checked"] and runner["passed"] and runner["tokens_equal"], runner
+
+
+@pytest.mark.slow  # one export, checked by onnxruntime-genai
+def test_a_sample_prompt_ending_with_the_end_token_is_checked_as_onnxruntime_genai_serves_it(source, tmp_path):
+    """A sample prompt ending with `</s>` (as a tokenizer that appends its end token gives it), which
+    `genai_config.json` names as the pad where the model has none: og masks trailing pad tokens as
+    right padding, so the export was refused (og's tokens differed from eager's from the first).
+    The runner check now runs og and eager on the prompt without them, and says so."""
+    from transformers import AutoTokenizer
+
+    prompt = LLM_PROMPT + "</s>"
+    ids = AutoTokenizer.from_pretrained(source)(prompt)["input_ids"]
+    assert ids[-1] == 1  # `</s>`, the end token and og's pad
+    report = _export(source, "onnx", tmp_path / "out", "--prompt", prompt)
+    runner = report["runner"]
+    assert runner["checked"] and runner["passed"] and runner["tokens_equal"], runner
+    assert runner["prompt_ids"] == ids[:-1], runner
+    assert json.loads((tmp_path / "out" / "genai_config.json").read_text())["model"]["pad_token_id"] == 1
