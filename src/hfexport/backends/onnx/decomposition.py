@@ -61,17 +61,17 @@ def decomposition_table(registry: Any) -> dict[Any, Any]:
 
 
 def decomposed_for_onnx(program: torch.export.ExportedProgram, registry: Any) -> torch.export.ExportedProgram:
-    """`program` functionalized and decomposed as torch.onnx decomposes it for `registry`, in one
-    retrace, and marked so that torch.onnx's own decomposition takes it as it is.
+    """`program` functionalized and decomposed by torch.onnx's own decomposition for `registry`, in one
+    retrace, and marked so that torch.onnx's conversion then takes it as it is.
 
     As in torch 2.13.0 `_core._prepare_exported_program_for_export`, the retrace treats size-1
     dimensions like any other (`backed_size_oblivious`)."""
     from torch.fx.experimental import _config as fx_config
+    from torch.onnx._internal.exporter import _fx_passes
 
-    table = decomposition_table(registry)
     with fx_config.patch(backed_size_oblivious=True):
-        decomposed = program.run_decompositions(table)
-    setattr(decomposed, _DECOMPOSED, (registry, frozenset(table)))
+        decomposed = _fx_passes.decompose_with_registry(program, registry)  # unmarked: torch.onnx's own
+    setattr(decomposed, _DECOMPOSED, (registry, frozenset(decomposition_table(registry))))
     return decomposed
 
 
