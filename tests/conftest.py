@@ -93,21 +93,22 @@ def dynamic_llama():
 
 @pytest.fixture(scope="session")
 def executorch_lowering():
-    """`executorch_lowering(name, seed=0, external_weights=None)`: `(model, inputs, program)`, preset
-    `name` (its weights from `seed`) lowered to XNNPACK with `dynamic=True` (the seed's
-    `ExecutorchConfig(delegate="xnnpack", dynamic=True)`, `external_weights` as given), made once per
-    session whichever test asks first: the ExecuTorch panel, the external-weights and the re-save
-    tests read the same tiny Llama lowerings (~20 s each; `_GROUPS` runs them on one worker). No test
-    changes the model or the program; one that saves the program writes into its own folder."""
+    """`executorch_lowering(name, external_weights=None)`: `(model, inputs, program)`, preset `name`
+    lowered to XNNPACK with `dynamic=True` (the seed's `ExecutorchConfig(delegate="xnnpack",
+    dynamic=True)`, `external_weights` as given), made once per session whichever test asks first: the
+    ExecuTorch panel, the external-weights and the re-save tests read the same tiny Llama lowerings
+    (~20 s each; `_GROUPS` runs them on one worker). No test changes the model or the program; one
+    that saves the program writes into its own folder (saving records the `.ptd` name it wrote in the
+    program's record, `details["external_weights"]`, which none of these reads)."""
     from hfexport import ExecutorchConfig, ExecutorchExporter
     from hfexport.presets import build_preset
 
     made = {}
 
-    def get(name: str, seed: int = 0, external_weights: bool | None = None):
-        key = name, seed, external_weights
+    def get(name: str, external_weights: bool | None = None):
+        key = name, external_weights
         if key not in made:
-            model, inputs = build_preset(name, seed=seed)
+            model, inputs = build_preset(name)
             config = ExecutorchConfig(delegate="xnnpack", dynamic=True, external_weights=external_weights)
             made[key] = model, inputs, ExecutorchExporter().export(model, inputs, config=config)
         return made[key]
