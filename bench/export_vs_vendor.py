@@ -140,22 +140,16 @@ def vendor_cli(root: Path, tool: str) -> Path:
 
 
 def large_folder(root: Path, small: Path) -> Path:
-    """A random Llama of 1.25 GB (vocabulary 32000, hidden 2048, intermediate 5632, 4 layers, 16 heads,
-    4 kv heads, untied head) with the small model's tokenizer, saved as transformers saves it (made
-    once under `root`): issue 53's model for peak RSS beside the builder's."""
+    """`bench/large_model.py`'s random Llama at 3 layers (vocabulary 32000, hidden 2048, intermediate
+    8192, 16/4 heads, untied head: 1.25 GB of fp32 weights) with the small model's tokenizer, made once
+    under `root`: issue 53's model for peak RSS beside the builder's."""
     folder = root / "large-llama"
-    if (folder / "config.json").exists():
-        return folder
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    if not (folder / "config.json").exists():
+        from large_model import make_model
 
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=4,
-                         num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
-                         tie_word_embeddings=False)
-    LlamaForCausalLM(config).eval().save_pretrained(folder)
-    for tokenizer_file in small.glob("tokenizer*.json"):
-        shutil.copy(tokenizer_file, folder / tokenizer_file.name)
+        make_model(folder, layers=3)
+        for tokenizer_file in small.glob("tokenizer*.json"):
+            shutil.copy(tokenizer_file, folder / tokenizer_file.name)
     return folder
 
 
