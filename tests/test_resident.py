@@ -4,7 +4,7 @@ wrote, and memory no file backs, are never advised.
 
 The checkpoint is a tiny random Llama saved and loaded by transformers (which maps its safetensors
 file), its hidden size drawn (`HFEXPORT_TEST_SEED`); the runtime's file is one `numpy.memmap` maps,
-as ONNX Runtime maps the external weights `artifact.save_scratch` writes.
+as ONNX Runtime maps the external weights `scratch.scratch_model` writes.
 """
 
 from __future__ import annotations

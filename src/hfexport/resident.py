@@ -4,7 +4,7 @@ runtime mapped).
 
 # NOTE: why. Validation and the runner check run the eager model and the export one after the
 # other, and each maps its weights from a file: safetensors maps the checkpoint (private, read
-# only in practice), ONNX Runtime the external data `artifact.save_scratch` wrote. Once touched,
+# only in practice), ONNX Runtime the external data `scratch.scratch_model` wrote. Once touched,
 # both sets of pages stay in the resident set, so the export's peak RSS held the weights twice
 # over (3.1 GB for a 1.25 GB Llama's ONNX package, the onnxruntime-genai builder 2.0 GB:
 # bench/RESULTS.md). A clean page of a file mapping is the file's: `madvise(MADV_DONTNEED)` takes

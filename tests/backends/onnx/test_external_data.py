@@ -1,10 +1,14 @@
 """ONNX weights outside the graph (issue 18): one `<name>.onnx.data` file beside it, listed in the
 manifest with its fingerprint; loaded by ONNX Runtime and `hfexport generate`; a missing or
-replaced weights file is a clear error at load."""
+replaced weights file is a clear error at load. The export writes them once (`scratch.py`): the
+fusions' load check, validation and the folder take the same file."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
+import os
 import shutil
 
 import pytest
@@ -20,21 +24,43 @@ MAX_CACHE_LEN = 32
 PROMPT = [5, 17, 42, 9, 77]
 
 
+@contextlib.contextmanager
+def written_bytes():
+    """Count the bytes onnx_ir writes to external-data files in the block (`written["bytes"]`): every
+    writer of ONNX weights, hfexport's scratch and `onnx_ir.save`'s, goes through
+    `convert_tensors_to_external` (onnx_ir 0.2)."""
+    from onnx_ir import external_data
+
+    written = {"bytes": 0}
+    original = external_data.convert_tensors_to_external
+
+    def convert(tensors, *args, **kwargs):
+        placed = original(tensors, *args, **kwargs)
+        written["bytes"] += sum(tensor.length for tensor in placed)
+        return placed
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(external_data, "convert_tensors_to_external", convert)
+        yield written
+
+
 @pytest.fixture(scope="module")
 def external(tmp_path_factory):
-    """tiny:llama's static-cache generation export with external weights, and its eager model."""
+    """tiny:llama's static-cache generation export with external weights, its eager model, and the
+    weights' bytes written while exporting."""
     require_backend("onnx")
     model, inputs = build_preset("llama")
     config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True, "external_data": True})
     folder = tmp_path_factory.mktemp("onnx-external") / "export"
-    # validated, as the CLI exports it
-    export_to_folder((model, inputs), config, folder,
-                     generation=GenerationOptions(generate=True, multi_token_decode=True, static_cache=MAX_CACHE_LEN))
-    return folder, model
+    # validated and checked in onnxruntime-genai, as the CLI exports it
+    with written_bytes() as written:
+        export_to_folder((model, inputs), config, folder,
+                         generation=GenerationOptions(generate=True, multi_token_decode=True, static_cache=MAX_CACHE_LEN))
+    return folder, model, written["bytes"]
 
 
 def test_the_weights_are_one_file_beside_the_graph_and_the_manifest_names_it(external):
-    folder, model = external
+    folder, model, _ = external
     entry = json.loads((folder / "manifest.json").read_text())["components"]["decode"]
     assert entry["files"] == ["decode.onnx", "decode.onnx.data"]
     import onnx
@@ -50,7 +76,7 @@ def test_the_weights_are_one_file_beside_the_graph_and_the_manifest_names_it(ext
 def test_onnx_runtime_and_the_runner_generate_what_generate_does(external):
     import onnxruntime as ort
 
-    folder, model = external
+    folder, model, _ = external
     session = ort.InferenceSession(str(folder / "decode.onnx"), providers=["CPUExecutionProvider"])
     assert {i.name for i in session.get_inputs()} >= {"input_ids", "attention_mask", "position_ids"}
     from transformers import GenerationConfig
@@ -63,7 +89,7 @@ def test_onnx_runtime_and_the_runner_generate_what_generate_does(external):
 
 
 def test_a_missing_or_replaced_weights_file_is_refused_at_load(external, tmp_path):
-    folder, _ = external
+    folder, _, _ = external
     copy = tmp_path / "copy"
     shutil.copytree(folder, copy)
     data = copy / "decode.onnx.data"
@@ -107,3 +133,103 @@ def test_an_export_not_yet_written_runs_from_a_scratch_file_its_weights_mapped()
     assert runner.session.get_session_options().get_session_config_entry("session.disable_prepacking") == "1"
     report = validate(program, model, inputs)
     assert report.passed and len(report.cases) >= 2, report.to_table()
+
+
+def test_the_export_writes_its_weights_once(external):
+    """The fusions' load check writes the weights to a scratch file; validation's ONNX Runtime
+    session maps that file and the folder's `decode.onnx.data` is it (linked), so a validated export
+    checked in onnxruntime-genai wrote its weights once (three times before: 16 of the 1.25 GB Llama's
+    40 s export, `bench/RESULTS.md`)."""
+    folder, _, written = external
+    report = json.loads((folder / "report.json").read_text())
+    assert report["components"]["decode"]["validation"]["cases"] and report["runner"]["passed"]
+    assert written == (folder / "decode.onnx.data").stat().st_size
+
+
+@pytest.mark.parametrize("preset", ["bert", "qwen3"])
+def test_a_program_validated_then_saved_writes_its_weights_once_and_saves_what_runs(preset, tmp_path):
+    """Through the Python API, on other graphs (an encoder; GQA with other head counts): `export` with
+    validation, then `save`, wrote the weights once; the saved model gives eager's outputs in ONNX
+    Runtime."""
+    import onnxruntime as ort
+
+    from hfexport import OnnxConfig, OnnxExporter
+    from hfexport.backends.onnx.scratch import scratch_files
+
+    require_backend("onnx")
+    model, inputs = build_preset(preset)
+    with written_bytes() as written:
+        program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True, external_data=True))
+        files = program.save(tmp_path / "model.onnx")
+    data = tmp_path / "model.onnx.data"
+    assert files == [tmp_path / "model.onnx", data] and written["bytes"] == data.stat().st_size > 0
+    scratch = scratch_files(program.model)
+    assert len(scratch) == 1 and os.path.samefile(scratch[0], data)  # the folder's file is the scratch's, linked
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    feed = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
+    with torch.no_grad():
+        want = model(**{k: v for k, v in inputs.items() if k in feed})
+    got = session.run(None, feed)[0]
+    key = "logits" if "logits" in want else "last_hidden_state"
+    torch.testing.assert_close(torch.from_numpy(got), want[key], atol=1e-4, rtol=1e-4)
+
+
+def test_a_scratch_file_goes_with_the_last_tensor_written_to_it(tmp_path):
+    """The scratch file is removed once no tensor written to it lives; a model saved from it keeps
+    its own name of the file. (An export's own program is not used here: onnxscript 0.7.2's rewrite
+    rules keep the last graph they matched, and so its tensors, until the next rewrite.)"""
+    import numpy as np
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from hfexport.backends.onnx.scratch import save_linked, scratch_files, scratch_model
+
+    require_backend("onnx")
+    weight = ir.Value(name="w", const_value=ir.tensor(np.arange(1024, dtype=np.float32).reshape(32, 32)))
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([2, 32]))
+    node = ir.node("MatMul", [x, weight])
+    node.outputs[0].name = "y"
+    model = ir.Model(ir.Graph([x], node.outputs, nodes=[node], initializers=[weight], opset_imports={"": 17}),
+                     ir_version=10)
+    with scratch_model(model) as path:
+        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feed = np.ones((2, 32), np.float32)
+    np.testing.assert_array_equal(session.run(None, {"x": feed})[0], feed @ weight.const_value.numpy())
+    scratch = scratch_files(model)
+    assert len(scratch) == 1 and os.path.getsize(scratch[0]) == 4096
+    saved = save_linked(model, tmp_path / "model.onnx")
+    assert saved == [tmp_path / "model.onnx", tmp_path / "model.onnx.data"] and os.path.samefile(scratch[0], saved[1])
+    del model, weight, x, node, session
+    gc.collect()
+    assert not os.path.exists(scratch[0])
+    session = ort.InferenceSession(str(saved[0]), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(session.run(None, {"x": feed})[0], feed @ np.arange(1024, dtype=np.float32).reshape(32, 32))
+
+
+def test_a_program_whose_weights_changed_after_the_scratch_writes_them_itself(tmp_path):
+    """When the scratch file no longer holds exactly the program's weights (one added after it was
+    written), `save` writes them as before; the saved model still runs as eager does."""
+    import onnxruntime as ort
+
+    from hfexport import OnnxConfig, OnnxExporter
+    from hfexport.backends.onnx.scratch import save_linked
+
+    require_backend("onnx")
+    model, inputs = build_preset("bert")
+    program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True, external_data=True))
+    import numpy as np
+    import onnx_ir as ir
+
+    # a weight the scratch file never held (as a quantizer's new weights would be)
+    program.model.graph.register_initializer(ir.Value(name="extra", const_value=ir.tensor(np.ones(1024, np.float32))))
+    assert save_linked(program.model, tmp_path / "probe.onnx") is None
+    with written_bytes() as written:
+        program.save(tmp_path / "model.onnx")
+    data = tmp_path / "model.onnx.data"
+    assert written["bytes"] == data.stat().st_size > 0
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    feed = {i.name: inputs[i.name].numpy() for i in session.get_inputs()}
+    with torch.no_grad():
+        want = model(**{k: v for k, v in inputs.items() if k in feed})
+    key = "logits" if "logits" in want else "last_hidden_state"
+    torch.testing.assert_close(torch.from_numpy(session.run(None, feed)[0]), want[key], atol=1e-4, rtol=1e-4)

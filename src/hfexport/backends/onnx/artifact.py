@@ -17,8 +17,9 @@ import torch
 
 from ...config import EXTERNAL_WEIGHTS_BYTES
 from ...folder.storage import checked_destination, staged_files
+from .scratch import save_linked
 
-__all__ = ["HfOnnxProgram", "save_scratch", "write_onnx"]
+__all__ = ["HfOnnxProgram", "scratch_session_options", "write_onnx"]
 
 
 class HfOnnxProgram(torch.onnx.ONNXProgram):
@@ -86,36 +87,31 @@ def weight_bytes(program: torch.onnx.ONNXProgram) -> int:
 
 def write_onnx(program: HfOnnxProgram, path: Path, *, external_data: bool | None = None, **kwargs: Any) -> list[Path]:
     """Write `program` to `path` in a folder the caller stages (no staging of its own); return the
-    files (the model, and its weights file when they are external)."""
+    files (the model, and its weights file when they are external). External weights that
+    validation already wrote to a scratch file (`scratch.py`) are that file, linked, not written again."""
     if external_data is None:
         external_data = program.weights_external()
+    if external_data and not kwargs:
+        linked = save_linked(program.model, path)
+        if linked is not None:
+            return linked
     before = set(path.parent.iterdir())
     torch.onnx.ONNXProgram.save(program, path, external_data=external_data, **kwargs)
     return sorted(set(path.parent.iterdir()) - before)
 
 
-def save_scratch(model: Any, folder: str | os.PathLike) -> str:
-    """Write the ONNX IR `model` to `folder` (a scratch folder its caller owns) for ONNX Runtime to
-    open, its weights in one external file written tensor by tensor; return the model's path.
+def scratch_session_options() -> Any:
+    """ONNX Runtime session options for a model `scratch.scratch_model` wrote: prepacking off, so
+    the weights stay mapped from the file instead of packed into a copy.
 
     # NOTE: what ONNX Runtime opens before the export is written (the fusions' load check, the
     # validation runner). Serialized in memory instead, the model held three more copies of its
     # weights (the proto, its bytes, the session's): 5.3x the weights at the 134 MB Llama's export
     # peak and 3.2x at its validation (`bench/export_cost.py`), and a model over 2 GiB could not be
-    # serialized at all. Opened with prepacking off (`scratch_session_options`), ONNX Runtime maps
-    # the external file instead of copying it (onnxruntime 1.32: anonymous RSS unchanged by a 512 MiB
-    # weight), so the pages are the file's, which the kernel can drop and read again.
+    # serialized at all. With prepacking off ONNX Runtime maps the external file instead of copying
+    # it (onnxruntime 1.32: anonymous RSS unchanged by a 512 MiB weight), so the pages are the
+    # file's, which the kernel can drop and read again.
     """
-    import onnx_ir as ir
-
-    path = os.path.join(folder, "model.onnx")
-    ir.save(model, path, external_data="model.onnx.data", max_in_flight_bytes=64 * 2**20)
-    return path
-
-
-def scratch_session_options() -> Any:
-    """ONNX Runtime session options for a model `save_scratch` wrote: prepacking off, so the
-    weights stay mapped from the file instead of packed into a copy."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

@@ -163,17 +163,16 @@ def _bnsh_source(value: Any, heads: int) -> Any:
 def _load_error(model: Any) -> str | None:
     """Why ONNX Runtime cannot open `model` as `OnnxRunner` does (its own graph optimizations on),
     the first line of its error, or None when it can. The model is opened from a scratch file
-    (`artifact.save_scratch`: weights mapped, not copied)."""
-    import tempfile
-
+    (`scratch.scratch_model`: weights mapped, not copied, and written once for the export: validation
+    and the folder take the same file)."""
     import onnxruntime as ort
 
-    from .artifact import save_scratch, scratch_session_options
+    from .artifact import scratch_session_options
+    from .scratch import scratch_model
 
-    with tempfile.TemporaryDirectory(prefix="hfexport-ort-check-") as scratch:
+    with scratch_model(model) as path:
         try:
-            ort.InferenceSession(save_scratch(model, scratch), scratch_session_options(),
-                                 providers=["CPUExecutionProvider"])
+            ort.InferenceSession(path, scratch_session_options(), providers=["CPUExecutionProvider"])
         except Exception as error:  # noqa: BLE001 - recorded in the export record, the unfused graph kept
             return str(error).splitlines()[0][:300]
     return None

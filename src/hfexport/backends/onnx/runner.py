@@ -16,9 +16,7 @@ keeps a generation component's cache in ONNX Runtime's own buffers (IO binding).
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,9 +25,10 @@ import torch
 from ...errors import ExportError
 from ...runner import CacheSession, Runner, to_numpy
 from ...generation.arrays import as_array
-from .artifact import HfOnnxProgram, save_scratch, scratch_session_options
+from .artifact import HfOnnxProgram, scratch_session_options
 from .graph_interface import GraphInterface
 from .loaded import OnnxModelFiles
+from .scratch import scratch_files, scratch_model
 from .session_options import SESSION_CONFIG, SESSION_CONFIG_ENV, apply_session_config, session_config
 
 __all__ = ["OnnxRunner", "OnnxCacheSession", "SESSION_CONFIG", "SESSION_CONFIG_ENV", "session_config"]
@@ -48,20 +47,21 @@ class OnnxRunner(Runner):
         super().__init__(artifact, record)
         import onnxruntime as ort
 
-        self._scratch = None
+        self._mapped: tuple[str, ...] = ()
+        self.session_config = session_config()
+        record.details["ort_session"] = dict(self.session_config)
         if isinstance(artifact, HfOnnxProgram) and artifact.weights_external():
             # an export not yet written (validation): opened from a scratch file, its weights mapped
-            self._scratch = tempfile.TemporaryDirectory(prefix="hfexport-onnx-run-")
-            source, options = save_scratch(artifact.model, self._scratch.name), scratch_session_options()
+            # from the file the fusions' load check wrote (`scratch.py`), which the folder then takes
+            with scratch_model(artifact.model) as source:
+                self.session = self._session(ort, source, scratch_session_options())
+            self._mapped = scratch_files(artifact.model)
         else:
             options = ort.SessionOptions()
             options.log_severity_level = 3
             # a loaded model: the private copies of its checked files (`loaded.py`), never the folder's
             source = str(artifact.path) if isinstance(artifact, OnnxModelFiles) else artifact.model_proto.SerializeToString()
-        self.session_config = session_config()
-        record.details["ort_session"] = dict(self.session_config)
-        self.session = ort.InferenceSession(source, apply_session_config(options, self.session_config),
-                                            providers=["CPUExecutionProvider"])
+            self.session = self._session(ort, source, options)
         self.input_names = [i.name for i in self.session.get_inputs()]
         # a graph whose interface differs from the record's (GroupQueryAttention's, `gqa.py`): fed by name
         self.interface = GraphInterface.of(record)
@@ -71,16 +71,18 @@ class OnnxRunner(Runner):
         self.output_map = {name: graph for name, graph in zip(record.output_names, record.named_outputs())
                            if graph in given}
 
+    def _session(self, ort: Any, source: str | bytes, options: Any) -> Any:
+        return ort.InferenceSession(source, apply_session_config(options, self.session_config),
+                                    providers=["CPUExecutionProvider"])
+
     @property
     def precision(self) -> str:
         return "the model's own dtypes (ONNX Runtime CPU runs each op in its inputs' dtype)"
 
     @property
     def mapped_files(self) -> tuple[str, ...]:
-        """The scratch file's external weights, which ONNX Runtime maps (prepacking off)."""
-        if self._scratch is None:
-            return ()
-        return tuple(str(path) for path in Path(self._scratch.name).iterdir() if path.suffix == ".data")
+        """The scratch files of the external weights, which ONNX Runtime maps (prepacking off)."""
+        return self._mapped
 
     def run_flat(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.interface is not None:

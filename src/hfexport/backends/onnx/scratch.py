@@ -1,0 +1,190 @@
+"""An export's ONNX weights written to disk once: the fusions' load check, validation's session and
+the folder's `.data` file all take the same scratch file.
+
+Before, each of the three wrote the model's weights again (`onnx_ir.save` tensor by tensor): on the
+1.25 GB Llama that was 16 of the export's 40 seconds (`bench/RESULTS.md`, "Weights written once").
+Here a tensor written once is remembered (by identity, for as long as it lives) with the place it
+was written to; a later scratch model writes only its proto beside those files, and the folder
+links the file (`os.link`; copied where the folder is on another file system) when it holds exactly
+the model's external weights.
+
+Nothing about the model changes: its tensors stay what they were (torch's, in memory or mapped
+from the checkpoint). The proto written for ONNX Runtime names `ir.ExternalTensor`s in place of the
+tensors only while it is written. A scratch file is removed when the last tensor written to it is
+gone, and the folder holding them when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["scratch_model", "scratch_files", "save_linked"]
+
+#: `onnx_ir.save`'s `size_threshold_bytes`: a tensor of more bytes is external, smaller ones stay in
+#: the proto (onnx_ir 0.2, `external_data.unload_from_model`: `nbytes > size_threshold_bytes`)
+THRESHOLD = 256
+#: what the writer holds in memory at once (tensors materialised for writing)
+_IN_FLIGHT = 64 * 2**20
+
+_lock = threading.Lock()
+_root: str | None = None
+_names = itertools.count()
+#: id(tensor) -> the `ir.ExternalTensor` naming where that tensor was written
+_written: dict[int, Any] = {}
+#: scratch file name -> how many living tensors it holds
+_holders: dict[str, int] = {}
+
+
+def scratch_model(model: Any) -> contextlib.AbstractContextManager[str]:
+    """A context giving the path of `model` (an ONNX IR model) written for ONNX Runtime to open,
+    its weights external: those written before are named where they are, the rest written now to
+    one new file. The proto is removed on leaving the context (ONNX Runtime reads it when the session
+    is made, and maps the weights, which stay). Open it with `scratch_session_options()`
+    (`artifact.py`): prepacking off, so the weights stay mapped rather than copied."""
+    return _scratch_model(model)
+
+
+@contextlib.contextmanager
+def _scratch_model(model: Any) -> Iterator[str]:
+    import onnx_ir as ir
+
+    external = _external_values(model)
+    _write_missing([value.const_value for value in external])
+    path = os.path.join(_folder(), f"model-{next(_names)}.onnx")
+    with _named_external(external, lambda tensor: tensor):
+        ir.save(model, path)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def scratch_files(model: Any) -> tuple[str, ...]:
+    """The scratch files holding `model`'s weights (what ONNX Runtime maps for a scratch model)."""
+    written = [_written.get(id(value.const_value)) for value in _external_values(model)]
+    return tuple(sorted({str(tensor.path) for tensor in written if tensor is not None}))
+
+
+def save_linked(model: Any, path: Path) -> list[Path] | None:
+    """Save `model` to `path` with its weights in `<path>.data` taken from its scratch file (linked,
+    or copied where `path` is on another file system) and return the two files, when one scratch
+    file holds exactly the weights the model saves externally, laid end to end; None otherwise (the
+    caller writes them)."""
+    import onnx_ir as ir
+
+    external = _external_values(model)
+    written = [_written.get(id(value.const_value)) for value in external]
+    if not written or any(tensor is None for tensor in written):
+        return None
+    source = {str(tensor.path) for tensor in written}
+    spans = sorted({(tensor.offset, tensor.length) for tensor in written})
+    if len(source) != 1 or len(spans) != len({id(t) for t in written}) or not _end_to_end(spans, next(iter(source))):
+        return None
+    data = path.with_name(f"{path.name}.data")
+    _link_or_copy(next(iter(source)), data)
+    try:
+        with _named_external(external, lambda tensor: _renamed(tensor, data)):
+            ir.save(model, path)
+    except BaseException:
+        data.unlink(missing_ok=True)
+        raise
+    return [path, data]
+
+
+def _external_values(model: Any) -> list[Any]:
+    """The initializers `onnx_ir.save` would write to an external file (every graph's, as its
+    `unload_from_model` takes them)."""
+    return [value for graph in model.graphs() for value in graph.initializers.values()
+            if value.const_value is not None and value.const_value.nbytes > THRESHOLD]
+
+
+def _write_missing(tensors: list[Any]) -> None:
+    """Write the `tensors` not yet in a scratch file to a new one, and remember where each went."""
+    from onnx_ir.external_data import convert_tensors_to_external
+
+    missing = list({id(t): t for t in tensors if id(t) not in _written}.values())
+    if not missing:
+        return
+    name = f"weights-{next(_names)}.data"
+    placed = convert_tensors_to_external(missing, _folder(), name, max_in_flight_bytes=_IN_FLIGHT)
+    with _lock:
+        _holders[name] = len(missing)
+        for tensor, external in zip(missing, placed, strict=True):
+            _written[id(tensor)] = external
+            weakref.finalize(tensor, _forget, id(tensor), name)
+
+
+def _forget(key: int, name: str) -> None:
+    """A written tensor is gone: forget it, and remove its file when it held the last one."""
+    with _lock:
+        _written.pop(key, None)
+        _holders[name] -= 1
+        last = _holders[name] == 0
+        if last:
+            del _holders[name]
+    if last and _root is not None:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(_root, name))
+
+
+@contextlib.contextmanager
+def _named_external(values: list[Any], name: Any) -> Iterator[None]:
+    """`values` hold `name(where each tensor was written)` while the block runs, their own tensors after."""
+    tensors = [value.const_value for value in values]
+    try:
+        for value, tensor in zip(values, tensors):
+            value.const_value = name(_written[id(tensor)])
+        yield
+    finally:
+        for value, tensor in zip(values, tensors):
+            value.const_value = tensor
+
+
+def _renamed(tensor: Any, data: Path) -> Any:
+    """`tensor` (an `ir.ExternalTensor`) at the same offset of `data`."""
+    import onnx_ir as ir
+
+    return ir.ExternalTensor(data.name, tensor.offset, tensor.length, tensor.dtype, shape=tensor.shape,
+                             name=tensor.name, base_dir=str(data.parent))
+
+
+def _end_to_end(spans: list[tuple[int, int]], path: str) -> bool:
+    """Whether the (offset, length) `spans` cover the file at `path` exactly, without gaps."""
+    end = 0
+    for offset, length in spans:
+        if offset != end:
+            return False
+        end = offset + length
+    return end == os.path.getsize(path)
+
+
+def _link_or_copy(source: str, destination: Path) -> None:
+    """`destination` as a second name of `source` (no bytes written), or a copy across file systems.
+
+    A hard link shares the inode: safe here because a scratch file is never written again (a new
+    write is a new file), and removing the scratch name leaves the folder's."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copyfile(source, destination)
+
+
+def _folder() -> str:
+    """The process's scratch folder, made on first use and removed at exit."""
+    global _root
+    with _lock:
+        if _root is None:
+            _root = tempfile.mkdtemp(prefix="hfexport-onnx-weights-")
+            atexit.register(shutil.rmtree, _root, ignore_errors=True)
+        return _root
