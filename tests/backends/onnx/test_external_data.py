@@ -233,3 +233,29 @@ def test_a_program_whose_weights_changed_after_the_scratch_writes_them_itself(tm
         want = model(**{k: v for k, v in inputs.items() if k in feed})
     key = "logits" if "logits" in want else "last_hidden_state"
     torch.testing.assert_close(torch.from_numpy(session.run(None, feed)[0]), want[key], atol=1e-4, rtol=1e-4)
+
+
+def test_a_weight_changed_in_place_after_the_export_is_saved_as_it_is_now(tmp_path):
+    """torch.onnx's program holds the model's own parameters: one changed in place after the export
+    (under `no_grad`) is saved with its new values, as torch.onnx's own `save` writes it, not taken
+    from the scratch file written before the change."""
+    import onnxruntime as ort
+
+    from hfexport import OnnxConfig, OnnxExporter
+
+    require_backend("onnx")
+    model, inputs = build_preset("bert")
+    program = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True, external_data=True))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(1.5)
+    (tmp_path / "ours").mkdir(), (tmp_path / "theirs").mkdir()
+    ours = program.save(tmp_path / "ours" / "model.onnx")
+    theirs = tmp_path / "theirs" / "model.onnx"
+    torch.onnx.ONNXProgram.save(program, theirs, external_data=True)
+    outputs = []
+    for path in (ours[0], theirs):
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        outputs.append(session.run(None, {i.name: inputs[i.name].numpy() for i in session.get_inputs()})[0])
+    assert ours[1].read_bytes() == theirs.with_name("model.onnx.data").read_bytes()
+    torch.testing.assert_close(torch.from_numpy(outputs[0]), torch.from_numpy(outputs[1]), atol=0, rtol=0)

@@ -12,6 +12,14 @@ Nothing about the model changes: its tensors stay what they were (torch's, in me
 from the checkpoint). The proto written for ONNX Runtime names `ir.ExternalTensor`s in place of the
 tensors only while it is written. A scratch file is removed when the last tensor written to it is
 gone, and the folder holding them when the process exits.
+
+# NOTE: an `ir.Tensor` is immutable, but torch.onnx's `TorchTensor` (torch 2.13) wraps the model's
+# own parameter, which a caller may change in place between the export and `save` (the program
+# then holds the new values, as torch.onnx's own `save` would write them). Such a tensor is taken
+# from its scratch file only while its torch version counter and data pointer are the ones it was
+# written with: an in-place op under `no_grad` or on a `detach()`ed alias bumps the counter, so the
+# tensor is written again. A write through `.data` is invisible to the counter (torch's documented
+# escape from autograd's tracking) and is not seen.
 """
 
 from __future__ import annotations
@@ -39,29 +47,25 @@ _IN_FLIGHT = 64 * 2**20
 _lock = threading.Lock()
 _root: str | None = None
 _names = itertools.count()
-#: id(tensor) -> the `ir.ExternalTensor` naming where that tensor was written
-_written: dict[int, Any] = {}
+#: id(tensor) -> (the `ir.ExternalTensor` naming where that tensor was written, its `_stamp` then)
+_written: dict[int, tuple[Any, Any]] = {}
 #: scratch file name -> how many living tensors it holds
 _holders: dict[str, int] = {}
 
 
-def scratch_model(model: Any) -> contextlib.AbstractContextManager[str]:
+@contextlib.contextmanager
+def scratch_model(model: Any) -> Iterator[str]:
     """A context giving the path of `model` (an ONNX IR model) written for ONNX Runtime to open,
     its weights external: those written before are named where they are, the rest written now to
     one new file. The proto is removed on leaving the context (ONNX Runtime reads it when the session
     is made, and maps the weights, which stay). Open it with `scratch_session_options()`
     (`artifact.py`): prepacking off, so the weights stay mapped rather than copied."""
-    return _scratch_model(model)
-
-
-@contextlib.contextmanager
-def _scratch_model(model: Any) -> Iterator[str]:
     import onnx_ir as ir
 
     external = _external_values(model)
     _write_missing([value.const_value for value in external])
     path = os.path.join(_folder(), f"model-{next(_names)}.onnx")
-    with _named_external(external, lambda tensor: tensor):
+    with _named_external(external, lambda written: written):
         ir.save(model, path)
     try:
         yield path
@@ -72,7 +76,7 @@ def _scratch_model(model: Any) -> Iterator[str]:
 
 def scratch_files(model: Any) -> tuple[str, ...]:
     """The scratch files holding `model`'s weights (what ONNX Runtime maps for a scratch model)."""
-    written = [_written.get(id(value.const_value)) for value in _external_values(model)]
+    written = [_remembered(value.const_value) for value in _external_values(model)]
     return tuple(sorted({str(tensor.path) for tensor in written if tensor is not None}))
 
 
@@ -84,7 +88,7 @@ def save_linked(model: Any, path: Path) -> list[Path] | None:
     import onnx_ir as ir
 
     external = _external_values(model)
-    written = [_written.get(id(value.const_value)) for value in external]
+    written = [_remembered(value.const_value) for value in external]
     if not written or any(tensor is None for tensor in written):
         return None
     source = {str(tensor.path) for tensor in written}
@@ -113,7 +117,7 @@ def _write_missing(tensors: list[Any]) -> None:
     """Write the `tensors` not yet in a scratch file to a new one, and remember where each went."""
     from onnx_ir.external_data import convert_tensors_to_external
 
-    missing = list({id(t): t for t in tensors if id(t) not in _written}.values())
+    missing = list({id(t): t for t in tensors if _remembered(t) is None}.values())
     if not missing:
         return
     name = f"weights-{next(_names)}.data"
@@ -121,14 +125,33 @@ def _write_missing(tensors: list[Any]) -> None:
     with _lock:
         _holders[name] = len(missing)
         for tensor, external in zip(missing, placed, strict=True):
-            _written[id(tensor)] = external
+            # a tensor written again (changed in place) keeps its count in the older file too, whose
+            # finalizer (registered then) takes it off when the tensor goes
+            _written[id(tensor)] = (external, _stamp(tensor))
             weakref.finalize(tensor, _forget, id(tensor), name)
+
+
+def _stamp(tensor: Any) -> Any:
+    """What changes when a torch tensor behind `tensor` is written in place (see the module note)."""
+    raw = getattr(tensor, "raw", None)
+    version = getattr(raw, "_version", None)
+    return None if version is None else (version, raw.data_ptr())
+
+
+def _remembered(tensor: Any) -> Any:
+    """The `ir.ExternalTensor` where `tensor` was written, if it holds its values still; else None."""
+    entry = _written.get(id(tensor))
+    if entry is None or entry[1] != _stamp(tensor):
+        return None
+    return entry[0]
 
 
 def _forget(key: int, name: str) -> None:
     """A written tensor is gone: forget it, and remove its file when it held the last one."""
     with _lock:
-        _written.pop(key, None)
+        entry = _written.get(key)
+        if entry is not None and Path(entry[0].path).name == name:
+            del _written[key]
         _holders[name] -= 1
         last = _holders[name] == 0
         if last:
@@ -144,7 +167,7 @@ def _named_external(values: list[Any], name: Any) -> Iterator[None]:
     tensors = [value.const_value for value in values]
     try:
         for value, tensor in zip(values, tensors):
-            value.const_value = name(_written[id(tensor)])
+            value.const_value = name(_written[id(tensor)][0])
         yield
     finally:
         for value, tensor in zip(values, tensors):
