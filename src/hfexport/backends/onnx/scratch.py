@@ -39,7 +39,7 @@ from typing import Any
 __all__ = ["scratch_model", "scratch_files", "save_linked"]
 
 #: `onnx_ir.save`'s `size_threshold_bytes`: a tensor of more bytes is external, smaller ones stay in
-#: the proto (onnx_ir 0.2, `external_data.unload_from_model`: `nbytes > size_threshold_bytes`)
+#: the proto (onnx_ir 1.1.0, `external_data.unload_from_model`: `nbytes > size_threshold_bytes`)
 THRESHOLD = 256
 #: what the writer holds in memory at once (tensors materialised for writing)
 _IN_FLIGHT = 64 * 2**20
