@@ -146,8 +146,8 @@ def shared_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def cli_export(shared_folder):
-    """`cli_export(*args)`: the folder `hfexport export *args -o FOLDER --quiet` (`main`, in process)
+def exported_by_cli(shared_folder):
+    """`exported_by_cli(*args)`: the folder `hfexport export *args -o FOLDER --quiet` (`main`, in process)
     wrote, made once per test run (`shared_folder`) whichever test asks first: the generate-output,
     output-folder and CLI tests export the same `tiny:llama --generate` and `tiny:qwen3 --generate`
     folders (~5-15 s each). A test reads the folder; one that changes it works on a copy."""

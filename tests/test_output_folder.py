@@ -195,10 +195,10 @@ def test_home_roots_and_ancestors_are_refused_whatever_they_hold(tmp_path, monke
 
 
 @pytest.fixture(scope="module")
-def earlier_export(cli_export):
+def earlier_export(exported_by_cli):
     """A generation export (prefill and decode) to replace, as a user wrote it (`hfexport export
     tiny:llama --generate`, shared with tests/cli/test_generate_output.py; each test works on a copy)."""
-    return cli_export("tiny:llama", "--generate")
+    return exported_by_cli("tiny:llama", "--generate")
 
 
 def _copy(folder: Path, to: Path) -> Path:

@@ -248,9 +248,9 @@ def test_generation_options_that_do_not_fit_are_refused_before_any_work(tmp_path
 
 
 @pytest.mark.slow
-def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(cli_export, capsys):
+def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(exported_by_cli, capsys):
     # tiny:qwen3 has no tokenizer (tiny:llama has one); the export tests/cli/test_generate_output.py reads
-    out = cli_export("tiny:qwen3", "--generate")
+    out = exported_by_cli("tiny:qwen3", "--generate")
     capsys.readouterr()
     assert main(["generate", str(out), "--prompt", "hello"]) == 1
     assert "--prompt-ids" in capsys.readouterr().err

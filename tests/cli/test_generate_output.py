@@ -19,17 +19,17 @@ GENERATE = ["--max-new-tokens", "4", "--min-new-tokens", "4"]
 
 
 @pytest.fixture(scope="module")
-def with_tokenizer(cli_export):
+def with_tokenizer(exported_by_cli):
     """A generation export (dynamo) of tiny:llama, which carries a tokenizer and a chat template
     (`hfexport export tiny:llama --generate`, shared with tests/test_output_folder.py)."""
-    return cli_export("tiny:llama", "--generate")
+    return exported_by_cli("tiny:llama", "--generate")
 
 
 @pytest.fixture(scope="module")
-def without_tokenizer(cli_export):
+def without_tokenizer(exported_by_cli):
     """A generation export (dynamo) of tiny:qwen3, which has no tokenizer (tiny:llama has one)
     (`hfexport export tiny:qwen3 --generate`, shared with tests/cli/test_cli.py)."""
-    return cli_export("tiny:qwen3", "--generate")
+    return exported_by_cli("tiny:qwen3", "--generate")
 
 
 def _generated(capsys, *args: str) -> list[str]:
