@@ -146,6 +146,51 @@ def shared_folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def exported_by_cli(shared_folder):
+    """`exported_by_cli(*args)`: the folder `hfexport export *args -o FOLDER --quiet` (`main`, in process)
+    wrote, made once per test run (`shared_folder`) whichever test asks first: the generate-output,
+    output-folder and CLI tests export the same `tiny:llama --generate` and `tiny:qwen3 --generate`
+    folders (~5-15 s each). A test reads the folder; one that changes it works on a copy."""
+    from hfexport.cli.main import main
+
+    def get(*args: str) -> Path:
+        def write(folder: Path) -> None:
+            folder.mkdir(parents=True)
+            assert main(["export", *args, "-o", str(folder / "export"), "--quiet"]) == 0
+
+        key = "cli-export-" + "-".join(arg.strip("-").replace(":", "_") for arg in args)
+        return shared_folder(key, write) / "export"
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def cli_run(shared_folder):
+    """`cli_run(*args)`: `(folder, run)`, what `python -m hfexport export *args -o FOLDER` did in a new
+    process, as a user runs it (`run`: its `returncode`, `stdout` and `stderr`), made once per test run
+    (`shared_folder`) whichever test asks first: the CLI test of the README's job and the quiet-output
+    test ran the same one. A test reads the folder; one that changes it works on a copy."""
+    import json
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    def get(*args: str) -> tuple[Path, SimpleNamespace]:
+        def write(folder: Path) -> None:
+            folder.mkdir(parents=True)
+            done = subprocess.run([sys.executable, "-m", "hfexport", "export", *args, "-o", str(folder / "export")],
+                                  capture_output=True, text=True, timeout=600)
+            (folder / "run.json").write_text(json.dumps({"returncode": done.returncode, "stdout": done.stdout,
+                                                         "stderr": done.stderr}))
+
+        key = "cli-run-" + "-".join(arg.strip("-").replace(":", "_") for arg in args)
+        folder = shared_folder(key, write)
+        return folder / "export", SimpleNamespace(**json.loads((folder / "run.json").read_text()))
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def saved_generation(shared_folder):
     """`saved_generation(fmt, case)`: the export of `case` (`tests.generation.exports.CASES`) to
     `fmt`, saved to disk, made once per test run (`shared_folder`: across the xdist workers too)

@@ -32,9 +32,16 @@ def known_failure_marks(arch: str, backend: str, mode: str) -> list:
     return [pytest.mark.xfail(reason=reason, strict=True)]
 
 
-def export_and_validate(exporter, config, name: str, inputs: dict[str, Any] | None = None, **validate_kwargs):
+def export_and_validate(exporter, config, name: str, inputs: dict[str, Any] | None = None, *,
+                        exported: tuple[Any, dict[str, Any], Any] | None = None, **validate_kwargs):
     """Export preset `name` with `exporter`/`config`, validate it in its runtime, and return
-    `(artifact, report, model, inputs)`; asserts every case of the report passed."""
+    `(artifact, report, model, inputs)`; asserts every case of the report passed. `exported`:
+    `(model, inputs, artifact)`, that same export already made (`dynamic_llama`), validated here."""
+    if exported is not None:
+        model, inputs, artifact = exported
+        report = validate(artifact, model, inputs, **validate_kwargs)
+        assert report.passed, report.to_table()
+        return artifact, report, model, inputs
     model, sample = build_preset(name)
     inputs = sample if inputs is None else inputs
     artifact = exporter.export(model, inputs, config=config)

@@ -195,11 +195,10 @@ def test_home_roots_and_ancestors_are_refused_whatever_they_hold(tmp_path, monke
 
 
 @pytest.fixture(scope="module")
-def earlier_export(tmp_path_factory):
-    """A generation export (prefill and decode) to replace, as a user wrote it."""
-    out = tmp_path_factory.mktemp("earlier") / "out"
-    assert main(["export", "tiny:llama", "--generate", "-o", str(out), "--quiet"]) == 0
-    return out
+def earlier_export(exported_by_cli):
+    """A generation export (prefill and decode) to replace, as a user wrote it (`hfexport export
+    tiny:llama --generate`, shared with tests/cli/test_generate_output.py; each test works on a copy)."""
+    return exported_by_cli("tiny:llama", "--generate")
 
 
 def _copy(folder: Path, to: Path) -> Path:

@@ -15,16 +15,11 @@ from hfexport.cli.main import main
 from tests.harness import require_backend
 
 
-def _hfexport(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hfexport", *args], capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture(scope="module")
-def exported_llama(tmp_path_factory):
-    """`hfexport export tiny:llama --format dynamo --task forward` (one graph), run as a user runs it."""
-    out = tmp_path_factory.mktemp("cli") / "llama"
-    result = _hfexport("export", "tiny:llama", "--format", "dynamo", "--task", "forward", "-o", str(out))
-    return out, result
+def exported_llama(cli_run):
+    """`hfexport export tiny:llama --format dynamo --task forward --overwrite` (one graph; a new folder),
+    run as a user runs it: the README's job tests/cli/test_quiet.py reads too."""
+    return cli_run("tiny:llama", "--format", "dynamo", "--task", "forward", "--overwrite")
 
 
 @pytest.mark.slow
@@ -253,9 +248,9 @@ def test_generation_options_that_do_not_fit_are_refused_before_any_work(tmp_path
 
 
 @pytest.mark.slow
-def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(tmp_path, capsys):
-    out = tmp_path / "qwen3"  # tiny:qwen3 has no tokenizer (tiny:llama has one)
-    assert main(["export", "tiny:qwen3", "--generate", "-o", str(out), "--quiet", "--no-validate"]) == 0
+def test_generate_with_text_but_no_saved_tokenizer_says_what_to_do(exported_by_cli, capsys):
+    # tiny:qwen3 has no tokenizer (tiny:llama has one); the export tests/cli/test_generate_output.py reads
+    out = exported_by_cli("tiny:qwen3", "--generate")
     capsys.readouterr()
     assert main(["generate", str(out), "--prompt", "hello"]) == 1
     assert "--prompt-ids" in capsys.readouterr().err

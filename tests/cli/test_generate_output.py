@@ -19,19 +19,17 @@ GENERATE = ["--max-new-tokens", "4", "--min-new-tokens", "4"]
 
 
 @pytest.fixture(scope="module")
-def with_tokenizer(tmp_path_factory):
-    """A generation export (dynamo) of tiny:llama, which carries a tokenizer and a chat template."""
-    out = tmp_path_factory.mktemp("export") / "llama"
-    assert main(["export", "tiny:llama", "--generate", "-o", str(out), "--quiet"]) == 0
-    return out
+def with_tokenizer(exported_by_cli):
+    """A generation export (dynamo) of tiny:llama, which carries a tokenizer and a chat template
+    (`hfexport export tiny:llama --generate`, shared with tests/test_output_folder.py)."""
+    return exported_by_cli("tiny:llama", "--generate")
 
 
 @pytest.fixture(scope="module")
-def without_tokenizer(tmp_path_factory):
-    """A generation export (dynamo) of tiny:qwen3, which has no tokenizer (tiny:llama has one)."""
-    out = tmp_path_factory.mktemp("export") / "tiny"
-    assert main(["export", "tiny:qwen3", "--generate", "-o", str(out), "--quiet"]) == 0
-    return out
+def without_tokenizer(exported_by_cli):
+    """A generation export (dynamo) of tiny:qwen3, which has no tokenizer (tiny:llama has one)
+    (`hfexport export tiny:qwen3 --generate`, shared with tests/cli/test_cli.py)."""
+    return exported_by_cli("tiny:qwen3", "--generate")
 
 
 def _generated(capsys, *args: str) -> list[str]:

@@ -25,11 +25,13 @@ def _hfexport(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def readme_job(tmp_path_factory):
-    """The README's main job, dynamo being the fastest format: (quiet run, --verbose run)."""
+def readme_job(cli_run, tmp_path_factory):
+    """The README's main job, dynamo being the fastest format: (quiet run, --verbose run). The quiet
+    run is the one tests/cli/test_cli.py reads (`cli_run`)."""
+    job = ("tiny:llama", "--format", "dynamo", "--task", "forward", "--overwrite")
+    _, quiet = cli_run(*job)
     out = tmp_path_factory.mktemp("quiet") / "tiny-llama"
-    job = ("export", "tiny:llama", "--format", "dynamo", "--task", "forward", "-o", str(out), "--overwrite")
-    return _hfexport(*job), _hfexport("--verbose", *job)
+    return quiet, _hfexport("--verbose", "export", *job, "-o", str(out))
 
 
 def test_the_readme_job_prints_only_progress_report_and_one_summary(readme_job):

@@ -21,10 +21,17 @@ pytestmark = pytest.mark.slow  # an optional backend; most exports take 3-20 s h
 ATOL = 1e-4
 
 
+def _shared(dynamic_llama, name: str, dynamic: bool):
+    """The dynamic tiny Llama is the export the module's other tests read (`dynamic_llama`): the panel
+    validates that one rather than exporting the same preset with the same config again."""
+    return dynamic_llama("onnx") if dynamic and name == "llama" else None
+
+
 @pytest.mark.parametrize("name", panel_params("onnx"))
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_panel_matches_eager_in_onnxruntime(name, dynamic):
-    program, report, _, inputs = export_and_validate(OnnxExporter(), OnnxConfig(dynamic=dynamic), name, steps=(2, 5))
+def test_panel_matches_eager_in_onnxruntime(name, dynamic, dynamic_llama):
+    program, report, _, inputs = export_and_validate(OnnxExporter(), OnnxConfig(dynamic=dynamic), name, steps=(2, 5),
+                                                     exported=_shared(dynamic_llama, name, dynamic))
     assert isinstance(program, torch.onnx.ONNXProgram)
     assert report.runtime.startswith("ONNX Runtime")
     assert [c.label for c in report.cases] == expected_cases(inputs, dynamic, steps=(2, 5))

@@ -19,10 +19,17 @@ pytestmark = pytest.mark.slow  # every test exports to OpenVINO
 ATOL = 1e-4
 
 
+def _shared(dynamic_llama, name: str, dynamic: bool):
+    """The dynamic tiny Llama is the export the module's other tests read (`dynamic_llama`): the panel
+    validates that one rather than exporting the same preset with the same config again."""
+    return dynamic_llama("openvino") if dynamic and name == "llama" else None
+
+
 @pytest.mark.parametrize("name", panel_params("openvino"))
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_panel_matches_eager_in_openvino(name, dynamic):
-    model, report, _, inputs = export_and_validate(OpenVINOExporter(), OpenVINOConfig(dynamic=dynamic), name, steps=(2, 5))
+def test_panel_matches_eager_in_openvino(name, dynamic, dynamic_llama):
+    model, report, _, inputs = export_and_validate(OpenVINOExporter(), OpenVINOConfig(dynamic=dynamic), name,
+                                                   steps=(2, 5), exported=_shared(dynamic_llama, name, dynamic))
     assert isinstance(model, ov.Model)
     assert report.precision == "f32 (CPU plugin INFERENCE_PRECISION_HINT)"  # what the compiled model ran in
     assert [c.label for c in report.cases] == expected_cases(inputs, dynamic, steps=(2, 5))
