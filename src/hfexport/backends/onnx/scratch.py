@@ -2,7 +2,7 @@
 the folder's `.data` file all take the same scratch file.
 
 Before, each of the three wrote the model's weights again (`onnx_ir.save` tensor by tensor): on the
-1.25 GB Llama that was 16 of the export's 40 seconds (`bench/RESULTS.md`, "Weights written once").
+1.25 GB Llama, 16 s of a profiled 48 s CLI export (`bench/RESULTS.md`, "Weights written once").
 Here a tensor written once is remembered (by identity, for as long as it lives) with the place it
 was written to; a later scratch model writes only its proto beside those files, and the folder
 links the file (`os.link`; copied where the folder is on another file system) when it holds exactly
