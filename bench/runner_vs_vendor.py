@@ -219,14 +219,19 @@ def text_llm_runner(folder: Path, prompt: list[int]):
     return run
 
 
-#: the runs of one folder: each runner at 2 threads, and on ONNX each also at genai's default threads
+def _keys(fmt: str) -> list[str]:
+    """The runners measured on a folder of `fmt`: each at 2 threads, and on ONNX each also at
+    onnxruntime-genai's default thread count (`_default`)."""
+    return ["vendor", "ours", "loop"] + (["vendor_default", "ours_default", "loop_default"] if fmt == "onnx" else [])
+
+
 def _runs(fmt: str, folder: Path, prompt: list[int], fast: bool, only: str | None = None) -> dict:
-    """`{key: run}` of the runners measured on `folder` (`only`: that one alone, made alone)."""
+    """`{key: run}` of `_keys(fmt)`'s runners on `folder` (`only`: that one alone, made alone)."""
     vendors = {"onnx": og_generator, "openvino": llm_pipeline, "executorch": text_llm_runner}
     half = max(1, (os.cpu_count() or 2) // 2)
     makers = {"vendor": lambda: vendors[fmt](folder, prompt), "ours": lambda: ours(folder, prompt, fast, engine="auto"),
               "loop": lambda: ours(folder, prompt, fast)}
-    if fmt == "onnx":  # also at genai's own thread count, half the logical CPUs (1 here), both sides
+    if "vendor_default" in _keys(fmt):  # genai's own thread count, half the logical CPUs (1 here), both sides
         makers.update(vendor_default=lambda: og_generator(folder, prompt, None),
                       ours_default=lambda: ours(folder, prompt, fast, half, engine="auto"),
                       loop_default=lambda: ours(folder, prompt, fast, half))
@@ -255,7 +260,7 @@ def run_apart(fmt: str, scheme: str, folder: Path, fast: bool, rounds: int) -> d
     models in one process slow each other (issue 53: the int4 folder's og.Generator 1287 tok/s alone,
     ours 1301 alone, 0.84 of it side by side), so this is the comparison of the engines as a user
     runs one; the side-by-side row stays the default."""
-    keys = ["vendor", "ours", "loop"] + (["vendor_default", "ours_default", "loop_default"] if fmt == "onnx" else [])
+    keys = _keys(fmt)
     speeds: dict[str, list[float]] = {key: [] for key in keys}
     tokens = {}
     for _ in range(rounds):
