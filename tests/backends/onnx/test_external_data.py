@@ -199,6 +199,22 @@ def test_a_scratch_file_goes_with_the_last_tensor_written_to_it(tmp_path):
     assert len(scratch) == 1 and os.path.getsize(scratch[0]) == 4096
     saved = save_linked(model, tmp_path / "model.onnx")
     assert saved == [tmp_path / "model.onnx", tmp_path / "model.onnx.data"] and os.path.samefile(scratch[0], saved[1])
+    # a file already at the weights' name is never replaced, linked or copied over
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "model.onnx.data").write_bytes(b"the user's")
+    with pytest.raises(FileExistsError):
+        save_linked(model, taken / "model.onnx")
+    assert (taken / "model.onnx.data").read_bytes() == b"the user's" and not (taken / "model.onnx").exists()
+    # another file system (no hard link across it): a copy of the scratch file, the same bytes
+    def cross_device(*_):
+        raise OSError(18, "Invalid cross-device link")
+
+    (tmp_path / "copied").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "link", cross_device)
+        copied = save_linked(model, tmp_path / "copied" / "model.onnx")
+    assert not os.path.samefile(scratch[0], copied[1]) and copied[1].read_bytes() == saved[1].read_bytes()
     del model, weight, x, node, session
     gc.collect()
     assert not os.path.exists(scratch[0])

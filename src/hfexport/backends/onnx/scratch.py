@@ -193,14 +193,19 @@ def _end_to_end(spans: list[tuple[int, int]], path: str) -> bool:
 
 
 def _link_or_copy(source: str, destination: Path) -> None:
-    """`destination` as a second name of `source` (no bytes written), or a copy across file systems.
+    """`destination` as a second name of `source` (no bytes written), or a copy where the two are on
+    different file systems (or one without hard links); never over a file already there
+    (`FileExistsError`: the callers write into a folder they staged, where none can be).
 
     A hard link shares the inode: safe here because a scratch file is never written again (a new
     write is a new file), and removing the scratch name leaves the folder's."""
     try:
         os.link(source, destination)
+    except FileExistsError:
+        raise
     except OSError:
-        shutil.copyfile(source, destination)
+        with open(source, "rb") as read, open(destination, "xb") as write:
+            shutil.copyfileobj(read, write, 16 * 2**20)
 
 
 def _folder() -> str:
