@@ -177,3 +177,34 @@ def eager_transcription(model, processor, clip: Path, new_tokens: int) -> list[i
         out = model.generate(input_features=features, max_new_tokens=new_tokens, do_sample=False,
                              return_dict_in_generate=True, output_logits=True)
     return out.sequences[0, out.sequences.shape[1] - len(out.logits):].tolist()
+
+
+_GENAI_SCRIPT = """
+import json, sys
+import onnxruntime_genai as og
+model = og.Model(sys.argv[1])
+prompt, new = json.loads(sys.argv[2]), int(sys.argv[3])
+params = og.GeneratorParams(model)
+params.set_search_options(max_length=len(prompt) + new, min_length=len(prompt) + new, do_sample=False)
+generator = og.Generator(model, params)
+generator.append_tokens([prompt])
+tokens = []
+while not generator.is_done():
+    generator.generate_next_token()
+    tokens.append(int(generator.get_next_tokens()[0]))
+print(json.dumps(tokens))
+"""
+
+
+def genai_tokens_in_a_new_process(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
+    """`new_tokens` greedy tokens of onnxruntime-genai's `Generator` opening `folder` in a fresh
+    process, as its docs run a model folder."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
+    done = subprocess.run([sys.executable, "-c", _GENAI_SCRIPT, str(folder), json.dumps(prompt), str(new_tokens)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

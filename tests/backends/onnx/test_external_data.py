@@ -18,7 +18,7 @@ from hfexport import AutoExportConfig, GenerationRunner
 from hfexport.errors import SerializationError
 from hfexport.job.export import GenerationOptions, export_to_folder
 from hfexport.presets import build_preset
-from tests.harness import require_backend
+from tests.harness import genai_tokens_in_a_new_process, require_backend
 
 MAX_CACHE_LEN = 32
 PROMPT = [5, 17, 42, 9, 77]
@@ -86,6 +86,15 @@ def test_onnx_runtime_and_the_runner_generate_what_generate_does(external):
         want = model.generate(torch.tensor([PROMPT]), max_new_tokens=8, min_new_tokens=8, do_sample=False,
                               generation_config=config)[0, len(PROMPT):].tolist()
     assert GenerationRunner.load(folder).generate(PROMPT, max_new_tokens=8, min_new_tokens=8).tokens == want
+
+
+def test_onnxruntime_genai_in_a_fresh_process_generates_what_generate_does(external):
+    """The folder's `decode.onnx.data` is the export's scratch file, linked: onnxruntime-genai opens the
+    folder in a new process, as its docs run a model folder, and gives eager's greedy tokens."""
+    folder, model, _ = external
+    with torch.no_grad():
+        want = model.generate(torch.tensor([PROMPT]), max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    assert genai_tokens_in_a_new_process(folder, PROMPT, 8) == want[0, len(PROMPT):].tolist()
 
 
 def test_a_missing_or_replaced_weights_file_is_refused_at_load(external, tmp_path):

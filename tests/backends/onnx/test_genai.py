@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -24,6 +22,8 @@ import torch
 pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
+
+from tests.harness import genai_tokens_in_a_new_process  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -311,33 +311,6 @@ def test_why_a_folder_is_not_onnxruntime_genais_names_what_the_export_is(names, 
 
 #: onnxruntime-genai's own Generator on a folder, in a process of its own (no hfexport imported):
 #: argv folder, prompt ids as JSON, new tokens; prints the generated ids as JSON
-_GENAI_SCRIPT = """
-import json, sys
-import onnxruntime_genai as og
-model = og.Model(sys.argv[1])
-prompt, new = json.loads(sys.argv[2]), int(sys.argv[3])
-params = og.GeneratorParams(model)
-params.set_search_options(max_length=len(prompt) + new, min_length=len(prompt) + new, do_sample=False)
-generator = og.Generator(model, params)
-generator.append_tokens([prompt])
-tokens = []
-while not generator.is_done():
-    generator.generate_next_token()
-    tokens.append(int(generator.get_next_tokens()[0]))
-print(json.dumps(tokens))
-"""
-
-
-def _genai_tokens_in_a_new_process(folder, prompt) -> list[int]:
-    """NEW_TOKENS greedy tokens of onnxruntime-genai's `Generator` opening `folder` in a fresh process,
-    as its docs run a model folder."""
-    pytest.importorskip("onnxruntime_genai", reason="needs onnxruntime-genai: pip install 'hfexport[genai]'")
-    done = subprocess.run([sys.executable, "-c", _GENAI_SCRIPT, str(folder), json.dumps(prompt[0].tolist()),
-                           str(NEW_TOKENS)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def _cli_package(model, tmp_path_factory):
     """`(model, folder)`: `model` saved as a model folder and exported by the CLI with no task (its
     onnxruntime-genai package), validated and checked by og against eager."""
@@ -381,7 +354,7 @@ def test_a_gpt2_conv1d_model_is_onnxruntime_genais_package(gpt2_package):
     assert ops.count("GroupQueryAttention") == 2 and "MultiHeadAttention" not in ops
     prompt = torch.randint(3, 128, (1, GPT2_PROMPT), generator=torch.Generator().manual_seed(GPT2_PROMPT))
     _both_runners_give_eagers_tokens(model, prompt, folder)
-    assert _genai_tokens_in_a_new_process(folder, prompt) == _eager_tokens(model, prompt)
+    assert genai_tokens_in_a_new_process(folder, prompt[0].tolist(), NEW_TOKENS) == _eager_tokens(model, prompt)
 
 
 MOE_EXPERTS, MOE_TOP, MOE_PROMPT = _DRAW.choice([4, 8]), _DRAW.choice([1, 2]), _DRAW.randint(3, 12)
@@ -418,7 +391,7 @@ def test_a_mixture_of_experts_is_onnxruntime_genais_package(moe_package):
         value for node in onnx.load(folder / "decode.onnx").graph.node for value in node.input}
     prompt = torch.randint(3, 128, (1, MOE_PROMPT), generator=torch.Generator().manual_seed(MOE_PROMPT))
     _both_runners_give_eagers_tokens(model, prompt, folder)
-    assert _genai_tokens_in_a_new_process(folder, prompt) == _eager_tokens(model, prompt)
+    assert genai_tokens_in_a_new_process(folder, prompt[0].tolist(), NEW_TOKENS) == _eager_tokens(model, prompt)
 
 
 @pytest.mark.parametrize(("preset", "why"), [
