@@ -271,3 +271,18 @@ def test_a_program_changed_after_its_scratch_was_written_is_saved_as_it_is_now(t
     assert written["bytes"] == added[1].stat().st_size > 0
     # the same program (the extra weight is unused): what torch.onnx's save gave
     torch.testing.assert_close(torch.from_numpy(run(added[0])), torch.from_numpy(run(theirs)), atol=0, rtol=0)
+
+
+def test_the_cli_export_with_external_weights_writes_them_once(tmp_path, capsys):
+    """`hfexport export tiny:llama -f onnx --external-weights` (the LLM package, validation and
+    onnxruntime-genai's runner check on, as a user runs it) writes the weights once: the folder's
+    `decode.onnx.data` is the load check's scratch file."""
+    from hfexport.cli.main import main
+
+    require_backend("onnx")
+    out = tmp_path / "out"
+    with written_bytes() as written:
+        assert main(["export", "tiny:llama", "-f", "onnx", "--external-weights", "-o", str(out), "--quiet"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["components"]["decode"]["validation"]["cases"] and report["runner"]["passed"]
+    assert written["bytes"] == (out / "decode.onnx.data").stat().st_size > 0
