@@ -82,6 +82,37 @@ def seed_dynamic_shapes(batch_max: int = 32, seq_max: int = 2048) -> dict[str, A
     return {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
 
 
+def onnx_graph(program) -> dict:
+    """What an ONNX program (anything with `model_proto`) is, less its intermediate value names: ops in
+    order with their attributes and wiring (an intermediate value numbered where it is first made),
+    initializers' bytes by name, inputs and outputs with their types and dims."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = program.model_proto
+    made: dict[str, str] = {}
+    graph_outputs = {v.name for v in proto.graph.output}
+
+    def attribute(a):
+        return numpy_helper.to_array(a.t).tobytes() if a.type == onnx.AttributeProto.TENSOR else \
+            onnx.helper.get_attribute_value(a)
+
+    def interface(values):
+        return [(v.name, v.type.tensor_type.elem_type, [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim])
+                for v in values]
+
+    def wired(node):
+        ins = [made.get(name, name) for name in node.input]
+        outs = [made.setdefault(name, name if name in graph_outputs or not name else f"%{len(made)}")
+                for name in node.output]
+        return (node.domain, node.op_type, sorted((a.name, attribute(a)) for a in node.attribute), ins, outs)
+
+    return {"ops": [wired(n) for n in proto.graph.node],
+            "initializers": {i.name: numpy_helper.to_array(i).tobytes() for i in proto.graph.initializer},
+            "inputs": interface(proto.graph.input), "outputs": interface(proto.graph.output),
+            "opsets": sorted((o.domain, o.version) for o in proto.opset_import)}
+
+
 @contextlib.contextmanager
 def without(registry, name: str):
     """Take the workaround `name` out of `registry` for the block (to show it is needed); put it back."""

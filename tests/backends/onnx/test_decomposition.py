@@ -25,7 +25,7 @@ from hfexport.builtins import load_workarounds  # noqa: E402
 from hfexport.exporter import HfExporter  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
 from hfexport.workarounds import PATCHES  # noqa: E402
-from tests.harness import without  # noqa: E402
+from tests.harness import onnx_graph, without  # noqa: E402
 
 load_workarounds("onnx")
 
@@ -70,28 +70,6 @@ def as_before():
         yield
 
 
-def _graph(program) -> dict:
-    """What the artifact is, less its intermediate value names: ops in order with their
-    attributes, initializers' bytes by name, inputs and outputs with their types and dims."""
-    import onnx
-    from onnx import numpy_helper
-
-    proto = program.model_proto
-
-    def attribute(a):
-        return numpy_helper.to_array(a.t).tobytes() if a.type == onnx.AttributeProto.TENSOR else \
-            onnx.helper.get_attribute_value(a)
-
-    def interface(values):
-        return [(v.name, v.type.tensor_type.elem_type, [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim])
-                for v in values]
-
-    return {"ops": [(n.domain, n.op_type, sorted((a.name, attribute(a)) for a in n.attribute)) for n in proto.graph.node],
-            "initializers": {i.name: numpy_helper.to_array(i).tobytes() for i in proto.graph.initializer},
-            "inputs": interface(proto.graph.input), "outputs": interface(proto.graph.output),
-            "opsets": sorted((o.domain, o.version) for o in proto.opset_import)}
-
-
 def _record(program) -> dict:
     """The record less what differs between any two exports (seconds, the patches reached) and what
     validation adds (the export as before is not validated, to save time)."""
@@ -120,7 +98,7 @@ def test_the_graph_and_record_are_those_the_two_retraces_made(preset):
     with as_before():
         twice, retraces = _static_decode(preset)
     assert retraces == 2
-    assert _graph(once) == _graph(twice)
+    assert onnx_graph(once) == onnx_graph(twice)
     assert _record(once) == _record(twice)
     assert "patch_torch_onnx_decompose_once" in record_of(once).details["patches"]
 

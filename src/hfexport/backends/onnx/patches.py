@@ -7,11 +7,13 @@ every format needs are in `hfexport/models/` (`hfexport patches --format onnx` l
 from __future__ import annotations
 
 import functools
+import itertools
+from typing import Any
 
 from ...workarounds import register_patch
 from .decomposition import is_decomposed_for
 
-__all__ = ["patch_torch_onnx_decompose_once"]
+__all__ = ["patch_torch_onnx_decompose_once", "patch_onnxscript_multi_output_match"]
 
 
 @register_patch(
@@ -38,3 +40,77 @@ def patch_torch_onnx_decompose_once(original):
         return original(exported_program, registry)
 
     return decompose_with_registry
+
+
+@register_patch(
+    ("onnx",),
+    "onnxscript.rewriter._matcher.SimplePatternMatcher.match",
+    reason="onnxscript's matcher, for a pattern with several output nodes (its default rules' SlicesSplit: "
+    "Slice(x), Slice(x) -> Split(x)), lists every node of the graph for each node it tries as the first "
+    "output, so each optimizer run costs the graph's size squared: 6140 tries over ~1000 nodes were 2.9 s "
+    "of an 8-layer Llama's 33 s export, and it grows with the layer count squared. The other output nodes "
+    "must consume the value the first one consumes where the pattern says so (a pattern value binds one "
+    "graph value), so they are looked for among that value's consumers; a pattern whose output nodes "
+    "share no input is matched as before. The graph is the same (tests/backends/onnx/test_rewriter_speed.py)",
+    upstream="onnxscript 0.7.2 onnxscript/rewriter/_matcher.py SimplePatternMatcher.match (the multi-output "
+    "branch builds op_to_nodes from the whole graph on every call)",
+    seen_with={"onnxscript": "0.7.2"},
+    remove_when="onnxscript>0.7.2",
+)
+def patch_onnxscript_multi_output_match(original):
+    """`SimplePatternMatcher.match` trying as the other output nodes of a multi-output pattern
+    only the consumers of a value the first output node shares with them (`_sharing_candidates`)."""
+    import onnx_ir as ir
+    from onnxscript.rewriter import _basics
+
+    @functools.wraps(original)
+    def match(self, model, graph_or_function, node, *, verbose=0, remove_nodes=True, tracer=None):
+        if self.pattern.has_single_output_node:
+            return original(self, model, graph_or_function, node, verbose=verbose, remove_nodes=remove_nodes,
+                            tracer=tracer)
+        graph = graph_or_function if isinstance(graph_or_function, ir.Graph) else graph_or_function.graph
+        others = _sharing_candidates(self.pattern.output_nodes, node, graph)
+        if others is None:
+            return original(self, model, graph_or_function, node, verbose=verbose, remove_nodes=remove_nodes,
+                            tracer=tracer)
+        # NOTE: upstream's multi-output loop (onnxscript 0.7.2 `SimplePatternMatcher.match`) over the
+        # narrowed candidates, with the matcher's private state set as it sets it
+        self._tracer = tracer
+        self._graph = graph
+        match = None
+        for combination in itertools.product([node], *others):
+            self._init_match(verbose)
+            match = self._multi_match(combination, check_removable=remove_nodes)
+            if match:
+                return match
+        return _basics.MatchResult().fail("No match found.") if match is None else match
+
+    return match
+
+
+def _sharing_candidates(pattern_nodes: Any, node: Any, graph: Any) -> list[list[Any]] | None:
+    """For each output node of a pattern after the first, the nodes of `graph` that can match it
+    when `node` matches the first: those of its op consuming, at the pattern's input position, the
+    value `node` consumes where the first pattern node takes the same pattern value. None when a
+    pattern node shares no such value with the first (or `node` lacks it): every node of its op is
+    then a candidate, as upstream tries."""
+    from onnxscript.rewriter import _pattern_ir
+
+    first = pattern_nodes[0]
+    candidates = []
+    for pattern_node in pattern_nodes[1:]:
+        op = pattern_node.op_identifier()
+        shared = next(((q, p) for p, value in enumerate(pattern_node.inputs)
+                       for q, first_value in enumerate(first.inputs)
+                       if value is not None and value is first_value
+                       and not isinstance(value, _pattern_ir.AnyValue)), None)
+        if op is None or shared is None:
+            return None
+        q, p = shared
+        value = node.inputs[q] if q < len(node.inputs) else None
+        if value is None:
+            return None
+        consumers = {use.node: None for use in value.uses()
+                     if use.idx == p and use.node.graph is graph and use.node.op_identifier() == op}
+        candidates.append(list(consumers))
+    return candidates

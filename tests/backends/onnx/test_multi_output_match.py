@@ -1,0 +1,167 @@
+"""The ONNX optimizer's multi-output pattern matching in time linear in the graph
+(`patch_onnxscript_multi_output_match`, backends/onnx/patches.py): onnxscript 0.7.2 listed every node
+of the graph for each node it tried as a multi-output pattern's first output (its default rules'
+SlicesSplit: `Slice(x), Slice(x)` -> `Split(x)`, tried on every Slice of every rotary embedding, in each
+of the export's four optimizer runs). The patched matcher tries only the consumers of the value the
+pattern's output nodes share. The graph must be the one upstream's matching makes (ops, wiring,
+weights, interface), run against eager in ONNX Runtime; the tries grow with the layers, not their
+square; and the onnxscript internals the patch reads must still be there."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import inspect
+
+import pytest
+import torch
+
+pytest.importorskip("onnxscript")
+pytest.importorskip("onnxruntime")
+
+import onnx_ir as ir  # noqa: E402
+from onnxscript import rewriter  # noqa: E402
+from onnxscript.rewriter import _matcher  # noqa: E402
+
+from hfexport import OnnxConfig, OnnxExporter, record_of  # noqa: E402
+from hfexport.builtins import load_workarounds  # noqa: E402
+from hfexport.workarounds import PATCHES, applied_patches  # noqa: E402
+from tests.harness import onnx_graph, without  # noqa: E402
+
+load_workarounds("onnx")
+PATCH = "patch_onnxscript_multi_output_match"
+
+
+@contextlib.contextmanager
+def counted_tries():
+    """Count the node combinations the matcher tries for multi-output patterns (`tries["n"]`)."""
+    tries = collections.Counter()
+    original = _matcher.SimplePatternMatcher._multi_match
+
+    def _multi_match(self, candidate, check_removable):
+        tries["n"] += 1
+        return original(self, candidate, check_removable)
+
+    _matcher.SimplePatternMatcher._multi_match = _multi_match
+    try:
+        yield tries
+    finally:
+        _matcher.SimplePatternMatcher._multi_match = original
+
+
+def _halves_model(pairs: int, *, duplicate: bool = False, branch: bool = False) -> ir.Model:
+    """`pairs` values each split into halves by two Slices (what a rotary embedding's
+    rotate_half does); `duplicate`: one more second-half Slice of the first value; `branch`: an If
+    whose branch slices the first value (a node of another graph, never paired with the outer ones)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def const(name, values):
+        return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+    nodes, outputs = [], []
+    for i in range(pairs):
+        nodes.append(helper.make_node("Relu" if i % 2 else "Sigmoid", ["X"], [f"x{i}"]))
+        nodes.append(helper.make_node("Slice", [f"x{i}", "zero", "half", "last"], [f"a{i}"]))
+        nodes.append(helper.make_node("Slice", [f"x{i}", "half", "end", "last"], [f"b{i}"]))
+        nodes.append(helper.make_node("Sub", [f"a{i}", f"b{i}"], [f"y{i}"]))  # rotate_half's halves, used
+        outputs.append(f"y{i}")
+    if duplicate:
+        nodes.append(helper.make_node("Slice", ["x0", "half", "end", "last"], ["b0_again"]))
+        nodes.append(helper.make_node("Neg", ["b0_again"], ["again"]))
+        outputs.append("again")
+    if branch:
+        inner = helper.make_graph([helper.make_node("Slice", ["x0", "half", "end", "last"], ["inner"])], "then", [],
+                                  [helper.make_tensor_value_info("inner", TensorProto.FLOAT, [2, 4])])
+        other = helper.make_graph([helper.make_node("Slice", ["x0", "zero", "half", "last"], ["other"])], "else", [],
+                                  [helper.make_tensor_value_info("other", TensorProto.FLOAT, [2, 4])])
+        nodes.append(helper.make_node("If", ["flag"], ["chosen"], then_branch=inner, else_branch=other))
+        outputs.append("chosen")
+    graph = helper.make_graph(
+        nodes, "halves",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 4]) for name in outputs],
+        initializer=[const("zero", [0]), const("half", [4]), const("end", [8]), const("last", [-1])])
+    proto = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    return ir.serde.deserialize_model(proto)
+
+
+class _Proto:
+    def __init__(self, model: ir.Model):
+        self.model_proto = ir.serde.serialize_model(model)
+
+
+def _rewritten(model: ir.Model, patched: bool) -> tuple[dict, int]:
+    with counted_tries() as tries, applied_patches("onnx") if patched else contextlib.nullcontext():
+        rewriter.rewrite(model)  # onnxscript's default rules, SlicesSplit among them
+    return onnx_graph(_Proto(model)), tries["n"]
+
+
+@pytest.mark.parametrize("case", [dict(pairs=1), dict(pairs=6), dict(pairs=3, duplicate=True),
+                                  dict(pairs=2, branch=True)])
+def test_the_rewritten_graph_is_the_one_upstream_matching_makes(case):
+    patched, tries = _rewritten(_halves_model(**case), patched=True)
+    upstream, upstream_tries = _rewritten(_halves_model(**case), patched=False)
+    # the same graph: in onnxscript 0.7.2 a Slice's first candidate partner is itself (the earliest
+    # consumer of its input), which SlicesSplit's check then refuses, so the Slices stay; the patch
+    # tries the consumers in the order they took the value, which is the graph's unless a rewrite
+    # added one later
+    assert patched == upstream
+    assert tries <= upstream_tries
+
+
+def test_the_tries_grow_with_the_graph_not_its_square():
+    tries = {pairs: _rewritten(_halves_model(pairs), patched=True)[1] for pairs in (4, 16)}
+    upstream = {pairs: _rewritten(_halves_model(pairs), patched=False)[1] for pairs in (4, 16)}
+    assert tries[16] <= 4 * tries[4] + 4  # linear: a Slice's partner is among its value's two consumers
+    assert upstream[16] >= 12 * upstream[4]  # still needed: every Slice tried against every Slice
+
+
+def _decode(num_layers: int, head_dim: int, kv_heads: int):
+    """A Llama's LLM decode graph (ONNX Runtime's fusions, its GroupQueryAttention) through the public
+    API, and the combinations the matcher tried. Not validated here: the graph is compared with the
+    one upstream's matching makes, and every ONNX export of the suite, this patch on, is run against
+    eager in ONNX Runtime."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=num_layers,
+                         num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim,
+                         max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
+    model = LlamaForCausalLM(config).eval()
+    inputs = {"input_ids": torch.randint(3, 96, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
+    with counted_tries() as tries:
+        programs = OnnxExporter().export_for_generation(model, inputs, OnnxConfig(dynamic=True, validate=False))
+    return programs["decode"], tries["n"]
+
+
+@pytest.mark.slow
+def test_a_llama_decode_is_the_graph_upstream_matching_makes():
+    pytest.importorskip("hypothesis")
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    @settings(max_examples=2, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(num_layers=st.integers(1, 3), head_dim=st.sampled_from([8, 16, 32]), kv_heads=st.sampled_from([1, 2, 4]))
+    def check(num_layers, head_dim, kv_heads):
+        patched, tries = _decode(num_layers, head_dim, kv_heads)
+        with without(PATCHES, PATCH):
+            upstream, upstream_tries = _decode(num_layers, head_dim, kv_heads)
+        assert onnx_graph(patched) == onnx_graph(upstream)
+        assert PATCH in record_of(patched).details["patches"]
+        assert record_of(patched).details["ort_fusions"]["group_query_attention"]
+        assert 0 < tries < upstream_tries
+
+    check()
+
+
+def test_the_onnxscript_internals_read_from_0_7_2_are_there():
+    source = inspect.getsource(_matcher.SimplePatternMatcher.match)
+    assert "op_to_nodes" in source and "itertools.product(*candidates)" in source  # what the patch replaces
+    assert list(inspect.signature(_matcher.SimplePatternMatcher._multi_match).parameters) == [
+        "self", "candidate", "check_removable"]
+    assert callable(_matcher.SimplePatternMatcher._init_match)
+    assert list(inspect.signature(_matcher.SimplePatternMatcher.match).parameters) == [
+        "self", "model", "graph_or_function", "node", "verbose", "remove_nodes", "tracer"]
+    x = next(iter(_halves_model(1).graph)).outputs[0]
+    assert sorted((use.node.op_type, use.idx) for use in x.uses()) == [("Slice", 0), ("Slice", 0)]
