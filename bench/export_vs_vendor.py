@@ -4,6 +4,7 @@
     python bench/export_vs_vendor.py --root R --formats onnx,openvino --markdown /tmp/evv.md
     python bench/export_vs_vendor.py --root R --smollm2         # + our ExecuTorch LLM program of SmolLM2-135M
     python bench/export_vs_vendor.py --root R --model large --formats onnx --schemes fp32   # 1.25 GB, RSS
+    python bench/export_vs_vendor.py --root R --model smollm2 --formats onnx --schemes fp32   # 30 layers
     python bench/export_vs_vendor.py --root R --schemes none --smollm2            # that row alone
     python bench/export_vs_vendor.py --table run.json           # the table of an earlier run's --json
     python bench/export_vs_vendor.py --root R --formats openvino --tools optimum-intel   # one tool's rows
@@ -318,9 +319,9 @@ def main() -> None:
                         "8da4w (executorch)")
     parser.add_argument("--tools", default="ours,vendor", help="comma-separated: ours, vendor (each format's), "
                         "or a vendor tool's name: builder, optimum-intel, optimum-executorch")
-    parser.add_argument("--model", choices=("small", "large"), default="small",
+    parser.add_argument("--model", choices=("small", "large", "smollm2"), default="small",
                         help="small: the 134 MB random Llama; large: a 1.25 GB one (`large_folder`, issue 53's "
-                        "memory row)")
+                        "memory row); smollm2: SmolLM2-135M-Instruct (30 layers, 538 MB; `real_model.smollm2_folder`)")
     parser.add_argument("--smollm2", action="store_true",
                         help="also our ExecuTorch LLM program of SmolLM2-135M (fp32, cache 256): one row, ours only")
     parser.add_argument("--json", type=Path, help="write the measurements here")
@@ -341,8 +342,13 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from runner_vs_vendor import source_folder
 
-    source = source_folder(root) if args.model == "small" else large_folder(root, source_folder(root))
-    tag = "" if args.model == "small" else "-large"
+    if args.model == "smollm2":
+        from real_model import smollm2_folder
+
+        source = smollm2_folder()
+    else:
+        source = source_folder(root) if args.model == "small" else large_folder(root, source_folder(root))
+    tag = "" if args.model == "small" else f"-{args.model}"
     formats, schemes = args.formats.split(","), args.schemes.split(",")
     tools = args.tools.split(",")
     pairs = [p for p in PAIRS if p[0] in formats and p[1] in schemes]

@@ -1,11 +1,11 @@
 """The ONNX optimizer's multi-output pattern matching in time linear in the graph
 (`patch_onnxscript_multi_output_match`, backends/onnx/patches.py): onnxscript 0.7.2 listed every node
-of the graph for each node it tried as a multi-output pattern's first output (its default rules'
-SlicesSplit: `Slice(x), Slice(x)` -> `Split(x)`, tried on every Slice of every rotary embedding, in each
-of the export's four optimizer runs). The patched matcher tries only the consumers of the value the
-pattern's output nodes share. The graph must be the one upstream's matching makes (ops, wiring,
-weights, interface), run against eager in ONNX Runtime; the tries grow with the layers, not their
-square; and the onnxscript internals the patch reads must still be there."""
+of the graph for each node the rewriter tried a multi-output pattern on (its default rules'
+SlicesSplit: `Slice(x), Slice(x)` -> `Split(x)`, tried on every node, in each of the export's four
+optimizer runs). The patched matcher fails a node that is not the pattern's first op at once and
+tries as the other outputs only the consumers of the value the pattern's output nodes share. The
+graph must be the one upstream's matching makes (ops, wiring, weights, interface); the tries grow
+with the graph, not its square; and the onnxscript internals the patch reads must still be there."""
 
 from __future__ import annotations
 
