@@ -60,8 +60,9 @@ def patch_torch_onnx_decompose_once(original):
     remove_when="onnxscript>0.7.2",
 )
 def patch_onnxscript_multi_output_match(original):
-    """`SimplePatternMatcher.match` trying as the other output nodes of a multi-output pattern
-    only the consumers of a value the first output node shares with them (`_sharing_candidates`)."""
+    """`SimplePatternMatcher.match` failing at once a node that is not a multi-output pattern's
+    first op, and trying as the pattern's other output nodes only the consumers of a value the first
+    output node shares with them (`_sharing_candidates`)."""
     import onnx_ir as ir
     from onnxscript.rewriter import _basics
 
