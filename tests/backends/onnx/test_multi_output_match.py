@@ -49,10 +49,12 @@ def counted_tries():
         _matcher.SimplePatternMatcher._multi_match = original
 
 
-def _halves_model(pairs: int, *, duplicate: bool = False, branch: bool = False) -> ir.Model:
+def _halves_model(pairs: int, *, duplicate: bool = False, branch: bool = False, second_first: bool = False
+                  ) -> ir.Model:
     """`pairs` values each split into halves by two Slices (what a rotary embedding's
     rotate_half does); `duplicate`: one more second-half Slice of the first value; `branch`: an If
-    whose branch slices the first value (a node of another graph, never paired with the outer ones)."""
+    whose branch slices the first value (a node of another graph, never paired with the outer ones);
+    `second_first`: each second half sliced before the first."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -62,8 +64,9 @@ def _halves_model(pairs: int, *, duplicate: bool = False, branch: bool = False) 
     nodes, outputs = [], []
     for i in range(pairs):
         nodes.append(helper.make_node("Relu" if i % 2 else "Sigmoid", ["X"], [f"x{i}"]))
-        nodes.append(helper.make_node("Slice", [f"x{i}", "zero", "half", "last"], [f"a{i}"]))
-        nodes.append(helper.make_node("Slice", [f"x{i}", "half", "end", "last"], [f"b{i}"]))
+        halves = [helper.make_node("Slice", [f"x{i}", "zero", "half", "last"], [f"a{i}"]),
+                  helper.make_node("Slice", [f"x{i}", "half", "end", "last"], [f"b{i}"])]
+        nodes += halves[::-1] if second_first else halves
         nodes.append(helper.make_node("Sub", [f"a{i}", f"b{i}"], [f"y{i}"]))  # rotate_half's halves, used
         outputs.append(f"y{i}")
     if duplicate:
@@ -99,15 +102,19 @@ def _rewritten(model: ir.Model, patched: bool) -> tuple[dict, int]:
 
 
 @pytest.mark.parametrize("case", [dict(pairs=1), dict(pairs=6), dict(pairs=3, duplicate=True),
-                                  dict(pairs=2, branch=True)])
+                                  dict(pairs=2, branch=True), dict(pairs=3, second_first=True),
+                                  dict(pairs=2, second_first=True, duplicate=True, branch=True)])
 def test_the_rewritten_graph_is_the_one_upstream_matching_makes(case):
     patched, tries = _rewritten(_halves_model(**case), patched=True)
     upstream, upstream_tries = _rewritten(_halves_model(**case), patched=False)
-    # the same graph: in onnxscript 0.7.2 a Slice's first candidate partner is itself (the earliest
-    # consumer of its input), which SlicesSplit's check then refuses, so the Slices stay; the patch
-    # tries the consumers in the order they took the value, which is the graph's unless a rewrite
+    # the same graph. In onnxscript 0.7.2 a Slice's first candidate partner is the earliest Slice of
+    # its input: itself when the first half comes first, which SlicesSplit's check refuses (the
+    # Slices stay: an export's rotary embeddings), the second half when it comes first (a Split).
+    # The patch tries the consumers in the order they took the value: the graph's, unless a rewrite
     # added one later
     assert patched == upstream
+    splits = sum(op[1] == "Split" for op in patched["ops"])
+    assert splits == (case["pairs"] if case.get("second_first") else 0)
     assert tries <= upstream_tries
 
 
