@@ -99,9 +99,11 @@ def patch_onnxscript_multi_output_match(original):
 def _sharing_candidates(pattern_nodes: Any, node: Any, graph: Any) -> list[list[Any]] | None:
     """For each output node of a pattern after the first, the nodes of `graph` that can match it
     when `node` matches the first: those of its op consuming, at the pattern's input position, the
-    value `node` consumes where the first pattern node takes the same pattern value. None when a
-    pattern node shares no such value with the first (or `node` lacks it): every node of its op is
-    then a candidate, as upstream tries."""
+    value `node` consumes where the first pattern node takes the same pattern value, in the order
+    they took it (the graph's order, as upstream tries them, unless a rewrite added a consumer
+    later: then a match upstream finds second may be found first). None when a pattern node shares
+    no such value with the first (or `node` lacks it): every node of its op is then a candidate, as
+    upstream tries."""
     from onnxscript.rewriter import _pattern_ir
 
     first = pattern_nodes[0]
