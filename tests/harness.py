@@ -83,13 +83,13 @@ def seed_dynamic_shapes(batch_max: int = 32, seq_max: int = 2048) -> dict[str, A
 
 
 def onnx_graph(program) -> dict:
-    """What an ONNX program (anything with `model_proto`) is, less its intermediate value names: ops in
-    order with their attributes and wiring (an intermediate value numbered where it is first made),
-    initializers' bytes by name, inputs and outputs with their types and dims."""
+    """What an ONNX program (a `ModelProto`, or anything with `model_proto`) is, less its intermediate
+    value names: ops in order with their attributes and wiring (an intermediate value numbered where it
+    is first made), initializers' bytes by name, inputs and outputs with their types and dims."""
     import onnx
     from onnx import numpy_helper
 
-    proto = program.model_proto
+    proto = getattr(program, "model_proto", program)
     made: dict[str, str] = {}
     graph_outputs = {v.name for v in proto.graph.output}
 

@@ -17,7 +17,7 @@ from hfexport.errors import TaskError
 from hfexport.presets import build_preset
 from hfexport.generation.tasks import (DEFAULT_CACHE_LENGTH, TASKS, GenerationFlags, default_cache_length, graph_component,
                             infer_task, resolve_task)
-from tests.harness import both_llm_runners, require_backend, tiny_bpe_tokenizer
+from tests.harness import both_llm_runners, genai_tokens_in_a_new_process, require_backend, tiny_bpe_tokenizer
 
 NEW_TOKENS = 8
 PROMPT = "once upon a time"
@@ -219,10 +219,10 @@ def _export(folder, fmt: str, out) -> dict:
 @pytest.mark.slow
 def test_onnx_gets_the_onnxruntime_genai_folder_from_the_readme_command(tmp_path):
     """The README's main job, in a fresh process: an onnxruntime-genai folder over the default cache
-    (tiny:llama's 128 positions, below 2048) that `og.Model` opens and whose `og.Generator` gives
-    eager's greedy tokens; the parent folders it names are made."""
+    (tiny:llama's 128 positions, below 2048) that `og.Model` opens in another fresh process and whose
+    `og.Generator` gives eager's greedy tokens; the parent folders it names are made."""
     require_backend("onnx")
-    og = pytest.importorskip("onnxruntime_genai")
+    pytest.importorskip("onnxruntime_genai")
     out = tmp_path / "out" / "tiny-llama"
     done = subprocess.run([sys.executable, "-m", "hfexport", "export", "tiny:llama", "--format", "onnx", "-o",
                            str(out), "--overwrite"], capture_output=True, text=True, timeout=600)
@@ -234,16 +234,7 @@ def test_onnx_gets_the_onnxruntime_genai_folder_from_the_readme_command(tmp_path
     assert json.loads((out / "genai_config.json").read_text())["model"]["context_length"] == 128
     model, _ = build_preset("llama")
     ids = random.Random(PROMPT_LENGTH).choices(range(3, model.config.vocab_size), k=PROMPT_LENGTH)
-    genai_model = og.Model(str(out))
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=len(ids) + NEW_TOKENS, min_length=len(ids) + NEW_TOKENS, do_sample=False)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens([ids])
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    assert tokens == _eager(model.eval(), ids)
+    assert genai_tokens_in_a_new_process(out, ids, NEW_TOKENS) == _eager(model.eval(), ids)
 
 
 @pytest.mark.slow

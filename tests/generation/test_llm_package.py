@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from tests.harness import both_llm_runners
+from tests.harness import both_llm_runners, genai_tokens_in_a_new_process
 
 from .exports import LLM_PROMPT, LLM_RUNTIMES
 
@@ -28,23 +28,6 @@ MODELS = ["llama", "qwen3", "gemma3_text", "phi3"]
 #: (model, runtime) whose vendor runner cannot serve the model: what the manifest's reason says.
 #: LLMPipeline 2026.4.1's default PagedAttention attends past Gemma-3's window (`backends/openvino/genai.py`).
 REFUSED = {("gemma3_text", "openvino"): "a sliding window of 4 tokens"}
-
-#: onnxruntime-genai's `Generator` on the folder, greedy, fed token ids (`genai_config.json` names the graph).
-_GENAI = """
-import json, sys
-import onnxruntime_genai as og
-folder, ids, new = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-model = og.Model(folder)
-params = og.GeneratorParams(model)
-params.set_search_options(do_sample=False, max_length=len(ids) + new, min_length=len(ids) + new)
-generator = og.Generator(model, params)
-generator.append_tokens([ids])
-tokens = []
-while not generator.is_done():
-    generator.generate_next_token()
-    tokens.append(int(generator.get_next_tokens()[0]))
-print("RESULT " + json.dumps(tokens))
-"""
 
 #: OpenVINO GenAI's `LLMPipeline` on the folder, greedy, fed token ids, with the precisions the manifest records.
 _LLM_PIPELINE = """
@@ -62,7 +45,6 @@ prompt = ov_genai.TokenizedInputs(ov.Tensor(np.array([ids], np.int64)), ov.Tenso
 print("RESULT " + json.dumps([int(t) for t in pipe.generate(prompt, config).tokens[0]]))
 """
 
-_VENDOR_SCRIPTS = {"onnx": _GENAI, "openvino": _LLM_PIPELINE}
 
 
 def _cases(refused: bool) -> list:
@@ -72,8 +54,11 @@ def _cases(refused: bool) -> list:
 
 
 def _vendor_tokens(runtime: str, folder, ids: list[int]) -> list[int]:
-    """The greedy tokens of the runtime's vendor runner (`_VENDOR_SCRIPTS`) on `folder`, in a fresh process."""
-    done = subprocess.run([sys.executable, "-c", _VENDOR_SCRIPTS[runtime], str(folder), json.dumps(ids),
+    """The greedy tokens of the runtime's vendor runner on `folder`, in a fresh process: onnxruntime-genai's
+    `Generator` (`harness.genai_tokens_in_a_new_process`) or `_LLM_PIPELINE`."""
+    if runtime == "onnx":
+        return genai_tokens_in_a_new_process(folder, ids, NEW_TOKENS)
+    done = subprocess.run([sys.executable, "-c", _LLM_PIPELINE, str(folder), json.dumps(ids),
                            str(NEW_TOKENS)], capture_output=True, text=True, timeout=300)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, done.stderr[-2000:]

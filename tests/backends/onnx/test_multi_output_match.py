@@ -93,17 +93,12 @@ def _halves_model(pairs: int, *, duplicate: bool = False, branch: bool = False, 
     return ir.serde.deserialize_model(proto)
 
 
-class _Proto:
-    def __init__(self, model: ir.Model):
-        self.model_proto = ir.serde.serialize_model(model)
-
-
 def _rewritten(model: ir.Model) -> tuple[dict, int]:
     """`model` rewritten by onnxscript's default rules (SlicesSplit among them) under the ONNX
     export's patches, and the combinations the matcher tried."""
     with counted_tries() as tries, applied_patches("onnx"):
         rewriter.rewrite(model)
-    return onnx_graph(_Proto(model)), tries["n"]
+    return onnx_graph(ir.serde.serialize_model(model)), tries["n"]
 
 
 @pytest.mark.parametrize("case", [dict(pairs=1), dict(pairs=6), dict(pairs=3, duplicate=True),
