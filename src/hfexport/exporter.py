@@ -65,6 +65,8 @@ class HfExporter:
     fix_order: ClassVar[tuple[str, ...]] = ()
     #: leave `None` items out of output tuples (a runtime that cannot have a `None` output)
     drop_none_outputs: ClassVar[bool] = False
+    #: trace a decoder's repeated layers once and stamp them (`capture/stamp.py`)
+    stamp_layers: ClassVar[bool] = False
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -110,7 +112,8 @@ class HfExporter:
             with phase("trace"):
                 captured = capture(model, sample, config, backend=self.format, fix_order=self.fix_order,
                                    bounds=bounds, drop_none_outputs=self.drop_none_outputs,
-                                   functionalize=functools.partial(self._functionalize, config=config))
+                                   functionalize=functools.partial(self._functionalize, config=config),
+                                   stamp_layers=self.stamp_layers)
             sample = captured.sample  # the capture may have traced a batch of 2 (see `capture`)
             if getattr(bounds, "chosen", None):
                 logger.info("%s: bounds for dynamic dims: %s", type(self).__name__, bounds.chosen)
@@ -326,6 +329,8 @@ def _describe(captured: Capture, model: torch.nn.Module, config: ExportConfig, f
     record = record_from_program(captured.program, format=format, model_class=model_name(model))
     record.details["size_oblivious"] = captured.size_oblivious
     record.details.update(captured.fixed_axes)
+    if captured.layer_stamping:
+        record.details["layer_stamping"] = captured.layer_stamping
     record.details["config"] = _config_summary(config)
     mutated = captured.program.graph_signature.user_inputs_to_mutate
     if mutated:  # written in place (a static cache): say which inputs, in the program's order

@@ -42,6 +42,8 @@ class Capture:
     sample: dict[str, Any] | None = None
     #: patches of a later stage (quantization) that the export reached, for the record
     patches_reached: list[str] = dataclasses.field(default_factory=list)
+    #: whether the decoder's layers were stamped from a two-layer trace, or why not (`stamp.py`)
+    layer_stamping: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _user_frame(error: BaseException) -> str | None:
@@ -114,7 +116,7 @@ def _export(model, inputs, dynamic_shapes, config, *, size_oblivious: bool,
 def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, backend: str,
             fix_order: tuple[str, ...] = (), bounds: Any = None, drop_none_outputs: bool = False,
             functionalize: Callable[[torch.export.ExportedProgram, bool], torch.export.ExportedProgram] | None = None,
-            ) -> Capture:
+            stamp_layers: bool = False) -> Capture:
     """Trace `model(**inputs)` with `torch.export` under `config`'s shape plan, check that the
     program kept every axis the plan asked to be dynamic, then apply the FX fixes registered for
     `backend` (those named in `fix_order` first, in that order). `bounds` gives `dynamic=True`
@@ -122,11 +124,43 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
     functionalized by `functionalize(program, size_oblivious)` (default `functionalized`), before
     the FX fixes.
 
+    With `stamp_layers`, a decoder whose layers differ only in their weights is traced with two
+    layers and the second stamped for the rest (`stamp.py`); where it cannot be, the whole model is
+    traced, and `Capture.layer_stamping` says why either way.
+
     Raises:
         CaptureError: with the model line that failed and what to try; or naming each axis asked
             to be dynamic that the program fixed (`check_dynamic_axes`).
     """
     register_cache_pytree_nodes(inputs)
+    stamping: dict[str, Any] = {}
+    if stamp_layers:
+        from .stamp import NotStampable, shallow, stamp, stampable
+
+        stack, why = stampable(model, config)
+        if stack is not None:
+            try:
+                captured = _captured(shallow(model, stack), inputs, config, bounds, drop_none_outputs, functionalize)
+                captured.program = stamp(captured.program, model, stack)
+            except NotStampable as error:
+                why = str(error)
+                logger.info("%s: layers not stamped, the whole model traced: %s", model_name(model), why)
+            else:
+                captured.layer_stamping = {"stamped": f"layers 2-{len(stack.layers) - 1} of {stack.path}, "
+                                           "from layer 1 of a two-layer trace"}
+                captured.fixes_applied = apply_fx_fixes(captured.program, backend, fix_order)
+                return captured
+        stamping = {"not_stamped": why}
+    captured = _captured(model, inputs, config, bounds, drop_none_outputs, functionalize)
+    captured.layer_stamping = stamping
+    captured.fixes_applied = apply_fx_fixes(captured.program, backend, fix_order)
+    return captured
+
+
+def _captured(model: torch.nn.Module, inputs: dict[str, Any], config: Any, bounds: Any, drop_none_outputs: bool,
+              functionalize: Callable[[torch.export.ExportedProgram, bool], torch.export.ExportedProgram] | None,
+              ) -> Capture:
+    """`capture`'s trace and check, functionalized, before the FX fixes."""
     try:
         program, size_oblivious, fixed = _traced_and_checked(model, inputs, config, bounds, drop_none_outputs)
         sample = inputs
@@ -148,8 +182,7 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
         fixed["traced_batch"] = 2
     if mutates_user_inputs(program):
         program = (functionalize or functionalized)(program, size_oblivious)
-    applied = apply_fx_fixes(program, backend, fix_order)
-    return Capture(program, size_oblivious, applied, fixed, sample)
+    return Capture(program, size_oblivious, [], fixed, sample)
 
 
 def _takes_batch_one(program: torch.export.ExportedProgram, sample: dict[str, Any]) -> bool:

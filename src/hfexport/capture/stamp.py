@@ -1,0 +1,482 @@
+"""Layer stamping: a decoder's repeated layers traced once and stamped for every layer with its
+own weights, so the capture (torch.export's trace, then the backend's decomposition retrace) costs
+two layers rather than N.
+
+```
+stampable(model, config)    the decoder's layer list, when its layers differ only in their weights and
+                            layer index (STAMPED_MODEL_TYPES, every layer's attributes alike), else None
+shallow(model, stack)       the model with the list's first two layers (modules shared, nothing copied)
+stamp(program, model, stack)
+    the shallow program (traced on the full sample: layers 2..N-1's cache inputs are there, unused)
+    with layer 1's nodes copied for layers 2..N-1: each copy reads its own layer's parameters and
+    cache inputs, and the previous copy where layer 1 reads layer 0; the tail (final norm, head)
+    reads the last copy; each copy's cache writes become its layer's outputs
+```
+The program is the one a trace of the whole model gives: the same inputs, outputs, names and
+symbolic dimensions, every layer's parameters in its state dict. Two layers are traced, not one,
+so the trace itself says what joins one layer to the next (what layer 1 reads of layer 0's
+nodes), and the two layers' nodes are checked to be the same program (op for op, argument for
+argument) before layer 1 is stamped. Anything unexpected raises `NotStampable`, and the caller
+traces the whole model as before (the record says why). A dynamic cache's layers are not stamped
+yet: each reads its own cache's length through shape arithmetic (`1 + sym_size(values)`) that the
+check finds apart from layer 0's; the static cache of the runtimes' LLM packages is stamped.
+
+# NOTE: why an allowlist of model types besides the checks. A decoder layer can branch on its index
+# in Python (a layer that skips the rotary every fourth layer, a sliding window from a pattern),
+# which no trace of two layers shows. The attribute check catches what the layer computes from its
+# index at construction (`use_rope`, `sliding_window`, `is_sliding`, as transformers 5.24's
+# SmolLM3, Qwen2 and Gemma3 set them); the allowlist holds the model types whose layers were read
+# (transformers 5.24) to use their index only for their cache (`past_key_values.update(...,
+# self.layer_idx)`). Validation (on by default) then compares the stamped program's outputs with
+# the whole eager model's, as for any export.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from typing import Any
+
+import torch
+import torch.fx
+
+logger = logging.getLogger("hfexport")
+
+__all__ = ["stampable", "shallow", "stamp", "NotStampable", "LayerStack", "STAMPED_MODEL_TYPES"]
+
+#: model types whose decoder layers use their index only for the cache (read in transformers 5.24)
+STAMPED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "phi3"})
+#: the fewest layers worth stamping: two are traced, so a model of two gains nothing
+MIN_LAYERS = 3
+#: attributes a layer's modules may differ in (the index its cache is addressed by)
+_INDEX_ATTRIBUTES = frozenset({"layer_idx", "layer_index"})
+
+
+class NotStampable(Exception):
+    """Why a program or model is not stamped (the whole model is traced instead)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerStack:
+    """The decoder's layer list: its path from the traced root (`model.model.layers`), the module
+    holding it and the list."""
+
+    path: str
+    owner: torch.nn.Module
+    layers: torch.nn.ModuleList
+
+
+def stampable(model: torch.nn.Module, config: Any) -> tuple[LayerStack | None, str]:
+    """`(the layer list, "")` when `model`'s capture can be stamped, else `(None, why not)`."""
+    from ..model_config import text_config
+
+    if getattr(config, "quantizer", None) is not None:
+        return None, "a quantizer annotates the traced program"
+    model_config = text_config(getattr(model, "config", None))  # a generation component's front has its model's
+    model_type = getattr(model_config, "model_type", None)
+    if model_type not in STAMPED_MODEL_TYPES:
+        return None, f"model type {model_type!r} is not one whose layers were read to differ only in weights"
+    count = getattr(model_config, "num_hidden_layers", None)
+    found = [(name, module) for name, module in model.named_modules()
+             if isinstance(module, torch.nn.ModuleList) and len(module) == count]
+    if len(found) != 1:
+        return None, f"{len(found)} module lists of the config's {count} layers"
+    if count < MIN_LAYERS:
+        return None, f"{count} layers (stamping starts at {MIN_LAYERS})"
+    path, layers = found[0]
+    types = getattr(model_config, "layer_types", None)
+    if types and len(set(types[:count])) > 1:
+        return None, f"the layers are of {len(set(types[:count]))} kinds ({', '.join(sorted(set(types[:count])))})"
+    first = _layer_signature(layers[0])
+    for index, layer in enumerate(layers):
+        if _layer_signature(layer) != first:
+            return None, f"layer {index} differs from layer 0 in its modules, attributes or weights' shapes"
+    owner = model.get_submodule(path.rsplit(".", 1)[0]) if "." in path else model
+    return LayerStack(path, owner, layers), ""
+
+
+def _layer_signature(layer: torch.nn.Module) -> list[Any]:
+    """What two layers that trace alike share: their modules' types, plain attributes (but the
+    index) and hooks, their parameters' and buffers' names, shapes and dtypes."""
+    signature: list[Any] = []
+    for name, module in layer.named_modules():
+        attributes = sorted((key, _plain(value)) for key, value in vars(module).items()
+                            if not key.startswith("_") and key not in _INDEX_ATTRIBUTES)
+        hooks = (len(module._forward_hooks), len(module._forward_pre_hooks))
+        signature.append((name, type(module), attributes, hooks))
+    for name, tensor in [*layer.named_parameters(recurse=True), *layer.named_buffers(recurse=True)]:
+        signature.append((name, type(tensor), tuple(tensor.shape), tensor.dtype))
+    return signature
+
+
+def _plain(value: Any) -> Any:
+    """A comparable stand-in for an attribute's value (a tensor by shape and dtype, a function by name)."""
+    if isinstance(value, (int, float, str, bool, type(None), torch.dtype)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _plain(v)) for k, v in value.items()))
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if callable(value):
+        return ("callable", getattr(value, "__qualname__", type(value).__qualname__))
+    return ("object", type(value).__qualname__)
+
+
+def shallow(model: torch.nn.Module, stack: LayerStack) -> torch.nn.Module:
+    """`model` with only the first two of `stack`'s layers: each module on the way to the list
+    copied shallowly with its own child table, the rest (every weight) shared."""
+    parts = stack.path.split(".")
+    root = _with_own_children(model)
+    parent = root
+    for part in parts[:-1]:
+        child = _with_own_children(parent._modules[part])
+        parent._modules[part] = child
+        parent = child
+    parent._modules[parts[-1]] = torch.nn.ModuleList(list(stack.layers)[:2])
+    return root
+
+
+def _with_own_children(module: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    clone = copy.copy(module)
+    clone._modules = dict(module._modules)
+    return clone
+
+
+def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: LayerStack
+          ) -> torch.export.ExportedProgram:
+    """The program of the whole `model` from `program`, the trace of `shallow(model, stack)` on
+    the whole model's sample (see the module docstring).
+
+    Raises:
+        NotStampable: the program is not two alike layers between a prefix and a tail.
+    """
+    from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
+                                              TensorArgument)
+
+    from .record import _placeholder_tree
+    from .pytree import leaf_names
+    from .names import io_leaf_names
+
+    count = len(stack.layers)
+    graph = program.graph
+    signature = program.graph_signature
+    nodes = list(graph.nodes)
+    placeholders = {node.name: node for node in nodes if node.op == "placeholder"}
+    spec_of = {spec.arg.name: spec for spec in signature.input_specs}
+    prefix = f"{stack.path}."
+
+    def layer_of(node: torch.fx.Node) -> int | None:
+        """The layer whose module a call node ran in (its `nn_module_stack`), else None."""
+        found = {_layer_index(path, prefix) for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
+        found.discard(None)
+        if len(found) > 1:
+            raise NotStampable(f"node {node.name} ran in layers {sorted(found)}")
+        return found.pop() if found else None
+
+    bodies: dict[int, list[torch.fx.Node]] = {0: [], 1: []}
+    for node in nodes:
+        if node.op == "call_function":
+            index = layer_of(node)
+            if index is not None:
+                if index not in bodies:
+                    raise NotStampable(f"node {node.name} ran in layer {index} of a two-layer trace")
+                bodies[index].append(node)
+    for index, body in bodies.items():
+        # Shape arithmetic (a SymInt node) belongs to a layer only where it reads that layer's
+        # tensors: the tracer shares one node for a size every layer computes alike, so layer 1 may
+        # read layer 0's (as it reads the prefix's); such a node is the prefix's, not a layer's.
+        members = set()
+        for node in body:
+            if not _symbolic(node) or any(arg in members for arg in node.all_input_nodes):
+                members.add(node)
+        bodies[index] = [node for node in body if node in members]
+    first, second = bodies[0], bodies[1]
+    if not second or len(first) != len(second):
+        raise NotStampable(f"layers 0 and 1 traced to {len(first)} and {len(second)} nodes")
+
+    # each layer's own inputs: its parameters and buffers, and its cache tensors
+    input_names = _user_input_names(program, io_leaf_names)
+    by_input_name = {name: node for name, node in input_names.items()}
+    name_of_input = {node.name: name for name, node in input_names.items()}
+
+    def own(node: torch.fx.Node, index: int) -> str | None:
+        """The name of `node` (a placeholder) relative to layer `index`, when it is that layer's."""
+        spec = spec_of.get(node.name)
+        if spec is None:
+            return None
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target.startswith(f"{prefix}{index}."):
+            return "weight:" + spec.target[len(f"{prefix}{index}."):]
+        if spec.kind == InputKind.USER_INPUT:
+            found = re.fullmatch(rf"cache\.{index}\.(.+)", name_of_input.get(node.name, ""))
+            if found:
+                return "cache:" + found.group(1)
+        return None
+
+    # layer 1 against layer 0, node for node: what layer 1 reads of layer 0 is the link
+    position = {node: k for k, node in enumerate(first)} | {node: k for k, node in enumerate(second)}
+    in_first, in_second = set(first), set(second)
+    links: set[int] = set()
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node):
+            if a in in_first and b in in_second:
+                return position[a] == position[b]
+            if b in in_first:  # layer 1 reading layer 0's output where layer 0 reads the prefix's
+                links.add(position[b])
+                return a not in in_first and a not in in_second and a.op != "placeholder"
+            if a.op == "placeholder" and b.op == "placeholder":
+                mine, theirs = own(a, 0), own(b, 1)
+                return (mine is not None and mine == theirs) or (mine is None and theirs is None and a is b)
+            return a is b
+        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return type(a) is type(b) and a == b
+
+    for a, b in zip(first, second):
+        if a.target != b.target or not same(a.args, b.args) or not same(a.kwargs, b.kwargs):
+            raise NotStampable(f"layer 1's {b.name} is not layer 0's {a.name} ({b.target} against {a.target})")
+    if not links:
+        raise NotStampable("layer 1 reads nothing of layer 0")
+
+    # the nodes after the layers: those reading a layer's node, themselves read by no layer's
+    output = next(node for node in nodes if node.op == "output")
+    reading = in_first | in_second  # the layers' nodes, and then every node reading one
+    tail = []
+    for node in nodes:
+        if node.op == "call_function" and node not in reading and any(a in reading for a in node.all_input_nodes):
+            reading.add(node)
+            tail.append(node)
+    tail_set = set(tail)
+    for node in tail:
+        if any(user in in_first or user in in_second for user in node.users):
+            raise NotStampable(f"{node.name}, outside the layers, reads one layer and is read by another")
+        for arg in node.all_input_nodes:
+            if arg in in_first or (arg in in_second and position[arg] not in links):
+                raise NotStampable(f"{node.name}, outside the layers, reads {arg.name}, not layer 1's output")
+
+    # the placeholders layers 2..N-1 read: their weights (new) and their cache inputs (there, unused)
+    weights = [node for node in placeholders.values() if (own(node, 1) or "").startswith("weight:")]
+    caches: dict[tuple[int, str], torch.fx.Node] = {}
+    for node in placeholders.values():
+        mine = own(node, 1)
+        if not (mine or "").startswith("cache:"):
+            continue
+        for index in range(2, count):
+            theirs = by_input_name.get(f"cache.{index}.{mine[len('cache:'):]}")
+            if theirs is None or any(user.op != "output" for user in theirs.users):
+                raise NotStampable(f"layer {index}'s cache input {mine} is missing, or read by the trace")
+            caches[(index, mine)] = theirs
+
+    new_graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    new_specs: list[InputSpec] = []
+    state_dict = dict(program.state_dict)
+    constants = dict(program.constants)
+    tensors = {**dict(model.named_parameters(remove_duplicate=False)),
+               **dict(model.named_buffers(remove_duplicate=False))}
+    added: dict[tuple[int, str], torch.fx.Node] = {}
+
+    def add_weights(kind: Any) -> None:
+        """Placeholders of layers 2..N-1's weights of `kind`, after layer 1's kind (the signature's order)."""
+        for index in range(2, count):
+            for node in weights:
+                spec = spec_of[node.name]
+                if spec.kind != kind:
+                    continue
+                mine = own(node, 1)
+                target = f"{prefix}{index}.{mine[len('weight:'):]}"
+                if target not in tensors:
+                    raise NotStampable(f"the model has no {target}")
+                placeholder = new_graph.placeholder(("p_" if kind == InputKind.PARAMETER else "b_")
+                                                    + target.replace(".", "_"))
+                placeholder.meta.update(node.meta)
+                added[(index, mine)] = placeholder
+                new_specs.append(InputSpec(kind, TensorArgument(placeholder.name), target, spec.persistent))
+                if kind == InputKind.BUFFER and not spec.persistent:
+                    constants[target] = tensors[target]
+                else:
+                    state_dict[target] = tensors[target]
+
+    # layers 2..N-1's weights follow layer 1's of each kind, as a whole trace orders them
+    last_of_kind = {spec_of[node.name].kind: node for node in weights}
+    for node in placeholders.values():
+        env[node] = copied = new_graph.node_copy(node, lambda n: env[n])
+        spec = spec_of[node.name]
+        new_specs.append(_with_arg(spec, copied))
+        if last_of_kind.get(spec.kind) is node:
+            add_weights(spec.kind)
+    for (index, mine), node in caches.items():  # layer i's cache inputs take layer 1's symbolic shapes
+        env[node].meta["val"] = by_input_name[f"cache.1.{mine[len('cache:'):]}"].meta["val"]
+
+    copies: list[dict[torch.fx.Node, torch.fx.Node]] = []
+    for node in nodes:
+        if node.op in ("placeholder", "output") or node in tail_set:
+            continue
+        env[node] = new_graph.node_copy(node, lambda n: env[n])
+        if node is not second[-1]:
+            continue
+        previous = {body_node: env[body_node] for body_node in second}
+        for index in range(2, count):
+            copied_layer: dict[torch.fx.Node, torch.fx.Node] = {}
+
+            def mapped(n: torch.fx.Node, index: int = index, copied_layer: dict = copied_layer,
+                       previous: dict = previous) -> torch.fx.Node:
+                if n in copied_layer:
+                    return copied_layer[n]
+                if n in in_first:  # where layer 1 reads layer 0, layer i reads layer i-1
+                    return previous[second[position[n]]]
+                mine = own(n, 1) if n.op == "placeholder" else None
+                if mine is not None:
+                    return added[(index, mine)] if mine.startswith("weight:") else env[caches[(index, mine)]]
+                return env[n]
+
+            for body_node in second:
+                copied = new_graph.node_copy(body_node, mapped)
+                modules = copied.meta.get("nn_module_stack")
+                if modules:
+                    copied.meta["nn_module_stack"] = {
+                        key: (_relayered(path, prefix, index), kind) for key, (path, kind) in modules.items()}
+                copied_layer[body_node] = copied
+            copies.append(copied_layer)
+            previous = copied_layer
+    last = copies[-1]
+    for node in tail:  # the tail reads the last layer's output where it read layer 1's
+        env[node] = new_graph.node_copy(node, lambda n: last[n] if n in last else env[n])
+
+    # outputs: layer 1's cache writes and cache outputs, repeated for each stamped layer
+    values = list(output.args[0])
+    specs = list(signature.output_specs)
+    user_names = leaf_names(_placeholder_tree(program.call_spec.out_spec))
+    user_at = [k for k, spec in enumerate(specs) if spec.kind == OutputKind.USER_OUTPUT]
+    if len(user_names) != len(user_at):
+        raise NotStampable("the outputs' names do not line up with the program's user outputs")
+    name_at = dict(zip(user_at, user_names))
+    layer_one_outputs = {found.group(1): values[k] for k, name in name_at.items()
+                         if (found := re.search(r"(?:^|\.)cache\.1\.(.+)$", name))}
+    writes = [k for k, spec in enumerate(specs) if spec.kind == OutputKind.USER_INPUT_MUTATION
+              and (own(placeholders[spec.target], 1) or "").startswith("cache:")]
+    new_values: list[Any] = []
+    new_out_specs: list[OutputSpec] = []
+    for k, (spec, value) in enumerate(zip(specs, values)):
+        found = re.search(r"(?:^|\.)cache\.(\d+)\.(.+)$", name_at.get(k, ""))
+        if found and int(found.group(1)) >= 2:  # a stamped layer's cache output (passed through, unused)
+            source = layer_one_outputs.get(found.group(2))
+            if source not in in_second:
+                raise NotStampable(f"layer 1's cache output {found.group(2)} is not a node of layer 1")
+            value = copies[int(found.group(1)) - 2][source]
+        elif isinstance(value, torch.fx.Node):
+            value = env[value]
+        new_values.append(value)
+        new_out_specs.append(_with_arg(spec, value))
+        if writes and k == writes[-1]:  # the stamped layers' cache writes, after layer 1's
+            for index in range(2, count):
+                for write in writes:
+                    if values[write] not in in_second:
+                        raise NotStampable(f"layer 1's write of {specs[write].target} is not a node of layer 1")
+                    copied = copies[index - 2][values[write]]
+                    target = env[caches[(index, own(placeholders[specs[write].target], 1))]].name
+                    new_values.append(copied)
+                    new_out_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(copied.name),
+                                                    target))
+    new_graph.output(tuple(new_values)).meta.update(output.meta)
+    new_graph.lint()
+
+    module = torch.fx.GraphModule(program.graph_module, new_graph)
+    stamped = torch.export.ExportedProgram(
+        root=module, graph=module.graph,
+        graph_signature=ExportGraphSignature(new_specs, new_out_specs),
+        state_dict=state_dict,
+        range_constraints=_used_ranges(program, new_graph),
+        module_call_graph=_stamped_call_graph(program, prefix, count),
+        example_inputs=None,
+        constants=constants,
+        verifiers=program.verifiers,
+    )
+    for attribute, value in vars(program).items():  # hfexport's marks (decomposed for ONNX, ...), torch's guards
+        if attribute.startswith("_hfexport") or attribute == "_guards_code":
+            setattr(stamped, attribute, value)
+    return stamped
+
+
+def _symbolic(node: torch.fx.Node) -> bool:
+    """Whether `node` computes a size (a SymInt, SymBool or SymFloat), not a tensor."""
+    return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat))
+
+
+def _layer_index(path: str, prefix: str) -> int | None:
+    if not path.startswith(prefix):
+        return None
+    head = path[len(prefix):].split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _relayered(path: str, prefix: str, index: int) -> str:
+    if _layer_index(path, prefix) != 1:
+        return path
+    rest = path[len(prefix):].split(".", 1)
+    return f"{prefix}{index}" + (f".{rest[1]}" if len(rest) > 1 else "")
+
+
+def _with_arg(spec: Any, value: Any) -> Any:
+    """`spec` naming the node `value` (its copy in the stamped graph)."""
+    from torch.export.graph_signature import TensorArgument
+
+    if isinstance(spec.arg, TensorArgument) and isinstance(value, torch.fx.Node):
+        return dataclasses.replace(spec, arg=TensorArgument(value.name))
+    return spec
+
+
+def _user_input_names(program: torch.export.ExportedProgram, io_leaf_names: Any) -> dict[str, torch.fx.Node]:
+    """The program's user-input placeholders by their interface names (`cache.1.keys`)."""
+    from torch.export.graph_signature import InputKind
+
+    from .record import _placeholder_tree
+
+    args, kwargs = _placeholder_tree(program.call_spec.in_spec)
+    if args:
+        raise NotStampable("the program takes positional inputs")
+    names = io_leaf_names(kwargs)
+    specs = [spec for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
+    if len(names) != len(specs):
+        raise NotStampable("the inputs' names do not line up with the program's user inputs")
+    nodes = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    return {name: nodes[spec.arg.name] for name, spec in zip(names, specs)}
+
+
+def _used_ranges(program: torch.export.ExportedProgram, graph: torch.fx.Graph) -> dict[Any, Any]:
+    """The program's symbol ranges, less the symbols only the stamped layers' unused cache inputs had."""
+    used: set[Any] = set()
+    for node in graph.nodes:
+        value = node.meta.get("val")
+        for tensor in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(tensor, torch.Tensor):
+                for size in tensor.shape:
+                    expr = getattr(getattr(size, "node", None), "expr", None)
+                    if expr is not None:
+                        used |= expr.free_symbols
+            elif isinstance(tensor, torch.SymInt):
+                used |= tensor.node.expr.free_symbols
+    return {symbol: bound for symbol, bound in program.range_constraints.items() if symbol in used}
+
+
+def _stamped_call_graph(program: torch.export.ExportedProgram, prefix: str, count: int) -> list[Any]:
+    """The program's module call graph with layer 1's entries repeated for layers 2..N-1, after them."""
+    import copy
+
+    entries = [copy.deepcopy(entry) for entry in program.module_call_graph]
+    layer_one = [entry for entry in entries if _layer_index(entry.fqn, prefix) == 1]
+    at = max((k for k, entry in enumerate(entries) if _layer_index(entry.fqn, prefix) == 1), default=len(entries) - 1)
+    stamped = []
+    for index in range(2, count):
+        for entry in layer_one:
+            clone = copy.deepcopy(entry)
+            clone.fqn = _relayered(entry.fqn, prefix, index)
+            stamped.append(clone)
+    return entries[:at + 1] + stamped + entries[at + 1:]

@@ -1,0 +1,156 @@
+"""Layer stamping (`capture/stamp.py`): a decoder's layers traced two at a time and layer 1 stamped
+for the rest must give the program a trace of the whole model gives. Checked on the ONNX graph
+(ops, wiring, weights, interface: the same as with stamping off), on the program itself (the
+Dynamo export of a stamped capture, validated against eager), through the CLI (the LLM package of
+a 4-layer Llama, validation and the runner check on), and on drawn variations (model types, layer
+counts, head dims, kv heads). Where a model's layers may differ, the
+whole model is traced and the record says why."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")
+
+from hfexport import DynamoConfig, DynamoExporter, ExportConfig, OnnxConfig, OnnxExporter, record_of  # noqa: E402
+from hfexport.capture.stamp import NotStampable, shallow, stamp, stampable  # noqa: E402
+from hfexport.capture.trace import capture  # noqa: E402
+from hfexport.presets import build_preset  # noqa: E402
+from tests.harness import onnx_graph  # noqa: E402
+
+#: drawn once: (model type, layers, head dim, kv heads, static cache: the LLM package's decode; a
+#: dynamic cache's layers each read their own cache's length through shape arithmetic the trace
+#: shares, which the stamp's node-for-node check refuses: traced whole, the record says why). Not Qwen2, Qwen3 or Mistral:
+#: built by `_model` (their config defaults, a sliding window among them), their static-cache ONNX
+#: decode fails with 2 layers already, stamping or not (Qwen2's and Qwen3's differ from eager from
+#: layer 1 on in validation's smallest case; Mistral's load check refuses its mask): bugs of their
+#: own, in session 34's note, which validating the stamped export here would hit.
+_DRAW = random.Random(5347)
+VARIATIONS = [(_DRAW.choice(["llama", "phi3"]), _DRAW.randint(3, 5), _DRAW.choice([8, 16]), _DRAW.choice([1, 2, 4]),
+               True)]
+
+
+class WholeTrace(OnnxExporter):
+    """The ONNX exporter tracing every layer (stamping off)."""
+
+    stamp_layers = False
+
+
+class StampedDynamo(DynamoExporter):
+    """The Dynamo exporter with stamping on (the program itself, run by torch)."""
+
+    stamp_layers = True
+
+
+def _model(model_type: str, layers: int, head_dim: int = 8, kv_heads: int = 2, **extra):
+    """A tiny decoder of `model_type` with `layers` layers, and a 5-token prompt."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(
+        model_type, vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, **extra)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    inputs = {"input_ids": torch.randint(3, 96, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
+    return model, inputs
+
+
+def _decode(exporter, model, inputs, static: bool, validate: bool):
+    from transformers import GenerationConfig
+
+    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=32) if static else None
+    config = OnnxConfig(dynamic=True, validate=validate, group_query_attention=True if static else None)
+    return exporter.export_for_generation(model, inputs, config, generation_config=generation_config)["decode"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variation", VARIATIONS, ids=str)
+def test_a_stamped_decode_is_the_graph_of_the_whole_trace(variation):
+    model_type, layers, head_dim, kv_heads, static = variation
+    model, inputs = _model(model_type, layers, head_dim, kv_heads)
+    stamped = _decode(OnnxExporter(), model, inputs, static, validate=True)  # run against eager in ORT
+    whole = _decode(WholeTrace(), model, inputs, static, validate=False)
+    details = record_of(stamped).details
+    assert "layer_stamping" not in record_of(whole).details
+    assert onnx_graph(stamped) == onnx_graph(whole), variation
+    assert static and "stamped" in details["layer_stamping"], details["layer_stamping"]
+    assert details["ort_fusions"]["fused"]["GroupQueryAttention"] == layers
+
+
+def test_the_stamped_program_runs_as_the_whole_model():
+    """The Dynamo program of a stamped capture: every layer's weights in its state dict, each
+    layer's cache written, its outputs equal to eager's (validation), node for node the whole trace."""
+    from transformers import GenerationConfig
+
+    model, inputs = _model("llama", 4)
+    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=32)
+    config = DynamoConfig(dynamic=True, validate=True)
+    program = StampedDynamo().export_for_generation(model, inputs, config, generation_config=generation_config)["decode"]
+    whole = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(dynamic=True, validate=False),
+                                                   generation_config=generation_config)["decode"]
+    assert "stamped" in record_of(program).details["layer_stamping"]
+    assert {f"model.model.layers.{i}.mlp.down_proj.weight" for i in range(4)} <= set(program.state_dict)
+    assert program.state_dict["model.model.layers.3.mlp.down_proj.weight"] is model.model.layers[3].mlp.down_proj.weight
+    assert len(program.graph_signature.user_inputs_to_mutate) == len(whole.graph_signature.user_inputs_to_mutate)
+    assert [n.target for n in program.graph.nodes] == [n.target for n in whole.graph.nodes]
+    assert record_of(program).input_names == record_of(whole).input_names
+    # the same shapes; each stamped layer's cache length is layer 1's symbol (a whole trace gives
+    # each its own, every valid call sizes them alike: `names.py`'s note)
+    assert [[d if isinstance(d, int) else "sym" for d in shape] for shape in record_of(program).input_shapes] == [
+        [d if isinstance(d, int) else "sym" for d in shape] for shape in record_of(whole).input_shapes]
+
+
+def test_the_cli_package_of_a_stamped_llama_passes_its_checks(tmp_path):
+    """`hfexport export FOLDER -f onnx`: the LLM package of a 4-layer Llama, validated against eager
+    and run in onnxruntime-genai (the runner check), says its layers were stamped."""
+    from hfexport.cli.main import main
+    from tests.harness import tiny_bpe_tokenizer
+
+    model, _ = build_preset("llama", num_hidden_layers=4, vocab_size=320)
+    model.save_pretrained(tmp_path / "model")
+    tiny_bpe_tokenizer().save_pretrained(tmp_path / "model")
+    assert main(["export", str(tmp_path / "model"), "-f", "onnx", "-o", str(tmp_path / "out"), "--quiet"]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    decode = report["components"]["decode"]
+    assert decode["record"]["layer_stamping"]["stamped"].startswith("layers 2-3 of model.model.layers")
+    assert decode["validation"]["passed"] is True
+    assert report["runner"]["tokens_equal"] is True and report["runner"]["passed"] is True
+
+
+def test_layers_that_may_differ_are_traced_whole():
+    llama, _ = _model("llama", 3)
+    assert stampable(llama, ExportConfig())[0] is not None
+    two, _ = _model("llama", 2)
+    assert "2 layers" in stampable(two, ExportConfig())[1]
+    mixed, _ = _model("qwen2", 4, use_sliding_window=True, sliding_window=4, max_window_layers=2)
+    assert "kinds" in stampable(mixed, ExportConfig())[1]
+    gpt2, _ = build_preset("gpt2", n_layer=3)
+    assert "model type 'gpt2'" in stampable(gpt2, ExportConfig())[1]
+    llama.model.layers[2].self_attn.scaling = 0.5  # an attribute one layer computes apart
+    assert "layer 2 differs" in stampable(llama, ExportConfig())[1]
+    hooked, _ = _model("llama", 3)
+    hooked.model.layers[1].register_forward_pre_hook(lambda module, args: None)
+    assert "layer 1 differs" in stampable(hooked, ExportConfig())[1]
+
+
+def test_the_record_says_why_a_capture_was_not_stamped():
+    model, inputs = _model("llama", 2)
+    captured = capture(model, inputs, ExportConfig(dynamic=True), backend="dynamo", stamp_layers=True)
+    assert captured.layer_stamping == {"not_stamped": "2 layers (stamping starts at 3)"}
+
+
+def test_two_layers_that_trace_apart_are_not_stamped():
+    """The stamp checks layer 1's nodes against layer 0's, argument for argument: a layer whose
+    attention scales apart (what the attribute check would have refused) fails it."""
+    model, inputs = _model("llama", 3)
+    stack, _ = stampable(model, ExportConfig())
+    model.model.layers[1].self_attn.scaling = 0.5
+    program = capture(shallow(model, stack), inputs, ExportConfig(dynamic=True), backend="dynamo").program
+    with pytest.raises(NotStampable, match="layer 1's .* is not layer 0's"):
+        stamp(program, model, stack)
