@@ -227,8 +227,9 @@ class PatchSession:
             @functools.wraps(fn)
             def called(*args: Any, **kwargs: Any) -> Any:
                 # not while TorchDynamo traces (ExecuTorch's XNNPACK partitioner traces its SDPA
-                # pattern through the patched function): a set mutated there is a traced side effect
-                if not _dynamo_tracing():
+                # pattern through the patched function): a set mutated there is a traced side effect;
+                # once reached, nothing is added (a hot patched function is called a million times)
+                if patch.name not in self._reached and not _dynamo_tracing():
                     self._reached.add(patch.name)
                 return fn(*args, **kwargs)
 

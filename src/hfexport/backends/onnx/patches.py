@@ -13,7 +13,7 @@ from typing import Any
 from ...workarounds import register_patch
 from .decomposition import is_decomposed_for
 
-__all__ = ["patch_torch_onnx_decompose_once", "patch_onnxscript_multi_output_match"]
+__all__ = ["patch_torch_onnx_decompose_once", "patch_onnxscript_pattern_match"]
 
 
 @register_patch(
@@ -45,37 +45,45 @@ def patch_torch_onnx_decompose_once(original):
 @register_patch(
     ("onnx",),
     "onnxscript.rewriter._matcher.SimplePatternMatcher.match",
-    reason="onnxscript's matcher, for a pattern with several output nodes (its default rules' SlicesSplit: "
-    "Slice(x), Slice(x) -> Split(x)), lists every node of the graph for each node the rewriter tries it on "
-    "(every node of the graph, Slice or not), so each of the export's four optimizer runs costs the graph's "
-    "size squared: SmolLM2-135M's ONNX export (30 layers) spent ~40 of its 110 s there. A node that is not "
-    "the pattern's first op now fails at once, as every combination upstream tries fails at it; the other "
-    "output nodes must consume the value the first one consumes where the pattern says so (a pattern value "
-    "binds one graph value), so they are looked for among that value's consumers; a pattern whose output "
-    "nodes share no input is matched as before. The graph is the same "
-    "(tests/backends/onnx/test_multi_output_match.py)",
+    reason="onnxscript's matcher is tried by the rewriter on every node of the graph for every rule, in each of "
+    "the export's four optimizer runs, and works before it looks at the node's op: for a pattern with several "
+    "output nodes (its default rules' SlicesSplit: Slice(x), Slice(x) -> Split(x)) it lists every node of the "
+    "graph on each try, the graph's size squared (SmolLM2-135M's ONNX export, 30 layers: ~40 of its 110 s), "
+    "and for any other it sets up a match first (1.1 million tries, ~8 s of the same export once the first "
+    "was fixed). A node that is not the pattern's first op now fails at once, with the failure upstream "
+    "returns there; a multi-output pattern's other output nodes must consume the value the first one "
+    "consumes where the pattern says so (a pattern value binds one graph value), so they are looked for "
+    "among that value's consumers; a pattern whose output nodes share no input is matched as before. The "
+    "graph is the same (tests/backends/onnx/test_pattern_match.py)",
     upstream="onnxscript 0.7.2 onnxscript/rewriter/_matcher.py SimplePatternMatcher.match (the multi-output "
-    "branch builds op_to_nodes from the whole graph on every call)",
+    "branch builds op_to_nodes from the whole graph on every call; the single-output one checks the op in "
+    "_match_node, after _init_match)",
     seen_with={"onnxscript": "0.7.2"},
     remove_when="onnxscript>0.7.2",
 )
-def patch_onnxscript_multi_output_match(original):
-    """`SimplePatternMatcher.match` failing at once a node that is not a multi-output pattern's
-    first op, and trying as the pattern's other output nodes only the consumers of a value the first
-    output node shares with them (`_sharing_candidates`)."""
+def patch_onnxscript_pattern_match(original):
+    """`SimplePatternMatcher.match` failing at once a node that is not the pattern's (first) output
+    op, and trying as a multi-output pattern's other output nodes only the consumers of a value the
+    first output node shares with them (`_sharing_candidates`)."""
     import onnx_ir as ir
     from onnxscript.rewriter import _basics
 
     @functools.wraps(original)
     def match(self, model, graph_or_function, node, *, verbose=0, remove_nodes=True, tracer=None):
+        first = self.pattern.output_nodes[0] if self.pattern.output_nodes else None
+        if first is None:  # a pattern whose output is one of its inputs: upstream's own path
+            return original(self, model, graph_or_function, node, verbose=verbose, remove_nodes=remove_nodes,
+                            tracer=tracer)
+        if tracer is None and not first.op.matches(node.op_type):
+            # the rewriter tries every rule on every node, and upstream's first check of the node
+            # (`NodePattern.matches`, 0.7.2) fails here, with this reason; traced, upstream's own path
+            # runs, for its failure records
+            return _basics.MatchResult().fail(f"OpType mismatch: expected {first.op}, got {node.op_type}.", node)
         if self.pattern.has_single_output_node:
             return original(self, model, graph_or_function, node, verbose=verbose, remove_nodes=remove_nodes,
                             tracer=tracer)
-        first = self.pattern.output_nodes[0]
-        if tracer is None and not (first.op.matches(node.op_type) and first.domain.matches(node.domain)):
-            # the rewriter tries every rule on every node: upstream lists the graph, then fails every
-            # combination at this node (traced, upstream's own path runs, for its failure records)
-            return _basics.MatchResult().fail(f"OpType mismatch: expected {first.op}, got {node.op_type}.", node)
+        if tracer is None and not first.domain.matches(node.domain):
+            return _basics.MatchResult().fail(f"Domain mismatch: expected {first.domain}, got {node.domain}.", node)
         graph = graph_or_function if isinstance(graph_or_function, ir.Graph) else graph_or_function.graph
         others = _sharing_candidates(self.pattern.output_nodes, node, graph)
         if others is None:

@@ -1,11 +1,13 @@
-"""The ONNX optimizer's multi-output pattern matching in time linear in the graph
-(`patch_onnxscript_multi_output_match`, backends/onnx/patches.py): onnxscript 0.7.2 listed every node
-of the graph for each node the rewriter tried a multi-output pattern on (its default rules'
-SlicesSplit: `Slice(x), Slice(x)` -> `Split(x)`, tried on every node, in each of the export's four
-optimizer runs). The patched matcher fails a node that is not the pattern's first op at once and
-tries as the other outputs only the consumers of the value the pattern's output nodes share. The
-graph must be the one upstream's matching makes (ops, wiring, weights, interface); the tries grow
-with the graph, not its square; and the onnxscript internals the patch reads must still be there."""
+"""The ONNX optimizer's pattern matching in time linear in the graph (`patch_onnxscript_pattern_match`,
+backends/onnx/patches.py): the rewriter tries every rule on every node, in each of the export's four
+optimizer runs, and onnxscript 0.7.2's matcher worked before it looked at the node's op: for a
+multi-output pattern (its default rules' SlicesSplit: `Slice(x), Slice(x)` -> `Split(x)`) it listed
+every node of the graph on each try, for any other it set up a match first. The patched matcher
+fails a node that is not the pattern's first op at once and tries as a multi-output pattern's other
+outputs only the consumers of the value its output nodes share. The graph must be the one
+upstream's matching makes (ops, wiring, weights, interface); the tries grow with the graph, not its
+square, and a single-output rule's match is set up only on its own op; and the onnxscript internals
+the patch reads must still be there."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from hfexport.workarounds import PATCHES, applied_patches  # noqa: E402
 from tests.harness import onnx_graph, without  # noqa: E402
 
 load_workarounds("onnx")
-PATCH = "patch_onnxscript_multi_output_match"
+PATCH = "patch_onnxscript_pattern_match"
 #: a Llama of other sizes than the tiny preset's, drawn once: (layers, head dim, kv heads)
 _DRAW = random.Random(5333)
 VARIATION = (_DRAW.randint(2, 3), _DRAW.choice([8, 16, 32]), _DRAW.choice([1, 2, 4]))
@@ -37,19 +39,26 @@ VARIATION = (_DRAW.randint(2, 3), _DRAW.choice([8, 16, 32]), _DRAW.choice([1, 2,
 
 @contextlib.contextmanager
 def counted_tries():
-    """Count the node combinations the matcher tries for multi-output patterns (`tries["n"]`)."""
+    """Count the node combinations the matcher tries for multi-output patterns (`tries["n"]`) and
+    the matches it sets up for single-output ones (`tries["single"]`)."""
     tries = collections.Counter()
-    original = _matcher.SimplePatternMatcher._multi_match
+    multi, single = _matcher.SimplePatternMatcher._multi_match, _matcher.SimplePatternMatcher._match_single_output_node
 
     def _multi_match(self, candidate, check_removable):
         tries["n"] += 1
-        return original(self, candidate, check_removable)
+        return multi(self, candidate, check_removable)
+
+    def _match_single_output_node(self, *args, **kwargs):
+        tries["single"] += 1
+        return single(self, *args, **kwargs)
 
     _matcher.SimplePatternMatcher._multi_match = _multi_match
+    _matcher.SimplePatternMatcher._match_single_output_node = _match_single_output_node
     try:
         yield tries
     finally:
-        _matcher.SimplePatternMatcher._multi_match = original
+        _matcher.SimplePatternMatcher._multi_match = multi
+        _matcher.SimplePatternMatcher._match_single_output_node = single
 
 
 def _halves_model(pairs: int, *, duplicate: bool = False, branch: bool = False, second_first: bool = False
@@ -106,7 +115,7 @@ def _rewritten(model: ir.Model) -> tuple[dict, int]:
                                   dict(pairs=2, second_first=True, duplicate=True, branch=True)])
 def test_the_rewritten_graph_is_the_one_upstream_matching_makes(case):
     patched, tries = _rewritten(_halves_model(**case))
-    with without(PATCHES, "patch_onnxscript_multi_output_match"):
+    with without(PATCHES, "patch_onnxscript_pattern_match"):
         upstream, upstream_tries = _rewritten(_halves_model(**case))
     # the same graph. In onnxscript 0.7.2 a Slice's first candidate partner is the earliest Slice of
     # its input: itself when the first half comes first, which SlicesSplit's check refuses (the
@@ -122,7 +131,7 @@ def test_the_rewritten_graph_is_the_one_upstream_matching_makes(case):
 def test_the_tries_grow_with_the_graph_not_its_square():
     tries = {pairs: _rewritten(_halves_model(pairs))[1] for pairs in (4, 16)}
     assert tries[16] <= 4 * tries[4] + 4  # linear: a Slice's partner is among its value's two consumers
-    with without(PATCHES, "patch_onnxscript_multi_output_match"):  # still needed
+    with without(PATCHES, "patch_onnxscript_pattern_match"):  # still needed
         upstream = {pairs: _rewritten(_halves_model(pairs))[1] for pairs in (4, 16)}
     assert upstream[16] >= 12 * upstream[4]  # every node tried against every Slice
 
@@ -142,18 +151,20 @@ def _decode(num_layers: int, head_dim: int, kv_heads: int):
     inputs = {"input_ids": torch.randint(3, 96, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
     with counted_tries() as tries:
         programs = OnnxExporter().export_for_generation(model, inputs, OnnxConfig(dynamic=True, validate=False))
-    return programs["decode"], tries["n"]
+    return programs["decode"], tries
 
 
 @pytest.mark.slow
 def test_a_drawn_llama_decode_is_the_graph_upstream_matching_makes():
     patched, tries = _decode(*VARIATION)
-    with without(PATCHES, "patch_onnxscript_multi_output_match"):
+    with without(PATCHES, "patch_onnxscript_pattern_match"):
         upstream, upstream_tries = _decode(*VARIATION)
     assert onnx_graph(patched) == onnx_graph(upstream), VARIATION
     assert PATCH in record_of(patched).details["patches"]
     assert record_of(patched).details["ort_fusions"]["group_query_attention"]
-    assert 0 < tries < upstream_tries
+    assert 0 < tries["n"] < upstream_tries["n"]
+    # single-output rules: a match set up only where the node is the rule's op (a few in a hundred)
+    assert 0 < tries["single"] < upstream_tries["single"] / 10, (tries, upstream_tries)
 
 
 def test_the_onnxscript_internals_read_from_0_7_2_are_there():
@@ -162,6 +173,14 @@ def test_the_onnxscript_internals_read_from_0_7_2_are_there():
     assert list(inspect.signature(_matcher.SimplePatternMatcher._multi_match).parameters) == [
         "self", "candidate", "check_removable"]
     assert callable(_matcher.SimplePatternMatcher._init_match)
+    assert list(inspect.signature(_matcher.SimplePatternMatcher._match_single_output_node).parameters) == [
+        "self", "model", "graph_or_function", "node", "check_removable"]
+    # upstream's first check of a node is its op, then its domain, each failing with the reason the patch gives
+    from onnxscript.rewriter import _pattern_ir
+
+    checks = inspect.getsource(_pattern_ir.NodePattern.matches)
+    assert checks.index("self.op.matches(node.op_type)") < checks.index("self.domain.matches(node.domain)")
+    assert 'f"OpType mismatch: expected {self.op}, got {node.op_type}."' in checks
     assert list(inspect.signature(_matcher.SimplePatternMatcher.match).parameters) == [
         "self", "model", "graph_or_function", "node", "verbose", "remove_nodes", "tracer"]
     x = next(iter(_halves_model(1).graph)).outputs[0]
