@@ -65,8 +65,9 @@ class HfExporter:
     fix_order: ClassVar[tuple[str, ...]] = ()
     #: leave `None` items out of output tuples (a runtime that cannot have a `None` output)
     drop_none_outputs: ClassVar[bool] = False
-    #: trace a decoder's repeated layers once and stamp them (`capture/stamp.py`)
-    stamp_layers: ClassVar[bool] = False
+    #: trace a decoder's first two layers and stamp the second for the rest (`capture/stamp.py`;
+    #: where a model's layers may differ, the whole model is traced, and the record says why)
+    stamp_layers: ClassVar[bool] = True
 
     # -- public API ---------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from hfexport import DynamoConfig, DynamoExporter, ExportConfig, OnnxConfig, OnnxExporter, record_of  # noqa: E402
-from hfexport.capture.stamp import NotStampable, shallow, stamp, stampable  # noqa: E402
+from hfexport.capture.stamp import LayerStack, NotStampable, shallow, stamp, stampable  # noqa: E402
 from hfexport.capture.trace import capture  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
 from tests.harness import onnx_graph  # noqa: E402
@@ -41,10 +41,10 @@ class WholeTrace(OnnxExporter):
     stamp_layers = False
 
 
-class StampedDynamo(DynamoExporter):
-    """The Dynamo exporter with stamping on (the program itself, run by torch)."""
+class WholeDynamo(DynamoExporter):
+    """The Dynamo exporter tracing every layer."""
 
-    stamp_layers = True
+    stamp_layers = False
 
 
 def _model(model_type: str, layers: int, head_dim: int = 8, kv_heads: int = 2, **extra):
@@ -84,15 +84,16 @@ def test_a_stamped_decode_is_the_graph_of_the_whole_trace(variation):
 
 
 def test_the_stamped_program_runs_as_the_whole_model():
-    """The Dynamo program of a stamped capture: every layer's weights in its state dict, each
-    layer's cache written, its outputs equal to eager's (validation), node for node the whole trace."""
+    """The Dynamo program of a stamped capture (the Dynamo exporter stamps too): every layer's
+    weights in its state dict, each layer's cache written, its outputs equal to eager's
+    (validation), node for node the whole trace, and retraced as it."""
     from transformers import GenerationConfig
 
     model, inputs = _model("llama", 4)
     generation_config = GenerationConfig(cache_implementation="static", max_cache_len=32)
     config = DynamoConfig(dynamic=True, validate=True)
-    program = StampedDynamo().export_for_generation(model, inputs, config, generation_config=generation_config)["decode"]
-    whole = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(dynamic=True, validate=False),
+    program = DynamoExporter().export_for_generation(model, inputs, config, generation_config=generation_config)["decode"]
+    whole = WholeDynamo().export_for_generation(model, inputs, DynamoConfig(dynamic=True, validate=False),
                                                    generation_config=generation_config)["decode"]
     assert "stamped" in record_of(program).details["layer_stamping"]
     assert {f"model.model.layers.{i}.mlp.down_proj.weight" for i in range(4)} <= set(program.state_dict)
@@ -100,6 +101,10 @@ def test_the_stamped_program_runs_as_the_whole_model():
     assert len(program.graph_signature.user_inputs_to_mutate) == len(whole.graph_signature.user_inputs_to_mutate)
     assert [n.target for n in program.graph.nodes] == [n.target for n in whole.graph.nodes]
     assert record_of(program).input_names == record_of(whole).input_names
+    # a retrace (ExecuTorch's to_edge, torch.onnx's decomposition) takes it as the whole trace: each
+    # stamped input a fake tensor of its own, not one aliased with layer 1's
+    assert [n.target for n in program.run_decompositions({}).graph.nodes] == [
+        n.target for n in whole.run_decompositions({}).graph.nodes]
     # the same shapes; each stamped layer's cache length is layer 1's symbol (a whole trace gives
     # each its own, every valid call sizes them alike: `names.py`'s note)
     assert [[d if isinstance(d, int) else "sym" for d in shape] for shape in record_of(program).input_shapes] == [
@@ -124,32 +129,41 @@ def test_the_cli_package_of_a_stamped_llama_passes_its_checks(tmp_path):
 
 
 def test_layers_that_may_differ_are_traced_whole():
+    from transformers import DynamicCache, StaticCache
+
     llama, _ = _model("llama", 3)
-    assert stampable(llama, ExportConfig())[0] is not None
+    ids = torch.ones(1, 1, dtype=torch.long)
+    static = {"input_ids": ids, "past_key_values": StaticCache(config=llama.config, max_cache_len=8)}
+    assert stampable(llama, ExportConfig(), static)[0] is not None
+    dynamic = {"input_ids": ids, "past_key_values": DynamicCache(config=llama.config)}
+    assert "a dynamic cache" in stampable(llama, ExportConfig(), dynamic)[1]
+    assert "no cache among the inputs" in stampable(llama, ExportConfig(), {"input_ids": ids})[1]
     two, _ = _model("llama", 2)
-    assert "2 layers" in stampable(two, ExportConfig())[1]
+    assert "2 layers" in stampable(two, ExportConfig(), static)[1]
     mixed, _ = _model("qwen2", 4, use_sliding_window=True, sliding_window=4, max_window_layers=2)
-    assert "kinds" in stampable(mixed, ExportConfig())[1]
+    assert "kinds" in stampable(mixed, ExportConfig(), static)[1]
     gpt2, _ = build_preset("gpt2", n_layer=3)
-    assert "model type 'gpt2'" in stampable(gpt2, ExportConfig())[1]
+    assert "model type 'gpt2'" in stampable(gpt2, ExportConfig(), static)[1]
+    hidden, _ = _model("llama", 3, output_hidden_states=True)
+    assert "output_hidden_states asked" in stampable(hidden, ExportConfig(), static)[1]
     llama.model.layers[2].self_attn.scaling = 0.5  # an attribute one layer computes apart
-    assert "layer 2 differs" in stampable(llama, ExportConfig())[1]
+    assert "layer 2 differs" in stampable(llama, ExportConfig(), static)[1]
     hooked, _ = _model("llama", 3)
     hooked.model.layers[1].register_forward_pre_hook(lambda module, args: None)
-    assert "layer 1 differs" in stampable(hooked, ExportConfig())[1]
+    assert "layer 1 differs" in stampable(hooked, ExportConfig(), static)[1]
 
 
 def test_the_record_says_why_a_capture_was_not_stamped():
-    model, inputs = _model("llama", 2)
+    model, inputs = _model("llama", 3)
     captured = capture(model, inputs, ExportConfig(dynamic=True), backend="dynamo", stamp_layers=True)
-    assert captured.layer_stamping == {"not_stamped": "2 layers (stamping starts at 3)"}
+    assert captured.layer_stamping["not_stamped"].startswith("no cache among the inputs")
 
 
 def test_two_layers_that_trace_apart_are_not_stamped():
     """The stamp checks layer 1's nodes against layer 0's, argument for argument: a layer whose
     attention scales apart (what the attribute check would have refused) fails it."""
     model, inputs = _model("llama", 3)
-    stack, _ = stampable(model, ExportConfig())
+    stack = LayerStack("model.layers", model.model, model.model.layers)
     model.model.layers[1].self_attn.scaling = 0.5
     program = capture(shallow(model, stack), inputs, ExportConfig(dynamic=True), backend="dynamo").program
     with pytest.raises(NotStampable, match="layer 1's .* is not layer 0's"):

@@ -18,8 +18,10 @@ so the trace itself says what joins one layer to the next (what layer 1 reads of
 nodes), and the two layers' nodes are checked to be the same program (op for op, argument for
 argument) before layer 1 is stamped. Anything unexpected raises `NotStampable`, and the caller
 traces the whole model as before (the record says why). A dynamic cache's layers are not stamped
-yet: each reads its own cache's length through shape arithmetic (`1 + sym_size(values)`) that the
-check finds apart from layer 0's; the static cache of the runtimes' LLM packages is stamped.
+yet (refused before any trace): each reads its own cache's length through shape arithmetic
+(`1 + sym_size(values)`) that the check finds apart from layer 0's; the static cache of the
+runtimes' LLM packages is stamped. Nor is a forward without a cache input: what it hands back per
+layer (the cache it makes, hidden states) comes from the layers the trace ran.
 
 # NOTE: why an allowlist of model types besides the checks. A decoder layer can branch on its index
 # in Python (a layer that skips the rotary every fourth layer, a sliding window from a pattern),
@@ -67,16 +69,31 @@ class LayerStack:
     layers: torch.nn.ModuleList
 
 
-def stampable(model: torch.nn.Module, config: Any) -> tuple[LayerStack | None, str]:
-    """`(the layer list, "")` when `model`'s capture can be stamped, else `(None, why not)`."""
+def stampable(model: torch.nn.Module, config: Any, inputs: dict[str, Any] | None = None
+              ) -> tuple[LayerStack | None, str]:
+    """`(the layer list, "")` when `model`'s capture on `inputs` can be stamped, else `(None, why not)`."""
     from ..model_config import text_config
+    from .pytree import is_cache_object
 
     if getattr(config, "quantizer", None) is not None:
         return None, "a quantizer annotates the traced program"
     model_config = text_config(getattr(model, "config", None))  # a generation component's front has its model's
     model_type = getattr(model_config, "model_type", None)
+    if model_type is None:
+        return None, f"{type(model).__name__} shows no model config"
     if model_type not in STAMPED_MODEL_TYPES:
         return None, f"model type {model_type!r} is not one whose layers were read to differ only in weights"
+    caches = [value for value in (inputs or {}).values() if is_cache_object(value)]
+    if not caches:
+        return None, ("no cache among the inputs: what a forward hands back per layer (the cache it makes, hidden "
+                      "states) comes from the layers it ran")
+    if any(_dynamic_cache(cache) for cache in caches):
+        return None, ("a dynamic cache: each layer reads its own cache's length through shape arithmetic the trace "
+                      "shares between layers, which the stamp's node-for-node check refuses")
+    asked = [name for name in ("output_hidden_states", "output_attentions")
+             if getattr(model_config, name, False) or (getattr(model, "constants", None) or {}).get(name)]
+    if asked:
+        return None, f"{' and '.join(asked)} asked: outputs per layer"
     count = getattr(model_config, "num_hidden_layers", None)
     found = [(name, module) for name, module in model.named_modules()
              if isinstance(module, torch.nn.ModuleList) and len(module) == count]
@@ -94,6 +111,13 @@ def stampable(model: torch.nn.Module, config: Any) -> tuple[LayerStack | None, s
             return None, f"layer {index} differs from layer 0 in its modules, attributes or weights' shapes"
     owner = model.get_submodule(path.rsplit(".", 1)[0]) if "." in path else model
     return LayerStack(path, owner, layers), ""
+
+
+def _dynamic_cache(cache: Any) -> bool:
+    """Whether `cache` (a transformers cache) has a layer that is not a static one."""
+    from transformers.cache_utils import StaticLayer
+
+    return not all(isinstance(layer, StaticLayer) for layer in cache.layers)
 
 
 def _layer_signature(layer: torch.nn.Module) -> list[Any]:
@@ -231,7 +255,9 @@ def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: 
                 return a not in in_first and a not in in_second and a.op != "placeholder"
             if a.op == "placeholder" and b.op == "placeholder":
                 mine, theirs = own(a, 0), own(b, 1)
-                return (mine is not None and mine == theirs) or (mine is None and theirs is None and a is b)
+                if mine is not None or theirs is not None:
+                    return mine == theirs
+                return a is b
             return a is b
         if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
             return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
@@ -297,6 +323,7 @@ def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: 
                 placeholder = new_graph.placeholder(("p_" if kind == InputKind.PARAMETER else "b_")
                                                     + target.replace(".", "_"))
                 placeholder.meta.update(node.meta)
+                placeholder.meta["val"] = _like(node.meta.get("val"))
                 added[(index, mine)] = placeholder
                 new_specs.append(InputSpec(kind, TensorArgument(placeholder.name), target, spec.persistent))
                 if kind == InputKind.BUFFER and not spec.persistent:
@@ -313,7 +340,7 @@ def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: 
         if last_of_kind.get(spec.kind) is node:
             add_weights(spec.kind)
     for (index, mine), node in caches.items():  # layer i's cache inputs take layer 1's symbolic shapes
-        env[node].meta["val"] = by_input_name[f"cache.1.{mine[len('cache:'):]}"].meta["val"]
+        env[node].meta["val"] = _like(by_input_name[f"cache.1.{mine[len('cache:'):]}"].meta["val"])
 
     copies: list[dict[torch.fx.Node, torch.fx.Node]] = []
     for node in nodes:
@@ -358,6 +385,12 @@ def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: 
     if len(user_names) != len(user_at):
         raise NotStampable("the outputs' names do not line up with the program's user outputs")
     name_at = dict(zip(user_at, user_names))
+    for name in user_names:  # every layer's cache comes out (a static cache input passes through the trace)
+        found = re.search(r"(?:^|\.)cache\.1\.(.+)$", name)
+        missing = [index for index in range(count) if found and not any(
+            re.search(rf"(?:^|\.)cache\.{index}\.{re.escape(found.group(1))}$", other) for other in user_names)]
+        if missing:
+            raise NotStampable(f"the outputs hold no cache {found.group(1)} of layers {missing}")
     layer_one_outputs = {found.group(1): values[k] for k, name in name_at.items()
                          if (found := re.search(r"(?:^|\.)cache\.1\.(.+)$", name))}
     writes = [k for k, spec in enumerate(specs) if spec.kind == OutputKind.USER_INPUT_MUTATION
@@ -403,6 +436,16 @@ def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: 
         if attribute.startswith("_hfexport") or attribute == "_guards_code":
             setattr(stamped, attribute, value)
     return stamped
+
+
+def _like(value: Any) -> Any:
+    """A fake tensor of `value`'s shape, strides and dtype, in its fake mode: a tensor of its own (a
+    retrace, `run_decompositions`, takes two placeholders holding one fake tensor for aliased inputs)."""
+    mode = getattr(value, "fake_mode", None)
+    if mode is None:
+        return value
+    with mode:
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
 
 
 def _symbolic(node: torch.fx.Node) -> bool:

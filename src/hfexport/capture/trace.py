@@ -137,7 +137,7 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
     if stamp_layers:
         from .stamp import NotStampable, shallow, stamp, stampable
 
-        stack, why = stampable(model, config)
+        stack, why = stampable(model, config, inputs)
         if stack is not None:
             try:
                 captured = _captured(shallow(model, stack), inputs, config, bounds, drop_none_outputs, functionalize)

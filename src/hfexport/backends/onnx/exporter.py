@@ -49,7 +49,6 @@ class OnnxExporter(HfExporter):
     config_class = OnnxConfig
     extra = "onnx"
     fix_order = ()
-    stamp_layers = True
 
     def _capture_sample(self, inputs: dict[str, Any], config: OnnxConfig) -> dict[str, Any]:
         # A one-token prompt is traced at two tokens. At one, the conversion lost a broadcast: BLOOM's
