@@ -179,263 +179,284 @@ def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: 
     Raises:
         NotStampable: the program is not two alike layers between a prefix and a tail.
     """
-    from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec, OutputKind, OutputSpec,
-                                              TensorArgument)
+    return _Stamp(program, model, stack).program()
 
-    from .record import _placeholder_tree
-    from .pytree import leaf_names
-    from .names import io_leaf_names
 
-    count = len(stack.layers)
-    graph = program.graph
-    signature = program.graph_signature
-    nodes = list(graph.nodes)
-    placeholders = {node.name: node for node in nodes if node.op == "placeholder"}
-    spec_of = {spec.arg.name: spec for spec in signature.input_specs}
-    prefix = f"{stack.path}."
+class _Stamp:
+    """`stamp`'s steps on one shallow program: find the two layers' nodes, check them alike (and
+    what layer 1 reads of layer 0: the link), find the tail, then write the whole program."""
 
-    def layer_of(node: torch.fx.Node) -> int | None:
-        """The layer whose module a call node ran in (its `nn_module_stack`), else None."""
-        found = {_layer_index(path, prefix) for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
-        found.discard(None)
-        if len(found) > 1:
-            raise NotStampable(f"node {node.name} ran in layers {sorted(found)}")
-        return found.pop() if found else None
+    def __init__(self, program: torch.export.ExportedProgram, model: torch.nn.Module, stack: LayerStack):
+        self.shallow, self.model = program, model
+        self.count = len(stack.layers)
+        self.prefix = f"{stack.path}."
+        self.nodes = list(program.graph.nodes)
+        self.placeholders = {node.name: node for node in self.nodes if node.op == "placeholder"}
+        self.spec_of = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+        self.by_input_name = _user_input_names(program)
+        self.name_of_input = {node.name: name for name, node in self.by_input_name.items()}
 
-    bodies: dict[int, list[torch.fx.Node]] = {0: [], 1: []}
-    for node in nodes:
-        if node.op == "call_function":
-            index = layer_of(node)
-            if index is not None:
-                if index not in bodies:
-                    raise NotStampable(f"node {node.name} ran in layer {index} of a two-layer trace")
-                bodies[index].append(node)
-    for index, body in bodies.items():
-        # Shape arithmetic (a SymInt node) belongs to a layer only where it reads that layer's
-        # tensors: the tracer shares one node for a size every layer computes alike, so layer 1 may
-        # read layer 0's (as it reads the prefix's); such a node is the prefix's, not a layer's.
-        members = set()
-        for node in body:
-            if not _symbolic(node) or any(arg in members for arg in node.all_input_nodes):
-                members.add(node)
-        bodies[index] = [node for node in body if node in members]
-    first, second = bodies[0], bodies[1]
-    if not second or len(first) != len(second):
-        raise NotStampable(f"layers 0 and 1 traced to {len(first)} and {len(second)} nodes")
+    def own(self, node: torch.fx.Node | None, index: int) -> str | None:
+        """What `node` (a placeholder) is to layer `index` (`weight:<name>`, `cache:<leaf>`), when it
+        is that layer's own input."""
+        from torch.export.graph_signature import InputKind
 
-    # each layer's own inputs: its parameters and buffers, and its cache tensors
-    input_names = _user_input_names(program, io_leaf_names)
-    by_input_name = {name: node for name, node in input_names.items()}
-    name_of_input = {node.name: name for name, node in input_names.items()}
-
-    def own(node: torch.fx.Node, index: int) -> str | None:
-        """The name of `node` (a placeholder) relative to layer `index`, when it is that layer's."""
-        spec = spec_of.get(node.name)
+        spec = self.spec_of.get(node.name) if node is not None else None
         if spec is None:
             return None
-        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target.startswith(f"{prefix}{index}."):
-            return "weight:" + spec.target[len(f"{prefix}{index}."):]
+        layer = f"{self.prefix}{index}."
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target.startswith(layer):
+            return "weight:" + spec.target[len(layer):]
         if spec.kind == InputKind.USER_INPUT:
-            found = re.fullmatch(rf"cache\.{index}\.(.+)", name_of_input.get(node.name, ""))
+            found = re.fullmatch(rf"cache\.{index}\.(.+)", self.name_of_input.get(node.name, ""))
             if found:
                 return "cache:" + found.group(1)
         return None
 
-    # layer 1 against layer 0, node for node: what layer 1 reads of layer 0 is the link
-    position = {node: k for k, node in enumerate(first)} | {node: k for k, node in enumerate(second)}
-    in_first, in_second = set(first), set(second)
-    links: set[int] = set()
+    def program(self) -> torch.export.ExportedProgram:
+        from torch.export.graph_signature import ExportGraphSignature
 
-    def same(a: Any, b: Any) -> bool:
-        if isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node):
-            if a in in_first and b in in_second:
-                return position[a] == position[b]
-            if b in in_first:  # layer 1 reading layer 0's output where layer 0 reads the prefix's
-                links.add(position[b])
-                return a not in in_first and a not in in_second and a.op != "placeholder"
-            if a.op == "placeholder" and b.op == "placeholder":
-                mine, theirs = own(a, 0), own(b, 1)
+        self.first, self.second = self._bodies()
+        self.position = {node: k for k, node in enumerate(self.first)} | {
+            node: k for k, node in enumerate(self.second)}
+        self.links = self._alike()
+        self.tail = self._tail()
+        self.caches = self._stamped_caches()
+        graph = torch.fx.Graph()
+        input_specs, state_dict, constants = self._inputs(graph)
+        self._body(graph)
+        output_specs = self._outputs(graph)
+        graph.lint()
+        module = torch.fx.GraphModule(self.shallow.graph_module, graph)
+        stamped = torch.export.ExportedProgram(
+            root=module, graph=module.graph, graph_signature=ExportGraphSignature(input_specs, output_specs),
+            state_dict=state_dict, range_constraints=_used_ranges(self.shallow, graph),
+            module_call_graph=_stamped_call_graph(self.shallow, self.prefix, self.count), example_inputs=None,
+            constants=constants, verifiers=self.shallow.verifiers)
+        for attribute, value in vars(self.shallow).items():  # hfexport's marks (decomposed for ONNX), torch's guards
+            if attribute.startswith("_hfexport") or attribute == "_guards_code":
+                setattr(stamped, attribute, value)
+        return stamped
+
+    def _bodies(self) -> tuple[list[torch.fx.Node], list[torch.fx.Node]]:
+        """Layer 0's and layer 1's call nodes, in graph order (by the module each ran in)."""
+        bodies: dict[int, list[torch.fx.Node]] = {0: [], 1: []}
+        for node in self.nodes:
+            if node.op != "call_function":
+                continue
+            found = {_layer_index(path, self.prefix) for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
+            found.discard(None)
+            if len(found) > 1 or (found and not found <= bodies.keys()):
+                raise NotStampable(f"node {node.name} ran in layers {sorted(found)} of a two-layer trace")
+            if found:
+                bodies[found.pop()].append(node)
+        for index, body in bodies.items():
+            # Shape arithmetic (a SymInt node) belongs to a layer only where it reads that layer's
+            # tensors: the tracer shares one node for a size every layer computes alike, so layer 1
+            # may read layer 0's (as it reads the prefix's); such a node is the prefix's.
+            members: set[torch.fx.Node] = set()
+            for node in body:
+                if not _symbolic(node) or any(arg in members for arg in node.all_input_nodes):
+                    members.add(node)
+            bodies[index] = [node for node in body if node in members]
+        if not bodies[1] or len(bodies[0]) != len(bodies[1]):
+            raise NotStampable(f"layers 0 and 1 traced to {len(bodies[0])} and {len(bodies[1])} nodes")
+        return bodies[0], bodies[1]
+
+    def _alike(self) -> set[int]:
+        """Check layer 1 against layer 0 node for node; return the positions of layer 0's nodes
+        layer 1 reads (the link: where layer 1 reads layer 0, layer i reads layer i-1)."""
+        in_first, in_second, position = set(self.first), set(self.second), self.position
+        links: set[int] = set()
+
+        def same(a: Any, b: Any) -> bool:
+            if isinstance(a, torch.fx.Node) and isinstance(b, torch.fx.Node):
+                if a in in_first and b in in_second:
+                    return position[a] == position[b]
+                if b in in_first:  # layer 1 reading layer 0's output where layer 0 reads the prefix's
+                    links.add(position[b])
+                    return a not in in_first and a not in in_second and a.op != "placeholder"
+                mine, theirs = self.own(a, 0), self.own(b, 1)
                 if mine is not None or theirs is not None:
                     return mine == theirs
                 return a is b
-            return a is b
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        if isinstance(a, dict) and isinstance(b, dict):
-            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-        return type(a) is type(b) and a == b
+            if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+                return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+            if isinstance(a, dict) and isinstance(b, dict):
+                return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+            return type(a) is type(b) and a == b
 
-    for a, b in zip(first, second):
-        if a.target != b.target or not same(a.args, b.args) or not same(a.kwargs, b.kwargs):
-            raise NotStampable(f"layer 1's {b.name} is not layer 0's {a.name} ({b.target} against {a.target})")
-    if not links:
-        raise NotStampable("layer 1 reads nothing of layer 0")
+        for a, b in zip(self.first, self.second):
+            if a.target != b.target or not same(a.args, b.args) or not same(a.kwargs, b.kwargs):
+                raise NotStampable(f"layer 1's {b.name} is not layer 0's {a.name} ({b.target} against {a.target})")
+        if not links:
+            raise NotStampable("layer 1 reads nothing of layer 0")
+        return links
 
-    # the nodes after the layers: those reading a layer's node, themselves read by no layer's
-    output = next(node for node in nodes if node.op == "output")
-    reading = in_first | in_second  # the layers' nodes, and then every node reading one
-    tail = []
-    for node in nodes:
-        if node.op == "call_function" and node not in reading and any(a in reading for a in node.all_input_nodes):
-            reading.add(node)
-            tail.append(node)
-    tail_set = set(tail)
-    for node in tail:
-        if any(user in in_first or user in in_second for user in node.users):
-            raise NotStampable(f"{node.name}, outside the layers, reads one layer and is read by another")
-        for arg in node.all_input_nodes:
-            if arg in in_first or (arg in in_second and position[arg] not in links):
-                raise NotStampable(f"{node.name}, outside the layers, reads {arg.name}, not layer 1's output")
+    def _tail(self) -> list[torch.fx.Node]:
+        """The nodes after the layers (the final norm, the head): those reading a layer's node, read
+        by none; they may read only layer 1's output (its nodes at the link's positions)."""
+        layers = set(self.first) | set(self.second)
+        reading = set(layers)
+        tail = []
+        for node in self.nodes:
+            if node.op == "call_function" and node not in reading and any(a in reading for a in node.all_input_nodes):
+                reading.add(node)
+                tail.append(node)
+        for node in tail:
+            if any(user in layers for user in node.users):
+                raise NotStampable(f"{node.name}, outside the layers, reads one layer and is read by another")
+            for arg in node.all_input_nodes:
+                if arg in self.first or (arg in self.second and self.position[arg] not in self.links):
+                    raise NotStampable(f"{node.name}, outside the layers, reads {arg.name}, not layer 1's output")
+        return tail
 
-    # the placeholders layers 2..N-1 read: their weights (new) and their cache inputs (there, unused)
-    weights = [node for node in placeholders.values() if (own(node, 1) or "").startswith("weight:")]
-    caches: dict[tuple[int, str], torch.fx.Node] = {}
-    for node in placeholders.values():
-        mine = own(node, 1)
-        if not (mine or "").startswith("cache:"):
-            continue
-        for index in range(2, count):
-            theirs = by_input_name.get(f"cache.{index}.{mine[len('cache:'):]}")
-            if theirs is None or any(user.op != "output" for user in theirs.users):
-                raise NotStampable(f"layer {index}'s cache input {mine} is missing, or read by the trace")
-            caches[(index, mine)] = theirs
+    def _stamped_caches(self) -> dict[tuple[int, str], torch.fx.Node]:
+        """`{(layer, "cache:<leaf>"): its input}` for layers 2..N-1: in the program, unused."""
+        caches = {}
+        for node in self.placeholders.values():
+            mine = self.own(node, 1)
+            if not (mine or "").startswith("cache:"):
+                continue
+            for index in range(2, self.count):
+                theirs = self.by_input_name.get(f"cache.{index}.{mine[len('cache:'):]}")
+                if theirs is None or any(user.op != "output" for user in theirs.users):
+                    raise NotStampable(f"layer {index}'s cache input {mine} is missing, or read by the trace")
+                caches[(index, mine)] = theirs
+        return caches
 
-    new_graph = torch.fx.Graph()
-    env: dict[torch.fx.Node, torch.fx.Node] = {}
-    new_specs: list[InputSpec] = []
-    state_dict = dict(program.state_dict)
-    constants = dict(program.constants)
-    tensors = {**dict(model.named_parameters(remove_duplicate=False)),
-               **dict(model.named_buffers(remove_duplicate=False))}
-    added: dict[tuple[int, str], torch.fx.Node] = {}
+    def _inputs(self, graph: torch.fx.Graph) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+        """The placeholders, with layers 2..N-1's weights after layer 1's of each kind (as a whole
+        trace orders them); return the input specs, state dict and constants."""
+        from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
-    def add_weights(kind: Any) -> None:
-        """Placeholders of layers 2..N-1's weights of `kind`, after layer 1's kind (the signature's order)."""
-        for index in range(2, count):
-            for node in weights:
-                spec = spec_of[node.name]
-                if spec.kind != kind:
-                    continue
-                mine = own(node, 1)
-                target = f"{prefix}{index}.{mine[len('weight:'):]}"
-                if target not in tensors:
-                    raise NotStampable(f"the model has no {target}")
-                placeholder = new_graph.placeholder(("p_" if kind == InputKind.PARAMETER else "b_")
-                                                    + target.replace(".", "_"))
-                placeholder.meta.update(node.meta)
-                placeholder.meta["val"] = _like(node.meta.get("val"))
-                added[(index, mine)] = placeholder
-                new_specs.append(InputSpec(kind, TensorArgument(placeholder.name), target, spec.persistent))
-                if kind == InputKind.BUFFER and not spec.persistent:
-                    constants[target] = tensors[target]
-                else:
-                    state_dict[target] = tensors[target]
+        self.env: dict[torch.fx.Node, torch.fx.Node] = {}
+        self.added: dict[tuple[int, str], torch.fx.Node] = {}
+        specs: list[InputSpec] = []
+        state_dict, constants = dict(self.shallow.state_dict), dict(self.shallow.constants)
+        tensors = {**dict(self.model.named_parameters(remove_duplicate=False)),
+                   **dict(self.model.named_buffers(remove_duplicate=False))}
+        weights = [node for node in self.placeholders.values() if (self.own(node, 1) or "").startswith("weight:")]
+        last_of_kind = {self.spec_of[node.name].kind: node for node in weights}
+        for node in self.placeholders.values():
+            self.env[node] = copied = graph.node_copy(node, lambda n: self.env[n])
+            spec = self.spec_of[node.name]
+            specs.append(_with_arg(spec, copied))
+            if last_of_kind.get(spec.kind) is not node:
+                continue
+            for index in range(2, self.count):
+                for weight in (w for w in weights if self.spec_of[w.name].kind == spec.kind):
+                    mine = self.own(weight, 1)
+                    target = f"{self.prefix}{index}.{mine[len('weight:'):]}"
+                    if target not in tensors:
+                        raise NotStampable(f"the model has no {target}")
+                    placeholder = graph.placeholder(
+                        ("p_" if spec.kind == InputKind.PARAMETER else "b_") + target.replace(".", "_"))
+                    placeholder.meta.update(weight.meta)
+                    placeholder.meta["val"] = _like(weight.meta.get("val"))
+                    self.added[(index, mine)] = placeholder
+                    persistent = self.spec_of[weight.name].persistent
+                    specs.append(InputSpec(spec.kind, TensorArgument(placeholder.name), target, persistent))
+                    (constants if spec.kind == InputKind.BUFFER and not persistent else state_dict)[target] = (
+                        tensors[target])
+        for (index, mine), node in self.caches.items():  # layer i's cache inputs take layer 1's symbolic shapes
+            self.env[node].meta["val"] = _like(self.by_input_name[f"cache.1.{mine[len('cache:'):]}"].meta["val"])
+        return specs, state_dict, constants
 
-    # layers 2..N-1's weights follow layer 1's of each kind, as a whole trace orders them
-    last_of_kind = {spec_of[node.name].kind: node for node in weights}
-    for node in placeholders.values():
-        env[node] = copied = new_graph.node_copy(node, lambda n: env[n])
-        spec = spec_of[node.name]
-        new_specs.append(_with_arg(spec, copied))
-        if last_of_kind.get(spec.kind) is node:
-            add_weights(spec.kind)
-    for (index, mine), node in caches.items():  # layer i's cache inputs take layer 1's symbolic shapes
-        env[node].meta["val"] = _like(by_input_name[f"cache.1.{mine[len('cache:'):]}"].meta["val"])
+    def _body(self, graph: torch.fx.Graph) -> None:
+        """The prefix and the two layers as traced, layer 1's copies after it, then the tail
+        reading the last copy where it read layer 1."""
+        tail = set(self.tail)
+        self.copies: list[dict[torch.fx.Node, torch.fx.Node]] = []
+        for node in self.nodes:
+            if node.op in ("placeholder", "output") or node in tail:
+                continue
+            self.env[node] = graph.node_copy(node, lambda n: self.env[n])
+            if node is self.second[-1]:
+                previous = {body_node: self.env[body_node] for body_node in self.second}
+                for index in range(2, self.count):
+                    previous = self._copy(graph, index, previous)
+                    self.copies.append(previous)
+        last = self.copies[-1]
+        for node in self.tail:
+            self.env[node] = graph.node_copy(node, lambda n: last[n] if n in last else self.env[n])
 
-    copies: list[dict[torch.fx.Node, torch.fx.Node]] = []
-    for node in nodes:
-        if node.op in ("placeholder", "output") or node in tail_set:
-            continue
-        env[node] = new_graph.node_copy(node, lambda n: env[n])
-        if node is not second[-1]:
-            continue
-        previous = {body_node: env[body_node] for body_node in second}
-        for index in range(2, count):
-            copied_layer: dict[torch.fx.Node, torch.fx.Node] = {}
+    def _copy(self, graph: torch.fx.Graph, index: int, previous: dict[torch.fx.Node, torch.fx.Node]
+              ) -> dict[torch.fx.Node, torch.fx.Node]:
+        """Layer 1's nodes copied as layer `index`'s, reading `previous` (layer index-1's nodes by
+        layer 1's) where layer 1 reads layer 0; return the copies by layer 1's nodes."""
+        first = set(self.first)
+        copied_layer: dict[torch.fx.Node, torch.fx.Node] = {}
 
-            def mapped(n: torch.fx.Node, index: int = index, copied_layer: dict = copied_layer,
-                       previous: dict = previous) -> torch.fx.Node:
-                if n in copied_layer:
-                    return copied_layer[n]
-                if n in in_first:  # where layer 1 reads layer 0, layer i reads layer i-1
-                    return previous[second[position[n]]]
-                mine = own(n, 1) if n.op == "placeholder" else None
-                if mine is not None:
-                    return added[(index, mine)] if mine.startswith("weight:") else env[caches[(index, mine)]]
-                return env[n]
+        def mapped(n: torch.fx.Node) -> torch.fx.Node:
+            if n in copied_layer:
+                return copied_layer[n]
+            if n in first:
+                return previous[self.second[self.position[n]]]
+            mine = self.own(n, 1) if n.op == "placeholder" else None
+            if mine is not None:
+                return self.added[(index, mine)] if mine.startswith("weight:") else self.env[self.caches[(index, mine)]]
+            return self.env[n]
 
-            for body_node in second:
-                copied = new_graph.node_copy(body_node, mapped)
-                modules = copied.meta.get("nn_module_stack")
-                if modules:
-                    copied.meta["nn_module_stack"] = {
-                        key: (_relayered(path, prefix, index), kind) for key, (path, kind) in modules.items()}
-                copied_layer[body_node] = copied
-            copies.append(copied_layer)
-            previous = copied_layer
-    last = copies[-1]
-    for node in tail:  # the tail reads the last layer's output where it read layer 1's
-        env[node] = new_graph.node_copy(node, lambda n: last[n] if n in last else env[n])
+        for node in self.second:
+            copied = graph.node_copy(node, mapped)
+            modules = copied.meta.get("nn_module_stack")
+            if modules:
+                copied.meta["nn_module_stack"] = {
+                    key: (_relayered(path, self.prefix, index), kind) for key, (path, kind) in modules.items()}
+            copied_layer[node] = copied
+        return copied_layer
 
-    # outputs: layer 1's cache writes and cache outputs, repeated for each stamped layer
-    values = list(output.args[0])
-    specs = list(signature.output_specs)
-    user_names = leaf_names(_placeholder_tree(program.call_spec.out_spec))
-    user_at = [k for k, spec in enumerate(specs) if spec.kind == OutputKind.USER_OUTPUT]
-    if len(user_names) != len(user_at):
-        raise NotStampable("the outputs' names do not line up with the program's user outputs")
-    name_at = dict(zip(user_at, user_names))
-    for name in user_names:  # every layer's cache comes out (a static cache input passes through the trace)
-        found = re.search(r"(?:^|\.)cache\.1\.(.+)$", name)
-        missing = [index for index in range(count) if found and not any(
-            re.search(rf"(?:^|\.)cache\.{index}\.{re.escape(found.group(1))}$", other) for other in user_names)]
-        if missing:
-            raise NotStampable(f"the outputs hold no cache {found.group(1)} of layers {missing}")
-    layer_one_outputs = {found.group(1): values[k] for k, name in name_at.items()
-                         if (found := re.search(r"(?:^|\.)cache\.1\.(.+)$", name))}
-    writes = [k for k, spec in enumerate(specs) if spec.kind == OutputKind.USER_INPUT_MUTATION
-              and (own(placeholders[spec.target], 1) or "").startswith("cache:")]
-    new_values: list[Any] = []
-    new_out_specs: list[OutputSpec] = []
-    for k, (spec, value) in enumerate(zip(specs, values)):
-        found = re.search(r"(?:^|\.)cache\.(\d+)\.(.+)$", name_at.get(k, ""))
-        if found and int(found.group(1)) >= 2:  # a stamped layer's cache output (passed through, unused)
-            source = layer_one_outputs.get(found.group(2))
-            if source not in in_second:
-                raise NotStampable(f"layer 1's cache output {found.group(2)} is not a node of layer 1")
-            value = copies[int(found.group(1)) - 2][source]
-        elif isinstance(value, torch.fx.Node):
-            value = env[value]
-        new_values.append(value)
-        new_out_specs.append(_with_arg(spec, value))
-        if writes and k == writes[-1]:  # the stamped layers' cache writes, after layer 1's
-            for index in range(2, count):
-                for write in writes:
-                    if values[write] not in in_second:
-                        raise NotStampable(f"layer 1's write of {specs[write].target} is not a node of layer 1")
-                    copied = copies[index - 2][values[write]]
-                    target = env[caches[(index, own(placeholders[specs[write].target], 1))]].name
-                    new_values.append(copied)
-                    new_out_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(copied.name),
-                                                    target))
-    new_graph.output(tuple(new_values)).meta.update(output.meta)
-    new_graph.lint()
+    def _outputs(self, graph: torch.fx.Graph) -> list[Any]:
+        """The output node: layer 1's cache writes and cache outputs repeated for each stamped
+        layer (a stamped layer's cache output was its input, passed through); return the specs."""
+        from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
 
-    module = torch.fx.GraphModule(program.graph_module, new_graph)
-    stamped = torch.export.ExportedProgram(
-        root=module, graph=module.graph,
-        graph_signature=ExportGraphSignature(new_specs, new_out_specs),
-        state_dict=state_dict,
-        range_constraints=_used_ranges(program, new_graph),
-        module_call_graph=_stamped_call_graph(program, prefix, count),
-        example_inputs=None,
-        constants=constants,
-        verifiers=program.verifiers,
-    )
-    for attribute, value in vars(program).items():  # hfexport's marks (decomposed for ONNX, ...), torch's guards
-        if attribute.startswith("_hfexport") or attribute == "_guards_code":
-            setattr(stamped, attribute, value)
-    return stamped
+        from .pytree import leaf_names
+        from .record import _placeholder_tree
+
+        output = next(node for node in self.nodes if node.op == "output")
+        values, specs = list(output.args[0]), list(self.shallow.graph_signature.output_specs)
+        names = leaf_names(_placeholder_tree(self.shallow.call_spec.out_spec))
+        user_at = [k for k, spec in enumerate(specs) if spec.kind == OutputKind.USER_OUTPUT]
+        if len(names) != len(user_at):
+            raise NotStampable("the outputs' names do not line up with the program's user outputs")
+        name_at = dict(zip(user_at, names))
+        layer_one = {found.group(1): values[k] for k, name in name_at.items()
+                     if (found := re.search(r"(?:^|\.)cache\.1\.(.+)$", name))}
+        for leaf in layer_one:  # every layer's cache comes out (a static cache input passes through the trace)
+            missing = [index for index in range(self.count)
+                       if not any(re.search(rf"(?:^|\.)cache\.{index}\.{re.escape(leaf)}$", n) for n in names)]
+            if missing:
+                raise NotStampable(f"the outputs hold no cache {leaf} of layers {missing}")
+        writes = [k for k, spec in enumerate(specs) if spec.kind == OutputKind.USER_INPUT_MUTATION
+                  and (self.own(self.placeholders.get(spec.target), 1) or "").startswith("cache:")]
+        new_values: list[Any] = []
+        new_specs: list[OutputSpec] = []
+        second = set(self.second)
+        for k, (spec, value) in enumerate(zip(specs, values)):
+            found = re.search(r"(?:^|\.)cache\.(\d+)\.(.+)$", name_at.get(k, ""))
+            if found and int(found.group(1)) >= 2:
+                source = layer_one.get(found.group(2))
+                if source not in second:
+                    raise NotStampable(f"layer 1's cache output {found.group(2)} is not a node of layer 1")
+                value = self.copies[int(found.group(1)) - 2][source]
+            elif isinstance(value, torch.fx.Node):
+                value = self.env[value]
+            new_values.append(value)
+            new_specs.append(_with_arg(spec, value))
+            if writes and k == writes[-1]:  # the stamped layers' cache writes, after layer 1's
+                for index in range(2, self.count):
+                    for write in writes:
+                        if values[write] not in second:
+                            raise NotStampable(f"layer 1's write of {specs[write].target} is not a node of layer 1")
+                        copied = self.copies[index - 2][values[write]]
+                        written = self.caches[(index, self.own(self.placeholders[specs[write].target], 1))]
+                        new_values.append(copied)
+                        new_specs.append(OutputSpec(OutputKind.USER_INPUT_MUTATION, TensorArgument(copied.name),
+                                                    self.env[written].name))
+        graph.output(tuple(new_values)).meta.update(output.meta)
+        return new_specs
 
 
 def _like(value: Any) -> Any:
@@ -476,10 +497,11 @@ def _with_arg(spec: Any, value: Any) -> Any:
     return spec
 
 
-def _user_input_names(program: torch.export.ExportedProgram, io_leaf_names: Any) -> dict[str, torch.fx.Node]:
+def _user_input_names(program: torch.export.ExportedProgram) -> dict[str, torch.fx.Node]:
     """The program's user-input placeholders by their interface names (`cache.1.keys`)."""
     from torch.export.graph_signature import InputKind
 
+    from .names import io_leaf_names
     from .record import _placeholder_tree
 
     args, kwargs = _placeholder_tree(program.call_spec.in_spec)
