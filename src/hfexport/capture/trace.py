@@ -142,12 +142,13 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
             try:
                 captured = _captured(shallow(model, stack), inputs, config, bounds, drop_none_outputs, functionalize)
                 captured.program = stamp(captured.program, model, stack)
-            except NotStampable as error:
-                why = str(error)
+            except (NotStampable, CaptureError) as error:  # the whole trace decides (its error, if any)
+                why = str(error).splitlines()[0]
                 logger.info("%s: layers not stamped, the whole model traced: %s", model_name(model), why)
             else:
-                captured.layer_stamping = {"stamped": f"layers 2-{len(stack.layers) - 1} of {stack.path}, "
-                                           "from layer 1 of a two-layer trace"}
+                last = len(stack.layers) - 1
+                stamped = "layer 2" if last == 2 else f"layers 2-{last}"
+                captured.layer_stamping = {"stamped": f"{stamped} of {stack.path}, from layer 1 of a two-layer trace"}
                 captured.fixes_applied = apply_fx_fixes(captured.program, backend, fix_order)
                 return captured
         stamping = {"not_stamped": why}
