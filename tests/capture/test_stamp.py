@@ -168,3 +168,23 @@ def test_two_layers_that_trace_apart_are_not_stamped():
     program = capture(shallow(model, stack), inputs, ExportConfig(dynamic=True), backend="dynamo").program
     with pytest.raises(NotStampable, match="layer 1's .* is not layer 0's"):
         stamp(program, model, stack)
+
+
+def test_a_stamp_that_fails_falls_back_to_the_whole_trace(monkeypatch, caplog):
+    """A bug in the stamp costs the whole trace's time, not the export: the program is the whole
+    trace's, validated against eager, and the record and a warning say what failed."""
+    import hfexport.capture.stamp as stamp_module
+    from transformers import GenerationConfig
+
+    def broken(program, model, stack):
+        raise KeyError("a node the stamp did not expect")
+
+    monkeypatch.setattr(stamp_module, "stamp", broken)
+    model, inputs = _model("llama", 3)
+    program = DynamoExporter().export_for_generation(
+        model, inputs, DynamoConfig(dynamic=True, validate=True),
+        generation_config=GenerationConfig(cache_implementation="static", max_cache_len=32))["decode"]
+    why = record_of(program).details["layer_stamping"]["not_stamped"]
+    assert why.startswith("the stamp failed (KeyError") and "please report it" in why
+    assert "model.model.layers.2.mlp.down_proj.weight" in program.state_dict
+    assert "the stamp failed" in caplog.text

@@ -145,6 +145,9 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
             except (NotStampable, CaptureError) as error:  # the whole trace decides (its error, if any)
                 why = str(error).splitlines()[0]
                 logger.info("%s: layers not stamped, the whole model traced: %s", model_name(model), why)
+            except Exception as error:  # noqa: BLE001 - a stamp bug costs the whole trace's time, not the export
+                why = f"the stamp failed ({type(error).__name__}: {summarize(error, 200)}): please report it"
+                logger.warning("%s: layers not stamped, the whole model traced: %s", model_name(model), why)
             else:
                 last = len(stack.layers) - 1
                 stamped = "layer 2" if last == 2 else f"layers 2-{last}"
