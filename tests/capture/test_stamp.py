@@ -2,7 +2,7 @@
 for the rest must give the program a trace of the whole model gives. Checked on the ONNX graph
 (ops, wiring, weights, interface: the same as with stamping off), on the program itself (the
 Dynamo export of a stamped capture, validated against eager), through the CLI (the LLM package of
-a 4-layer Llama, validation and the runner check on), and on drawn variations (model types, layer
+a 4-layer Llama, Qwen3 and Mistral, validation and the runner check on), and on drawn variations (model types, layer
 counts, head dims, kv heads). Where a model's layers may differ, the
 whole model is traced and the record says why."""
 
@@ -111,13 +111,15 @@ def test_the_stamped_program_runs_as_the_whole_model():
         [d if isinstance(d, int) else "sym" for d in shape] for shape in record_of(whole).input_shapes]
 
 
-def test_the_cli_package_of_a_stamped_llama_passes_its_checks(tmp_path):
-    """`hfexport export FOLDER -f onnx`: the LLM package of a 4-layer Llama, validated against eager
-    and run in onnxruntime-genai (the runner check), says its layers were stamped."""
+@pytest.mark.parametrize("preset", ["llama", "qwen3", "mistral"])
+def test_the_cli_package_of_a_stamped_decoder_passes_its_checks(tmp_path, preset):
+    """`hfexport export FOLDER -f onnx`: the LLM package of a 4-layer decoder (Qwen3's q/k norms,
+    Mistral's sliding window among them), validated against eager and run in onnxruntime-genai (the
+    runner check), says its layers were stamped."""
     from hfexport.cli.main import main
     from tests.harness import tiny_bpe_tokenizer
 
-    model, _ = build_preset("llama", num_hidden_layers=4, vocab_size=320)
+    model, _ = build_preset(preset, num_hidden_layers=4, vocab_size=320)
     model.save_pretrained(tmp_path / "model")
     tiny_bpe_tokenizer().save_pretrained(tmp_path / "model")
     assert main(["export", str(tmp_path / "model"), "-f", "onnx", "-o", str(tmp_path / "out"), "--quiet"]) == 0
