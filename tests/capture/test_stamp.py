@@ -117,7 +117,7 @@ def test_the_cli_package_of_a_stamped_decoder_passes_its_checks(tmp_path, preset
     Mistral's sliding window among them), validated against eager and run in onnxruntime-genai (the
     runner check), says its layers were stamped."""
     from hfexport.cli.main import main
-    from tests.harness import tiny_bpe_tokenizer
+    from tests.harness import genai_tokens_in_a_new_process, tiny_bpe_tokenizer
 
     model, _ = build_preset(preset, num_hidden_layers=4, vocab_size=320)
     model.save_pretrained(tmp_path / "model")
@@ -128,6 +128,11 @@ def test_the_cli_package_of_a_stamped_decoder_passes_its_checks(tmp_path, preset
     assert decode["record"]["layer_stamping"]["stamped"].startswith("layers 2-3 of model.model.layers")
     assert decode["validation"]["passed"] is True
     assert report["runner"]["tokens_equal"] is True and report["runner"]["passed"] is True
+    # the folder as its runtime's docs run it: onnxruntime-genai in a fresh process, eager's tokens
+    prompt = [5, 17, 42, 9, 33]
+    with torch.no_grad():
+        eager = model.generate(torch.tensor([prompt]), max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    assert genai_tokens_in_a_new_process(tmp_path / "out", prompt, 8) == eager[0, len(prompt):].tolist()
 
 
 def test_layers_that_may_differ_are_traced_whole():
@@ -165,7 +170,7 @@ def test_two_layers_that_trace_apart_are_not_stamped():
     """The stamp checks layer 1's nodes against layer 0's, argument for argument: a layer whose
     attention scales apart (what the attribute check would have refused) fails it."""
     model, inputs = _model("llama", 3)
-    stack = LayerStack("model.layers", model.model, model.model.layers)
+    stack = LayerStack("model.layers", model.model.layers)
     model.model.layers[1].self_attn.scaling = 0.5
     program = capture(shallow(model, stack), inputs, ExportConfig(dynamic=True), backend="dynamo").program
     with pytest.raises(NotStampable, match="layer 1's .* is not layer 0's"):

@@ -3,8 +3,9 @@ own weights, so the capture (torch.export's trace, then the backend's decomposit
 two layers rather than N.
 
 ```
-stampable(model, config)    the decoder's layer list, when its layers differ only in their weights and
-                            layer index (STAMPED_MODEL_TYPES, every layer's attributes alike), else None
+stampable(model, config, inputs)
+    the decoder's layer list, when its layers differ only in their weights and layer index
+    (STAMPED_MODEL_TYPES, every layer's attributes alike) and `inputs` hold a static cache, else why not
 shallow(model, stack)       the model with the list's first two layers (modules shared, nothing copied)
 stamp(program, model, stack)
     the shallow program (traced on the full sample: layers 2..N-1's cache inputs are there, unused)
@@ -36,14 +37,11 @@ layer (the cache it makes, hidden states) comes from the layers the trace ran.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import re
 from typing import Any
 
 import torch
 import torch.fx
-
-logger = logging.getLogger("hfexport")
 
 __all__ = ["stampable", "shallow", "stamp", "NotStampable", "LayerStack", "STAMPED_MODEL_TYPES"]
 
@@ -61,11 +59,9 @@ class NotStampable(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class LayerStack:
-    """The decoder's layer list: its path from the traced root (`model.model.layers`), the module
-    holding it and the list."""
+    """The decoder's layer list and its path from the traced root (`model.model.layers`)."""
 
     path: str
-    owner: torch.nn.Module
     layers: torch.nn.ModuleList
 
 
@@ -109,8 +105,7 @@ def stampable(model: torch.nn.Module, config: Any, inputs: dict[str, Any] | None
     for index, layer in enumerate(layers):
         if _layer_signature(layer) != first:
             return None, f"layer {index} differs from layer 0 in its modules, attributes or weights' shapes"
-    owner = model.get_submodule(path.rsplit(".", 1)[0]) if "." in path else model
-    return LayerStack(path, owner, layers), ""
+    return LayerStack(path, layers), ""
 
 
 def _dynamic_cache(cache: Any) -> bool:
@@ -498,16 +493,12 @@ def _with_arg(spec: Any, value: Any) -> Any:
 
 
 def _user_input_names(program: torch.export.ExportedProgram) -> dict[str, torch.fx.Node]:
-    """The program's user-input placeholders by their interface names (`cache.1.keys`)."""
+    """The program's user-input placeholders by their interface names (`cache.1.keys`, the record's)."""
     from torch.export.graph_signature import InputKind
 
-    from .names import io_leaf_names
-    from .record import _placeholder_tree
+    from .record import record_from_program
 
-    args, kwargs = _placeholder_tree(program.call_spec.in_spec)
-    if args:
-        raise NotStampable("the program takes positional inputs")
-    names = io_leaf_names(kwargs)
+    names = record_from_program(program).input_names
     specs = [spec for spec in program.graph_signature.input_specs if spec.kind == InputKind.USER_INPUT]
     if len(names) != len(specs):
         raise NotStampable("the inputs' names do not line up with the program's user inputs")

@@ -133,32 +133,38 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
             to be dynamic that the program fixed (`check_dynamic_axes`).
     """
     register_cache_pytree_nodes(inputs)
-    stamping: dict[str, Any] = {}
-    if stamp_layers:
-        from .stamp import NotStampable, shallow, stamp, stampable
-
-        stack, why = stampable(model, config, inputs)
-        if stack is not None:
-            try:
-                captured = _captured(shallow(model, stack), inputs, config, bounds, drop_none_outputs, functionalize)
-                captured.program = stamp(captured.program, model, stack)
-            except (NotStampable, CaptureError) as error:  # the whole trace decides (its error, if any)
-                why = str(error).splitlines()[0]
-                logger.info("%s: layers not stamped, the whole model traced: %s", model_name(model), why)
-            except Exception as error:  # noqa: BLE001 - a stamp bug costs the whole trace's time, not the export
-                why = f"the stamp failed ({type(error).__name__}: {summarize(error, 200)}): please report it"
-                logger.warning("%s: layers not stamped, the whole model traced: %s", model_name(model), why)
-            else:
-                last = len(stack.layers) - 1
-                stamped = "layer 2" if last == 2 else f"layers 2-{last}"
-                captured.layer_stamping = {"stamped": f"{stamped} of {stack.path}, from layer 1 of a two-layer trace"}
-                captured.fixes_applied = apply_fx_fixes(captured.program, backend, fix_order)
-                return captured
-        stamping = {"not_stamped": why}
-    captured = _captured(model, inputs, config, bounds, drop_none_outputs, functionalize)
+    captured, stamping = (_stamped(model, inputs, config, bounds, drop_none_outputs, functionalize)
+                          if stamp_layers else (None, {}))
+    if captured is None:
+        captured = _captured(model, inputs, config, bounds, drop_none_outputs, functionalize)
     captured.layer_stamping = stamping
     captured.fixes_applied = apply_fx_fixes(captured.program, backend, fix_order)
     return captured
+
+
+def _stamped(model: torch.nn.Module, inputs: dict[str, Any], config: Any, bounds: Any, drop_none_outputs: bool,
+             functionalize: Any) -> tuple[Capture | None, dict[str, Any]]:
+    """`(the capture of model's first two layers with the second stamped for the rest, the
+    record's entry)`, or `(None, why not)` where the whole model is to be traced (`stamp.py`)."""
+    from .stamp import NotStampable, shallow, stamp, stampable
+
+    stack, why = stampable(model, config, inputs)
+    if stack is None:
+        return None, {"not_stamped": why}
+    try:
+        captured = _captured(shallow(model, stack), inputs, config, bounds, drop_none_outputs, functionalize)
+        captured.program = stamp(captured.program, model, stack)
+    except (NotStampable, CaptureError) as error:  # the whole trace decides (its error, if any)
+        why = str(error).splitlines()[0]
+        logger.info("%s: layers not stamped, the whole model traced: %s", model_name(model), why)
+        return None, {"not_stamped": why}
+    except Exception as error:  # noqa: BLE001 - a stamp bug costs the whole trace's time, not the export
+        why = f"the stamp failed ({type(error).__name__}: {summarize(error, 200)}): please report it"
+        logger.warning("%s: layers not stamped, the whole model traced: %s", model_name(model), why)
+        return None, {"not_stamped": why}
+    last = len(stack.layers) - 1
+    layers = "layer 2" if last == 2 else f"layers 2-{last}"
+    return captured, {"stamped": f"{layers} of {stack.path}, from layer 1 of a two-layer trace"}
 
 
 def _captured(model: torch.nn.Module, inputs: dict[str, Any], config: Any, bounds: Any, drop_none_outputs: bool,
