@@ -232,6 +232,43 @@ def test_a_scratch_file_goes_with_the_last_tensor_written_to_it(tmp_path):
     np.testing.assert_array_equal(session.run(None, {"x": feed})[0], feed @ kept)
 
 
+def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
+    """A folded `Transpose` leaves a weight as a strided numpy view, which the scratch writer lays out
+    with torch's copy, a block of rows at a time (numpy's `tofile` of a view is ~6x slower): each
+    dtype's bytes are what `onnx_ir` writes, a packed 4-bit view's included (it goes through
+    `onnx_ir`'s own `tofile`), with blocks of one row and of several."""
+    from pathlib import Path
+
+    import ml_dtypes
+    import numpy as np
+    import onnx_ir as ir
+
+    from hfexport.backends.onnx import scratch
+    from hfexport.backends.onnx.scratch import _Contiguous, _write_missing, _written
+
+    base = np.arange(-60, 60).reshape(10, 12)
+    views = {
+        "float32 transposed": ir.tensor(base.astype(np.float32).T),
+        "float16 transposed": ir.tensor(base.astype(np.float16).T),
+        "float64 every other row": ir.tensor(base.astype(np.float64)[::2]),
+        "int64 transposed": ir.tensor(base.T),
+        "int8 transposed": ir.tensor(base.astype(np.int8).T),
+        "uint16 transposed": ir.tensor(base.astype(np.uint16).T),
+        "bool transposed": ir.tensor((base % 3 == 0).T),
+        "contiguous float32": ir.tensor(base.astype(np.float32)),
+        "int4 transposed": ir.tensor((base % 8).astype(ml_dtypes.int4).T, dtype=ir.DataType.INT4),
+    }
+    wrapped = {name for name, tensor in views.items() if isinstance(_Contiguous.of(tensor), _Contiguous)}
+    assert wrapped == {name for name in views if "transposed" in name or "every other" in name} - {"int4 transposed"}
+    for block in (1, 7 * 12 * 8):
+        monkeypatch.setattr(scratch, "_BLOCK", block)
+        copies = {name: ir.Tensor(tensor.raw, dtype=tensor.dtype) for name, tensor in views.items()}
+        _write_missing(list(copies.values()))
+        for name, tensor in copies.items():
+            written = _written[id(tensor)][0]
+            assert Path(written.path).read_bytes()[written.offset:written.offset + written.length] == tensor.tobytes(), name
+
+
 def test_a_program_changed_after_its_scratch_was_written_is_saved_as_it_is_now(tmp_path):
     """The scratch file is taken only while it holds the program's weights as they are. torch.onnx's
     program holds the model's own parameters: one changed in place after the export (under `no_grad`)

@@ -43,6 +43,8 @@ __all__ = ["scratch_model", "scratch_files", "save_linked"]
 THRESHOLD = 256
 #: what the writer holds in memory at once (tensors materialised for writing)
 _IN_FLIGHT = 64 * 2**20
+#: the most bytes of a strided tensor copied at once to be written (`_Contiguous`)
+_BLOCK = 16 * 2**20
 
 _lock = threading.Lock()
 _root: str | None = None
@@ -121,7 +123,8 @@ def _write_missing(tensors: list[Any]) -> None:
     if not missing:
         return
     name = f"weights-{next(_names)}.data"
-    placed = convert_tensors_to_external(missing, _folder(), name, max_in_flight_bytes=_IN_FLIGHT)
+    placed = convert_tensors_to_external([_Contiguous.of(t) for t in missing], _folder(), name,
+                                         max_in_flight_bytes=_IN_FLIGHT)
     with _lock:
         _holders[name] = len(missing)
         for tensor, external in zip(missing, placed, strict=True):
@@ -129,6 +132,46 @@ def _write_missing(tensors: list[Any]) -> None:
             # finalizer (registered then) takes it off when the tensor goes
             _written[id(tensor)] = (external, _stamp(tensor))
             weakref.finalize(tensor, _forget, id(tensor), name)
+
+
+class _Contiguous:
+    """A tensor as the writer takes it, whose values are a strided numpy view (onnxscript's folded
+    `Transpose` of a weight is `array.T`): its bytes laid out by torch's copy before `tofile`.
+
+    numpy's `tofile` of a transposed view walks it element by element: 0.30 s for a 64 MB fp32
+    matrix against 0.05 s for torch's `contiguous()` copy (the 1.25 GB Llama's write 4.9 -> 3.3 s).
+    The bytes written are the same (`ir.Tensor.tofile` writes `numpy()`'s, C order, for the plain
+    dtypes taken here; packed and non-native ones go as they are)."""
+
+    #: numpy dtypes `torch.from_numpy` takes, written by `ir.Tensor` unpacked (one value an item)
+    _PLAIN = frozenset("?bBhHiIlLqefd")
+
+    def __init__(self, tensor: Any) -> None:
+        self._tensor = tensor
+
+    @classmethod
+    def of(cls, tensor: Any) -> Any:
+        """`tensor`, wrapped where its values are a strided view of a plain dtype."""
+        import numpy as np
+
+        raw = getattr(tensor, "raw", None)
+        if (isinstance(raw, np.ndarray) and raw.ndim and not raw.flags.c_contiguous
+                and raw.dtype.char in cls._PLAIN and raw.dtype.isnative and raw.nbytes == tensor.nbytes):
+            return cls(tensor)
+        return tensor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tensor, name)
+
+    def tofile(self, file: Any) -> None:
+        import torch
+
+        raw = self._tensor.raw
+        # in blocks of rows (C order is the blocks' bytes end to end), so that a 250 MB head is not
+        # copied whole beside the model
+        rows = max(1, _BLOCK // max(1, raw[:1].nbytes))
+        for start in range(0, len(raw), rows):
+            torch.from_numpy(raw[start:start + rows]).contiguous().numpy().tofile(file)
 
 
 def _stamp(tensor: Any) -> Any:
