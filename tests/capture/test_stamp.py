@@ -25,14 +25,10 @@ from tests.harness import onnx_graph  # noqa: E402
 
 #: drawn once: (model type, layers, head dim, kv heads, static cache: the LLM package's decode; a
 #: dynamic cache's layers each read their own cache's length through shape arithmetic the trace
-#: shares, which the stamp's node-for-node check refuses: traced whole, the record says why). Not Qwen2, Qwen3 or Mistral:
-#: built by `_model` (their config defaults, a sliding window among them), their static-cache ONNX
-#: decode fails with 2 layers already, stamping or not (Qwen2's and Qwen3's differ from eager from
-#: layer 1 on in validation's smallest case; Mistral's load check refuses its mask): bugs of their
-#: own, in session 34's note, which validating the stamped export here would hit.
+#: shares, which the stamp's node-for-node check refuses: traced whole, the record says why)
 _DRAW = random.Random(5347)
-VARIATIONS = [(_DRAW.choice(["llama", "phi3"]), _DRAW.randint(3, 5), _DRAW.choice([8, 16]), _DRAW.choice([1, 2, 4]),
-               True)]
+VARIATIONS = [(_DRAW.choice(["llama", "phi3", "qwen2", "qwen3", "mistral"]), _DRAW.randint(3, 5), _DRAW.choice([8, 16]),
+               _DRAW.choice([1, 2, 4]), True)]
 
 
 class WholeTrace(OnnxExporter):

@@ -239,7 +239,7 @@ def test_merging_decode_steps_reaches_masks_inside_containers():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["llama", "mistral"])
+@pytest.mark.parametrize("name", ["llama", "mistral", "qwen3"])
 def test_a_static_prefill_takes_the_allocated_cache_and_the_seeds_mask(name):
     """Without multi-token decode, a static cache's prefill used to allocate the cache in the graph
     at max_cache_len: no cache input, the cache length fixed (Mistral's export was refused). It now

@@ -405,7 +405,10 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
     # over `max_cache_len` slots, a Python int of the cache layers: traced so, the cache length
     # comes out fixed at that number. The decode's captured mask tells the layout the model takes
     # (`masks.mask_layout`); the prefill's mask in that layout is checked by running the model
-    # both ways on the capture's prompt, and kept only if the logits agree.
+    # both ways on the capture's prompt, and kept only if the logits agree. A model with a mask per
+    # attention kind (Qwen2, Qwen3) is passed `{"full_attention": None}` for a prompt without
+    # padding: traced so, SDPA's `is_causal` is fixed by the sample's query length (a 1-token
+    # prompt would attend every slot of the cache, the empty ones too), so it is given the mask too.
     """
     from .masks import causal_mask, mask_layout
 
@@ -413,6 +416,8 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
     mask, ids = decode.get("attention_mask"), prefill.get("input_ids")
     layout = mask_layout(model.config, mask, static=True)
     given = prefill.get("attention_mask")  # generate leaves out a mask of ones
+    if isinstance(given, dict) and not any(mask is not None for mask in given.values()):
+        given = None  # a mask per attention kind, each left out for SDPA's causal skip (Qwen2, Qwen3)
     if layout is None or not isinstance(ids, torch.Tensor) or given is not None and getattr(given, "ndim", 0) != 2:
         return _with_causal_mask(model, [prefill], prefill, prompt, past=0)
     length = next(iter(mask.values())).shape[-1] if isinstance(mask, dict) else mask.shape[-1]

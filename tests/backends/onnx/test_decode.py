@@ -4,6 +4,8 @@ fusion; each checked against eager `generate` or the base cache session."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
@@ -167,3 +169,56 @@ def test_the_seed_api_keeps_multi_head_attention_and_the_seeds_mask(asked):
     mask = next(i for i in graph.input if i.name == "attention_mask").type.tensor_type
     assert len(mask.shape.dim) == 4 and "input.cache.0.cumulative_length" in [i.name for i in graph.input]
     assert _ops(decode.model_proto).count("ScatterElements") == 4
+
+
+#: (model type, layers, head dim, kv heads, prompt length, group_query_attention): the two configs that
+#: broke (session 34's note), then drawn variations
+_DRAW = random.Random(5351)
+SEPARATE_PREFILL = [("qwen3", 2, 8, 2, 5, None), ("mistral", 2, 8, 2, 5, True)] + [
+    (_DRAW.choice(["qwen2", "qwen3", "mistral"]), _DRAW.randint(2, 3), _DRAW.choice([8, 16]), _DRAW.choice([1, 2, 4]),
+     _DRAW.randint(2, 9), _DRAW.choice([None, True])) for _ in range(2)]
+
+
+@pytest.mark.parametrize("variation", SEPARATE_PREFILL, ids=str)
+def test_a_static_prefill_of_a_mask_per_attention_kind_takes_the_mask(tmp_path, variation):
+    """The seed's `export_for_generation` with a static cache and a prefill of its own. Qwen2's and
+    Qwen3's `generate` passes the prefill `{"full_attention": None}` (SDPA's causal skip): its graph
+    took no mask, SDPA's `is_causal` fixed by the sample, and validation's 1-token prefill attended
+    every slot of the cache in eager and refused the export. Mistral's default window (4096, over the
+    32-slot cache) with GroupQueryAttention asked crashed the window check on the decode's 1-row mask.
+    Now each component takes the 4-D mask, passes validation (its smallest case among the cases) in
+    ONNX Runtime, and the saved folder's loop generates what `generate()` does."""
+    import transformers
+    from transformers import GenerationConfig
+
+    from hfexport import FolderContents, save_folder
+
+    model_type, layers, head_dim, kv_heads, prompt_length, gqa = variation
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(
+        model_type, vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    inputs = {"input_ids": torch.randint(3, 96, (1, prompt_length)),
+              "attention_mask": torch.ones(1, prompt_length, dtype=torch.long)}
+    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=32)
+    export_config = OnnxConfig(dynamic=True, validate=True, group_query_attention=gqa)
+    exporter = OnnxExporter()
+    artifacts = exporter.export_for_generation(model, inputs, export_config, generation_config=generation_config)
+    assert set(artifacts) == {"prefill", "decode"}
+    for name, artifact in artifacts.items():
+        record = record_of(artifact)
+        assert "attention_mask" in record.input_names, name
+        assert len(record.input_shapes[record.input_names.index("attention_mask")]) == 4, name
+        assert record.details["validation"]["passed"], name
+    if gqa:
+        assert record_of(artifacts["decode"]).details["ort_fusions"]["fused"].get("GroupQueryAttention") == layers
+    save_folder(exporter, artifacts, tmp_path / "export",
+                FolderContents("generation", model=model, generation_config=generation_config, export_config=export_config))
+    with torch.no_grad():
+        want = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False,
+                              generation_config=generation_config)[0, prompt_length:].tolist()
+    got = GenerationRunner.load(tmp_path / "export", engine="hfexport").generate(
+        inputs["input_ids"], max_new_tokens=8, min_new_tokens=8)
+    assert list(got.tokens) == want

@@ -180,12 +180,20 @@ def window_sizes(model: Any, layers: list[GqaLayer], positions: int) -> str | No
     if not windowed:
         return None
     values = list(dict.fromkeys(layer.window for layer in windowed))
-    last = evaluate(model, values, {MASK: np.ones((1, 1, 1, positions), dtype=bool)})
+    mask = next(v for v in model.graph.inputs if v.name == MASK)
+    query = mask.shape[2] if mask.shape is not None and isinstance(mask.shape[2], int) else None
     square = min(positions, 64)
+    if query is not None:  # a graph of one query length (a decode's 1): the prompt's rows `query` at a time
+        square = max(query, square // query * query)
     causal = np.tril(np.ones((square, square), dtype=bool))
-    prompt = evaluate(model, values, {MASK: causal[None, None]})
-    if isinstance(last, str) or isinstance(prompt, str):
-        return f"the sliding window: {last if isinstance(last, str) else prompt}"
+    rows_at_once = query or square
+    results = evaluate(model, values, {MASK: np.ones((1, 1, query or 1, positions), dtype=bool)},
+                       *({MASK: causal[None, None, start:start + rows_at_once]} for start in range(0, square, rows_at_once)))
+    if isinstance(results, str):
+        return f"the sliding window: {results}"
+    last = [value.reshape(-1, value.shape[-1])[-1] for value in results[0]]  # each row attends every slot
+    prompt = [np.concatenate([np.broadcast_to(block[i], (1, 1, rows_at_once, square)) for block in results[1:]], axis=2)
+              for i in range(len(values))]
     rows, keys = np.indices(causal.shape)
     sizes = {}
     for value, row, rows_kept in zip(values, last, prompt):
@@ -305,9 +313,11 @@ def _slice_is(node: Any, start: int, end: int | None) -> bool:
     return int(starts[0]) == start and (stop >= 2**31 if end is None else stop == end)
 
 
-def evaluate(model: Any, values: list[Any], feed: dict[str, np.ndarray]) -> list[np.ndarray] | str:
+def evaluate(model: Any, values: list[Any], feed: dict[str, np.ndarray],
+             *more: dict[str, np.ndarray]) -> list[Any] | str:
     """`values` of `model` computed in ONNX Runtime from `feed`, when the graph inputs they depend on
-    are exactly `feed`'s; else why not."""
+    are exactly `feed`'s; else why not. With `more` feeds (the same inputs), one session runs each
+    and the list holds each feed's values."""
     import tempfile
 
     import onnx_ir as ir
@@ -338,4 +348,8 @@ def evaluate(model: Any, values: list[Any], feed: dict[str, np.ndarray]) -> list
         path = f"{scratch}/sub.onnx"
         ir.save(sub, path)
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        return [np.asarray(out) for out in session.run(names, feed)]
+        try:
+            results = [[np.asarray(out) for out in session.run(names, each)] for each in (feed, *more)]
+        except Exception as error:  # noqa: BLE001 - a feed the graph's fixed shapes refuse: why, not a crash
+            return f"ONNX Runtime could not compute them: {str(error).splitlines()[0][:200]}"
+    return results if more else results[0]
