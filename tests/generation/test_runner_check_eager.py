@@ -72,7 +72,8 @@ def test_one_forward_finds_generates_tokens_and_nothing_else(variation):
 
 def test_a_logits_processor_or_extra_inputs_take_generate(monkeypatch):
     """Where greedy's pick may be off the argmax (a repetition penalty, a minimum length, suppressed
-    tokens) or the prompt carries inputs beside its ids, `generate()` itself is the reference."""
+    tokens, beam search) or the prompt carries inputs beside its ids, `generate()` itself is the
+    reference."""
     from transformers import GenerationConfig
 
     model = _model("llama", 8, 2)
@@ -83,7 +84,7 @@ def test_a_logits_processor_or_extra_inputs_take_generate(monkeypatch):
     request = RunnerRequest(tuple(ids[0].tolist()), 6, ())
     assert _eager_picks_each(tokens, ids, request, model, plain)
     for field, value in (("repetition_penalty", 1.3), ("min_new_tokens", 3), ("suppress_tokens", [7]),
-                         ("no_repeat_ngram_size", 2)):
+                         ("no_repeat_ngram_size", 2), ("num_beams", 2)):
         assert not _eager_picks_each(tokens, ids, request, model, GenerationConfig(**{field: value}))
     with_image = RunnerRequest(tuple(ids[0].tolist()), 6, (), inputs={"pixel_values": torch.zeros(1, 3, 4, 4)})
     assert not _eager_picks_each(tokens, ids, with_image, model, plain)

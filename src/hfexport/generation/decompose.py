@@ -416,7 +416,7 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
     mask, ids = decode.get("attention_mask"), prefill.get("input_ids")
     layout = mask_layout(model.config, mask, static=True)
     given = prefill.get("attention_mask")  # generate leaves out a mask of ones
-    if isinstance(given, dict) and not any(mask is not None for mask in given.values()):
+    if isinstance(given, dict) and all(each is None for each in given.values()):
         given = None  # a mask per attention kind, each left out for SDPA's causal skip (Qwen2, Qwen3)
     if layout is None or not isinstance(ids, torch.Tensor) or given is not None and getattr(given, "ndim", 0) != 2:
         return _with_causal_mask(model, [prefill], prefill, prompt, past=0)

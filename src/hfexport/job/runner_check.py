@@ -246,15 +246,16 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
     return entry
 
 
-#: generation config fields whose logits processors can move greedy's pick off the logits' argmax
-#: (transformers 5.24, `GenerationMixin._get_logits_processor`), each with its value that does not
+#: generation config fields that can make `generate(do_sample=False)` pick other than the logits'
+#: argmax (transformers 5.24: `GenerationMixin._get_logits_processor`'s processors, beam and
+#: contrastive search, DoLa), each with the values that do not
 _PROCESSORS_OFF = {
     "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
     "encoder_no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "min_length": (None, 0),
     "min_new_tokens": (None, 0), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
     "suppress_tokens": (None,), "begin_suppress_tokens": (None,), "sequence_bias": (None,),
     "exponential_decay_length_penalty": (None,), "guidance_scale": (None, 1.0), "watermarking_config": (None,),
-    "forced_decoder_ids": (None,),
+    "forced_decoder_ids": (None,), "num_beams": (None, 1), "penalty_alpha": (None, 0, 0.0), "dola_layers": (None,),
 }
 
 
