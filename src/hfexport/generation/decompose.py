@@ -407,8 +407,10 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
     # (`masks.mask_layout`); the prefill's mask in that layout is checked by running the model
     # both ways on the capture's prompt, and kept only if the logits agree. A model with a mask per
     # attention kind (Qwen2, Qwen3) is passed `{"full_attention": None}` for a prompt without
-    # padding: traced so, SDPA's `is_causal` is fixed by the sample's query length (a 1-token
-    # prompt would attend every slot of the cache, the empty ones too), so it is given the mask too.
+    # padding (beside a 4-D `sliding_attention` mask where some layers slide): traced so, SDPA's
+    # `is_causal` is fixed by the sample's query length (a 1-token prompt would attend every slot of
+    # the cache, the empty ones too), and a sliding mask's head axis (1) was kept dynamic and failed to
+    # broadcast; it is given the one causal mask too, in the decode's layout.
     """
     from .masks import causal_mask, mask_layout
 
@@ -416,8 +418,8 @@ def _static_prefill(model: torch.nn.Module, prefill: dict[str, Any], decode: dic
     mask, ids = decode.get("attention_mask"), prefill.get("input_ids")
     layout = mask_layout(model.config, mask, static=True)
     given = prefill.get("attention_mask")  # generate leaves out a mask of ones
-    if isinstance(given, dict) and all(each is None for each in given.values()):
-        given = None  # a mask per attention kind, each left out for SDPA's causal skip (Qwen2, Qwen3)
+    if isinstance(given, dict) and all(each is None or getattr(each, "ndim", 0) == 4 for each in given.values()):
+        given = None  # generate's mask per attention kind, None where SDPA's causal skip leaves it out (Qwen2, Qwen3)
     if layout is None or not isinstance(ids, torch.Tensor) or given is not None and getattr(given, "ndim", 0) != 2:
         return _with_causal_mask(model, [prefill], prefill, prompt, past=0)
     length = next(iter(mask.values())).shape[-1] if isinstance(mask, dict) else mask.shape[-1]

@@ -171,12 +171,14 @@ def test_the_seed_api_keeps_multi_head_attention_and_the_seeds_mask(asked):
     assert _ops(decode.model_proto).count("ScatterElements") == 4
 
 
-#: (model type, layers, head dim, kv heads, prompt length, group_query_attention): the two configs that
-#: broke (session 34's note), then drawn variations
+#: (model type, layers, head dim, kv heads, prompt length, group_query_attention, config overrides): the
+#: three configs that broke (session 34's note; a Qwen2 whose later layers slide), then drawn variations
 _DRAW = random.Random(5351)
-SEPARATE_PREFILL = [("qwen3", 2, 8, 2, 5, None), ("mistral", 2, 8, 2, 5, True)] + [
-    (_DRAW.choice(["qwen2", "qwen3", "mistral"]), _DRAW.randint(2, 3), _DRAW.choice([8, 16]), _DRAW.choice([1, 2, 4]),
-     _DRAW.randint(2, 9), _DRAW.choice([None, True])) for _ in range(2)]
+SEPARATE_PREFILL = [
+    ("qwen3", 2, 8, 2, 5, None, {}), ("mistral", 2, 8, 2, 5, True, {}),
+    ("qwen2", 3, 8, 2, 7, None, {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}),
+] + [(_DRAW.choice(["qwen2", "qwen3", "mistral"]), _DRAW.randint(2, 3), _DRAW.choice([8, 16]), _DRAW.choice([1, 2, 4]),
+      _DRAW.randint(2, 9), _DRAW.choice([None, True]), {}) for _ in range(2)]
 
 
 @pytest.mark.parametrize("variation", SEPARATE_PREFILL, ids=str)
@@ -184,8 +186,10 @@ def test_a_static_prefill_of_a_mask_per_attention_kind_takes_the_mask(tmp_path, 
     """The seed's `export_for_generation` with a static cache and a prefill of its own. Qwen2's and
     Qwen3's `generate` passes the prefill `{"full_attention": None}` (SDPA's causal skip): its graph
     took no mask, SDPA's `is_causal` fixed by the sample, and validation's 1-token prefill attended
-    every slot of the cache in eager and refused the export. Mistral's default window (4096, over the
-    32-slot cache) with GroupQueryAttention asked crashed the window check on the decode's 1-row mask.
+    every slot of the cache in eager and refused the export; a Qwen2 whose later layers slide was
+    passed a 4-D sliding mask beside it, whose head axis the trace kept dynamic (a capture error).
+    Mistral's default window (4096, over the 32-slot cache) with GroupQueryAttention asked crashed
+    the window check on the decode's 1-row mask.
     Now each component takes the 4-D mask, passes validation (its smallest case among the cases) in
     ONNX Runtime, and the saved folder's loop generates what `generate()` does."""
     import transformers
@@ -193,12 +197,12 @@ def test_a_static_prefill_of_a_mask_per_attention_kind_takes_the_mask(tmp_path, 
 
     from hfexport import FolderContents, save_folder
 
-    model_type, layers, head_dim, kv_heads, prompt_length, gqa = variation
+    model_type, layers, head_dim, kv_heads, prompt_length, gqa, overrides = variation
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(
         model_type, vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, **overrides)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     inputs = {"input_ids": torch.randint(3, 96, (1, prompt_length)),
               "attention_mask": torch.ones(1, prompt_length, dtype=torch.long)}
