@@ -123,6 +123,23 @@ def without(registry, name: str):
         registry.add(name, entry)
 
 
+def tiny_decoder(model_type: str, layers: int = 2, *, head_dim: int = 8, kv_heads: int = 2, prompt: int = 5,
+                 seed: int = 0, **overrides) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A tiny decoder-only LM of `model_type` from its config's defaults (random weights after
+    `torch.manual_seed(seed)`; vocabulary 96, hidden 32, 4 heads, `layers` layers, `overrides` on
+    top) and a `prompt`-token sample without padding (ids 3-95, drawn after the weights)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.AutoConfig.for_model(
+        model_type, vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0, **overrides)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    inputs = {"input_ids": torch.randint(3, 96, (1, prompt)), "attention_mask": torch.ones(1, prompt, dtype=torch.long)}
+    return model, inputs
+
+
 def tiny_bpe_tokenizer():
     """A byte-level BPE tokenizer trained offline on a few sentences (ids 0 `<s>`, 1 `</s>`); its
     alphabet is printable ASCII, so every token decodes to text on its own (ExecuTorch's

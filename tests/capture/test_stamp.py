@@ -21,7 +21,7 @@ from hfexport import DynamoConfig, DynamoExporter, ExportConfig, OnnxConfig, Onn
 from hfexport.capture.stamp import LayerStack, NotStampable, shallow, stamp, stampable  # noqa: E402
 from hfexport.capture.trace import capture  # noqa: E402
 from hfexport.presets import build_preset  # noqa: E402
-from tests.harness import onnx_graph  # noqa: E402
+from tests.harness import onnx_graph, tiny_decoder  # noqa: E402
 
 #: drawn once: (model type, layers, head dim, kv heads, static cache: the LLM package's decode; a
 #: dynamic cache's layers each read their own cache's length through shape arithmetic the trace
@@ -45,16 +45,7 @@ class WholeDynamo(DynamoExporter):
 
 def _model(model_type: str, layers: int, head_dim: int = 8, kv_heads: int = 2, **extra):
     """A tiny decoder of `model_type` with `layers` layers, and a 5-token prompt."""
-    import transformers
-
-    torch.manual_seed(0)
-    config = transformers.AutoConfig.for_model(
-        model_type, vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0, **extra)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    inputs = {"input_ids": torch.randint(3, 96, (1, 5)), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
-    return model, inputs
+    return tiny_decoder(model_type, layers, head_dim=head_dim, kv_heads=kv_heads, **extra)
 
 
 def _decode(exporter, model, inputs, static: bool, validate: bool):

@@ -15,6 +15,7 @@ import torch
 from hfexport.folder.package import RunnerRequest, RunnerTokens
 from hfexport.job import runner_check
 from hfexport.job.runner_check import _compared, _eager_picks_each
+from tests.harness import tiny_decoder
 
 _DRAW = random.Random(5361)
 #: (model type, head dim, kv heads, prompt length, new tokens)
@@ -23,17 +24,9 @@ VARIATIONS = [("llama", 8, 2, 5, 16)] + [
      _DRAW.randint(1, 12), _DRAW.randint(1, 20)) for _ in range(4)]
 
 
-def _model(model_type: str, head_dim: int, kv_heads: int, **extra):
-    import transformers
-
-    torch.manual_seed(3)
-    config = transformers.AutoConfig.for_model(
-        model_type, vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0, **extra)
-    if model_type in ("mistral", "gemma2"):
-        config.sliding_window = 4  # the window matters within the prompt and its tokens
-    return transformers.AutoModelForCausalLM.from_config(config).eval()
+def _model(model_type: str, head_dim: int, kv_heads: int):
+    window = {"sliding_window": 4} if model_type in ("mistral", "gemma2") else {}  # within the prompt and its tokens
+    return tiny_decoder(model_type, head_dim=head_dim, kv_heads=kv_heads, seed=3, **window)[0]
 
 
 def _generated(model, ids, new_tokens, generation_config):

@@ -192,20 +192,14 @@ def test_a_static_prefill_of_a_mask_per_attention_kind_takes_the_mask(tmp_path, 
     the window check on the decode's 1-row mask.
     Now each component takes the 4-D mask, passes validation (its smallest case among the cases) in
     ONNX Runtime, and the saved folder's loop generates what `generate()` does."""
-    import transformers
     from transformers import GenerationConfig
 
     from hfexport import FolderContents, save_folder
+    from tests.harness import tiny_decoder
 
     model_type, layers, head_dim, kv_heads, prompt_length, gqa, overrides = variation
-    torch.manual_seed(0)
-    config = transformers.AutoConfig.for_model(
-        model_type, vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=64,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0, **overrides)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    inputs = {"input_ids": torch.randint(3, 96, (1, prompt_length)),
-              "attention_mask": torch.ones(1, prompt_length, dtype=torch.long)}
+    model, inputs = tiny_decoder(model_type, layers, head_dim=head_dim, kv_heads=kv_heads, prompt=prompt_length,
+                                 **overrides)
     generation_config = GenerationConfig(cache_implementation="static", max_cache_len=32)
     export_config = OnnxConfig(dynamic=True, validate=True, group_query_attention=gqa)
     exporter = OnnxExporter()
