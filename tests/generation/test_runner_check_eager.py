@@ -65,8 +65,8 @@ def test_one_forward_finds_generates_tokens_and_nothing_else(variation):
 
 def test_a_logits_processor_or_extra_inputs_take_generate(monkeypatch):
     """Where greedy's pick may be off the argmax (a repetition penalty, a minimum length, suppressed
-    tokens, beam search) or the prompt carries inputs beside its ids, `generate()` itself is the
-    reference."""
+    tokens, beam search), the prompt carries inputs beside its ids, the model is an encoder-decoder
+    or its forward fails on the ids, `generate()` itself is the reference."""
     from transformers import GenerationConfig
 
     model = _model("llama", 8, 2)
@@ -81,6 +81,13 @@ def test_a_logits_processor_or_extra_inputs_take_generate(monkeypatch):
         assert not _eager_picks_each(tokens, ids, request, model, GenerationConfig(**{field: value}))
     with_image = RunnerRequest(tuple(ids[0].tolist()), 6, (), inputs={"pixel_values": torch.zeros(1, 3, 4, 4)})
     assert not _eager_picks_each(tokens, ids, with_image, model, plain)
+    # a forward that wants more than ids (it fails), or an encoder-decoder: generate() decides
+    monkeypatch.setattr(model, "forward", lambda **kwargs: (_ for _ in ()).throw(ValueError("decoder_input_ids")))
+    assert not _eager_picks_each(tokens, ids, request, model, plain)
+    monkeypatch.undo()
+    assert _eager_picks_each(tokens, ids, request, model, plain)
+    monkeypatch.setattr(model.config, "is_encoder_decoder", True)
+    assert not _eager_picks_each(tokens, ids, request, model, plain)
 
 
 def test_the_check_runs_generate_only_where_the_forward_differs(monkeypatch, tmp_path):

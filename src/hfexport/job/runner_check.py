@@ -269,12 +269,13 @@ def _eager_picks_each(tokens: tuple[int, ...], ids: torch.Tensor, request: Runne
 
     False (the caller then runs `generate()`, whose tokens the report shows) where any token is
     not the pick, where the generation config names a logits processor that moves greedy's pick
-    off the argmax (`_PROCESSORS_OFF`), or where the request carries inputs beside the ids. A
-    near-tie between two eager computations (this forward and `generate()`'s cached steps round
-    apart) that this forward settles the runner's way passes: both are eager's pick.
+    off the argmax (`_PROCESSORS_OFF`), where the request carries inputs beside the ids, for an
+    encoder-decoder, or where the forward fails. A near-tie between two eager computations (this
+    forward and `generate()`'s cached steps round apart) that this forward settles the runner's
+    way passes: both are eager's pick.
     """
-    if not tokens or request.inputs or any(getattr(generation_config, name, None) not in off
-                                           for name, off in _PROCESSORS_OFF.items()):
+    if not tokens or request.inputs or getattr(model.config, "is_encoder_decoder", False) or any(
+            getattr(generation_config, name, None) not in off for name, off in _PROCESSORS_OFF.items()):
         return False
     ends = set(request.eos_token_ids)
     if any(token in ends for token in tokens[:-1]) or len(tokens) > request.max_new_tokens:
@@ -282,8 +283,12 @@ def _eager_picks_each(tokens: tuple[int, ...], ids: torch.Tensor, request: Runne
     if len(tokens) < request.max_new_tokens and tokens[-1] not in ends:
         return False  # the runner stopped where generate() would go on
     sequence = torch.cat([ids, torch.tensor([tokens[:-1]], dtype=ids.dtype)], dim=1)
-    with torch.no_grad():
-        logits = model(input_ids=sequence, attention_mask=torch.ones_like(sequence)).logits
+    try:
+        with torch.no_grad():
+            logits = model(input_ids=sequence, attention_mask=torch.ones_like(sequence)).logits
+    except Exception:  # noqa: BLE001 - a model whose forward wants more than ids: generate() decides
+        logger.debug("the runner check's one-forward path failed; eager generate() decides", exc_info=True)
+        return False
     picks = logits[0, ids.shape[1] - 1:].argmax(-1).tolist()
     return picks == list(tokens)
 

@@ -236,7 +236,8 @@ def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
     """A folded `Transpose` leaves a weight as a strided numpy view, which the scratch writer lays out
     with torch's copy, a block of rows at a time (numpy's `tofile` of a view is ~6x slower): each
     dtype's bytes are what `onnx_ir` writes, a packed 4-bit view's included (it goes through
-    `onnx_ir`'s own `tofile`), with blocks of one row and of several."""
+    `onnx_ir`'s own `tofile`), a read-only view's without a warning, with blocks of one row and of several."""
+    import warnings
     from pathlib import Path
 
     import ml_dtypes
@@ -247,6 +248,8 @@ def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
     from hfexport.backends.onnx.scratch import _Contiguous, _write_missing, _written
 
     base = np.arange(-60, 60).reshape(10, 12)
+    frozen = base.astype(np.float32)
+    frozen.flags.writeable = False  # a view of it is read-only: torch warns of such arrays, the write must not
     views = {
         "float32 transposed": ir.tensor(base.astype(np.float32).T),
         "float16 transposed": ir.tensor(base.astype(np.float16).T),
@@ -257,13 +260,16 @@ def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
         "bool transposed": ir.tensor((base % 3 == 0).T),
         "contiguous float32": ir.tensor(base.astype(np.float32)),
         "int4 transposed": ir.tensor((base % 8).astype(ml_dtypes.int4).T, dtype=ir.DataType.INT4),
+        "read-only float32 transposed": ir.tensor(frozen.T),
     }
     wrapped = {name for name, tensor in views.items() if isinstance(_Contiguous.of(tensor), _Contiguous)}
     assert wrapped == {name for name in views if "transposed" in name or "every other" in name} - {"int4 transposed"}
     for block in (1, 7 * 12 * 8):
         monkeypatch.setattr(scratch, "_BLOCK", block)
         copies = {name: ir.Tensor(tensor.raw, dtype=tensor.dtype) for name, tensor in views.items()}
-        _write_missing(list(copies.values()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _write_missing(list(copies.values()))
         for name, tensor in copies.items():
             written = _written[id(tensor)][0]
             assert Path(written.path).read_bytes()[written.offset:written.offset + written.length] == tensor.tobytes(), name

@@ -164,14 +164,18 @@ class _Contiguous:
         return getattr(self._tensor, name)
 
     def tofile(self, file: Any) -> None:
+        import warnings
+
         import torch
 
         raw = self._tensor.raw
         # in blocks of rows (C order is the blocks' bytes end to end), so that a 250 MB head is not
         # copied whole beside the model
         rows = max(1, _BLOCK // max(1, raw[:1].nbytes))
-        for start in range(0, len(raw), rows):
-            torch.from_numpy(raw[start:start + rows]).contiguous().numpy().tofile(file)
+        with warnings.catch_warnings():  # a read-only view is only read here
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            for start in range(0, len(raw), rows):
+                torch.from_numpy(raw[start:start + rows]).contiguous().numpy().tofile(file)
 
 
 def _stamp(tensor: Any) -> Any:
