@@ -5,7 +5,7 @@ accuracy gate and writes the folder; `hfexport generate OUT --audio clip.wav` in
 gives the tokens of hfexport's runner on the folder, each the token eager fp32 picks after the same
 tokens, on at least the gate's floor. The 8da4w case is a drawn Whisper of other sizes than the
 preset's (saved with the preset's processor and exported from its folder): one ExecuTorch export of
-each scheme, ~2.5 min each.
+each scheme (95 and 196 s on a 2-core machine).
 
 How the tokens are compared: a random 32-wide Whisper's logits are nearly flat (on the drawn clips
 eager's best two tokens lie 0.005-0.08 apart, the logits' spread 0.55), so a quantized program
