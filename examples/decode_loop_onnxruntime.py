@@ -8,6 +8,9 @@ then (or pass `--export tiny:llama` instead of the path: the loop exports it fir
 
     python examples/decode_loop_onnxruntime.py out/llama-onnx/decode.onnx --max-cache-len 64
 
+An export with a prefill graph of its own (`export_for_generation` without multi-token decode)
+runs the prompt through it: `... decode.onnx --prefill prefill.onnx --max-cache-len N`.
+
 With a GPU and onnxruntime-gpu, the seed's loop runs as written: `CudaSession.set_buffer_sharing`
 binds each `input.<name>`/`output.<name>` pair to one device buffer, so the cache is updated in
 place. Without one, the CPU variant runs the same graph and feeds each `output.<name>` back as
@@ -92,9 +95,13 @@ def generate_cuda(path: str, prompt: list[int], max_new_tokens: int, max_cache_l
     return tokens
 
 
-def generate_cpu(path: str, prompt: list[int], max_new_tokens: int, max_cache_len: int) -> list[int]:
-    """The same loop on the CPU: each `output.<name>` becomes the next call's `input.<name>`."""
+def generate_cpu(path: str, prompt: list[int], max_new_tokens: int, max_cache_len: int,
+                 prefill: str | None = None) -> list[int]:
+    """The same loop on the CPU: each `output.<name>` becomes the next call's `input.<name>`.
+    `prefill`: the `prefill.onnx` of an export without multi-token decode, which takes the prompt
+    (same inputs and outputs as the decode graph); the decode graph then takes one token a call."""
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    first = ort.InferenceSession(prefill, providers=["CPUExecutionProvider"]) if prefill else session
     cache = {}
     for i in session.get_inputs():
         if not i.name.startswith("input."):
@@ -104,17 +111,17 @@ def generate_cpu(path: str, prompt: list[int], max_new_tokens: int, max_cache_le
     output_names = [o.name for o in session.get_outputs()]
     two_d = takes_2d_mask(session)
 
-    def step(input_ids: np.ndarray, positions: np.ndarray) -> int:
+    def step(input_ids: np.ndarray, positions: np.ndarray, graph: ort.InferenceSession = session) -> int:
         mask = mask_for(torch.from_numpy(positions), max_cache_len, two_d).numpy()
         feed = {"input_ids": input_ids, "attention_mask": mask, "position_ids": positions[None],
                 **{f"input.{name}": buf for name, buf in cache.items()}}
-        out = dict(zip(output_names, session.run(None, feed)))
+        out = dict(zip(output_names, graph.run(output_names, feed)))
         for name in cache:
             cache[name] = out[f"output.{name}"]
         return int(out["logits"][0, -1].argmax())
 
     prompt_len = len(prompt)
-    tokens = [step(np.array([prompt], dtype=np.int64), np.arange(prompt_len))]
+    tokens = [step(np.array([prompt], dtype=np.int64), np.arange(prompt_len), first)]
     for position in range(prompt_len, min(prompt_len + max_new_tokens - 1, max_cache_len)):
         tokens.append(step(np.array([[tokens[-1]]], dtype=np.int64), np.array([position])))
     return tokens
@@ -132,6 +139,8 @@ def main() -> None:
     parser.add_argument("--export", metavar="MODEL", help="export MODEL first (`tiny:llama`, a folder) with the export job, "
                         "into a temporary folder, and run the loop on its decode graph")
     parser.add_argument("--max-cache-len", type=int, default=64, help="the N the export used (with --export: the one it uses)")
+    parser.add_argument("--prefill", metavar="PREFILL_ONNX", help="the export's prefill.onnx, where it has one (an "
+                        "export without --multi-token-decode): it takes the prompt, the decode graph the rest (CPU)")
     parser.add_argument("--prompt-ids", default="1,2,3,4")
     parser.add_argument("--max-new-tokens", type=int, default=16)
     args = parser.parse_args()
@@ -140,7 +149,10 @@ def main() -> None:
         parser.error("give the exported model or --export MODEL")
     if args.export is None:
         path = args.model
-        print(generate(path, prompt, args.max_new_tokens, args.max_cache_len))
+        if args.prefill:
+            print(generate_cpu(path, prompt, args.max_new_tokens, args.max_cache_len, prefill=args.prefill))
+        else:
+            print(generate(path, prompt, args.max_new_tokens, args.max_cache_len))
         return
     from hfexport import AutoExportConfig
     from hfexport.job import GenerationOptions, export_to_folder

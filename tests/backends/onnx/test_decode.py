@@ -4,7 +4,11 @@ fusion; each checked against eager `generate` or the base cache session."""
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,8 +32,6 @@ def _ops(proto) -> list[str]:
 
 def _details(directory) -> dict:
     """The decode component's record details, as the export's `report.json` holds them."""
-    import json
-
     return json.loads((directory / "report.json").read_text())["components"]["decode"]["record"]
 
 
@@ -191,7 +193,8 @@ def test_a_static_prefill_of_a_mask_per_attention_kind_takes_the_mask(tmp_path, 
     Mistral's default window (4096, over the 32-slot cache) with GroupQueryAttention asked crashed
     the window check on the decode's 1-row mask.
     Now each component takes the 4-D mask, passes validation (its smallest case among the cases) in
-    ONNX Runtime, and the saved folder's loop generates what `generate()` does."""
+    ONNX Runtime, and the saved folder generates what `generate()` does, in hfexport's runner and
+    in the seed's ONNX Runtime loop (`examples/decode_loop_onnxruntime.py`) in a new process."""
     from transformers import GenerationConfig
 
     from hfexport import FolderContents, save_folder
@@ -220,3 +223,11 @@ def test_a_static_prefill_of_a_mask_per_attention_kind_takes_the_mask(tmp_path, 
     got = GenerationRunner.load(tmp_path / "export", engine="hfexport").generate(
         inputs["input_ids"], max_new_tokens=8, min_new_tokens=8)
     assert list(got.tokens) == want
+    # the folder as ONNX Runtime's user runs it: the seed's example loop, prompt through prefill.onnx, in a new process
+    loop = Path(__file__).resolve().parents[3] / "examples" / "decode_loop_onnxruntime.py"
+    done = subprocess.run([sys.executable, str(loop), str(tmp_path / "export" / "decode.onnx"), "--prefill",
+                           str(tmp_path / "export" / "prefill.onnx"), "--max-cache-len", "32", "--max-new-tokens", "8",
+                           "--prompt-ids", ",".join(map(str, inputs["input_ids"][0].tolist()))],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == want
