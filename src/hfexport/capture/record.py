@@ -101,7 +101,7 @@ def _bound(value: Any) -> int | None:
 def record_from_program(program: torch.export.ExportedProgram, *, format: str = "dynamo",
                         model_class: str | None = None) -> ExportRecord:
     """Build the record of `program` from its signature, tree specs and placeholder metadata."""
-    in_spec, out_spec = program.call_spec.in_spec, program.call_spec.out_spec
+    in_spec = program.call_spec.in_spec
     user_inputs = [s for s in program.graph_signature.input_specs
                    if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
@@ -120,12 +120,18 @@ def record_from_program(program: torch.export.ExportedProgram, *, format: str = 
         input_keys = list(kwargs)
     else:
         input_names = [s.arg.name for s in user_inputs]
-    output_names = leaf_names(_placeholder_tree(out_spec)) if out_spec else []
-    output_names = [name for name, none in zip(output_names, none_outputs(program)) if not none]
+    output_names = [name for name, none in zip(user_output_names(program), none_outputs(program)) if not none]
     ranges = {str(sym): (_bound(vr.lower) or 0, _bound(vr.upper)) for sym, vr in program.range_constraints.items()}
     model_class = model_class or getattr(program, "_hfexport_model_class", None) or "ExportedProgram"
     return ExportRecord(format, model_class, input_names, output_names, shapes, ranges, program,
                         input_keys=input_keys, input_dtypes=dtypes)
+
+
+def user_output_names(program: torch.export.ExportedProgram) -> list[str]:
+    """The name of each user output leaf, in the program's order, the constant `None`s' included
+    (the record's `output_names` leaves those out: `none_outputs`)."""
+    out_spec = program.call_spec.out_spec
+    return leaf_names(_placeholder_tree(out_spec)) if out_spec else []
 
 
 def none_outputs(program: torch.export.ExportedProgram) -> list[bool]:

@@ -407,12 +407,11 @@ class _Stamp:
         layer (a stamped layer's cache output was its input, passed through); return the specs."""
         from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
 
-        from .pytree import leaf_names
-        from .record import _placeholder_tree
+        from .record import user_output_names
 
         output = next(node for node in self.nodes if node.op == "output")
         values, specs = list(output.args[0]), list(self.shallow.graph_signature.output_specs)
-        names = leaf_names(_placeholder_tree(self.shallow.call_spec.out_spec))
+        names = user_output_names(self.shallow)
         user_at = [k for k, spec in enumerate(specs) if spec.kind == OutputKind.USER_OUTPUT]
         if len(names) != len(user_at):
             raise NotStampable("the outputs' names do not line up with the program's user outputs")

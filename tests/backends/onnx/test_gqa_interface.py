@@ -55,3 +55,23 @@ def test_a_masked_slot_is_recognised_at_the_lowest_value_of_a_16_bit_bias():
     assert _blocks(np.array(np.finfo(np.float32).min, np.float32)) and _blocks(np.array(-np.inf, np.float32))
     assert not _blocks(np.array(-65504.0, np.float32))  # a float32 bias of float16's lowest: not the mask
     assert not _blocks(np.array(-1000.0, np.float16)) and not _blocks(np.array(0.0, np.float16))
+
+
+def test_a_feed_the_graph_refuses_is_a_reason_not_a_crash():
+    """`gqa_match.evaluate` on a graph of one query row: rows fed one at a time are computed in one
+    session; a feed of two rows, which ONNX Runtime refuses, comes back as the reason (the sliding
+    window check then keeps the attention and says why)."""
+    import onnx_ir as ir
+
+    from hfexport.backends.onnx.gqa_match import MASK, evaluate
+
+    mask = ir.Value(name=MASK, type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([1, 1, 1, 4]))
+    node = ir.node("Not", [mask])
+    node.outputs[0].name = "kept"
+    model = ir.Model(ir.Graph([mask], node.outputs, nodes=[node], opset_imports={"": 17}), ir_version=10)
+    rows = [np.array([[[[True, False, True, True]]]]), np.array([[[[False, False, True, False]]]])]
+    got = evaluate(model, [node.outputs[0]], {MASK: rows[0]}, {MASK: rows[1]})
+    assert [[value.tolist() for value in each] for each in got] == [[(~row).tolist()] for row in rows]
+    assert evaluate(model, [node.outputs[0]], {MASK: rows[0]})[0].tolist() == (~rows[0]).tolist()
+    refused = evaluate(model, [node.outputs[0]], {MASK: np.ones((1, 1, 2, 4), dtype=bool)})
+    assert isinstance(refused, str) and refused.startswith("ONNX Runtime could not compute them")
