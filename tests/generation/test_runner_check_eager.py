@@ -12,6 +12,7 @@ import random
 import pytest
 import torch
 
+from hfexport.folder.contents import merged_generation_config
 from hfexport.folder.package import RunnerRequest, RunnerTokens
 from hfexport.job import runner_check
 from hfexport.job.runner_check import _compared, _eager_picks_each
@@ -77,7 +78,8 @@ def test_a_logits_processor_or_extra_inputs_take_generate(monkeypatch):
     request = RunnerRequest(tuple(ids[0].tolist()), 6, ())
     assert _eager_picks_each(tokens, ids, request, model, plain)
     for field, value in (("repetition_penalty", 1.3), ("min_new_tokens", 3), ("suppress_tokens", [7]),
-                         ("no_repeat_ngram_size", 2), ("num_beams", 2)):
+                         ("no_repeat_ngram_size", 2), ("num_beams", 2), ("prompt_lookup_num_tokens", 3),
+                         ("a_processor_of_a_later_transformers", 0.5)):  # an allowlist: what it does not know goes
         assert not _eager_picks_each(tokens, ids, request, model, GenerationConfig(**{field: value}))
     with_image = RunnerRequest(tuple(ids[0].tolist()), 6, (), inputs={"pixel_values": torch.zeros(1, 3, 4, 4)})
     assert not _eager_picks_each(tokens, ids, with_image, model, plain)
@@ -107,6 +109,9 @@ def test_the_check_runs_generate_only_where_the_forward_differs(monkeypatch, tmp
     monkeypatch.setattr(runner_check, "read_manifest", lambda *a, **k: {})
     entry = _compared(RunnerTokens(tokens, "runner"), request, tmp_path, model, config, None)
     assert entry["passed"] and entry["tokens_equal"] and entry["against"] == "eager generate()" and not calls
+    # the export job's merged config (a static cache, the model's special tokens) takes the one forward too
+    merged = merged_generation_config(model, GenerationConfig(cache_implementation="static", max_cache_len=64))
+    assert _compared(RunnerTokens(tokens, "runner"), request, tmp_path, model, merged, None)["passed"] and not calls
     wrong = (*tokens[:3], (tokens[3] + 1) % 96, *tokens[4:])
     entry = _compared(RunnerTokens(wrong, "runner"), request, tmp_path, model, config, None)
     assert not entry["passed"] and entry["expected"] == list(tokens) and calls == [1]

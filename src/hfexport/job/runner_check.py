@@ -246,17 +246,18 @@ def _compared(got: RunnerTokens, request: RunnerRequest, folder: Path, model: to
     return entry
 
 
-#: generation config fields that can make `generate(do_sample=False)` pick other than the logits'
-#: argmax (transformers 5.24: `GenerationMixin._get_logits_processor`'s processors, beam and
-#: contrastive search, DoLa), each with the values that do not
-_PROCESSORS_OFF = {
-    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
-    "encoder_no_repeat_ngram_size": (None, 0), "bad_words_ids": (None,), "min_length": (None, 0),
-    "min_new_tokens": (None, 0), "forced_bos_token_id": (None,), "forced_eos_token_id": (None,),
-    "suppress_tokens": (None,), "begin_suppress_tokens": (None,), "sequence_bias": (None,),
-    "exponential_decay_length_penalty": (None,), "guidance_scale": (None, 1.0), "watermarking_config": (None,),
-    "forced_decoder_ids": (None,), "num_beams": (None, 1), "penalty_alpha": (None, 0, 0.0), "dola_layers": (None,),
-}
+#: generation config fields that may differ from their defaults without moving `generate(do_sample=False)`'s
+#: pick off the logits' argmax (transformers 5.24): the cache, the outputs asked for, the special
+#: tokens (the end tokens are the request's), the length (the request's budget), and the sampling
+#: knobs greedy ignores. Any other field set (a repetition penalty, a minimum length, suppressed
+#: tokens, beam or assisted search, ...) sends the check to `generate()` itself.
+_GREEDY_NEUTRAL = frozenset({
+    "use_cache", "cache_implementation", "cache_config", "max_cache_len", "output_attentions",
+    "output_hidden_states", "output_scores", "output_logits", "return_dict_in_generate", "pad_token_id",
+    "bos_token_id", "eos_token_id", "decoder_start_token_id", "max_length", "max_new_tokens", "do_sample",
+    "temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "renormalize_logits",
+    "compile_config", "disable_compile", "_from_model_config", "transformers_version",
+})
 
 
 def _eager_picks_each(tokens: tuple[int, ...], ids: torch.Tensor, request: RunnerRequest, model: torch.nn.Module,
@@ -268,14 +269,15 @@ def _eager_picks_each(tokens: tuple[int, ...], ids: torch.Tensor, request: Runne
     them once a token (1.2 of the 1.25 GB Llama's 4 s runner check, `bench/RESULTS.md`).
 
     False (the caller then runs `generate()`, whose tokens the report shows) where any token is
-    not the pick, where the generation config names a logits processor that moves greedy's pick
-    off the argmax (`_PROCESSORS_OFF`), where the request carries inputs beside the ids, for an
+    not the pick, where the generation config sets a field outside `_GREEDY_NEUTRAL` (one that may
+    move greedy's pick off the argmax), where the request carries inputs beside the ids, for an
     encoder-decoder, or where the forward fails. A near-tie between two eager computations (this
     forward and `generate()`'s cached steps round apart) that this forward settles the runner's
     way passes: both are eager's pick.
     """
-    if not tokens or request.inputs or getattr(model.config, "is_encoder_decoder", False) or any(
-            getattr(generation_config, name, None) not in off for name, off in _PROCESSORS_OFF.items()):
+    settings = generation_config.to_diff_dict() if hasattr(generation_config, "to_diff_dict") else {}
+    if not tokens or request.inputs or getattr(model.config, "is_encoder_decoder", False) or (
+            set(settings) - _GREEDY_NEUTRAL):
         return False
     ends = set(request.eos_token_ids)
     if any(token in ends for token in tokens[:-1]) or len(tokens) > request.max_new_tokens:
