@@ -82,16 +82,26 @@ def seed_dynamic_shapes(batch_max: int = 32, seq_max: int = 2048) -> dict[str, A
     return {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
 
 
-def onnx_graph(program) -> dict:
+def onnx_graph(program, constant_names: bool = True) -> dict:
     """What an ONNX program (a `ModelProto`, or anything with `model_proto`) is, less its intermediate
     value names: ops in order with their attributes and wiring (an intermediate value numbered where it
-    is first made), initializers' bytes by name, inputs and outputs with their types and dims."""
+    is first made), initializers' bytes by name, inputs and outputs with their types and dims. Without
+    `constant_names`, an initializer that is no parameter (a folded constant, `val_12`) is named by
+    where it is first read, as an intermediate value."""
     import onnx
     from onnx import numpy_helper
 
     proto = getattr(program, "model_proto", program)
     made: dict[str, str] = {}
     graph_outputs = {v.name for v in proto.graph.output}
+    if not constant_names:
+        parameters = {i.name for i in proto.graph.initializer
+                      if any(p.key == "pkg.torch.export.graph_signature.InputSpec.kind" for p in i.metadata_props)}
+        initializers = {i.name for i in proto.graph.initializer} - parameters
+        for node in proto.graph.node:
+            for name in node.input:
+                if name in initializers and name not in made:
+                    made[name] = f"#{len(made)}"
 
     def attribute(a):
         return numpy_helper.to_array(a.t).tobytes() if a.type == onnx.AttributeProto.TENSOR else \
@@ -108,7 +118,7 @@ def onnx_graph(program) -> dict:
         return (node.domain, node.op_type, sorted((a.name, attribute(a)) for a in node.attribute), ins, outs)
 
     return {"ops": [wired(n) for n in proto.graph.node],
-            "initializers": {i.name: numpy_helper.to_array(i).tobytes() for i in proto.graph.initializer},
+            "initializers": {made.get(i.name, i.name): numpy_helper.to_array(i).tobytes() for i in proto.graph.initializer},
             "inputs": interface(proto.graph.input), "outputs": interface(proto.graph.output),
             "opsets": sorted((o.domain, o.version) for o in proto.opset_import)}
 

@@ -166,24 +166,27 @@ def _with_own_children(module: torch.nn.Module) -> torch.nn.Module:
     return clone
 
 
-def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: LayerStack
-          ) -> torch.export.ExportedProgram:
+def stamp(program: torch.export.ExportedProgram, model: torch.nn.Module, stack: LayerStack,
+          layers: int | None = None) -> torch.export.ExportedProgram:
     """The program of the whole `model` from `program`, the trace of `shallow(model, stack)` on
-    the whole model's sample (see the module docstring).
+    the whole model's sample (see the module docstring); with `layers`, of its first `layers`
+    layers only (at least 3): the later layers' caches pass through, as in the shallow program
+    (what the ONNX converter takes before stamping its graph, `backends/onnx/layer_stamp.py`).
 
     Raises:
         NotStampable: the program is not two alike layers between a prefix and a tail.
     """
-    return _Stamp(program, model, stack).program()
+    return _Stamp(program, model, stack, layers).program()
 
 
 class _Stamp:
     """`stamp`'s steps on one shallow program: find the two layers' nodes, check them alike (and
     what layer 1 reads of layer 0: the link), find the tail, then write the whole program."""
 
-    def __init__(self, program: torch.export.ExportedProgram, model: torch.nn.Module, stack: LayerStack):
+    def __init__(self, program: torch.export.ExportedProgram, model: torch.nn.Module, stack: LayerStack,
+                 layers: int | None = None):
         self.shallow, self.model = program, model
-        self.count = len(stack.layers)
+        self.count = len(stack.layers) if layers is None else min(max(layers, MIN_LAYERS), len(stack.layers))
         self.prefix = f"{stack.path}."
         self.nodes = list(program.graph.nodes)
         self.placeholders = {node.name: node for node in self.nodes if node.op == "placeholder"}
@@ -430,7 +433,7 @@ class _Stamp:
         second = set(self.second)
         for k, (spec, value) in enumerate(zip(specs, values)):
             found = re.search(r"(?:^|\.)cache\.(\d+)\.(.+)$", name_at.get(k, ""))
-            if found and int(found.group(1)) >= 2:
+            if found and 2 <= int(found.group(1)) < self.count:  # a later layer's (`layers`) passes through
                 source = layer_one.get(found.group(2))
                 if source not in second:
                     raise NotStampable(f"layer 1's cache output {found.group(2)} is not a node of layer 1")

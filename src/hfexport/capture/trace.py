@@ -44,6 +44,36 @@ class Capture:
     patches_reached: list[str] = dataclasses.field(default_factory=list)
     #: whether the decoder's layers were stamped from a two-layer trace, or why not (`stamp.py`)
     layer_stamping: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: where they were: the program of fewer layers on request (a converter that stamps its own graph)
+    stamped_layers: StampedLayers | None = None
+
+
+@dataclasses.dataclass
+class StampedLayers:
+    """A stamped capture's two-layer program, from which a program of its first layers is stamped."""
+
+    shallow: torch.export.ExportedProgram
+    model: torch.nn.Module
+    stack: Any  # stamp.LayerStack
+    backend: str
+    fix_order: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.stack.layers)
+
+    def program(self, layers: int) -> torch.export.ExportedProgram:
+        """The program of the model's first `layers` layers (the later layers' caches pass through),
+        with the backend's FX fixes applied as to the whole capture's.
+
+        Raises:
+            NotStampable: as `stamp.stamp`.
+        """
+        from .stamp import stamp
+
+        program = stamp(self.shallow, self.model, self.stack, layers)
+        apply_fx_fixes(program, self.backend, self.fix_order)
+        return program
 
 
 def _user_frame(error: BaseException) -> str | None:
@@ -133,7 +163,8 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
             to be dynamic that the program fixed (`check_dynamic_axes`).
     """
     register_cache_pytree_nodes(inputs)
-    captured, stamping = (_stamped(model, inputs, config, bounds, drop_none_outputs, functionalize)
+    captured, stamping = (_stamped(model, inputs, config, bounds, drop_none_outputs, functionalize,
+                                   backend=backend, fix_order=fix_order)
                           if stamp_layers else (None, {}))
     if captured is None:
         captured = _captured(model, inputs, config, bounds, drop_none_outputs, functionalize)
@@ -143,7 +174,7 @@ def capture(model: torch.nn.Module, inputs: dict[str, Any], config: Any, *, back
 
 
 def _stamped(model: torch.nn.Module, inputs: dict[str, Any], config: Any, bounds: Any, drop_none_outputs: bool,
-             functionalize: Any) -> tuple[Capture | None, dict[str, Any]]:
+             functionalize: Any, *, backend: str, fix_order: tuple[str, ...]) -> tuple[Capture | None, dict[str, Any]]:
     """`(the capture of model's first two layers with the second stamped for the rest, the
     record's entry)`, or `(None, why not)` where the whole model is to be traced (`stamp.py`)."""
     from .stamp import NotStampable, shallow, stamp, stampable
@@ -153,7 +184,9 @@ def _stamped(model: torch.nn.Module, inputs: dict[str, Any], config: Any, bounds
         return None, {"not_stamped": why}
     try:
         captured = _captured(shallow(model, stack), inputs, config, bounds, drop_none_outputs, functionalize)
-        captured.program = stamp(captured.program, model, stack)
+        two_layers = captured.program
+        captured.program = stamp(two_layers, model, stack)
+        captured.stamped_layers = StampedLayers(two_layers, model, stack, backend, fix_order)
     except (NotStampable, CaptureError) as error:  # the whole trace decides (its error, if any)
         why = str(error).splitlines()[0]
         logger.info("%s: layers not stamped, the whole model traced: %s", model_name(model), why)

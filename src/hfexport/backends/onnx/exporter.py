@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ from .cache_writes import fix_index_copy_transposes
 from .config import OnnxConfig
 from .decomposition import decomposed_for_onnx, onnx_registry, to_onnx_program
 from .dims import fix_scalar_outputs, rename_symbolic_dims
-from .fusions import fuse_for_ort
+from .fusions import fuse_for_ort, load_error
 from .graph_interface import GRAPH_INTERFACE, GraphInterface
+from .layer_stamp import TRACED_LAYERS, stamp_graph
 from .loaded import OnnxModelFiles
 from .runner import in_place_writers
 
@@ -73,22 +75,64 @@ class OnnxExporter(HfExporter):
 
     def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
                  config: OnnxConfig) -> HfOnnxProgram:
-        onnx_program = to_onnx_program(captured.program, onnx_registry(config.opset),
+        onnx_program = self._stamped_graph(captured, record, model, inputs, config)
+        if onnx_program is None:
+            onnx_program = self._converted_program(captured.program, record, model, inputs, config)
+        return HfOnnxProgram.wrap(onnx_program, external_data=config.external_data)
+
+    def _converted_program(self, program: torch.export.ExportedProgram, record: ExportRecord, model: torch.nn.Module,
+                           inputs: dict[str, Any], config: OnnxConfig, load_check: bool = True) -> Any:
+        onnx_program = to_onnx_program(program, onnx_registry(config.opset),
                                        input_names=record.named_inputs(), output_names=record.named_outputs(),
                                        opset=config.opset, optimize=config.optimize)
         with phase("optimise"):  # hfexport's rewrites of torch.onnx's model (`stage_seconds["optimise"]`)
-            onnx_program = self._rewritten(onnx_program, record, model, inputs, config)
-        return HfOnnxProgram.wrap(onnx_program, external_data=config.external_data)
+            return self._rewritten(onnx_program, record, model, inputs, config, load_check)
+
+    def _stamped_graph(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
+                       config: OnnxConfig) -> Any:
+        """The graph of a stamped capture's first three layers, converted and optimised, with its
+        third layer stamped for the rest (`layer_stamp.py`); None where it cannot be (the record's
+        `layer_stamping` says why), and the whole program is converted."""
+        layers = captured.stamped_layers
+        if layers is None or layers.count <= TRACED_LAYERS:
+            return None
+        from ...capture.stamp import NotStampable
+
+        entry = record.details.setdefault("layer_stamping", {})
+        try:
+            # the fusions' load check waits for the stamped graph: the weights are written once, to one file
+            onnx_program = self._converted_program(layers.program(TRACED_LAYERS), record, model, inputs, config,
+                                                   load_check=False)
+            with phase("optimise"):
+                line = stamp_graph(onnx_program.model, layers.model, layers.stack.path, layers.count)
+                refused = load_error(onnx_program.model) if config.ort_fusions else None
+            if refused:
+                raise NotStampable(f"ONNX Runtime refused the stamped graph: {refused}")
+        except NotStampable as error:
+            entry["onnx"] = f"not stamped, the whole program converted: {str(error).splitlines()[0]}"
+            logger.info("%s: %s", type(self).__name__, entry["onnx"])
+            return None
+        except Exception as error:  # noqa: BLE001 - a stamp bug costs the whole conversion's time, not the export
+            entry["onnx"] = (f"not stamped, the whole program converted: the stamp failed ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0][:200] if str(error) else ''}): please report it")
+            logger.warning("%s: %s", type(self).__name__, entry["onnx"])
+            return None
+        entry["onnx"] = line
+        fusions = record.details.get("ort_fusions")
+        if fusions and fusions.get("fused"):  # counted again on every layer
+            ops = Counter(node.op_type for node in onnx_program.model.graph if node.domain in ("", "com.microsoft"))
+            fusions["fused"] = {op: ops[op] for op in fusions["fused"]}
+        return torch.onnx.ONNXProgram(onnx_program.model, captured.program)
 
     def _rewritten(self, onnx_program: Any, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
-                   config: OnnxConfig) -> Any:
+                   config: OnnxConfig, load_check: bool = True) -> Any:
         """`onnx_program` with its dims named as the record's, ONNX Runtime's fusions (when asked)
         and the fixes its graph needs."""
         rename_symbolic_dims(onnx_program.model, [v.name for v in onnx_program.model.graph.inputs], record.input_shapes)
         fix_index_copy_transposes(onnx_program.model)
         if config.ort_fusions:
             fused, entry = fuse_for_ort(onnx_program.model, max_positions=_rotary_positions(model, inputs),
-                                        group_query_attention=bool(config.group_query_attention))
+                                        group_query_attention=bool(config.group_query_attention), load_check=load_check)
             record.details["ort_fusions"] = entry
             interface = entry.get("group_query_attention", {}).get("interface")
             if interface:  # the graph takes GroupQueryAttention's inputs; the runner translates the record's

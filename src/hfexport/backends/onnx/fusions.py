@@ -33,7 +33,7 @@ _GQA_NOT_ASKED = ("not asked: OnnxConfig(group_query_attention=False), or None t
 
 
 def fuse_for_ort(model: Any, max_positions: int | None = None, *,
-                 group_query_attention: bool = True) -> tuple[Any, dict[str, Any]]:
+                 group_query_attention: bool = True, load_check: bool = True) -> tuple[Any, dict[str, Any]]:
     """`optimize_for_ort` on a copy of the ONNX IR `model`, then a static cache's attention as
     `GroupQueryAttention` (`gqa.py`); return the model to keep and the record's entry
     `{"fused": {op type: count}, "not_fused": {fusion: reason}, "group_query_attention": ...}`.
@@ -45,7 +45,8 @@ def fuse_for_ort(model: Any, max_positions: int | None = None, *,
 
     When ONNX Runtime refuses to load the fused graph, the unfused `model` is kept and the entry
     says so (`{"fused": {}, "refused": error}`): the export is what it would be with
-    `OnnxConfig(ort_fusions=False)`, and the record shows why. A QDQ graph is left as it is
+    `OnnxConfig(ort_fusions=False)`, and the record shows why. Without `load_check` the fused graph
+    is kept unloaded: the caller loads what it makes of it (`load_error`; the layer stamp's graph). A QDQ graph is left as it is
     (`{"fused": {}, "skipped": why}`).
 
     """
@@ -64,10 +65,10 @@ def fuse_for_ort(model: Any, max_positions: int | None = None, *,
     kv_4d = fix_mha_transposed_kv(fused_model)
     with_gqa, gqa = (fuse_static_gqa(fused_model, max_positions) if group_query_attention else
                      (fused_model, {"kept": _GQA_NOT_ASKED}))
-    refused = _load_error(with_gqa)
+    refused = load_error(with_gqa) if load_check else None
     if refused and with_gqa is not fused_model:  # keep the other fusions, with MultiHeadAttention
         gqa = {"kept": f"ONNX Runtime refused the GroupQueryAttention graph: {refused}"}
-        refused = _load_error(fused_model)
+        refused = load_error(fused_model)
     else:
         fused_model = with_gqa
     if refused:
@@ -160,7 +161,7 @@ def _bnsh_source(value: Any, heads: int) -> Any:
     return source
 
 
-def _load_error(model: Any) -> str | None:
+def load_error(model: Any) -> str | None:
     """Why ONNX Runtime cannot open `model` as `OnnxRunner` does (its own graph optimizations on),
     the first line of its error, or None when it can. The model is opened from a scratch file
     (`scratch.scratch_model`: weights mapped, not copied, and written once for the export: validation

@@ -52,6 +52,8 @@ the graph onnxruntime-genai runs (`genai.py` writes its config).
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 import numpy as np
@@ -238,19 +240,19 @@ def _to_bsd(value: Any, nodes: list) -> Any:
 
 
 def _projection(value: Any) -> tuple | None:
-    """`(input, weight array, bias array or None)` where `value` [b, h, s, d] is
-    `Transpose(Reshape(MatMul(input, W) [+ b]), [0, 2, 1, 3])` with constant `W` (and `b`)."""
+    """`(input, weight array, bias array or None, [W's value, b's or None])` where `value` [b, h, s, d]
+    is `Transpose(Reshape(MatMul(input, W) [+ b]), [0, 2, 1, 3])` with constant `W` (and `b`)."""
     transpose = value.producer()
     if transpose is None or transpose.op_type != "Transpose" or transpose_perm(transpose) != BHSD:
         return None
     reshape = transpose.inputs[0].producer()
     if reshape is None or reshape.op_type != "Reshape":
         return None
-    node, bias = reshape.inputs[0].producer(), None
+    node, bias, bias_value = reshape.inputs[0].producer(), None, None
     if node is not None and node.op_type == "Add":
         for matmul, constant in (node.inputs, reversed(node.inputs)):
             if matmul.producer() is not None and matmul.producer().op_type == "MatMul" and constant_array(constant) is not None:
-                node, bias = matmul.producer(), constant_array(constant)
+                node, bias, bias_value = matmul.producer(), constant_array(constant), constant
                 break
         else:
             return None
@@ -259,7 +261,7 @@ def _projection(value: Any) -> tuple | None:
     weight = constant_array(node.inputs[1])
     if weight is None or weight.ndim != 2 or (bias is not None and bias.shape != (weight.shape[1],)):
         return None
-    return node.inputs[0], weight, bias
+    return node.inputs[0], weight, bias, [node.inputs[1], bias_value]
 
 
 def _packed_projection(graph: Any, values: list[Any], nodes: list) -> Any:
@@ -273,19 +275,28 @@ def _packed_projection(graph: Any, values: list[Any], nodes: list) -> Any:
     if len({f[1].dtype for f in found}) != 1 or len({f[2] is None for f in found}) != 1:
         return None
     source = found[0][0]
-    weight = _initializer(graph, None, np.concatenate([f[1] for f in found], axis=1))
+    weight = _initializer(graph, None, np.concatenate([f[1] for f in found], axis=1),
+                          _packed_from([f[3][0] for f in found]))
     matmul = ir.node("MatMul", [source, weight])
     nodes.append(matmul)
     out = matmul.outputs[0]
     if found[0][2] is not None:
-        bias = _initializer(graph, None, np.concatenate([f[2] for f in found]))
+        bias = _initializer(graph, None, np.concatenate([f[2] for f in found]), _packed_from([f[3][1] for f in found]))
         add = ir.node("Add", [out, bias])
         nodes.append(add)
         out = add.outputs[0]
     return out
 
 
-def _initializer(graph: Any, name: str | None, array: np.ndarray) -> Any:
+def _packed_from(values: list[Any]) -> dict[str, str]:
+    """The packed weight's metadata: each part's sources (a parameter's name, or those a folded
+    constant was made from), which the layer stamp derives every layer's from (`layer_stamp.py`)."""
+    from .layer_stamp import PACKED_FROM, folded_sources
+
+    return {PACKED_FROM: json.dumps([folded_sources(value) for value in values])}
+
+
+def _initializer(graph: Any, name: str | None, array: np.ndarray, metadata: dict[str, str] | None = None) -> Any:
     import onnx_ir as ir
 
     if name is None:
@@ -294,7 +305,7 @@ def _initializer(graph: Any, name: str | None, array: np.ndarray) -> Any:
     if name in graph.initializers:
         return graph.initializers[name]
     value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                     const_value=ir.tensor(array, name=name))
+                     const_value=ir.tensor(array, name=name), metadata_props=metadata)
     graph.register_initializer(value)
     return value
 
