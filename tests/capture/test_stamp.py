@@ -134,6 +134,13 @@ def test_layers_that_may_differ_are_traced_whole():
     ids = torch.ones(1, 1, dtype=torch.long)
     static = {"input_ids": ids, "past_key_values": StaticCache(config=llama.config, max_cache_len=8)}
     assert stampable(llama, ExportConfig(), static)[0] is not None
+    # a quantizer of the converted model leaves the capture as it is; one of the traced program annotates it
+    from hfexport.quantization import OrtQuantizer, PT2EQuantizer
+
+    assert stampable(llama, OnnxConfig(quantizer=OrtQuantizer("int4-weights")), static, "onnx")[0] is not None
+    pt2e = OnnxConfig(quantizer=PT2EQuantizer("int8-dynamic"))
+    assert "a quantizer annotates" in stampable(llama, pt2e, static, "onnx")[1]
+    assert "a quantizer annotates" in stampable(llama, OnnxConfig(quantizer=OrtQuantizer("int4-weights")), static)[1]
     dynamic = {"input_ids": ids, "past_key_values": DynamicCache(config=llama.config)}
     assert "a dynamic cache" in stampable(llama, ExportConfig(), dynamic)[1]
     assert "no cache among the inputs" in stampable(llama, ExportConfig(), {"input_ids": ids})[1]

@@ -65,13 +65,16 @@ class LayerStack:
     layers: torch.nn.ModuleList
 
 
-def stampable(model: torch.nn.Module, config: Any, inputs: dict[str, Any] | None = None
-              ) -> tuple[LayerStack | None, str]:
-    """`(the layer list, "")` when `model`'s capture on `inputs` can be stamped, else `(None, why not)`."""
+def stampable(model: torch.nn.Module, config: Any, inputs: dict[str, Any] | None = None,
+              backend: str | None = None) -> tuple[LayerStack | None, str]:
+    """`(the layer list, "")` when `model`'s capture on `inputs` can be stamped, else `(None, why not)`.
+    A quantizer of the converted model (`stage_for(backend)`: ONNX Runtime's int4) leaves the capture
+    as it is; one of the traced program (without `backend`, any) is refused."""
     from ..model_config import text_config
     from .pytree import is_cache_object
 
-    if getattr(config, "quantizer", None) is not None:
+    quantizer = getattr(config, "quantizer", None)
+    if quantizer is not None and (backend is None or quantizer.stage_for(backend) != "model"):
         return None, "a quantizer annotates the traced program"
     model_config = text_config(getattr(model, "config", None))  # a generation component's front has its model's
     model_type = getattr(model_config, "model_type", None)

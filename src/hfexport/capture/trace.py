@@ -179,7 +179,7 @@ def _stamped(model: torch.nn.Module, inputs: dict[str, Any], config: Any, bounds
     record's entry)`, or `(None, why not)` where the whole model is to be traced (`stamp.py`)."""
     from .stamp import NotStampable, shallow, stamp, stampable
 
-    stack, why = stampable(model, config, inputs)
+    stack, why = stampable(model, config, inputs, backend)
     if stack is None:
         return None, {"not_stamped": why}
     try:

@@ -82,3 +82,29 @@ def test_a_merged_weight_that_differs_in_a_later_layer_is_converted_whole():
     assert "stamped" in entry  # the capture still stamped its FX program
     whole = _decode(WholeConversion(), model, inputs, validate=False)
     assert onnx_graph(stamped) == onnx_graph(whole)
+
+
+@pytest.mark.slow
+def test_a_quantizer_of_the_converted_graph_quantizes_the_stamped_layers():
+    """ONNX Runtime's int4 weight-only quantizer runs on the converted graph, so the capture and the
+    graph are stamped as without it; every layer's MatMuls come out quantized, the same graph and
+    packed weights as the whole conversion's."""
+    from transformers import GenerationConfig
+
+    from hfexport.quantization import OrtQuantizer
+
+    model, inputs = _model("qwen2", 4, 8, 2, random_norms=True)
+    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=32)
+
+    def decode(exporter):
+        config = OnnxConfig(dynamic=True, validate=False, group_query_attention=True,
+                            quantizer=OrtQuantizer("int4-weights", block_size=16))
+        return exporter.export_for_generation(model, inputs, config, generation_config=generation_config)["decode"]
+
+    stamped, whole = decode(OnnxExporter()), decode(WholeConversion())
+    entry = record_of(stamped).details["layer_stamping"]
+    assert entry["stamped"].startswith("layers 2-3") and entry["onnx"].startswith("layer 3 stamped"), entry
+    assert onnx_graph(stamped, constant_names=False) == onnx_graph(whole, constant_names=False)
+    ops = [node.op_type for node in stamped.model_proto.graph.node]
+    # q, k, v (head dim 8: the rotary outside GroupQueryAttention), o, gate, up, down a layer, and the head
+    assert ops.count("MatMulNBits") == 4 * 7 + 1

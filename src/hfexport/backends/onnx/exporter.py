@@ -13,6 +13,7 @@ import torch
 from ...capture.dynamic import grown_sample
 from ...capture.record import ExportRecord
 from ...capture.trace import Capture
+from ...errors import summarize
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
 from ...model_config import text_config
@@ -114,7 +115,7 @@ class OnnxExporter(HfExporter):
             return None
         except Exception as error:  # noqa: BLE001 - a stamp bug costs the whole conversion's time, not the export
             entry["onnx"] = (f"not stamped, the whole program converted: the stamp failed ({type(error).__name__}: "
-                             f"{str(error).splitlines()[0][:200] if str(error) else ''}): please report it")
+                             f"{summarize(error, 200)}): please report it")
             logger.warning("%s: %s", type(self).__name__, entry["onnx"])
             return None
         entry["onnx"] = line

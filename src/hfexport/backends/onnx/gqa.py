@@ -53,7 +53,6 @@ the graph onnxruntime-genai runs (`genai.py` writes its config).
 from __future__ import annotations
 
 import json
-
 from typing import Any
 
 import numpy as np
