@@ -60,6 +60,7 @@ class StampedLayers:
 
     @property
     def count(self) -> int:
+        """The model's layers (the whole capture's)."""
         return len(self.stack.layers)
 
     def program(self, layers: int) -> torch.export.ExportedProgram:
