@@ -2,10 +2,10 @@
 optimised as its first three layers, layer 2 stamped for the rest, must be the graph a conversion of
 every layer gives (ops, attributes, wiring, every weight's bytes, interface; only the names of folded
 constants differ), on drawn variations (model types, layer counts, head dims, kv heads, norms equal
-across layers, which the optimizer merges into one initializer, or not). Where layer 2 cannot stand
-for a later layer (its merged norm differs there), the whole program is converted and the record
-says why. The CLI's LLM package of a stamped decoder (validation, onnxruntime-genai in a new
-process) is in `tests/capture/test_stamp.py`."""
+across layers, which the optimizer merges into one initializer, or not), and quantized to int4 after.
+Where layer 2 cannot stand for a later layer (its merged norm differs there), or the stamp fails, the
+whole program is converted and the record says why. The CLI's LLM package of a stamped decoder
+(validation, onnxruntime-genai in a new process) is in `tests/capture/test_stamp.py`."""
 
 from __future__ import annotations
 
@@ -108,3 +108,22 @@ def test_a_quantizer_of_the_converted_graph_quantizes_the_stamped_layers():
     ops = [node.op_type for node in stamped.model_proto.graph.node]
     # q, k, v (head dim 8: the rotary outside GroupQueryAttention), o, gate, up, down a layer, and the head
     assert ops.count("MatMulNBits") == 4 * 7 + 1
+
+
+@pytest.mark.slow
+def test_a_stamp_that_fails_converts_the_whole_program(monkeypatch, caplog):
+    """A bug in the graph stamp (any error but `NotStampable`) costs the whole conversion's time, not
+    the export: the record says it failed and asks for a report, and the export validates."""
+    from hfexport.backends.onnx import exporter
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a copy read the wrong value")
+
+    monkeypatch.setattr(exporter, "stamp_graph", broken)
+    model, inputs = _model("llama", 4, 8, 2, random_norms=True)
+    with caplog.at_level("WARNING", logger="hfexport"):
+        decode = _decode(OnnxExporter(), model, inputs, validate=True)
+    entry = record_of(decode).details["layer_stamping"]
+    assert entry["onnx"].startswith("not stamped, the whole program converted: the stamp failed (RuntimeError"), entry
+    assert "please report it" in caplog.text
+    assert record_of(decode).details["ort_fusions"]["fused"]["GroupQueryAttention"] == 4
