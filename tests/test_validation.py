@@ -165,6 +165,18 @@ def test_a_static_cache_mask_is_resized_as_a_causal_mask():
     assert torch.equal(_causal_mask(decode, (2, 1, 1, 8)), causal_mask(padding, 4, 1, 8))
 
 
+def test_positions_are_resized_as_a_runtime_numbers_the_query():
+    """Each row's positions run on from its first, as the resized masks place the query; tiled, a
+    query of three sat at one position three times, which eager takes and a GroupQueryAttention
+    graph rotating the query itself cannot (a Llama of head dim 16 through the API then failed its
+    resized case)."""
+    from hfexport.validation.inputs import _positions
+
+    assert torch.equal(_positions(torch.tensor([[5]]), (1, 3)), torch.tensor([[5, 6, 7]]))
+    assert torch.equal(_positions(torch.tensor([[4, 5, 6], [2, 3, 4]]), (3, 1)), torch.tensor([[4], [2], [4]]))
+    assert torch.equal(_positions(torch.tensor([[0, 1]]), (2, 4)), torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3]]))
+
+
 def test_a_static_cache_resize_keeps_the_query_inside_the_cache():
     """ExecuTorch bounds a static cache's length at `max_cache_len`, so the resized case moved it
     down while the query grew: 12 tokens written + 4 new in a cache of 15, which eager refuses
@@ -186,6 +198,7 @@ def test_a_static_cache_resize_keeps_the_query_inside_the_cache():
     resized = resize_inputs(inputs, record)
     assert resized["input_ids"].shape == (3, 4)
     assert resized["past_key_values.0.keys"].shape == resized["past_key_values.0.values"].shape == (3, 2, 16, 16)
+    assert torch.equal(resized["position_ids"], torch.tensor([[12, 13, 14, 15]] * 3))  # after the 12 written
     written = 12
     inputs["past_key_values.0.cumulative_length"] = torch.tensor(written + 2)  # 14 + 4 would not fit either
     resized = resize_inputs(inputs, record)

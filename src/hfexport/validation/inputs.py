@@ -121,6 +121,8 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2, *
             size = tuple(size_of(d, s) for d, s in zip(shape, leaf.shape))
             if name.endswith("attention_mask") and leaf.dim() == 2:
                 resized.append(_padding_mask(leaf, size))
+            elif name == "position_ids" and leaf.dim() == 2 and not leaf.is_floating_point():
+                resized.append(_positions(leaf, size))
             elif name.endswith("attention_mask") and leaf.dim() == 4 and leaf.dtype == torch.bool:
                 resized.append(_causal_mask(leaf, size))
             else:
@@ -129,6 +131,16 @@ def resize_inputs(inputs: dict[str, Any], record: ExportRecord, step: int = 2, *
             resized.append(leaf)
     return {**inputs, **pytree.tree_unflatten(resized, spec)}
 
+
+
+def _positions(positions: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Token positions `[batch, query]` resized: each row consecutive from its first position (the
+    tokens before the query), as a runtime numbers a longer or shorter query after the same cache,
+    and as the resized masks place it (`_padding_mask`, `_causal_mask`). Tiled instead, a query of
+    three would sit at one position three times: eager takes that, while a graph that numbers the
+    query from the mask (GroupQueryAttention's own rotary) cannot."""
+    first = _tile(positions[:, :1], (shape[0], 1))
+    return (first + torch.arange(shape[1], dtype=positions.dtype)).contiguous()
 
 
 def _padding_mask(mask: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:

@@ -4,6 +4,8 @@ longer returns. No export: the translation alone (the exports are in test_genai.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -29,6 +31,27 @@ def test_the_causal_mask_becomes_ones_over_cached_and_new_tokens(past, query, sl
         "cache.0.cumulative_length": past + query, "cache.1.cumulative_length": past + query}
     counterless = GraphInterface([], [])  # the cached tokens read from the mask instead
     assert counterless.written(named) == past
+
+
+@pytest.mark.parametrize("past, query", [(0, 5), (6, 3), (9, 1)])
+def test_positions_the_graph_would_not_take_are_refused_not_dropped(past, query):
+    """A graph whose GroupQueryAttention rotates the query itself (its `position_ids` unfed) numbers
+    the new tokens after the cached ones; other positions would silently give another answer than
+    eager's (validation's resized case tiled one position three times, and the graph differed)."""
+    interface = GraphInterface(["cache.0.cumulative_length"], ["position_ids"])
+    named = {"input_ids": np.zeros((2, query), np.int64), "attention_mask": np.repeat(_causal(past, query, 16), 2, 0),
+             "position_ids": np.repeat(np.arange(past, past + query)[None], 2, 0),
+             "cache.0.cumulative_length": np.array(past)}
+    assert "position_ids" not in interface.feed(named)
+    named["position_ids"] = named["position_ids"] + 1
+    with pytest.raises(ExportError, match=re.escape(f"positions {list(range(past, past + query))}")):
+        interface.feed(named)
+    named["position_ids"] = np.full((2, query), past)  # a position for every token alike
+    if query > 1:
+        with pytest.raises(ExportError, match="group_query_attention=False"):
+            interface.feed(named)
+    fed = GraphInterface(["cache.0.cumulative_length"], [])  # a graph that reads them: fed as they are
+    assert (fed.feed(named)["position_ids"] == named["position_ids"]).all()
 
 
 def test_padding_and_a_short_mask_are_refused_with_a_remedy():

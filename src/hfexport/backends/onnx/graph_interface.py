@@ -17,6 +17,7 @@ __all__ = ["GRAPH_INTERFACE", "GraphInterface", "two_d_mask"]
 GRAPH_INTERFACE = "graph_interface"
 
 _MASK = "attention_mask"
+_POSITIONS = "position_ids"
 
 
 @dataclasses.dataclass
@@ -45,7 +46,26 @@ class GraphInterface:
         feed = {name: value for name, value in named.items() if name not in self.counters and name not in self.unfed}
         if _MASK in feed:
             feed[_MASK] = two_d_mask(np.asarray(named[_MASK]), self.written(named), _query_length(named))
+        if _POSITIONS in self.unfed and named.get(_POSITIONS) is not None:
+            self._check_positions(np.asarray(named[_POSITIONS]), named)
         return feed
+
+    def _check_positions(self, positions: np.ndarray, named: dict[str, Any]) -> None:
+        """The graph numbers the query from the mask (GroupQueryAttention's own rotary: the cached
+        tokens, then one position a new token); `position_ids` that say otherwise are refused, not
+        dropped."""
+        from ...errors import ExportError
+
+        written = self.written(named) if _MASK in named or self.counters else None
+        if written is None or positions.ndim != 2:
+            return
+        expected = written + np.arange(positions.shape[1])
+        if not (positions == expected[None, :]).all():
+            raise ExportError(f"this ONNX export's GroupQueryAttention places the query at positions "
+                              f"{expected.tolist()} (after the {written} cached tokens); position_ids "
+                              f"{positions[0].tolist()} differ",
+                              remedy="number the new tokens after the cached ones, or export with "
+                              "OnnxConfig(group_query_attention=False) to feed positions of your own")
 
     def written(self, named: dict[str, Any]) -> int:
         """The tokens already in the cache: the first counter's value, else (a cache without
