@@ -52,6 +52,7 @@ def test_each_runtime_runner_gives_eagers_greedy_tokens(exported):
     runner = json.loads((out / "report.json").read_text())["runner"]
     assert runner["checked"] and runner["tokens_equal"] and runner["passed"], runner
     assert runner["tokens"] == 16 and runner["against"] == "eager generate()"
+    assert runner["seconds"] > 0 and runner["compare_seconds"] > 0  # the runner's run, and eager's side
     assert runner["runner"].split()[0] == {"onnx": "onnxruntime-genai", "openvino": "openvino-genai",
                                            "executorch": "executorch"}[fmt]
     # the report the folder holds is the one its manifest hashed after the check wrote it

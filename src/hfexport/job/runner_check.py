@@ -114,7 +114,9 @@ def runner_check(package: Any, model: torch.nn.Module, prompt: dict[str, Any], g
             return {}
         seconds = time.perf_counter() - start
         entry = _compared(got, request, folder, model, generation_config, min_agreement, extractor)
+        # the runner's own run, then what it was held to (eager's forward or generate(), or our runner)
         entry["seconds"] = round(seconds, 3)
+        entry["compare_seconds"] = round(time.perf_counter() - start - seconds, 3)
         if not entry["passed"]:
             prompt_ids = list(got.prompt_ids or request.prompt_ids)
             given = "the sample clip" if request.audio is not None else f"prompt {prompt_ids}" + (
