@@ -2,7 +2,8 @@
 optimised as its first three layers, layer 2 stamped for the rest, must be the graph a conversion of
 every layer gives (ops, attributes, wiring, every weight's bytes, interface; only the names of folded
 constants differ), on drawn variations (model types, layer counts, head dims, kv heads, norms equal
-across layers, which the optimizer merges into one initializer, or not), and quantized to int4 after.
+across layers, which the optimizer merges into one initializer, or not), quantized to int4 after,
+and the seed's interface (MultiHeadAttention, write counters; its nodes ordered apart).
 Where layer 2 cannot stand for a later layer (its merged norm differs there), or the stamp fails, the
 whole program is converted and the record says why. The CLI's LLM package of a stamped decoder
 (validation, onnxruntime-genai in a new process) is in `tests/capture/test_stamp.py`."""
@@ -124,3 +125,30 @@ def test_a_stamp_that_fails_converts_the_whole_program(monkeypatch, caplog):
     assert entry["onnx"].startswith("not stamped, the whole program converted: the stamp failed (RuntimeError"), entry
     assert "please report it" in caplog.text
     assert record_of(decode).details["ort_fusions"]["fused"]["GroupQueryAttention"] == 4
+
+
+@pytest.mark.slow
+def test_the_seed_interface_decode_with_write_counters_is_stamped_too():
+    """`export_for_generation`'s default decode (MultiHeadAttention, the cache written by scatter, a
+    write counter a layer: the seed's interface) stamps its later layers too, their counters' scalar
+    outputs included; the graph holds the whole conversion's ops, weights and interface (a counter's
+    increment sits elsewhere among its layer's nodes), and validates against eager."""
+    from collections import Counter
+
+    from transformers import GenerationConfig
+
+    model, inputs = _model("llama", 5, 16, 2, random_norms=True)
+    generation_config = GenerationConfig(cache_implementation="static", max_cache_len=32)
+
+    def decode(exporter, validate):
+        config = OnnxConfig(dynamic=True, validate=validate)
+        return exporter.export_for_generation(model, inputs, config, generation_config=generation_config)["decode"]
+
+    stamped, whole = decode(OnnxExporter(), True), decode(WholeConversion(), False)
+    assert record_of(stamped).details["layer_stamping"]["onnx"].startswith("layers 3-4 stamped")
+    assert "MultiHeadAttention" in record_of(stamped).details["ort_fusions"]["fused"]
+    mine, theirs = onnx_graph(stamped, constant_names=False), onnx_graph(whole, constant_names=False)
+    for key in ("initializers", "inputs", "outputs", "opsets"):
+        assert mine[key] == theirs[key], key
+    assert Counter(str(op[:3]) for op in mine["ops"]) == Counter(str(op[:3]) for op in theirs["ops"])
+    assert record_of(stamped).details["in_place_cache"] == record_of(whole).details["in_place_cache"]

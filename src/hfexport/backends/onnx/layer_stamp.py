@@ -5,7 +5,8 @@ fusions cost three layers, not N.
 ```
 stamp_graph(model, root, prefix, count)
     `model`: the fused graph of the decoder's first three layers (`StampedLayers.program(3)`:
-    layers 3..N-1's caches pass through, `Identity` to their outputs); in place, layer 2's nodes
+    layers 3..N-1's caches pass through to their outputs, an `Identity`, and a write counter's
+    `Reshape`); in place, layer 2's nodes
     copied for layers 3..N-1, each reading its own cache inputs and weights (derived from `root`'s
     parameters as layer 2's were) and the previous copy where layer 2 reads layer 1; the tail
     (final norm, head) reads the last copy; each copy's cache outputs replace the pass-through
@@ -234,15 +235,27 @@ class _Plan:
                     raise NotStampable(f"layer {k}'s {relatives} differ where layers 1 and 2 share {value.name}")
 
     def _passed_through(self) -> dict[str, Any]:
-        """Layers 3..N-1's cache outputs, each an `Identity` of its input: `{output name: node}`."""
+        """Layers 3..N-1's cache outputs in the three-layer graph, each made of its layer's cache
+        input alone (passed through: an `Identity`, and a scalar counter's `Reshape`):
+        `{output name: value}`; the copies make them instead."""
+        later = {id(n) for n in self.later}
         passed = {}
         for node in self.later:
-            value = node.inputs[0] if len(node.inputs) == 1 else None
-            out = node.outputs[0]
-            if node.op_type != "Identity" or value is None or value.name not in self.inputs_by_name \
-                    or not out.is_graph_output() or _CACHE.search(value.name) is None:
-                raise NotStampable(f"{node.op_type} {node.name} of a later layer is not its cache passed through")
-            passed[out.name] = node
+            for value in node.inputs:
+                producer = value.producer() if value is not None else None
+                if value is None or (producer is not None and id(producer) in later):
+                    continue
+                found = _CACHE.search(value.name) if value.name in self.inputs_by_name else None
+                constant = producer is None and value.const_value is not None \
+                    and self.weight_layers.get(id(value)) == _SHARED
+                if not constant and (found is None or int(found.group(1)) < TRACED_LAYERS):
+                    raise NotStampable(f"{node.op_type} {node.name} of a later layer reads {value.name}, "
+                                       "not only that layer's cache")
+            for out in node.outputs:
+                if out.is_graph_output():
+                    passed[out.name] = out
+                if any(id(use.node) not in later for use in out.uses()):
+                    raise NotStampable(f"{out.name}, passed through for a later layer, is read by the layers")
         return passed
 
     def _role(self, x: Any, y: Any, in_first: set[int], in_second: set[int]) -> tuple:
@@ -357,12 +370,11 @@ class _Plan:
                     node.replace_input_with(index, previous[self.at[id(producer)]][value.index()])
         for copy in made:  # each copy's cache outputs in place of the pass-through
             for out in copy.outputs:
-                identity = self.passed.pop(out.name, None)
-                if identity is not None:
+                if self.passed.pop(out.name, None) is not None:
                     graph.outputs[outputs_by_name[out.name]] = out
-                    graph.remove(identity, safe=True)
         if self.passed:  # `check` found every later layer's cache passed through, which the copies make
             raise AssertionError(f"stamped outputs left unmade: {sorted(self.passed)}")
+        graph.remove(self.later, safe=True)
         graph.sort()  # a tail node placed among layer 2's now reads the last copy
 
     def _input(self, role: tuple, k: int, previous: list[list[Any]], copies: list[list[Any]],
