@@ -46,8 +46,8 @@ def fuse_for_ort(model: Any, max_positions: int | None = None, *,
     When ONNX Runtime refuses to load the fused graph, the unfused `model` is kept and the entry
     says so (`{"fused": {}, "refused": error}`): the export is what it would be with
     `OnnxConfig(ort_fusions=False)`, and the record shows why. Without `load_check` the fused graph
-    is kept unloaded: the caller loads what it makes of it (`load_error`; the layer stamp's graph). A QDQ graph is left as it is
-    (`{"fused": {}, "skipped": why}`).
+    is kept unloaded: the caller loads what it makes of it (`load_error`; the layer stamp's graph).
+    A QDQ graph is left as it is (`{"fused": {}, "skipped": why}`).
 
     """
     import onnx_ir as ir

@@ -250,7 +250,8 @@ def _projection(value: Any) -> tuple | None:
     node, bias, bias_value = reshape.inputs[0].producer(), None, None
     if node is not None and node.op_type == "Add":
         for matmul, constant in (node.inputs, reversed(node.inputs)):
-            if matmul.producer() is not None and matmul.producer().op_type == "MatMul" and constant_array(constant) is not None:
+            if matmul.producer() is not None and matmul.producer().op_type == "MatMul" \
+                    and constant_array(constant) is not None:
                 node, bias, bias_value = matmul.producer(), constant_array(constant), constant
                 break
         else:

@@ -162,6 +162,9 @@ class _Plan:
     # -- the check --------------------------------------------------------------------------------
 
     def check(self) -> None:
+        """Find layers 1 and 2, the tail and the later layers' pass-through; check layer 2 against
+        layer 1 (`self.roles`: what each of layer 2's inputs is) and that every later layer has
+        what its copy reads. Raises `NotStampable`; the graph is not changed."""
         self.attribute()
         traced = TRACED_LAYERS
         segments = {k: [n for n in self.nodes if self.layer[id(n)] == k] for k in range(traced)}
@@ -179,10 +182,30 @@ class _Plan:
         in_first = {id(n) for n in first}
         in_second = {id(n) for n in second}
         self.passed = self._passed_through()
-        readers = {id(n) for n in self.tail} | {id(n) for n in self.later}  # of layer 2's values, besides itself
+        self._check_alike(in_first, in_second)
+        for node in self.tail:
+            for value in node.inputs:
+                producer = value.producer() if value is not None else None
+                if producer is not None and (id(producer) in in_first or self.layer[id(producer)] in range(traced - 2)):
+                    raise NotStampable(f"the tail's {node.op_type} {node.name} reads {value.name} of an earlier layer")
+        if not any(role[0] == "link" for roles in self.roles for role in roles):
+            raise NotStampable("layer 2 reads nothing of layer 1")
+        stamped = {_relayered_cache(y.name, traced - 1, k) for node in second for y in node.outputs
+                   if y.is_graph_output() for k in range(traced, self.count)}
+        if stamped != set(self.passed):
+            raise NotStampable(f"the later layers' cache outputs {sorted(set(self.passed) ^ stamped)[:4]} are not "
+                               "layer 2's, one layer on each")
+        self._check_later_layers()
+
+    def _check_alike(self, in_first: set[int], in_second: set[int]) -> None:
+        """Layer 2 against layer 1 node for node: op, attributes, each input's role (`self.roles`),
+        its outputs (a cache output one layer on), and no reader of its values but itself, the tail
+        and the later layers' pass-through."""
+        traced = TRACED_LAYERS
+        readers = {id(n) for n in self.tail} | {id(n) for n in self.later}
         self.roles: list[list[tuple]] = []
         self.derived: dict[int, tuple] = {}
-        for a, b in zip(first, second):
+        for a, b in zip(self.first, self.second):
             if (a.op_type, a.domain, a.overload, len(a.inputs), len(a.outputs)) != (
                     b.op_type, b.domain, b.overload, len(b.inputs), len(b.outputs)):
                 raise NotStampable(f"layer 2's {b.op_type} {b.name} is not layer 1's {a.op_type} {a.name}")
@@ -197,20 +220,8 @@ class _Plan:
             for y in b.outputs:
                 for use in y.uses():
                     if id(use.node) not in in_second and id(use.node) not in readers:
-                        raise NotStampable(f"{use.node.op_type} {use.node.name} outside layer 2 and the tail reads {y.name}")
-        for node in self.tail:
-            for value in node.inputs:
-                producer = value.producer() if value is not None else None
-                if producer is not None and (id(producer) in in_first or self.layer[id(producer)] in range(traced - 2)):
-                    raise NotStampable(f"the tail's {node.op_type} {node.name} reads {value.name} of an earlier layer")
-        if not any(role[0] == "link" for roles in self.roles for role in roles):
-            raise NotStampable("layer 2 reads nothing of layer 1")
-        stamped = {_relayered_cache(y.name, traced - 1, k) for node in second for y in node.outputs
-                   if y.is_graph_output() for k in range(traced, self.count)}
-        if stamped != set(self.passed):
-            raise NotStampable(f"the later layers' cache outputs {sorted(set(self.passed) ^ stamped)[:4]} are not "
-                               "layer 2's, one layer on each")
-        self._check_later_layers()
+                        raise NotStampable(f"{use.node.op_type} {use.node.name} outside layer 2 and the tail "
+                                           f"reads {y.name}")
 
     def _check_later_layers(self) -> None:
         """Each stamped layer has what its copy reads: its cache inputs, its weights shaped as layer
@@ -297,7 +308,8 @@ class _Plan:
         parts = [[self._relative(name) for name in part] for part in self.sources(y)]
         if parts != [[self._relative(name) for name in part] for part in self.sources(x)] \
                 or any(len(part) != 1 for part in parts):
-            raise NotStampable(f"layer 2's {y.name} is not made from layer 2's weights as layer 1's {x.name} from layer 1's")
+            raise NotStampable(f"layer 2's {y.name} is not made from layer 2's weights as layer 1's {x.name} "
+                               "from layer 1's")
         if id(y) not in self.derived:
             self.derived[id(y)] = (y, [part[0] for part in parts], self._recipe(y, [part[0] for part in parts]))
         return ("weight", id(y))
