@@ -102,29 +102,40 @@ def test_the_stamped_program_runs_as_the_whole_model():
         [d if isinstance(d, int) else "sym" for d in shape] for shape in record_of(whole).input_shapes]
 
 
-@pytest.mark.parametrize("preset", ["llama", "qwen3", "mistral"])
-def test_the_cli_package_of_a_stamped_decoder_passes_its_checks(tmp_path, preset):
-    """`hfexport export FOLDER -f onnx`: the LLM package of a 4-layer decoder (Qwen3's q/k norms,
-    Mistral's sliding window among them), validated against eager and run in onnxruntime-genai (the
-    runner check), says its layers were stamped."""
+@pytest.mark.parametrize("preset, weight_format", [("llama", None), ("qwen3", None), ("mistral", None), ("llama", "int4")])
+def test_the_cli_package_of_a_stamped_decoder_passes_its_checks(tmp_path, preset, weight_format, capsys):
+    """`hfexport export FOLDER -f onnx [--weight-format int4]`: the LLM package of a 4-layer decoder
+    (Qwen3's q/k norms, Mistral's sliding window among them), validated against eager (int4: the
+    accuracy gate) and run in onnxruntime-genai (the runner check), says its layers were stamped."""
     from hfexport.cli.main import main
     from tests.harness import genai_tokens_in_a_new_process, tiny_bpe_tokenizer
 
     model, _ = build_preset(preset, num_hidden_layers=4, vocab_size=320)
     model.save_pretrained(tmp_path / "model")
     tiny_bpe_tokenizer().save_pretrained(tmp_path / "model")
-    assert main(["export", str(tmp_path / "model"), "-f", "onnx", "-o", str(tmp_path / "out"), "--quiet"]) == 0
+    quantize = ["--weight-format", weight_format] if weight_format else []
+    assert main(["export", str(tmp_path / "model"), "-f", "onnx", "-o", str(tmp_path / "out"), "--quiet", *quantize]) == 0
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     decode = report["components"]["decode"]
     assert decode["record"]["layer_stamping"]["stamped"].startswith("layers 2-3 of model.model.layers")
     assert decode["record"]["layer_stamping"]["onnx"].startswith("layer 3 stamped in the ONNX graph")
     assert decode["validation"]["passed"] is True
-    assert report["runner"]["tokens_equal"] is True and report["runner"]["passed"] is True
-    # the folder as its runtime's docs run it: onnxruntime-genai in a fresh process, eager's tokens
+    assert report["runner"]["passed"] is True
+    # the folder as its runtime's docs run it: onnxruntime-genai in a fresh process
     prompt = [5, 17, 42, 9, 33]
-    with torch.no_grad():
-        eager = model.generate(torch.tensor([prompt]), max_new_tokens=8, min_new_tokens=8, do_sample=False)
-    assert genai_tokens_in_a_new_process(tmp_path / "out", prompt, 8) == eager[0, len(prompt):].tolist()
+    og = genai_tokens_in_a_new_process(tmp_path / "out", prompt, 8)
+    if weight_format is None:  # eager's tokens
+        assert report["runner"]["tokens_equal"] is True
+        with torch.no_grad():
+            eager = model.generate(torch.tensor([prompt]), max_new_tokens=8, min_new_tokens=8, do_sample=False)
+        assert og == eager[0, len(prompt):].tolist()
+    else:  # int4: the gate held it to fp32 eager; og's tokens are hfexport's own loop's on the same graph
+        assert report["accuracy"]["passed"] is True
+        assert decode["record"]["quantization"]["stage"] == "model"
+        capsys.readouterr()
+        assert main(["generate", str(tmp_path / "out"), "--prompt-ids", ",".join(map(str, prompt)),
+                     "--max-new-tokens", "8", "--engine", "hfexport", "--json"]) == 0
+        assert og == json.loads(capsys.readouterr().out)["tokens"]
 
 
 def test_layers_that_may_differ_are_traced_whole():

@@ -245,7 +245,7 @@ class _Stamp:
         for node in self.nodes:
             if node.op != "call_function":
                 continue
-            found = {_layer_index(path, self.prefix) for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
+            found = {layer_index(path, self.prefix) for path, _ in (node.meta.get("nn_module_stack") or {}).values()}
             found.discard(None)
             if len(found) > 1 or (found and not found <= bodies.keys()):
                 raise NotStampable(f"node {node.name} ran in layers {sorted(found)} of a two-layer trace")
@@ -474,7 +474,8 @@ def _symbolic(node: torch.fx.Node) -> bool:
     return isinstance(node.meta.get("val"), (torch.SymInt, torch.SymBool, torch.SymFloat))
 
 
-def _layer_index(path: str, prefix: str) -> int | None:
+def layer_index(path: str, prefix: str) -> int | None:
+    """The layer `path` (a module or parameter path) is under in the layer list at `prefix`, else None."""
     if not path.startswith(prefix):
         return None
     head = path[len(prefix):].split(".", 1)[0]
@@ -482,7 +483,7 @@ def _layer_index(path: str, prefix: str) -> int | None:
 
 
 def _relayered(path: str, prefix: str, index: int) -> str:
-    if _layer_index(path, prefix) != 1:
+    if layer_index(path, prefix) != 1:
         return path
     rest = path[len(prefix):].split(".", 1)
     return f"{prefix}{index}" + (f".{rest[1]}" if len(rest) > 1 else "")
@@ -532,8 +533,8 @@ def _stamped_call_graph(program: torch.export.ExportedProgram, prefix: str, coun
     import copy
 
     entries = [copy.deepcopy(entry) for entry in program.module_call_graph]
-    layer_one = [entry for entry in entries if _layer_index(entry.fqn, prefix) == 1]
-    at = max((k for k, entry in enumerate(entries) if _layer_index(entry.fqn, prefix) == 1), default=len(entries) - 1)
+    layer_one = [entry for entry in entries if layer_index(entry.fqn, prefix) == 1]
+    at = max((k for k, entry in enumerate(entries) if layer_index(entry.fqn, prefix) == 1), default=len(entries) - 1)
     stamped = []
     for index in range(2, count):
         for entry in layer_one:

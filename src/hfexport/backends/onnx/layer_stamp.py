@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...capture.stamp import NotStampable
+from ...capture.stamp import NotStampable, layer_index
 
 __all__ = ["stamp_graph", "folded_sources", "PACKED_FROM", "TRACED_LAYERS"]
 
@@ -110,10 +110,7 @@ class _Plan:
         return [found] if found else []
 
     def layer_of_name(self, name: str) -> int | None:
-        if not name.startswith(self.prefix):
-            return None
-        head = name[len(self.prefix):].split(".", 1)[0]
-        return int(head) if head.isdigit() else None
+        return layer_index(name, self.prefix)
 
     def weight_layer(self, value: Any) -> int | None:
         """The layer whose parameters an initializer was made from; `_SHARED` for a constant of no
