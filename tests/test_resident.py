@@ -127,3 +127,31 @@ def test_memory_no_file_backs_is_never_advised():
     assert drop_clean_pages(spans=weight_storages(module)) == 0
     assert torch.equal(tensor, copy)
     assert drop_clean_pages() == 0 and drop_clean_pages(paths=[]) == 0
+
+
+def test_the_page_table_and_smaps_agree_on_written_pages(checkpoint):
+    """Which mappings hold a written page is read from `/proc/self/pagemap` for the chosen mappings
+    alone (`smaps` walks every mapping); both say the same of a clean and a written checkpoint."""
+    from transformers import AutoModelForCausalLM
+
+    from hfexport.resident import _has_written_page, _mappings
+
+    folder, _ = checkpoint
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]]))  # every page touched, none written
+    weights = str(folder / "model.safetensors")
+
+    def both() -> list[tuple[bool | None, bool]]:
+        by_smaps = {m.start: m.written for m in _mappings(with_pages=True) if m.path == weights}
+        assert by_smaps, "transformers no longer maps the checkpoint"
+        return [(_has_written_page(m), by_smaps[m.start]) for m in _mappings(with_pages=False) if m.path == weights]
+
+    if any(from_table is None for from_table, _ in both()):
+        pytest.skip("/proc/self/pagemap cannot be read here: drop_clean_pages reads smaps instead")
+    assert all(from_table is False and from_smaps is False for from_table, from_smaps in both())
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[-1, -1] += 1.0
+    pairs = both()
+    assert all(from_table == from_smaps for from_table, from_smaps in pairs), pairs
+    assert any(from_smaps for _, from_smaps in pairs)

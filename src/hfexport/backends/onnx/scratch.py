@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["scratch_model", "scratch_files", "save_linked"]
+__all__ = ["scratch_model", "scratch_files", "save_linked", "linked_source"]
 
 #: `onnx_ir.save`'s `size_threshold_bytes`: a tensor of more bytes is external, smaller ones stay in
 #: the proto (onnx_ir 1.1.0, `external_data.unload_from_model`: `nbytes > size_threshold_bytes`)
@@ -89,16 +89,12 @@ def save_linked(model: Any, path: Path) -> list[Path] | None:
     caller writes them)."""
     import onnx_ir as ir
 
+    source = linked_source(model)
+    if source is None:
+        return None
     external = _external_values(model)
-    written = [_remembered(value.const_value) for value in external]
-    if not written or any(tensor is None for tensor in written):
-        return None
-    source = {str(tensor.path) for tensor in written}
-    spans = sorted({(tensor.offset, tensor.length) for tensor in written})
-    if len(source) != 1 or len(spans) != len({id(t) for t in written}) or not _end_to_end(spans, next(iter(source))):
-        return None
     data = path.with_name(f"{path.name}.data")
-    _link_or_copy(next(iter(source)), data)
+    _link_or_copy(source, data)
     try:
         with _named_external(external, lambda tensor: _renamed(tensor, data)):
             ir.save(model, path)
@@ -106,6 +102,19 @@ def save_linked(model: Any, path: Path) -> list[Path] | None:
         data.unlink(missing_ok=True)
         raise
     return [path, data]
+
+
+def linked_source(model: Any) -> str | None:
+    """The scratch file `save_linked` takes as `model`'s `.data`: the one file holding exactly the
+    weights `model` saves externally, laid end to end; None where there is none."""
+    written = [_remembered(value.const_value) for value in _external_values(model)]
+    if not written or any(tensor is None for tensor in written):
+        return None
+    source = {str(tensor.path) for tensor in written}
+    spans = sorted({(tensor.offset, tensor.length) for tensor in written})
+    if len(source) != 1 or len(spans) != len({id(t) for t in written}) or not _end_to_end(spans, next(iter(source))):
+        return None
+    return next(iter(source))
 
 
 def _external_values(model: Any) -> list[Any]:
