@@ -171,6 +171,8 @@ class ExportConfig:
         """Return a JSON-compatible dict, with `export_format` first; `from_dict` reverses it."""
         out: dict[str, Any] = {"export_format": self.export_format}
         for field in dataclasses.fields(self):
+            if field.name.startswith("_"):  # set by hfexport for the export in hand (`OnnxConfig._in_folder`)
+                continue
             value = getattr(self, field.name)
             if field.name == "dynamic_shapes" and value is not None:
                 value = _dim_to_json(value)
@@ -188,7 +190,7 @@ class ExportConfig:
         fmt = data.pop("export_format", cls.export_format)
         if cls.export_format and fmt != cls.export_format:
             raise ValueError(f"{cls.__name__} is for export_format={cls.export_format!r}, got {fmt!r}")
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"{cls.__name__} has no field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")

@@ -38,7 +38,9 @@ class OnnxConfig(ExportConfig):
             (`OnnxExporter().export(...)`, `export_for_generation`), whose decode keeps the seed's
             interface (4-D boolean causal mask, write counters as cache tensors) that its
             ONNX Runtime loop feeds. `False` keeps `MultiHeadAttention` and the seed's interface
-            everywhere; `True` asks for GroupQueryAttention everywhere.
+            everywhere; `True` asks for GroupQueryAttention everywhere, and the export raises
+            where a graph with a cache keeps `MultiHeadAttention` (the rule does not match, ONNX
+            Runtime refuses the rewrite, a dynamic cache), naming why; it needs `ort_fusions`.
     """
 
     export_format = "onnx"
@@ -51,6 +53,16 @@ class OnnxConfig(ExportConfig):
     external_data: bool | None = None
     ort_fusions: bool = True
     group_query_attention: bool | None = None
+    #: set by the export folder's package (`OnnxRuntimePackage.folder_config`), never serialized:
+    #: `group_query_attention=None` then rewrites a static cache's attention where the rule
+    #: applies, and the record says why not elsewhere (`True` would refuse the export there)
+    _in_folder: bool = dataclasses.field(default=False, repr=False)
+
+    @property
+    def rewrites_attention(self) -> bool:
+        """Whether a static cache's attention is to become `GroupQueryAttention` where it can
+        (`group_query_attention=True`, or None in an export folder)."""
+        return bool(self.group_query_attention) or (self.group_query_attention is None and self._in_folder)
 
     def _validate(self) -> None:
         check_type("OnnxConfig", "opset", self.opset, int)
@@ -60,5 +72,8 @@ class OnnxConfig(ExportConfig):
         check_type("OnnxConfig", "ort_fusions", self.ort_fusions, bool)
         if self.group_query_attention is not None:
             check_type("OnnxConfig", "group_query_attention", self.group_query_attention, bool)
+        if self.group_query_attention and not self.ort_fusions:
+            raise ValueError("OnnxConfig(group_query_attention=True) is ONNX Runtime's fused GroupQueryAttention, "
+                             "which needs ort_fusions=True; set group_query_attention=False to keep standard ONNX ops")
         if self.external_data is not None:
             check_type("OnnxConfig", "external_data", self.external_data, bool)

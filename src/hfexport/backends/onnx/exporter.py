@@ -11,9 +11,10 @@ import numpy as np
 import torch
 
 from ...capture.dynamic import grown_sample
+from ...capture.prepare import model_name
 from ...capture.record import ExportRecord
 from ...capture.trace import Capture
-from ...errors import summarize
+from ...errors import ExportError, summarize
 from ...exporter import HfExporter
 from ...folder.manifest import FileBytes
 from ...model_config import text_config
@@ -79,6 +80,7 @@ class OnnxExporter(HfExporter):
         onnx_program = self._stamped_graph(captured, record, model, inputs, config)
         if onnx_program is None:
             onnx_program = self._converted_program(captured.program, record, model, inputs, config)
+        _check_attention_asked(onnx_program.model, record, config, model)
         return HfOnnxProgram.wrap(onnx_program, external_data=config.external_data)
 
     def _converted_program(self, program: torch.export.ExportedProgram, record: ExportRecord, model: torch.nn.Module,
@@ -133,7 +135,7 @@ class OnnxExporter(HfExporter):
         fix_index_copy_transposes(onnx_program.model)
         if config.ort_fusions:
             fused, entry = fuse_for_ort(onnx_program.model, max_positions=_rotary_positions(model, inputs),
-                                        group_query_attention=bool(config.group_query_attention), load_check=load_check)
+                                        group_query_attention=config.rewrites_attention, load_check=load_check)
             record.details["ort_fusions"] = entry
             interface = entry.get("group_query_attention", {}).get("interface")
             if interface:  # the graph takes GroupQueryAttention's inputs; the runner translates the record's
@@ -187,3 +189,28 @@ def _rotary_positions(model: torch.nn.Module, inputs: dict[str, Any]) -> int | N
     layers = getattr(inputs.get("past_key_values"), "layers", None) or []
     lengths = [int(layer.keys.shape[-2]) for layer in layers if isinstance(getattr(layer, "keys", None), torch.Tensor)]
     return max([value, *(2 * n for n in lengths)])
+
+
+def _check_attention_asked(graph_model: Any, record: ExportRecord, config: OnnxConfig, model: torch.nn.Module) -> None:
+    """`OnnxConfig(group_query_attention=True)` is met or refused: a graph that takes a cache and
+    kept its attention (the record's `ort_fusions` says why) raises. A graph without a cache (an
+    encoder, one forward) has nothing the option applies to.
+
+    Raises:
+        ExportError: naming why the attention stayed as it was, and what to ask instead.
+    """
+    if config.group_query_attention is not True or record.details.get(GRAPH_INTERFACE):
+        return
+    if not any(value.name.startswith("input.cache.") for value in graph_model.graph.inputs):
+        return
+    fusions = record.details.get("ort_fusions") or {}
+    why = ((fusions.get("group_query_attention") or {}).get("kept") or fusions.get("refused")
+           or fusions.get("skipped") or "ONNX Runtime's fusions did not run")
+    raise ExportError(
+        f"OnnxConfig(group_query_attention=True) asks for ONNX Runtime's GroupQueryAttention, and this graph's "
+        f"attention over its cache stays as it was: {why}",
+        model=model_name(model),
+        remedy="leave group_query_attention at None (an export folder then rewrites the attention where "
+        "GroupQueryAttention applies and says why not elsewhere) or set it False; GroupQueryAttention takes a "
+        "static cache (`--static-cache N`, GenerationConfig(cache_implementation='static'))",
+    )

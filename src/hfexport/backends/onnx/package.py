@@ -21,8 +21,9 @@ class OnnxRuntimePackage(RuntimePackage):
 
     def folder_config(self, config: OnnxConfig) -> OnnxConfig:
         """`group_query_attention=None` is on in a folder: a static cache's attention becomes
-        ONNX Runtime's `GroupQueryAttention` (onnxruntime-genai's graph), where the rule matches."""
-        return config.replace(group_query_attention=True) if config.group_query_attention is None else config
+        ONNX Runtime's `GroupQueryAttention` (onnxruntime-genai's graph) where the rule matches, and
+        the record says why not elsewhere (the config written keeps None)."""
+        return config.replace(_in_folder=True)
 
     def check_listed(self, manifest: dict[str, Any], listed: Any) -> None:
         """An onnxruntime-genai folder's `genai_config.json` holds only what hfexport writes and
