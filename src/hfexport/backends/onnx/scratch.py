@@ -27,7 +27,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import logging
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -36,7 +38,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["scratch_model", "scratch_files", "save_linked", "linked_source"]
+__all__ = ["scratch_model", "scratch_files", "save_linked", "linked_source", "sweep_abandoned"]
+
+logger = logging.getLogger("hfexport")
 
 #: `onnx_ir.save`'s `size_threshold_bytes`: a tensor of more bytes is external, smaller ones stay in
 #: the proto (onnx_ir 1.1.0, `external_data.unload_from_model`: `nbytes > size_threshold_bytes`)
@@ -264,11 +268,82 @@ def _link_or_copy(source: str, destination: Path) -> None:
             shutil.copyfileobj(read, write, 16 * 2**20)
 
 
+#: the scratch folders' name prefix, in the system's temporary folder
+_PREFIX = "hfexport-onnx-weights-"
+#: the file each process holds locked (`flock`) in its scratch folder for as long as it lives
+_LOCK = ".owner.lock"
+#: what a scratch folder holds: the lock, the weights files and the protos written beside them
+_OURS = re.compile(r"(weights-\d+\.data|model-\d+\.onnx)\Z")
+#: this process's lock, open (and so held) until it exits
+_held: Any = None
+
+
 def _folder() -> str:
-    """The process's scratch folder, made on first use and removed at exit."""
-    global _root
+    """The process's scratch folder, made on first use and removed at exit; the folders of processes
+    that died without their exit (killed: a multi-GB weights file each) removed first."""
+    global _root, _held
     with _lock:
         if _root is None:
-            _root = tempfile.mkdtemp(prefix="hfexport-onnx-weights-")
+            sweep_abandoned()
+            _root = tempfile.mkdtemp(prefix=_PREFIX)
+            _held = _locked(_root)
             atexit.register(shutil.rmtree, _root, ignore_errors=True)
         return _root
+
+
+def _locked(folder: str) -> Any:
+    """`folder`'s lock file, open and locked for this process (`flock`: released when the process
+    dies, however it dies); None where the platform has no `flock` (the folder is then never swept).
+    Locked under another name, then renamed: a sweep never finds the lock free before it is taken."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return None
+    taking = os.path.join(folder, f"{_LOCK}.taking")  # not a name a sweep removes
+    handle = open(taking, "a")  # noqa: SIM115 - held open for the process's life
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.rename(taking, os.path.join(folder, _LOCK))
+    return handle
+
+
+def sweep_abandoned(root: str | None = None) -> list[str]:
+    """Remove the scratch folders under `root` (the temporary folder) that a dead process left: a
+    folder is removed only when it is this user's, named as hfexport names them, holds its lock file
+    and nothing but what hfexport writes there, and its lock is free (its process is gone: a live
+    one holds it, in any PID namespace on this machine). Return the folders removed.
+
+    # NOTE: why. The folder is removed at exit (`atexit`); a process killed (SIGKILL, a batch's
+    # timeout, the OOM killer) leaves it, with the export's weights in it: tens of GB for an 8B model,
+    # in /tmp, found by nobody. Folders without the lock (hfexport before it) are left as they are.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return []
+    root = root or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = [entry for entry in os.scandir(root) if entry.name.startswith(_PREFIX)]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            names = os.listdir(entry.path)
+            if _LOCK not in names or not all(name == _LOCK or _OURS.match(name) for name in names):
+                continue
+            with open(os.path.join(entry.path, _LOCK), "a") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # its process lives
+                for name in names:
+                    if name != _LOCK:
+                        os.remove(os.path.join(entry.path, name))
+                os.remove(os.path.join(entry.path, _LOCK))
+            os.rmdir(entry.path)
+            removed.append(entry.path)
+        except OSError as error:  # another process sweeping it, a file added meanwhile: left
+            logger.debug("scratch folder %s left: %s", entry.path, error)
+    return removed
