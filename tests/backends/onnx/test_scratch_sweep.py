@@ -28,6 +28,9 @@ from hfexport.backends.onnx import scratch
 folder = scratch._folder()
 with open(os.path.join(folder, "weights-0.data"), "wb") as f:
     f.write(os.urandom(4096))
+os.mkdir(os.path.join(folder, ".weights-1.data.x1y2"))  # onnx_ir's write in progress, as a kill leaves it
+with open(os.path.join(folder, ".weights-1.data.x1y2", "weights-1.data"), "wb") as f:
+    f.write(os.urandom(4096))
 print(folder, flush=True)
 if sys.argv[1] == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
@@ -67,7 +70,7 @@ def test_only_what_hfexport_wrote_is_removed(tmp_path):
     with open(os.path.join(left, "notes.txt"), "w") as stream:  # a file hfexport does not write there
         stream.write("mine")
     assert sweep_abandoned(str(tmp_path)) == []
-    assert sorted(os.listdir(left)) == [".owner.lock", "notes.txt", "weights-0.data"]
+    assert sorted(os.listdir(left)) == [".owner.lock", ".weights-1.data.x1y2", "notes.txt", "weights-0.data"]
     os.remove(os.path.join(left, "notes.txt"))
     assert sweep_abandoned(str(tmp_path)) == [left]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hfexport-onnx-weights-older", "someone-elses"]

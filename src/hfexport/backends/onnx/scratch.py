@@ -272,8 +272,9 @@ def _link_or_copy(source: str, destination: Path) -> None:
 _PREFIX = "hfexport-onnx-weights-"
 #: the file each process holds locked (`flock`) in its scratch folder for as long as it lives
 _LOCK = ".owner.lock"
-#: what a scratch folder holds: the lock, the weights files and the protos written beside them
-_OURS = re.compile(r"(weights-\d+\.data|model-\d+\.onnx)\Z")
+#: what a scratch folder holds besides its lock: the weights files, the protos written beside them,
+#: and a weights file's write in progress (onnx_ir 1.1.0 writes `.<name>.<random>/<name>`, then moves it)
+_OURS = re.compile(r"(weights-\d+\.data|model-\d+\.onnx|\.weights-\d+\.data\.\w+)\Z")
 #: this process's lock, open (and so held) until it exits
 _held: Any = None
 
@@ -333,14 +334,17 @@ def sweep_abandoned(root: str | None = None) -> list[str]:
             names = os.listdir(entry.path)
             if _LOCK not in names or not all(name == _LOCK or _OURS.match(name) for name in names):
                 continue
-            with open(os.path.join(entry.path, _LOCK), "a") as handle:
+            with open(os.path.join(entry.path, _LOCK)) as handle:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
                     continue  # its process lives
                 for name in names:
-                    if name != _LOCK:
-                        os.remove(os.path.join(entry.path, name))
+                    path = os.path.join(entry.path, name)
+                    if name.startswith(".weights-") and os.path.isdir(path) and not os.path.islink(path):
+                        shutil.rmtree(path)  # a write the kill interrupted
+                    elif name != _LOCK:
+                        os.remove(path)
                 os.remove(os.path.join(entry.path, _LOCK))
             os.rmdir(entry.path)
             removed.append(entry.path)
