@@ -4,6 +4,7 @@
     python bench/export_vs_vendor.py --root R --formats onnx,openvino --markdown /tmp/evv.md
     python bench/export_vs_vendor.py --root R --smollm2         # + our ExecuTorch LLM program of SmolLM2-135M
     python bench/export_vs_vendor.py --root R --model large --formats onnx --schemes fp32   # 1.25 GB, RSS
+    python bench/export_vs_vendor.py --root R --model 1b --formats onnx --schemes fp32      # 4.4 GB, 16 layers
     python bench/export_vs_vendor.py --root R --model smollm2 --formats onnx --schemes fp32   # 30 layers
     python bench/export_vs_vendor.py --root R --schemes none --smollm2            # that row alone
     python bench/export_vs_vendor.py --table run.json           # the table of an earlier run's --json
@@ -140,15 +141,16 @@ def vendor_cli(root: Path, tool: str) -> Path:
 # -- one row: a wrapper process that runs the command and reads its peak RSS ------------------------
 
 
-def large_folder(root: Path, small: Path) -> Path:
-    """`bench/large_model.py`'s random Llama at 3 layers (vocabulary 32000, hidden 2048, intermediate
-    8192, 16/4 heads, untied head: 1.25 GB of fp32 weights) with the small model's tokenizer, made once
-    under `root`: issue 53's model for peak RSS beside the builder's."""
-    folder = root / "large-llama"
+def large_folder(root: Path, small: Path, layers: int = 3) -> Path:
+    """`bench/large_model.py`'s random Llama at `layers` layers (vocabulary 32000, hidden 2048,
+    intermediate 8192, 16/4 heads, untied head: 3 layers 1.25 GB of fp32 weights, issue 53's model for
+    peak RSS beside the builder's; 16 layers 4.4 GB, 1.1B parameters) with the small model's
+    tokenizer, made once under `root`."""
+    folder = root / ("large-llama" if layers == 3 else f"large-llama-{layers}")
     if not (folder / "config.json").exists():
         from large_model import make_model
 
-        make_model(folder, layers=3)
+        make_model(folder, layers=layers)
         for tokenizer_file in small.glob("tokenizer*.json"):
             shutil.copy(tokenizer_file, folder / tokenizer_file.name)
     return folder
@@ -319,9 +321,10 @@ def main() -> None:
                         "8da4w (executorch)")
     parser.add_argument("--tools", default="ours,vendor", help="comma-separated: ours, vendor (each format's), "
                         "or a vendor tool's name: builder, optimum-intel, optimum-executorch")
-    parser.add_argument("--model", choices=("small", "large", "smollm2"), default="small",
+    parser.add_argument("--model", choices=("small", "large", "1b", "smollm2"), default="small",
                         help="small: the 134 MB random Llama; large: a 1.25 GB one (`large_folder`, issue 53's "
-                        "memory row); smollm2: SmolLM2-135M-Instruct (30 layers, 538 MB; `real_model.smollm2_folder`)")
+                        "memory row); 1b: the same at 16 layers (4.4 GB, 1.1B parameters); smollm2: "
+                        "SmolLM2-135M-Instruct (30 layers, 538 MB; `real_model.smollm2_folder`)")
     parser.add_argument("--smollm2", action="store_true",
                         help="also our ExecuTorch LLM program of SmolLM2-135M (fp32, cache 256): one row, ours only")
     parser.add_argument("--json", type=Path, help="write the measurements here")
@@ -347,7 +350,8 @@ def main() -> None:
 
         source = smollm2_folder()
     else:
-        source = source_folder(root) if args.model == "small" else large_folder(root, source_folder(root))
+        source = (source_folder(root) if args.model == "small" else
+                  large_folder(root, source_folder(root), layers=16 if args.model == "1b" else 3))
     tag = "" if args.model == "small" else f"-{args.model}"
     formats, schemes = args.formats.split(","), args.schemes.split(",")
     tools = args.tools.split(",")
