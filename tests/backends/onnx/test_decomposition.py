@@ -161,3 +161,24 @@ def test_the_torch_onnx_internals_read_from_torch_2_13_are_there():
     assert "from_torchlib(" in compat and "register_op(torch_op, onnx_op, is_complex=False)" in compat
     assert "_core.export(" in compat
     assert hasattr(_registration.ONNXRegistry, "register_op")
+
+
+def test_the_registrys_torchlib_list_is_the_same_without_parsing_the_traced_functions():
+    """`patch_onnxscript_torchlib_domains`: onnxscript's `get_torchlib_ops` read each traced
+    function's domain by parsing its source (`function_ir`); the patched list names the same
+    functions with the same domains, and `function_ir` parses again afterwards."""
+    from onnxscript._framework_apis import torch_2_11
+    from onnxscript._internal.values import TracedOnnxFunction
+
+    from hfexport.backends.onnx.patches import patch_onnxscript_torchlib_domains
+
+    original = torch_2_11.get_torchlib_ops
+    patched = patch_onnxscript_torchlib_domains(original)
+
+    def listed(metas):
+        return [(m.qualified_name, m.function, m.domain, m.name, m.is_complex) for m in metas]
+
+    assert listed(patched()) == listed(original())
+    traced = next(m.function for m in original() if isinstance(m.function, TracedOnnxFunction))
+    assert traced.function_ir.domain == traced.opset.domain and hasattr(traced.function_ir, "to_function_proto")
+    assert "onnxscript._framework_apis.torch_2_11.get_torchlib_ops" in PATCHES.get("patch_onnxscript_torchlib_domains").targets

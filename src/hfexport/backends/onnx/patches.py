@@ -13,7 +13,7 @@ from typing import Any
 from ...workarounds import register_patch
 from .decomposition import is_decomposed_for
 
-__all__ = ["patch_torch_onnx_decompose_once", "patch_onnxscript_pattern_match"]
+__all__ = ["patch_torch_onnx_decompose_once", "patch_onnxscript_pattern_match", "patch_onnxscript_torchlib_domains"]
 
 
 @register_patch(
@@ -40,6 +40,39 @@ def patch_torch_onnx_decompose_once(original):
         return original(exported_program, registry)
 
     return decompose_with_registry
+
+
+@register_patch(
+    ("onnx",),
+    "onnxscript._framework_apis.torch_2_11.get_torchlib_ops",
+    reason="torch.onnx builds its operator registry from onnxscript's torchlib once per process, and "
+    "onnxscript reads each function's domain from its `function_ir`, which for the 497 traced functions "
+    "parses the function's source into ONNX IR on every access (0.3-0.5 s of every ONNX export, for a "
+    "field that is the function's opset's domain). The traced functions' domain is read from their "
+    "opset while the registry's list is made; the list is the same (every domain equal, tested)",
+    upstream="onnxscript 0.7.2 onnxscript/_framework_apis/torch_2_5.py get_torchlib_ops "
+    "(`overload_func.function_ir.domain`) and onnxscript/_internal/values.py TracedOnnxFunction.function_ir "
+    "(not cached)",
+    seen_with={"onnxscript": "0.7.2"},
+    remove_when="onnxscript>0.7.2",
+)
+def patch_onnxscript_torchlib_domains(original):
+    """`get_torchlib_ops` with a traced function's `function_ir` standing for its opset's domain alone
+    while the list is made (the only field of it read there)."""
+    import types
+
+    from onnxscript._internal.values import TracedOnnxFunction
+
+    @functools.wraps(original)
+    def get_torchlib_ops():
+        parsed = TracedOnnxFunction.__dict__["function_ir"]
+        TracedOnnxFunction.function_ir = property(lambda self: types.SimpleNamespace(domain=self.opset.domain))
+        try:
+            return original()
+        finally:
+            TracedOnnxFunction.function_ir = parsed
+
+    return get_torchlib_ops
 
 
 @register_patch(
