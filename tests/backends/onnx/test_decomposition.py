@@ -163,22 +163,41 @@ def test_the_torch_onnx_internals_read_from_torch_2_13_are_there():
     assert hasattr(_registration.ONNXRegistry, "register_op")
 
 
-def test_the_registrys_torchlib_list_is_the_same_without_parsing_the_traced_functions():
-    """`patch_onnxscript_torchlib_domains`: onnxscript's `get_torchlib_ops` read each traced
-    function's domain by parsing its source (`function_ir`); the patched list names the same
-    functions with the same domains, and `function_ir` parses again afterwards."""
+def _torchlib_list_and_parses() -> tuple[list[tuple], int]:
+    """onnxscript's torchlib list as torch.onnx builds its registry from it, under the ONNX export's
+    patches (`applied_patches("onnx")`), and how many function sources were parsed meanwhile."""
     from onnxscript._framework_apis import torch_2_11
+    from onnxscript._internal import ast_utils
+    from onnxscript.function_libs.torch_lib import ops  # noqa: F401 - its import compiles the scripted ones
+
+    from hfexport.workarounds import applied_patches
+
+    parses = collections.Counter()
+    parse = ast_utils.get_src_and_ast
+
+    def counted(*args, **kwargs):
+        parses["n"] += 1
+        return parse(*args, **kwargs)
+
+    ast_utils.get_src_and_ast = counted
+    try:
+        with applied_patches("onnx"):
+            metas = torch_2_11.get_torchlib_ops()
+    finally:
+        ast_utils.get_src_and_ast = parse
+    return [(m.qualified_name, m.function, m.domain, m.name, m.is_complex) for m in metas], parses["n"]
+
+
+def test_the_registrys_torchlib_list_is_the_same_without_parsing_the_traced_functions():
+    """`patch_onnxscript_torchlib_domains`: onnxscript 0.7.2's `get_torchlib_ops` parsed each traced
+    function's source for its domain alone (`function_ir`, 497 of them); patched, the list names the
+    same functions with the same domains and nothing is parsed, and `function_ir` parses again after."""
     from onnxscript._internal.values import TracedOnnxFunction
 
-    from hfexport.backends.onnx.patches import patch_onnxscript_torchlib_domains
-
-    original = torch_2_11.get_torchlib_ops
-    patched = patch_onnxscript_torchlib_domains(original)
-
-    def listed(metas):
-        return [(m.qualified_name, m.function, m.domain, m.name, m.is_complex) for m in metas]
-
-    assert listed(patched()) == listed(original())
-    traced = next(m.function for m in original() if isinstance(m.function, TracedOnnxFunction))
+    listed, parses = _torchlib_list_and_parses()
+    with without(PATCHES, "patch_onnxscript_torchlib_domains"):  # still needed
+        upstream, upstream_parses = _torchlib_list_and_parses()
+    assert listed == upstream
+    assert parses == 0 and upstream_parses >= 400
+    traced = next(m[1] for m in listed if isinstance(m[1], TracedOnnxFunction))
     assert traced.function_ir.domain == traced.opset.domain and hasattr(traced.function_ir, "to_function_proto")
-    assert "onnxscript._framework_apis.torch_2_11.get_torchlib_ops" in PATCHES.get("patch_onnxscript_torchlib_domains").targets
