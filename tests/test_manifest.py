@@ -172,37 +172,3 @@ def test_a_listed_file_missing_is_named(saved, tmp_path, capsys):
     folder = _copy(saved, tmp_path)
     (folder / "generation_config.json").unlink()
     assert "generation_config.json is missing from the export" in _one_line_error(capsys, folder)
-
-
-def test_a_file_hashed_ahead_is_listed_with_its_digest_and_a_changed_one_is_hashed_again(tmp_path):
-    """`hash_ahead` hashes a weights file while the export goes on; the manifest takes that digest for
-    the same file under another name (the folder's hard link to the scratch file), and hashes a file
-    that changed since, or another file, itself."""
-    import hashlib
-    import os
-    import random
-
-    from hfexport.folder.manifest import _ahead, hash_ahead, sha256_of
-
-    draw = random.Random(len(str(tmp_path)))
-    scratch = tmp_path / "weights-0.data"
-    scratch.write_bytes(draw.randbytes(draw.randrange(1, 3 << 20)))
-    hash_ahead(scratch)
-    linked = tmp_path / "decode.onnx.data"
-    os.link(scratch, linked)
-    assert sha256_of(linked) == hashlib.sha256(scratch.read_bytes()).hexdigest()
-    assert any(future.done() for future in _ahead.values())
-
-    written = os.stat(scratch).st_mtime_ns
-    with open(scratch, "r+b") as stream:  # the same inode and size, another byte
-        stream.seek(0)
-        first = stream.read(1)
-        stream.seek(0)
-        stream.write(bytes([first[0] ^ 0xFF]))
-    # a write within the file system's clock tick can keep the modification time: this one is later
-    os.utime(scratch, ns=(written + 10**9, written + 10**9))
-    assert sha256_of(linked) == hashlib.sha256(linked.read_bytes()).hexdigest()
-
-    copied = tmp_path / "copy.data"
-    shutil.copyfile(linked, copied)
-    assert sha256_of(copied) == hashlib.sha256(copied.read_bytes()).hexdigest()

@@ -27,12 +27,6 @@ the hashes an older manifest lacks, or rewrites version 3 as 4 (`hfexport verify
 # bench/RESULTS.md), small beside loading the same bytes into a runtime; `verify=False` (`--no-verify`) skips it for a
 # folder the caller wrote or trusts, and never the path checks. The hash is integrity, not
 # authenticity: whoever can write the files can write the manifest too (docs/trust.md).
-#
-# A file hfexport writes long before the folder (an ONNX export's weights, written once to a scratch
-# file that the folder then links: `backends/onnx/scratch.py`) is hashed from then on, beside the
-# export's other work (`hash_ahead`); the manifest takes that digest where the file it lists is the
-# same file, unchanged since (device, inode, size and modification time as when the hash began and
-# ended), and hashes it itself otherwise.
 """
 
 from __future__ import annotations
@@ -44,7 +38,6 @@ import hashlib
 import json
 import os
 import stat
-import threading
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
@@ -53,7 +46,7 @@ from ..errors import ExportFolderError
 
 __all__ = ["MANIFEST", "MANIFEST_VERSION", "MAX_MANIFEST_BYTES", "RUNNERS", "FileBytes", "ListedFiles",
            "file_table", "listed_path", "owned_files", "parse_json", "read_manifest", "runtime_package",
-           "runtime_package_entry", "hash_ahead", "sha256_of", "upgrade_manifest", "write_manifest"]
+           "runtime_package_entry", "sha256_of", "upgrade_manifest", "write_manifest"]
 
 MANIFEST = "manifest.json"
 #: 1: a generation export, no `kind`; 2: `kind`; 3: `files`, every file's size and full SHA-256;
@@ -85,54 +78,9 @@ MAX_MANIFEST_BYTES = 8 << 20
 
 
 def sha256_of(path: Path) -> str:
-    """The SHA-256 of the whole file at `path`, as hex (taken from `hash_ahead` where it hashed this
-    very file, unchanged)."""
-    ahead = _ahead.get(_identity(path))
-    if ahead is not None:
-        digest = ahead.result()
-        if digest is not None:
-            return digest
+    """The SHA-256 of the whole file at `path`, as hex."""
     with open(path, "rb") as stream:
         return hashlib.file_digest(stream, "sha256").hexdigest()
-
-
-#: `_identity` of a file -> its digest being taken by `hash_ahead` (None where it changed meanwhile)
-_ahead: dict[tuple[int, ...], concurrent.futures.Future] = {}
-_AHEAD_KEPT = 16
-
-
-def _identity(path: str | os.PathLike) -> tuple[int, ...] | None:
-    """What tells the same unchanged file apart (a hard link to it included): device, inode, size
-    and modification time; None where there is no such file."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
-
-
-def hash_ahead(path: str | os.PathLike) -> None:
-    """Start taking the SHA-256 of the file at `path` on a thread of its own, for a manifest that
-    will list it (or a hard link to it) once the export is done: `sha256_of` then waits for that
-    digest instead of reading the file again. A file that changes while it is hashed is hashed again
-    by `sha256_of`; the thread does not hold up the interpreter's exit (daemon)."""
-    key = _identity(path)
-    if key is None or key in _ahead:
-        return
-    future: concurrent.futures.Future = concurrent.futures.Future()
-
-    def work() -> None:
-        try:
-            with open(path, "rb") as stream:
-                digest = hashlib.file_digest(stream, "sha256").hexdigest()
-            future.set_result(digest if _identity(path) == key else None)
-        except BaseException:  # noqa: BLE001 - the manifest hashes the file itself
-            future.set_result(None)
-
-    while len(_ahead) >= _AHEAD_KEPT:
-        _ahead.pop(next(iter(_ahead)))
-    _ahead[key] = future
-    threading.Thread(target=work, name="hfexport-hash-ahead", daemon=True).start()
 
 
 def file_table(folder: Path, known: dict[str, dict[str, Any]] | None = None,

@@ -23,13 +23,12 @@ import numpy as np
 import torch
 
 from ...errors import ExportError
-from ...folder.manifest import hash_ahead
 from ...runner import CacheSession, Runner, to_numpy
 from ...generation.arrays import as_array
 from .artifact import HfOnnxProgram, scratch_session_options
 from .graph_interface import GraphInterface
 from .loaded import OnnxModelFiles
-from .scratch import linked_source, scratch_files, scratch_model
+from .scratch import scratch_files, scratch_model
 from .session_options import SESSION_CONFIG, SESSION_CONFIG_ENV, apply_session_config, session_config
 
 __all__ = ["OnnxRunner", "OnnxCacheSession", "SESSION_CONFIG", "SESSION_CONFIG_ENV", "session_config"]
@@ -57,11 +56,6 @@ class OnnxRunner(Runner):
             with scratch_model(artifact.model) as source:
                 self.session = self._session(ort, source, scratch_session_options())
             self._mapped = scratch_files(artifact.model)
-            # the export as the folder will take it: the manifest's hash of its weights starts now,
-            # beside validation, instead of after it (`manifest.hash_ahead`)
-            linked = linked_source(artifact.model)
-            if linked is not None:
-                hash_ahead(linked)
         else:
             options = ort.SessionOptions()
             options.log_severity_level = 3

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["scratch_model", "scratch_files", "save_linked", "linked_source", "sweep_abandoned"]
+__all__ = ["scratch_model", "scratch_files", "save_linked", "sweep_abandoned"]
 
 logger = logging.getLogger("hfexport")
 
@@ -93,7 +93,7 @@ def save_linked(model: Any, path: Path) -> list[Path] | None:
     caller writes them)."""
     import onnx_ir as ir
 
-    source = linked_source(model)
+    source = _linked_source(model)
     if source is None:
         return None
     external = _external_values(model)
@@ -108,7 +108,7 @@ def save_linked(model: Any, path: Path) -> list[Path] | None:
     return [path, data]
 
 
-def linked_source(model: Any) -> str | None:
+def _linked_source(model: Any) -> str | None:
     """The scratch file `save_linked` takes as `model`'s `.data`: the one file holding exactly the
     weights `model` saves externally, laid end to end; None where there is none."""
     written = [_remembered(value.const_value) for value in _external_values(model)]
