@@ -72,5 +72,30 @@ def test_only_what_hfexport_wrote_is_removed(tmp_path):
     assert sweep_abandoned(str(tmp_path)) == []
     assert sorted(os.listdir(left)) == [".owner.lock", ".weights-1.data.x1y2", "notes.txt", "weights-0.data"]
     os.remove(os.path.join(left, "notes.txt"))
+    os.symlink(tmp_path / "someone-elses", os.path.join(left, "weights-7.data"))  # our name, not our file
+    assert sweep_abandoned(str(tmp_path)) == []
+    os.remove(os.path.join(left, "weights-7.data"))
+    (tmp_path / "kept.txt").write_text("theirs")
+    os.symlink(tmp_path / "kept.txt", os.path.join(left, ".weights-1.data.x1y2", "kept.txt"))
+    assert sweep_abandoned(str(tmp_path)) == []  # the write in progress holds something else too
+    os.remove(os.path.join(left, ".weights-1.data.x1y2", "kept.txt"))
     assert sweep_abandoned(str(tmp_path)) == [left]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hfexport-onnx-weights-older", "someone-elses"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hfexport-onnx-weights-older", "kept.txt", "someone-elses"]
+    assert (tmp_path / "kept.txt").read_text() == "theirs"
+
+
+@pytest.mark.slow  # one CLI export
+def test_the_next_cli_export_sweeps_a_killed_ones_folder(tmp_path):
+    """What the CHANGELOG claims, as a user meets it: an ONNX export killed, then `hfexport export`
+    (validation on) in a new process, with the same temporary folder; the killed one's weights are
+    gone and the new export's own folder is removed at its exit."""
+    killed = _child(tmp_path, "kill")
+    left = killed.stdout.readline().strip()
+    killed.wait(timeout=120)
+    done = subprocess.run([sys.executable, "-m", "hfexport", "export", "tiny:llama", "-f", "onnx",
+                           "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "validation:     against eager" in done.stdout
+    assert not os.path.exists(left)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("hfexport-onnx-weights-")]

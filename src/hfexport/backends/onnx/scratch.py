@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import weakref
@@ -292,6 +293,34 @@ def _folder() -> str:
         return _root
 
 
+def _abandoned_contents(folder: str) -> list[str] | None:
+    """What a sweep removes from the scratch `folder`, its lock last: every entry is one hfexport
+    writes there (a regular file named as ours, or onnx_ir's in-progress folder holding only the
+    weights file it was writing); None where anything else is there, or the lock is not."""
+    names = os.listdir(folder)
+    if _LOCK not in names:
+        return None
+    doomed: list[str] = []
+    for name in names:
+        path = os.path.join(folder, name)
+        if name == _LOCK or (_OURS.match(name) and not name.startswith(".")):
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return None
+            if name != _LOCK:
+                doomed.append(path)
+        elif _OURS.match(name) and stat.S_ISDIR(os.lstat(path).st_mode):
+            written = name[1:].rsplit(".", 1)[0]  # `.weights-N.data.<random>` holds `weights-N.data`
+            inner = os.listdir(path)
+            if inner == [written] and stat.S_ISREG(os.lstat(os.path.join(path, written)).st_mode):
+                doomed.append(os.path.join(path, written))
+            elif inner:
+                return None
+            doomed.append(path)
+        else:
+            return None
+    return [*doomed, os.path.join(folder, _LOCK)]
+
+
 def _locked(folder: str) -> Any:
     """`folder`'s lock file, open and locked for this process (`flock`: released when the process
     dies, however it dies); None where the platform has no `flock` (the folder is then never swept).
@@ -331,21 +360,16 @@ def sweep_abandoned(root: str | None = None) -> list[str]:
         try:
             if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid():
                 continue
-            names = os.listdir(entry.path)
-            if _LOCK not in names or not all(name == _LOCK or _OURS.match(name) for name in names):
+            doomed = _abandoned_contents(entry.path)
+            if doomed is None:
                 continue
             with open(os.path.join(entry.path, _LOCK)) as handle:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
                     continue  # its process lives
-                for name in names:
-                    path = os.path.join(entry.path, name)
-                    if name.startswith(".weights-") and os.path.isdir(path) and not os.path.islink(path):
-                        shutil.rmtree(path)  # a write the kill interrupted
-                    elif name != _LOCK:
-                        os.remove(path)
-                os.remove(os.path.join(entry.path, _LOCK))
+                for path in doomed:  # the files first, then the folders they were in
+                    (os.rmdir if os.path.isdir(path) else os.remove)(path)
             os.rmdir(entry.path)
             removed.append(entry.path)
         except OSError as error:  # another process sweeping it, a file added meanwhile: left
