@@ -41,7 +41,7 @@ from .folder.manifest import FileBytes
 from .folder.package import GenerationPlan, RuntimePackage, package_for
 from .folder.storage import staged_files
 from .quantization.steps import quantize_model, quantize_program
-from .timing import Phases, phase, recording
+from .timing import Phases, fewer_collections, phase, recording
 from .workarounds import applied_patches
 
 __all__ = ["HfExporter", "GenerationPlan", "checked_config"]
@@ -106,7 +106,7 @@ class HfExporter:
         from .generation.caches import full_length_caches
         from .generation.front import traced_sample
 
-        with recording(phases, "model"), inference_mode(model), full_length_caches(), \
+        with recording(phases, "model"), inference_mode(model), full_length_caches(), fewer_collections(), \
                 applied_patches(self.format) as patches:
             sample = traced_sample(model, self._capture_sample(kwargs, config), config)
             bounds = self._dim_bounds(model, sample, config)

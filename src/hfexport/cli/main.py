@@ -97,11 +97,13 @@ def _reader_gone(stream) -> bool:
 
 
 def _run(argv: list[str] | None) -> int:
+    from ..timing import fewer_collections
     from .quiet import is_quiet, progress_bars_off
 
     argv = sys.argv[1:] if argv is None else argv
-    # before the parser imports torch, which imports tqdm, which reads its environment then
-    with progress_bars_off() if is_quiet(argv) else contextlib.nullcontext():
+    # before the parser imports torch, which imports tqdm, which reads its environment then; the
+    # collector runs less often from the first import on (an export's job would raise it anyway)
+    with progress_bars_off() if is_quiet(argv) else contextlib.nullcontext(), fewer_collections():
         return _command(_parser().parse_args(argv))
 
 

@@ -43,7 +43,7 @@ from ..generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantiz
 from ..generation.components import package_task
 from ..generation.tasks import GenerationFlags, graph_component, resolve_task
 from ..loading import dtype_name
-from ..timing import Phases, phase, recording
+from ..timing import Phases, fewer_collections, phase, recording
 from .options import STATIC_CACHE_OR_CONFIG, GenerationOptions, JobOptions, JudgingOptions, LoadingOptions
 from .runner_check import runner_check, skipped_entry
 
@@ -182,7 +182,7 @@ def export_to_folder(model: Any, config: ExportConfig, out: str | os.PathLike, o
     target = Path(out).resolve()
     # one writer from here to the final rename; the folder's rules checked before the slow part
     with claimed_folder(out, overwrite=options.overwrite, source=model_folder(model),
-                        example=_example_output(target, model, config)):
+                        example=_example_output(target, model, config)), fewer_collections():
         return _export(model, config, target, options)
 
 
