@@ -14,6 +14,9 @@ edge + lowering for ExecuTorch), `optimise` (rewrites of the converted model: ON
 OpenVINO's cache as state), `quantize`, `serialise` (files written), `validate` (each artifact
 run against eager) and `gate` (the quantized export's greedy tokens against eager).
 
+An export also runs inside `fewer_collections()`: Python's cyclic garbage collector, walking a heap
+of imported modules again and again, took a tenth of an export's time.
+
 # NOTE: why a context variable rather than a `phases` argument: the steps worth timing sit deep
 # in backends and validation, several calls below the job that owns the accumulator; a context
 # variable reaches them without threading an argument through every signature, and it is set
@@ -122,7 +125,7 @@ EXPORT_GC_YOUNG = 50_000
 
 _gc_lock = threading.Lock()
 _gc_holders = 0
-_gc_saved: tuple[int, ...] | None = None
+_gc_restore: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (the thresholds before, those set)
 
 
 @contextlib.contextmanager
@@ -136,28 +139,29 @@ def fewer_collections() -> Iterator[None]:
     # with 0.2-0.6M objects that are never garbage (torch's op tables, transformers', onnxscript's
     # torchlib). At Python's thresholds (700, 10, 10) the oldest generation, that whole heap, was
     # walked 9 times an export, 0.1-0.34 s a walk: 1.4-1.8 s of a 12 s ONNX export of a 134 MB
-    # Llama and of an 18 s one of a 1.25 GB Llama (`gc.callbacks` timed, bench/RESULTS.md). With
+    # Llama and of an 18 s one of a 1.25 GB Llama (`bench/gc_share.py`, bench/RESULTS.md). With
     # the youngest generation collected every 50,000 net allocations (10,000: one full walk was
     # left), the collector's whole share of the CLI's export is ~0.5 s with no full walk; every
     # cycle is still collected (reference counting frees the tensors), and the peak RSS measured
-    # the same (1896-1904 MB against 1896-1897 on the 1.25 GB model). A threshold of 0 (the
+    # the same (1902-1903 MB against 1895-1915 on the 1.25 GB model). A threshold of 0 (the
     # collector switched off by its thresholds) is left as it is.
     """
-    global _gc_holders, _gc_saved
+    global _gc_holders, _gc_restore
     with _gc_lock:
         if _gc_holders == 0:
-            _gc_saved = gc.get_threshold()
-            young, *older = _gc_saved
-            if young:
-                gc.set_threshold(max(young, EXPORT_GC_YOUNG), *older)
+            before = gc.get_threshold()
+            young, *older = before
+            if young and young < EXPORT_GC_YOUNG:
+                gc.set_threshold(EXPORT_GC_YOUNG, *older)
+                _gc_restore = before, gc.get_threshold()
         _gc_holders += 1
     try:
         yield
     finally:
         with _gc_lock:
             _gc_holders -= 1
-            if _gc_holders == 0 and _gc_saved is not None:
-                young, *older = _gc_saved
-                if young and gc.get_threshold() == (max(young, EXPORT_GC_YOUNG), *older):
-                    gc.set_threshold(*_gc_saved)  # else changed meanwhile by its owner: theirs stays
-                _gc_saved = None
+            if _gc_holders == 0 and _gc_restore is not None:
+                before, raised = _gc_restore
+                if gc.get_threshold() == raised:  # else changed meanwhile by its owner: theirs stays
+                    gc.set_threshold(*before)
+                _gc_restore = None
