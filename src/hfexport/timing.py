@@ -138,13 +138,14 @@ def fewer_collections() -> Iterator[None]:
     # nodes and fake tensors, sympy expressions, ONNX IR nodes) on a heap that imports have filled
     # with 0.2-0.6M objects that are never garbage (torch's op tables, transformers', onnxscript's
     # torchlib). At Python's thresholds (700, 10, 10) the oldest generation, that whole heap, was
-    # walked 9 times an export, 0.1-0.34 s a walk: 1.4-1.8 s of a 12 s ONNX export of a 134 MB
-    # Llama and of an 18 s one of a 1.25 GB Llama (`bench/gc_share.py`, bench/RESULTS.md). With
-    # the youngest generation collected every 50,000 net allocations (10,000: one full walk was
-    # left), the collector's whole share of the CLI's export is ~0.5 s with no full walk; every
-    # cycle is still collected (reference counting frees the tensors), and the peak RSS measured
-    # the same (1902-1903 MB against 1895-1915 on the 1.25 GB model). A threshold of 0 (the
-    # collector switched off by its thresholds) is left as it is.
+    # walked 9 times an export, 0.1-0.34 s a walk: the collector took 1.5-1.7 s of a 12 s ONNX
+    # export of a 134 MB Llama and of an 18 s one of a 1.25 GB Llama (`bench/gc_share.py`,
+    # bench/RESULTS.md). With the youngest generation collected every 50,000 net allocations
+    # (10,000 left one full walk), it takes 0.4-0.5 s with no full walk. Young cycles are still
+    # collected young; one that reaches the oldest generation waits for its next walk (reference
+    # counting frees the tensors either way), and the peak RSS measured the same (1902-1903 MB
+    # against 1895-1915 on the 1.25 GB model). A threshold of 0 (the collector switched off by its
+    # thresholds) is left as it is.
     """
     global _gc_holders, _gc_restore
     with _gc_lock:
