@@ -1,7 +1,7 @@
 """The cyclic garbage collector's share of an `hfexport export`, at Python's thresholds and at the
 export's (`hfexport.timing.fewer_collections`), rounds alternating, each export in a fresh process.
 
-    python bench/gc_share.py MODEL_DIR [--format onnx] [--rounds 3] [--out DIR]
+    python bench/gc_share.py MODEL_DIR [--format onnx] [--rounds 3]
 
 Each row: the export's wall seconds (the whole CLI process), the collections made and the seconds
 spent in them (`gc.callbacks`), of which the full ones (generation 2, a walk of the whole heap),
@@ -49,8 +49,8 @@ def child(young: int | None, argv: list[str], result: Path) -> None:
     sys.argv = ["hfexport", *argv]
     try:
         runpy.run_module("hfexport", run_name="__main__")
-    except SystemExit as done:
-        code = done.code
+    except SystemExit as done:  # `hfexport`'s __main__ exits with main()'s code
+        code = 0 if done.code is None else done.code
     else:
         code = 0
     full = [seconds for generation, seconds in spent if generation == 2]
@@ -71,32 +71,35 @@ def main() -> None:
     parser.add_argument("model", help="a model folder (a random Llama: bench/export_vs_vendor.py makes them)")
     parser.add_argument("--format", default="onnx")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None, help="where the exports go (default: a temporary folder)")
     args = parser.parse_args()
-    out = args.out or Path(tempfile.mkdtemp(prefix="gc-share-"))
-    rows = []
-    for round_ in range(args.rounds):
-        for label, young in SETTINGS.items():
-            target = out / f"{args.format}-{round_}"
-            shutil.rmtree(target, ignore_errors=True)
-            result = out / "row.json"
-            env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-            subprocess.run([sys.executable, __file__, "--child", str(young or "hfexport"), str(result),
-                            "export", args.model, "-f", args.format, "-o", str(target)],
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-            row = {"round": round_, "setting": label, **json.loads(result.read_text())}
-            if row["rc"] != 0:
-                raise SystemExit(f"the export failed (exit {row['rc']}): {json.dumps(row)}")
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    out = Path(tempfile.mkdtemp(prefix="gc-share-"))  # the exports, removed at the end
+    try:
+        rows = []
+        for round_ in range(args.rounds):
+            for label, young in SETTINGS.items():
+                target = out / f"{args.format}-{round_}"
+                shutil.rmtree(target, ignore_errors=True)
+                result = out / "row.json"
+                result.unlink(missing_ok=True)  # a child that dies before writing its row leaves none
+                env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+                subprocess.run([sys.executable, __file__, "--child", str(young or "hfexport"), str(result),
+                                "export", args.model, "-f", args.format, "-o", str(target)],
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+                if not result.exists():
+                    raise SystemExit(f"the {label} export wrote no row: run it by hand to see why")
+                row = {"round": round_, "setting": label, **json.loads(result.read_text())}
+                if row["rc"] != 0:
+                    raise SystemExit(f"the export failed (exit {row['rc']}): {json.dumps(row)}")
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
     print("| round | thresholds | wall s | collections | collector s | full walks | their s | peak MB |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['round']} | {row['setting']} (young {row['young_threshold']}) | {row['wall']} | "
               f"{row['collections']} | {row['gc_seconds']} | {row['full_walks']} | {row['full_seconds']} | "
               f"{row['peak_mb']} |")
-    if args.out is None:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 if __name__ == "__main__":

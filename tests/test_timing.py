@@ -134,9 +134,20 @@ def test_concurrent_exports_share_one_raise(thresholds):
     assert gc.get_threshold() == (700, 10, 10)
 
 
+def test_the_cli_runs_its_command_with_fewer_collections(thresholds, monkeypatch, capsys):
+    """`hfexport` raises the threshold for its whole run (its imports too), and puts it back."""
+    from hfexport.cli import main as cli
+
+    gc.set_threshold(700, 10, 10)
+    during = []
+    monkeypatch.setattr(cli, "_command", lambda args: during.append(gc.get_threshold()) or 0)
+    assert cli.main(["presets"]) == 0
+    assert during == [(EXPORT_GC_YOUNG, 10, 10)] and gc.get_threshold() == (700, 10, 10)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["dynamo", "onnx", "executorch", "openvino"])
-def test_the_report_times_each_phase_of_an_export(fmt, tmp_path):
+def test_the_report_times_each_phase_of_an_export(fmt, tmp_path, thresholds):
     """A tiny Llama exported through the job: each phase of the export is in the report, none
     negative, and together they take no more than the job's wall time; the collector ran less
     often while it did (`fewer_collections`)."""
@@ -152,6 +163,7 @@ def test_the_report_times_each_phase_of_an_export(fmt, tmp_path):
         if stage == "start":
             collected_at.append(gc.get_threshold()[0])
 
+    gc.set_threshold(700, 10, 10)  # Python's own: a collection at the raised threshold is the job's doing
     before = gc.get_threshold()
     gc.callbacks.append(watch)
     try:
