@@ -234,9 +234,11 @@ def test_a_scratch_file_goes_with_the_last_tensor_written_to_it(tmp_path):
 
 def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
     """A folded `Transpose` leaves a weight as a strided numpy view, which the scratch writer lays out
-    with torch's copy, a block of rows at a time (numpy's `tofile` of a view is ~6x slower): each
-    dtype's bytes are what `onnx_ir` writes, a packed 4-bit view's included (it goes through
-    `onnx_ir`'s own `tofile`), a read-only view's without a warning, with blocks of one row and of several."""
+    with torch's copy, a block of rows at a time (numpy's `tofile` of a view is ~6x slower; a transposed
+    matrix's block as the matrix's column slab, transposed whole), two writers at once: each dtype's
+    bytes are what `onnx_ir` writes, a packed 4-bit view's included (it goes through `onnx_ir`'s own
+    `tofile`), a read-only view's without a warning, with blocks of one row, of a few and of the whole
+    matrix."""
     import warnings
     from pathlib import Path
 
@@ -254,6 +256,8 @@ def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
         "float32 transposed": ir.tensor(base.astype(np.float32).T),
         "float16 transposed": ir.tensor(base.astype(np.float16).T),
         "float64 every other row": ir.tensor(base.astype(np.float64)[::2]),
+        "float32 every other column transposed": ir.tensor(base.astype(np.float32)[:, ::2].T),
+        "float32 3-d transposed": ir.tensor(base.astype(np.float32).reshape(2, 6, 10).T),
         "int64 transposed": ir.tensor(base.T),
         "int8 transposed": ir.tensor(base.astype(np.int8).T),
         "uint16 transposed": ir.tensor(base.astype(np.uint16).T),
@@ -264,7 +268,7 @@ def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
     }
     wrapped = {name for name, tensor in views.items() if isinstance(_Contiguous.of(tensor), _Contiguous)}
     assert wrapped == {name for name in views if "transposed" in name or "every other" in name} - {"int4 transposed"}
-    for block in (1, 7 * 12 * 8):
+    for block in (1, 3 * 10 * 4, 7 * 12 * 8):
         monkeypatch.setattr(scratch, "_BLOCK", block)
         copies = {name: ir.Tensor(tensor.raw, dtype=tensor.dtype) for name, tensor in views.items()}
         with warnings.catch_warnings():

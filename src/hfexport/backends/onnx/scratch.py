@@ -34,6 +34,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import warnings
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +51,10 @@ THRESHOLD = 256
 _IN_FLIGHT = 64 * 2**20
 #: the most bytes of a strided tensor copied at once to be written (`_Contiguous`)
 _BLOCK = 16 * 2**20
+#: tensors written at once (onnx_ir's writer threads; torch's copies and the file writes release the
+#: GIL): on the 1.25 GB Llama, 2.35 s for the scratch file with one writer, 1.55-1.61 s with two on
+#: this project's 2-CPU machine (`bench/RESULTS.md`); each holds at most two `_BLOCK`s
+_WRITERS = 2
 
 _lock = threading.Lock()
 _root: str | None = None
@@ -137,8 +142,12 @@ def _write_missing(tensors: list[Any]) -> None:
     if not missing:
         return
     name = f"weights-{next(_names)}.data"
-    placed = convert_tensors_to_external([_Contiguous.of(t) for t in missing], _folder(), name,
-                                         max_in_flight_bytes=_IN_FLIGHT)
+    # `_Contiguous.tofile` reads a read-only view through torch; the filter is set here, around the
+    # writer threads, since `catch_warnings` within each would restore the process's filters out of order
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        placed = convert_tensors_to_external([_Contiguous.of(t) for t in missing], _folder(), name,
+                                             max_in_flight_bytes=_IN_FLIGHT, max_workers=_WRITERS)
     with _lock:
         _holders[name] = len(missing)
         for tensor, external in zip(missing, placed, strict=True):
@@ -155,7 +164,13 @@ class _Contiguous:
     numpy's `tofile` of a transposed view walks it element by element: 0.30 s for a 64 MB fp32
     matrix against 0.05 s for torch's `contiguous()` copy (the 1.25 GB Llama's write 4.9 -> 3.3 s).
     The bytes written are the same (`ir.Tensor.tofile` writes `numpy()`'s, C order, for the plain
-    dtypes taken here; packed and non-native ones go as they are)."""
+    dtypes taken here; packed and non-native ones go as they are).
+
+    A block of a transposed matrix's rows is a slab of the matrix's columns: torch copies a strided
+    block element by element (1.3-1.5 ms a MB for a 5632 x 2048 or 32000 x 2048 fp32 weight), and
+    its blocked transpose only takes a whole transposed matrix. So such a block is copied as the
+    matrix's rows first (numpy, a short run of bytes a row) and then transposed whole by torch:
+    0.44-0.57 ms a MB (measured on this project's 2-CPU machine, `bench/RESULTS.md`)."""
 
     #: numpy dtypes `torch.from_numpy` takes, written by `ir.Tensor` unpacked (one value an item)
     _PLAIN = frozenset("?bBhHiIlLqefd")
@@ -178,18 +193,21 @@ class _Contiguous:
         return getattr(self._tensor, name)
 
     def tofile(self, file: Any) -> None:
-        import warnings
-
+        import numpy as np
         import torch
 
         raw = self._tensor.raw
         # in blocks of rows (C order is the blocks' bytes end to end), so that a 250 MB head is not
         # copied whole beside the model
         rows = max(1, _BLOCK // max(1, raw[:1].nbytes))
-        with warnings.catch_warnings():  # a read-only view is only read here
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            for start in range(0, len(raw), rows):
-                torch.from_numpy(raw[start:start + rows]).contiguous().numpy().tofile(file)
+        transposed = raw.ndim == 2 and rows < len(raw) and raw.T.flags.c_contiguous
+        for start in range(0, len(raw), rows):
+            block = raw[start:start + rows]
+            if transposed:  # the matrix's column slab as its rows, then torch's blocked transpose
+                block = torch.from_numpy(np.ascontiguousarray(block.T)).t()
+            else:  # a read-only view is only read (`_write_missing` silences torch's warning of it)
+                block = torch.from_numpy(block)
+            block.contiguous().numpy().tofile(file)
 
 
 def _stamp(tensor: Any) -> Any:
