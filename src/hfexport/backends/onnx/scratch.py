@@ -49,10 +49,12 @@ logger = logging.getLogger("hfexport")
 THRESHOLD = 256
 #: what the writer holds in memory at once (tensors materialised for writing)
 _IN_FLIGHT = 64 * 2**20
-#: the most bytes of a strided tensor copied at once to be written (`_Contiguous`)
-_BLOCK = 16 * 2**20
+#: the most bytes of a strided tensor copied at once to be written (`_Contiguous`): 4 MB, where 16 MB
+#: blocks in two writers raised the 1.25 GB Llama's peak RSS by 80-127 MB (1900 -> 1979-2027 MB;
+#: glibc keeps freed blocks of that size in each thread's arena) and wrote no faster
+_BLOCK = 4 * 2**20
 #: tensors written at once (onnx_ir's writer threads; torch's copies and the file writes release the
-#: GIL): on the 1.25 GB Llama, 2.35 s for the scratch file with one writer, 1.55-1.61 s with two on
+#: GIL): on the 1.25 GB Llama, 2.35 s for the scratch file with one writer, 1.34-1.61 s with two on
 #: this project's 2-CPU machine (`bench/RESULTS.md`); each holds at most two `_BLOCK`s
 _WRITERS = 2
 
