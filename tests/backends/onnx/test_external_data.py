@@ -235,7 +235,7 @@ def test_a_scratch_file_goes_with_the_last_tensor_written_to_it(tmp_path):
 def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
     """A folded `Transpose` leaves a weight as a strided numpy view, which the scratch writer lays out
     with torch's copy, a block of rows at a time (numpy's `tofile` of a view is ~6x slower; a transposed
-    matrix's block as the matrix's column slab, transposed whole), two writers at once: each dtype's
+    matrix's block as the matrix's column slab, transposed whole): each dtype's
     bytes are what `onnx_ir` writes, a packed 4-bit view's included (it goes through `onnx_ir`'s own
     `tofile`), a read-only view's without a warning, with blocks of one row, of a few and of the whole
     matrix."""

@@ -49,14 +49,10 @@ logger = logging.getLogger("hfexport")
 THRESHOLD = 256
 #: what the writer holds in memory at once (tensors materialised for writing)
 _IN_FLIGHT = 64 * 2**20
-#: the most bytes of a strided tensor copied at once to be written (`_Contiguous`): 4 MB, where 16 MB
-#: blocks in two writers raised the 1.25 GB Llama's peak RSS by 80-127 MB (1900 -> 1979-2027 MB;
-#: glibc keeps freed blocks of that size in each thread's arena) and wrote no faster
+#: the most bytes of a strided tensor copied at once to be written (`_Contiguous`): a 4 MB block
+#: (a transposed weight's column slab, then its transpose) stays in the CPU's caches, where 16 MB
+#: blocks wrote the 1.25 GB Llama's scratch file in 1.87-2.21 s and 4 MB ones in 1.36-1.40 s
 _BLOCK = 4 * 2**20
-#: tensors written at once (onnx_ir's writer threads; torch's copies and the file writes release the
-#: GIL): on the 1.25 GB Llama, 2.35 s for the scratch file with one writer, 1.34-1.61 s with two on
-#: this project's 2-CPU machine (`bench/RESULTS.md`); each holds at most two `_BLOCK`s
-_WRITERS = 2
 
 _lock = threading.Lock()
 _root: str | None = None
@@ -144,12 +140,13 @@ def _write_missing(tensors: list[Any]) -> None:
     if not missing:
         return
     name = f"weights-{next(_names)}.data"
-    # `_Contiguous.tofile` reads a read-only view through torch; the filter is set here, around the
-    # writer threads, since `catch_warnings` within each would restore the process's filters out of order
+    # `_Contiguous.tofile` reads a read-only view through torch, whose warning of it is silenced here
+    # (around the writer, which may run its writes in threads: `catch_warnings` within each would
+    # restore the process's filters out of order)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         placed = convert_tensors_to_external([_Contiguous.of(t) for t in missing], _folder(), name,
-                                             max_in_flight_bytes=_IN_FLIGHT, max_workers=_WRITERS)
+                                             max_in_flight_bytes=_IN_FLIGHT)
     with _lock:
         _holders[name] = len(missing)
         for tensor, external in zip(missing, placed, strict=True):
