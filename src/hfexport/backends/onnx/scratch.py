@@ -49,10 +49,13 @@ logger = logging.getLogger("hfexport")
 THRESHOLD = 256
 #: what the writer holds in memory at once (tensors materialised for writing)
 _IN_FLIGHT = 64 * 2**20
-#: the most bytes of a strided tensor copied at once to be written (`_Contiguous`): a 4 MB block
-#: (a transposed weight's column slab, then its transpose) stays in the CPU's caches, where 16 MB
-#: blocks wrote the 1.25 GB Llama's scratch file in 1.87-2.21 s and 4 MB ones in 1.36-1.40 s
-_BLOCK = 4 * 2**20
+#: the most bytes of a strided tensor copied at once to be written (`_Contiguous`).
+# NOTE: 4 MB blocks wrote the 1.25 GB Llama's scratch file faster (1.36-1.40 s against 1.87-2.21 s)
+# but made onnxruntime-genai's load of the folder in the same process, the runner check, 0.4-0.6 s
+# slower (its system time 0.2 -> 0.6-0.9 s: page faults; the same in a process of its own); the
+# whole export's wall time came out the same or 0.1 s longer. Measured, not explained further than
+# the allocator's state the blocks leave (glibc's mmap threshold follows the largest block freed).
+_BLOCK = 16 * 2**20
 
 _lock = threading.Lock()
 _root: str | None = None
