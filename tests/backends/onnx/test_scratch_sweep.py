@@ -39,8 +39,9 @@ sys.stdin.read()
 
 
 def _child(tmp_path, how: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", _CHILD, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    return subprocess.Popen([sys.executable, "-W", "always::ResourceWarning", "-c", _CHILD, how],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
 
 
 def test_a_killed_processs_folder_is_removed_by_the_next_one_and_a_live_ones_is_kept(tmp_path):
@@ -55,7 +56,8 @@ def test_a_killed_processs_folder_is_removed_by_the_next_one_and_a_live_ones_is_
     assert sweep_abandoned(str(tmp_path)) == [] and os.path.isdir(running)
     live.stdin.close()
     assert live.wait(timeout=120) == 0
-    assert not os.path.exists(running)  # removed at its exit
+    assert not os.path.exists(running)  # removed at its exit, and its lock closed after it, not left open
+    assert "ResourceWarning" not in live.stderr.read()
 
 
 def test_only_what_hfexport_wrote_is_removed(tmp_path):

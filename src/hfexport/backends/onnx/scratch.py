@@ -309,8 +309,16 @@ def _folder() -> str:
             sweep_abandoned()
             _root = tempfile.mkdtemp(prefix=_PREFIX)
             _held = _locked(_root)
-            atexit.register(shutil.rmtree, _root, ignore_errors=True)
+            atexit.register(_remove, _root, _held)
         return _root
+
+
+def _remove(folder: str, lock: Any) -> None:
+    """At exit: the scratch `folder` removed, then its `lock` closed (held until the folder is gone;
+    left to the interpreter's teardown, the open file was reported as a ResourceWarning)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    if lock is not None:
+        lock.close()
 
 
 def _abandoned_contents(folder: str) -> list[str] | None:
