@@ -76,8 +76,9 @@ def entry() -> int:
         # NOTE: the interpreter's exit ran the cyclic collector over the whole heap a command leaves
         # (the imported libraries' objects): 1.1-1.4 s after the 1.25 GB Llama's ONNX export, seen
         # with `perf` (gc_collect_main, visit_decref), 0.2 s with the heap frozen (`bench/RESULTS.md`).
-        # The garbage there is now collected once, running its finalizers as the exit would have;
-        # what is left is reachable and freed at the exit by reference counting as before.
+        # The garbage there is collected once first, its finalizers run as the exit would have run
+        # them; what is frozen was reachable then, and the exit frees it by reference counting
+        # (cycles among it go with the process).
         gc.collect()
         gc.freeze()
 

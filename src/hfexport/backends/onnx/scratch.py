@@ -143,9 +143,8 @@ def _write_missing(tensors: list[Any]) -> None:
     if not missing:
         return
     name = f"weights-{next(_names)}.data"
-    # `_Contiguous.tofile` reads a read-only view through torch, whose warning of it is silenced here
-    # (around the writer, which may run its writes in threads: `catch_warnings` within each would
-    # restore the process's filters out of order)
+    # `_Contiguous.tofile` reads a read-only view through torch, which warns of it: silenced once
+    # around the writer (`catch_warnings` sets the process's filters, not a thread's)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         placed = convert_tensors_to_external([_Contiguous.of(t) for t in missing], _folder(), name,
