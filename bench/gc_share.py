@@ -3,7 +3,8 @@ export's (`hfexport.timing.fewer_collections`), rounds alternating, each export 
 
     python bench/gc_share.py MODEL_DIR [--format onnx] [--rounds 3]
 
-Each row: the export's wall seconds (the whole CLI process), the collections made and the seconds
+Each row: the command's wall seconds (`hfexport.cli.main.main`, imports included; not the process's
+exit, which `entry` prepares with one collection of its own), the collections made and the seconds
 spent in them (`gc.callbacks`), of which the full ones (generation 2, a walk of the whole heap),
 and the peak RSS. "python default" runs the same code with `EXPORT_GC_YOUNG` set to 700, Python's
 own threshold, so that `fewer_collections` raises nothing. Results: bench/RESULTS.md, "The
@@ -17,7 +18,6 @@ import gc
 import json
 import os
 import resource
-import runpy
 import shutil
 import subprocess
 import sys
@@ -46,13 +46,9 @@ def child(young: int | None, argv: list[str], result: Path) -> None:
 
     gc.callbacks.append(watch)
     start = time.perf_counter()
-    sys.argv = ["hfexport", *argv]
-    try:
-        runpy.run_module("hfexport", run_name="__main__")
-    except SystemExit as done:  # `hfexport`'s __main__ exits with main()'s code
-        code = 0 if done.code is None else done.code
-    else:
-        code = 0
+    from hfexport.cli.main import main as command  # the command, not `entry`'s collection before the exit
+
+    code = command(argv)
     full = [seconds for generation, seconds in spent if generation == 2]
     result.write_text(json.dumps({
         "rc": code, "wall": round(time.perf_counter() - start, 2), "collections": len(spent),
