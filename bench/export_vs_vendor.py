@@ -53,6 +53,17 @@ summed over the components) is printed beside the wall time; `other` is the rest
 library imports, loading the model, preparing, writing the folder outside a named phase). A vendor
 tool that cannot be installed or fails is a row with its error. One run: the table is one
 measurement on a shared 2-CPU machine, the load says how busy it was.
+
+Rounds and a baseline, for a ratio this machine's drift does not decide (its speed moves by more
+than a cut between two runs: the same export 13 to 20 s within an hour):
+  --rounds N          each pair's rows N times in turn (the vendor's, ours, the baseline's; then again),
+                      and a table of each round's ours / vendor and their median against the target
+  --baseline SRC      ours again from another checkout (`SRC`: its `src` folder, put first on
+                      `PYTHONPATH`; e.g. a `git worktree` of the commit before a change), as a row
+                      `baseline` beside ours in every round
+
+    python bench/export_vs_vendor.py --root R --model large --formats onnx --schemes fp32 --tools ours,builder \\
+        --rounds 3 --baseline /tmp/wt-base/src
 """
 
 from __future__ import annotations
@@ -169,8 +180,12 @@ def measure_command(log: str, command: list[str]) -> None:
     print(json.dumps({"wall": round(wall, 1), "peak_mb": round(peak_kb / 1024), "rc": done.returncode}))
 
 
+#: our rows: ours, and ours from `--baseline`'s checkout
+OURS = ("ours", "baseline")
+
+
 def command_of(tool: str, fmt: str, scheme: str, source: Path, out: Path, root: Path) -> list[str]:
-    if tool == "ours":
+    if tool in OURS:
         command = [sys.executable, "-m", "hfexport", "export", str(source), "-f", fmt, "-o", str(out)]
         return command + (["--weight-format", scheme] if scheme != "fp32" else [])
     if tool == "builder":
@@ -186,8 +201,10 @@ def command_of(tool: str, fmt: str, scheme: str, source: Path, out: Path, root: 
     return command + (["--qlinear", scheme] if scheme != "fp32" else [])
 
 
-def run_row(tool: str, fmt: str, scheme: str, source: Path, root: Path, extra: list[str] = (), tag: str = "") -> dict:
-    """One row in a fresh wrapper process: seconds, peak RSS, the load before it, and ours' phases."""
+def run_row(tool: str, fmt: str, scheme: str, source: Path, root: Path, extra: list[str] = (), tag: str = "",
+            baseline: Path | None = None) -> dict:
+    """One row in a fresh wrapper process: seconds, peak RSS, the load before it, and ours' phases
+    (`tool="baseline"`: ours with `baseline`, a checkout's `src`, first on `PYTHONPATH`)."""
     out = root / "out" / f"{fmt}-{scheme}-{tool}{tag}"
     for stale in (out, Path(str(out) + "-cache")):
         shutil.rmtree(stale, ignore_errors=True)
@@ -201,21 +218,26 @@ def run_row(tool: str, fmt: str, scheme: str, source: Path, root: Path, extra: l
     log = root / "logs" / f"{out.name}.log"
     log.parent.mkdir(exist_ok=True)
     log.unlink(missing_ok=True)  # this run's row only
+    env = None
+    if tool == "baseline":
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(baseline),
+                                                                          os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, __file__, "--measure", str(log), "--", *command],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     row.update(measured, command=" ".join(command))
     if measured["rc"]:  # its last line, before the baseline's command is appended to the log
         tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
         row["error"] = f"exit {measured['rc']}: {tail[0][:400] if tail else 'no output'} (see {log})"
-        if tool == "ours":  # no report.json: the CLI's progress lines say where the time went
+        if tool in OURS:  # no report.json: the CLI's progress lines say where the time went
             row["steps"] = steps(log)
-    elif tool == "ours":
+    elif tool in OURS:
         row["phases"] = phases(out)
-    python = command[0] if tool in ("ours", "builder") else str(Path(command[0]).with_name("python"))
-    baseline = subprocess.run([sys.executable, __file__, "--measure", str(log), "--", python, "-c",
-                               f"import {IMPORTS[tool, fmt]}"], capture_output=True, text=True)
-    imports = json.loads(baseline.stdout.strip().splitlines()[-1])
+    python = command[0] if tool in (*OURS, "builder") else str(Path(command[0]).with_name("python"))
+    imported = subprocess.run([sys.executable, __file__, "--measure", str(log), "--", python, "-c",
+                               f"import {IMPORTS['ours' if tool in OURS else tool, fmt]}"],
+                              capture_output=True, text=True, env=env)
+    imports = json.loads(imported.stdout.strip().splitlines()[-1])
     row["imports_mb"] = imports["peak_mb"] if imports["rc"] == 0 else None
     return row
 
@@ -260,7 +282,7 @@ def markdown(result: dict) -> str:
              "| (peak - imports) / weights | ours / theirs (time) | target met | load |",
              "|" + "---|" * 11]
     rows = result["rows"]
-    theirs = {(r["format"], r["scheme"]): r for r in rows if r["tool"] != "ours"}
+    theirs = {(r["format"], r["scheme"], r.get("round")): r for r in rows if r["tool"] not in OURS}
     for r in rows:
         if "error" in r and "wall" not in r:
             lines.append(f"| {r['format']} | {r['scheme']} | {r['tool']} | - | - | - | - | - | - | {r['error']} | "
@@ -270,11 +292,11 @@ def markdown(result: dict) -> str:
         ratio, verdict = "-", "-"
         # exit 3: our validation or accuracy gate refused the export after every step (the gate is the
         # last): its seconds are a whole export's, so the ratio is still shown, beside the refusal
-        refused = r["tool"] == "ours" and r["rc"] == 3
+        refused = r["tool"] in OURS and r["rc"] == 3
         if "error" in r and not refused:
             verdict = f"failed: {r['error']}"
-        elif r["tool"] == "ours":
-            vendor = theirs.get((r["format"], r["scheme"]))
+        elif r["tool"] in OURS:
+            vendor = theirs.get((r["format"], r["scheme"], r.get("round")))
             checks = []
             if vendor and "error" not in vendor:
                 share = r["wall"] / vendor["wall"]
@@ -294,7 +316,8 @@ def markdown(result: dict) -> str:
             verdict = ", ".join(checks)
         base = r.get("imports_mb")
         growth = f"{(r['peak_mb'] - base) * 2**20 / r['weight_bytes']:.2f}x" if base else "-"
-        lines.append(f"| {r['format']} | {r['scheme']} | {r['tool']} | {r['wall']} | {r['peak_mb']} | {rss:.2f}x | "
+        tool = r["tool"] if r.get("round") is None else f"{r['tool']} (round {r['round']})"
+        lines.append(f"| {r['format']} | {r['scheme']} | {tool} | {r['wall']} | {r['peak_mb']} | {rss:.2f}x | "
                      f"{base or '-'} | {growth} | {ratio} | {verdict} | {r['load']} |")
     ours = [r for r in rows if "phases" in r]
     if ours:
@@ -303,13 +326,42 @@ def markdown(result: dict) -> str:
                   "| row | wall s | " + " | ".join(PHASES) + " | other |", "|" + "---|" * (len(PHASES) + 3)]
         for r in ours:
             named = sum(r["phases"].values())
-            lines.append(f"| {r['format']} {r['scheme']} | {r['wall']} | "
+            who = "" if r["tool"] == "ours" else f" ({r['tool']})"
+            who += "" if r.get("round") is None else f" round {r['round']}"
+            lines.append(f"| {r['format']} {r['scheme']}{who} | {r['wall']} | "
                          + " | ".join(str(r["phases"][p]) for p in PHASES) + f" | {r['wall'] - named:.1f} |")
+    lines += rounds_table(rows, theirs)
     for r in rows:
         if r.get("steps"):
             lines += ["", f"{r['format']} {r['scheme']} (ours, refused: no report.json), the CLI's steps: "
                       + "; ".join(f"{what} {seconds:g} s" for what, seconds in r["steps"].items())]
     return "\n".join(lines) + "\n"
+
+
+def rounds_table(rows: list[dict], theirs: dict) -> list[str]:
+    """`--rounds`' lines: per pair and row of ours, each round's seconds beside the vendor's in the
+    same round, their ratio and its median against the target; nothing for a run of one round."""
+    import statistics
+
+    lines = []
+    keys = dict.fromkeys((r["format"], r["scheme"], r["tool"]) for r in rows
+                         if r["tool"] in OURS and r.get("round") is not None)
+    for fmt, scheme, tool in keys:
+        mine = [r for r in rows if (r["format"], r["scheme"], r["tool"]) == (fmt, scheme, tool) and "wall" in r]
+        pairs = [(theirs[fmt, scheme, r["round"]], r) for r in mine if "wall" in theirs.get((fmt, scheme, r["round"]), {})]
+        if not pairs:
+            continue
+        if not lines:
+            lines = ["", "Rounds (each round the vendor's row, then ours, then the baseline's; ratios within a round):",
+                     "", "| format | scheme | row | vendor s | ours s | ours / vendor | median | target |",
+                     "|" + "---|" * 8]
+        ratios = [r["wall"] / vendor["wall"] for vendor, r in pairs]
+        middle = statistics.median(ratios)
+        limit = TIME_TARGET[fmt]
+        lines.append(f"| {fmt} | {scheme} | {tool} | {', '.join(str(v['wall']) for v, _ in pairs)} | "
+                     f"{', '.join(str(r['wall']) for _, r in pairs)} | {', '.join(f'{x:.2f}' for x in ratios)} | "
+                     f"{middle:.2f}x | {'met' if middle <= limit else '**miss**'} (<= {limit:g}x) |")
+    return lines
 
 
 def main() -> None:
@@ -327,6 +379,10 @@ def main() -> None:
                         "SmolLM2-135M-Instruct (30 layers, 538 MB; `real_model.smollm2_folder`)")
     parser.add_argument("--smollm2", action="store_true",
                         help="also our ExecuTorch LLM program of SmolLM2-135M (fp32, cache 256): one row, ours only")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="each pair's rows this many times in turn, with each round's ratio and their median")
+    parser.add_argument("--baseline", type=Path,
+                        help="also ours from this checkout's `src` (first on PYTHONPATH): a `baseline` row a round")
     parser.add_argument("--json", type=Path, help="write the measurements here")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     parser.add_argument("--table", type=Path, help="print the table of an earlier run's --json, measure nothing")
@@ -340,6 +396,10 @@ def main() -> None:
         return
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.rounds < 1:
+        parser.error("--rounds takes a count of 1 or more")
+    if args.baseline is not None and not (args.baseline / "hfexport" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no hfexport package there (give a checkout's `src` folder)")
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(HERE))
@@ -365,9 +425,13 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = []
     for fmt, scheme, tool in pairs:
-        for who in [t for t in (tool, "ours") if t in tools or (t != "ours" and "vendor" in tools)]:
-            rows.append(run_row(who, fmt, scheme, source, root, tag=tag))
-            print(json.dumps(rows[-1]), flush=True)
+        who = [t for t in (tool, "ours") if t in tools or (t != "ours" and "vendor" in tools)]
+        who += ["baseline"] if args.baseline is not None and "ours" in who else []
+        for round_ in range(1, args.rounds + 1):
+            for one in who:
+                row = run_row(one, fmt, scheme, source, root, tag=tag, baseline=args.baseline)
+                rows.append({**row, "round": round_} if args.rounds > 1 else row)
+                print(json.dumps(rows[-1]), flush=True)
     if args.smollm2:
         from real_model import smollm2_folder
 
