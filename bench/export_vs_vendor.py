@@ -348,7 +348,8 @@ def rounds_table(rows: list[dict], theirs: dict) -> list[str]:
                          if r["tool"] in OURS and r.get("round") is not None)
     for fmt, scheme, tool in keys:
         mine = [r for r in rows if (r["format"], r["scheme"], r["tool"]) == (fmt, scheme, tool) and "wall" in r]
-        pairs = [(theirs[fmt, scheme, r["round"]], r) for r in mine if "wall" in theirs.get((fmt, scheme, r["round"]), {})]
+        vendor_of = {r["round"]: theirs.get((fmt, scheme, r["round"]), {}) for r in mine}
+        pairs = [(vendor_of[r["round"]], r) for r in mine if "wall" in vendor_of[r["round"]]]
         if not pairs:
             continue
         if not lines:
@@ -398,8 +399,10 @@ def main() -> None:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.rounds < 1:
         parser.error("--rounds takes a count of 1 or more")
-    if args.baseline is not None and not (args.baseline / "hfexport" / "__init__.py").is_file():
-        parser.error(f"--baseline {args.baseline}: no hfexport package there (give a checkout's `src` folder)")
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()  # on PYTHONPATH, whatever folder the rows run in
+        if not (args.baseline / "hfexport" / "__init__.py").is_file():
+            parser.error(f"--baseline {args.baseline}: no hfexport package there (give a checkout's `src` folder)")
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(HERE))
