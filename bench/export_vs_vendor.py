@@ -354,7 +354,7 @@ def rounds_table(rows: list[dict], theirs: dict) -> list[str]:
             continue
         if not lines:
             lines = ["", "Rounds (each round the vendor's row, then ours, then the baseline's; ratios within a round):",
-                     "", "| format | scheme | row | vendor s | ours s | ours / vendor | median | target |",
+                     "", "| format | scheme | row | vendor s | row s | row / vendor | median | target |",
                      "|" + "---|" * 8]
         ratios = [r["wall"] / vendor["wall"] for vendor, r in pairs]
         middle = statistics.median(ratios)

@@ -279,7 +279,6 @@ def test_strided_weights_are_written_as_onnx_ir_writes_them(monkeypatch):
             assert Path(written.path).read_bytes()[written.offset:written.offset + written.length] == tensor.tobytes(), name
 
 
-
 def test_a_transposed_weights_blocks_reach_torch_laid_out_as_rows(monkeypatch):
     """A transposed weight split into blocks reaches torch only as C-ordered column slabs (then
     transposed whole), never as a strided block of the view, which torch copies element by element
@@ -306,6 +305,7 @@ def test_a_transposed_weights_blocks_reach_torch_laid_out_as_rows(monkeypatch):
             assert len(given) == 6 and all(flags.c_contiguous for flags in given)
         else:  # the whole transposed view at once
             assert len(given) == 1 and given[0].f_contiguous and not given[0].c_contiguous
+
 
 def test_a_program_changed_after_its_scratch_was_written_is_saved_as_it_is_now(tmp_path):
     """The scratch file is taken only while it holds the program's weights as they are. torch.onnx's
