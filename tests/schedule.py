@@ -24,6 +24,9 @@ import pytest
 
 GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
 
+#: a group the record does not name that took longer than this is named at the end of the run
+UNRECORDED_NOTICE_S = 60.0
+
 
 def group_of(item: pytest.Item) -> str:
     """The item's `xdist_group` (`tests/conftest.py` marks each test with its module's or its shared
@@ -50,8 +53,8 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
     if config.getoption("record_group_seconds") and (config.option.markexpr or config.option.keyword):
         raise pytest.UsageError("--record-group-seconds records a whole run's groups: drop -m and -k")
-    if config.getoption("record_group_seconds") and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(_Recorder(config.getoption("group_seconds")), "group-seconds-recorder")
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
+        config.pluginmanager.register(_GroupTimer(config), "group-seconds-timer")
 
 
 @pytest.hookimpl(trylast=True)
@@ -65,11 +68,14 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (-seconds.get(group_of(item), 0.0), first[group_of(item)]))
 
 
-class _Recorder:
-    """Sums each group's test phases as the controller receives them, and writes the file at the end."""
+class _GroupTimer:
+    """Sums each group's test phases as the controller receives them. At the end it writes them into
+    the record (`--record-group-seconds`), or names the long groups the record lacks: they started
+    after every group it names, where a long one leaves a worker running alone."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, config):
+        self.path: Path = config.getoption("group_seconds")
+        self.record: bool = config.getoption("record_group_seconds")
         self.seconds: dict[str, float] = defaultdict(float)
         self.groups: dict[str, str] = {}
 
@@ -83,5 +89,15 @@ class _Recorder:
         self.seconds[group] += report.duration
 
     def pytest_sessionfinish(self, session):
-        merged = {**measured_seconds(self.path), **{group: round(s, 1) for group, s in self.seconds.items()}}
-        self.path.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: -kv[1])), indent=1) + "\n")
+        if self.record:
+            merged = {**measured_seconds(self.path), **{group: round(s, 1) for group, s in self.seconds.items()}}
+            self.path.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: -kv[1])), indent=1) + "\n")
+
+    def pytest_terminal_summary(self, terminalreporter):
+        known = measured_seconds(self.path)
+        missing = [f"{group} ({seconds:.0f} s)" for group, seconds in self.seconds.items()
+                   if group not in known and seconds > UNRECORDED_NOTICE_S and not self.record]
+        if missing:
+            terminalreporter.write_line(
+                f"tests/schedule.py: not in {self.path.name}, so started after every group it names: "
+                f"{', '.join(missing)}; record a full run's groups with --record-group-seconds")

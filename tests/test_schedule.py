@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import schedule
+
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,10 +57,14 @@ def _ran(result) -> list[str]:
             for line in result.outlines if "PASSED" in line and "::" in line]
 
 
-def test_the_longest_recorded_group_runs_first_and_an_unrecorded_one_last(pytester, suite):
+def test_the_longest_recorded_group_runs_first_and_an_unrecorded_one_last(pytester, suite, monkeypatch):
+    monkeypatch.setattr(schedule, "UNRECORDED_NOTICE_S", -1.0)  # any group the record lacks is named
     result = pytester.runpytest(*PLUGIN, "-v", "--group-seconds", str(suite), "-p", "no:xdist")
     result.assert_outcomes(passed=8)
     assert _ran(result) == ORDER
+    result.stdout.fnmatch_lines(["tests/schedule.py: not in seconds.json, so started after every group it names: "
+                                 "test_unrecorded.py (0 s); record a full run's groups with --record-group-seconds"])
+    assert json.loads(suite.read_text()) == RECORD  # read, not written
 
 
 @pytest.mark.slow  # a worker process: ~5 s on two shared cores
