@@ -3,15 +3,16 @@
 Under `-n 2 --dist loadgroup` (CI's command) a worker is handed the next group when it has two tests
 of its last left, in the order the groups reach the scheduler. pytest-xdist's own order is by number
 of tests, largest first (`--loadscope-reorder`, its default), which put a group of three tests and
-one ~350 s export (`tests/generation/test_speech_quantized_executorch.py`) near the end, where it ran
-alone while the other worker had nothing left. Here the groups are ordered by the seconds each took
+one ~350-590 s export (`tests/generation/test_speech_quantized_executorch.py`) near the end, where it
+could run alone while the other worker had nothing left. Here the groups are ordered by the seconds each took
 in a full run, longest first (the longest-processing-time rule: what is left at the end is short),
 and xdist is told to keep that order.
 
 The seconds are `tests/group_seconds.json` (`--group-seconds PATH` reads another file), written by a
 full run with `--record-group-seconds` (`pytest -n 2 --dist loadgroup --record-group-seconds`): it
-keeps the groups that run did not reach and replaces the others. A group the file does not name starts after every
-named one, in collection order; the order only moves when tests run, never what they check.
+keeps the groups that run did not reach and replaces the others. A group the file does not name
+starts after every named one, in collection order; the order only moves when tests run, never what
+they check.
 """
 
 from __future__ import annotations
