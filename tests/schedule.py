@@ -4,9 +4,9 @@ Under `-n 2 --dist loadgroup` (CI's command) a worker is handed the next group w
 of its last left, in the order the groups reach the scheduler. pytest-xdist's own order is by number
 of tests, largest first (`--loadscope-reorder`, its default), which put a group of three tests and
 one ~350-590 s export (`tests/generation/test_speech_quantized_executorch.py`) near the end, where it
-could run alone while the other worker had nothing left. Here the groups are ordered by the seconds each took
-in a full run, longest first (the longest-processing-time rule: what is left at the end is short),
-and xdist is told to keep that order.
+could run alone while the other worker had nothing left. Here the groups are ordered by the seconds
+each took in a full run, longest first (the longest-processing-time rule: what is left at the end
+is short), and xdist is told to keep that order.
 
 The seconds are `tests/group_seconds.json` (`--group-seconds PATH` reads another file), written by a
 full run with `--record-group-seconds` (`pytest -n 2 --dist loadgroup --record-group-seconds`): it
@@ -95,9 +95,11 @@ class _GroupTimer:
             self.path.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: -kv[1])), indent=1) + "\n")
 
     def pytest_terminal_summary(self, terminalreporter):
+        if self.record:
+            return
         known = measured_seconds(self.path)
         missing = [f"{group} ({seconds:.0f} s)" for group, seconds in self.seconds.items()
-                   if group not in known and seconds > UNRECORDED_NOTICE_S and not self.record]
+                   if group not in known and seconds > UNRECORDED_NOTICE_S]
         if missing:
             terminalreporter.write_line(
                 f"tests/schedule.py: not in {self.path.name}, so started after every group it names: "

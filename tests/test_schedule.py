@@ -17,12 +17,13 @@ pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ("-p", "tests.schedule", "-p", "no:cacheprovider")
 
-#: three modules: many short tests, one long group of two modules, and one test the record lacks
+#: many short tests, one long group of two modules, and a module the record lacks; collected in
+#: another order than the one expected (pytest collects the files by name)
 MODULES = {
     "test_many": "\n".join(f"def test_{i}():\n    pass\n" for i in range(4)),
-    "test_long_a": "def test_a1():\n    pass\n\ndef test_a2():\n    pass\n",
-    "test_long_b": "def test_b():\n    pass\n",
-    "test_unrecorded": "def test_new():\n    pass\n",
+    "test_new": "def test_new():\n    pass\n",
+    "test_x_long_a": "def test_a1():\n    pass\n\ndef test_a2():\n    pass\n",
+    "test_x_long_b": "def test_b():\n    pass\n",
 }
 #: the groups as `tests/conftest.py` marks them: the two long modules share one
 GROUPING = """
@@ -32,11 +33,11 @@ import pytest
 def pytest_collection_modifyitems(items):
     for item in items:
         path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("long" if path.startswith("test_long") else path))
+        item.add_marker(pytest.mark.xdist_group("long" if path.startswith("test_x_long") else path))
 """
 RECORD = {"long": 300.0, "test_many.py": 20.0}
-ORDER = ["test_long_a.py::test_a1", "test_long_a.py::test_a2", "test_long_b.py::test_b",
-         *(f"test_many.py::test_{i}" for i in range(4)), "test_unrecorded.py::test_new"]
+ORDER = ["test_x_long_a.py::test_a1", "test_x_long_a.py::test_a2", "test_x_long_b.py::test_b",
+         *(f"test_many.py::test_{i}" for i in range(4)), "test_new.py::test_new"]
 
 
 @pytest.fixture
@@ -63,7 +64,7 @@ def test_the_longest_recorded_group_runs_first_and_an_unrecorded_one_last(pytest
     result.assert_outcomes(passed=8)
     assert _ran(result) == ORDER
     result.stdout.fnmatch_lines(["tests/schedule.py: not in seconds.json, so started after every group it names: "
-                                 "test_unrecorded.py (0 s); record a full run's groups with --record-group-seconds"])
+                                 "test_new.py (0 s); record a full run's groups with --record-group-seconds"])
     assert json.loads(suite.read_text()) == RECORD  # read, not written
 
 
@@ -77,7 +78,7 @@ def test_xdist_keeps_the_order_and_the_run_records_its_groups(pytester, suite):
     result.assert_outcomes(passed=8)
     assert _ran(result) == ORDER
     recorded = json.loads(suite.read_text())
-    assert set(recorded) == {"long", "test_many.py", "test_unrecorded.py"}
+    assert set(recorded) == {"long", "test_many.py", "test_new.py"}
     assert all(0 <= seconds < 60 for seconds in recorded.values())  # replaced by this run's own
 
 
