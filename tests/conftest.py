@@ -100,25 +100,17 @@ def executorch_lowering():
     ExecuTorch panel, the external-weights and the re-save tests read the same tiny Llama lowerings
     (~20 s each; `_GROUPS` runs them on one worker). No test changes the model or the program; one
     that saves the program writes into its own folder (saving records the `.ptd` name it wrote in the
-    program's record, `details["external_weights"]`, which none of these reads).
-
-    T5 gets `max_sequence_length=512` (T5's own training length): its config names no position limit,
-    so its sequences are bounded at `FALLBACK_MAX` (4096), where the attention scores alone plan
-    14.3 GiB, which ExecuTorch allocates and zeroes when the program loads (~60 s of page faults on
-    a 2-core CI machine of 24 GB, beside the other worker). The program is as dynamic; the fallback's
-    bound and its warning are tested by `test_exporter.py`'s own cases."""
+    program's record, `details["external_weights"]`, which none of these reads)."""
     from hfexport import ExecutorchConfig, ExecutorchExporter
     from hfexport.presets import build_preset
 
     made = {}
-    sequence_bounds = {"t5": 512}
 
     def get(name: str, external_weights: bool | None = None):
         key = name, external_weights
         if key not in made:
             model, inputs = build_preset(name)
-            config = ExecutorchConfig(delegate="xnnpack", dynamic=True, external_weights=external_weights,
-                                      max_sequence_length=sequence_bounds.get(name))
+            config = ExecutorchConfig(delegate="xnnpack", dynamic=True, external_weights=external_weights)
             made[key] = model, inputs, ExecutorchExporter().export(model, inputs, config=config)
         return made[key]
 

@@ -467,7 +467,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
                 max_position_embeddings=128),
            lambda config: text_inputs(config, token_type_ids=True), "encoder"),
     Preset("t5", "T5ForConditionalGeneration", "T5Config",
-           dict(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0),
+           # n_positions: T5's checkpoints name their position limit so (t5-small's config.json: 512),
+           # here the other presets' 128; ExecuTorch plans a dynamic sequence at it
+           dict(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0,
+                n_positions=128),
            _seq2seq_inputs, "encoder-decoder", True),
     Preset("vit", "ViTForImageClassification", "ViTConfig",
            dict(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

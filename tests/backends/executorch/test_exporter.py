@@ -349,6 +349,28 @@ def test_a_one_token_prompt_is_traced_at_two_tokens():
     assert report.passed and [c.label for c in report.cases] == ["sample", "resized"], report.to_table()
 
 
+@pytest.mark.parametrize(("config", "expected"), [
+    ({"n_positions": 512}, (512, "the model config's n_positions")),  # t5-small's config.json
+    ({"n_positions": 96, "num_layers": 3, "num_heads": 2}, (96, "the model config's n_positions")),
+    ({"n_positions": None}, (4096, "no max_position_embeddings in the config: 4096")),
+])
+def test_t5s_sequences_are_bounded_at_its_n_positions(config, expected):
+    """T5's checkpoints name their position limit only as `n_positions`: without it their sequences
+    were planned at `FALLBACK_MAX` (the preset's encoder 10 GiB, allocated and zeroed at every load);
+    a config with no limit at all keeps the fallback."""
+    from transformers import T5Config
+
+    from hfexport.backends.executorch.exporter import FALLBACK_MAX, ConfigBounds
+
+    model, inputs = build_preset("t5", **config)
+    assert isinstance(model.config, T5Config)
+    bounds = ConfigBounds(model, inputs, ExecutorchConfig())
+    assert bounds.max_positions == expected and FALLBACK_MAX == 4096
+    assert bounds("input_ids", 1, inputs["input_ids"].shape[1])[1] == expected[0]
+    bounded = ConfigBounds(model, inputs, ExecutorchConfig(max_sequence_length=64))
+    assert bounded.max_positions == (64, "ExecutorchConfig.max_sequence_length")
+
+
 def test_the_text_embeddings_token_ids_are_bounded_as_a_sequence_not_twice_the_sample():
     """An image-text model's `text_embeddings` component (`nn.Embedding.forward(input)`): its ids'
     sequence axis is bounded as a sequence (a prompt over twice the sample's length failed in

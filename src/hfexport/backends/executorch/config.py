@@ -33,8 +33,8 @@ class ExecutorchConfig(ExportConfig):
             `(patches, C*T*P*P)` input); memory planning sizes attention for it, so it sets
             the largest image the program accepts (1024 patches of 14 px: about 448x448).
         max_sequence_length: upper bound for sequence-like dimensions (tokens, decoder tokens,
-            cache length); default: the model config's `max_position_embeddings` (4096 when it
-            has none). Memory planning sizes every intermediate for it, so a model that
+            cache length); default: the model config's position limit (`max_position_embeddings`,
+            `max_target_positions`, or T5's `n_positions`; 4096 when it has none). Memory planning sizes every intermediate for it, so a model that
             materializes its attention scores needs a bound it can afford.
         external_weights: keep the weights outside the program, in ExecuTorch's named-data file
             `<name>.ptd` beside `<name>.pte`: `True` always (the program's own `save("model.pte")`

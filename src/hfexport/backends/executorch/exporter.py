@@ -287,20 +287,34 @@ def _quantized_embedding(config: ExecutorchConfig) -> bool:
     return getattr(config.quantizer, "embedding_bits", None) is not None
 
 
+#: The config attributes that name a model's position limit, in the order they are read: T5's
+#: checkpoints name theirs only as `n_positions` (t5-small's config.json: 512, its training length;
+#: T5's relative positions set no limit of their own), which `T5Config` keeps as a plain attribute.
+POSITION_LIMITS = ("max_position_embeddings", "max_target_positions", "n_positions")
+
+
+def position_limit(model_config: Any) -> tuple[int, str] | None:
+    """`(positions, attribute)`: the first of `POSITION_LIMITS` the config (its text config first)
+    gives, or None."""
+    for attribute in POSITION_LIMITS:
+        for where in (text_config(model_config), model_config):
+            if isinstance(value := getattr(where, attribute, None), int) and value > 0:
+                return value, attribute
+    return None
+
+
 class ConfigBounds:
     """Upper bounds for dynamic dims, which memory planning needs: the batch gets
-    `ExecutorchConfig.max_batch_size`, sequence-like dims the model's `max_position_embeddings`
-    (or `max_target_positions`), others `FALLBACK_MAX`. `chosen` says what was picked and why."""
+    `ExecutorchConfig.max_batch_size`, sequence-like dims the model's position limit
+    (`position_limit`), others `FALLBACK_MAX`. `chosen` says what was picked and why."""
 
     def __init__(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExecutorchConfig):
         model_config = getattr(model, "config", None)  # a projector or an lm_head component has none
-        text = text_config(model_config)
-        positions = (getattr(text, "max_position_embeddings", None)
-                     or getattr(model_config, "max_target_positions", None))
+        positions = position_limit(model_config)
         if config.max_sequence_length is not None:
             self.max_positions = (config.max_sequence_length, "ExecutorchConfig.max_sequence_length")
         elif positions:
-            self.max_positions = (int(positions), "the model config's max_position_embeddings")
+            self.max_positions = (positions[0], f"the model config's {positions[1]}")
         else:
             self.max_positions = (FALLBACK_MAX, f"no max_position_embeddings in the config: {FALLBACK_MAX}")
         self.max_batch = config.max_batch_size
