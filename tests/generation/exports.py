@@ -154,9 +154,15 @@ def export_llm_package(name: str, runtime: str, directory: Path, **overrides: An
     return LlmPackage(directory / "out", result.manifest, model, tokenizer, ids)
 
 
-def cli_generation_exports(shared_folder: Any, preset: str, key: str) -> Any:
-    """`get(fmt)`: `hfexport export tiny:<preset> -f fmt --generate -o OUT` in a new process, made once
-    per test run (`shared_folder`, under `<key>-<fmt>`), skipped where the format or soundfile is missing."""
+#: The `cli_generation_exports` key of `tiny:whisper`'s flagless export (its speech package), which
+#: tests/generation/test_audio.py and tests/backends/openvino/test_whisper.py read.
+SPEECH_PACKAGE = "speech-package"
+
+
+def cli_generation_exports(shared_folder: Any, preset: str, key: str, *, generate: bool = True) -> Any:
+    """`get(fmt)`: `hfexport export tiny:<preset> -f fmt --generate -o OUT` in a new process (without
+    `--generate` where `generate` is false: the flagless export), made once per test run
+    (`shared_folder`, under `<key>-<fmt>`), skipped where the format or soundfile is missing."""
     import subprocess
     import sys
 
@@ -164,8 +170,10 @@ def cli_generation_exports(shared_folder: Any, preset: str, key: str) -> Any:
 
     from tests.harness import require_backend
 
+    flags = ["--generate"] if generate else []
+
     def write(fmt: str, folder: Path) -> None:
-        done = subprocess.run([sys.executable, "-m", "hfexport", "export", f"tiny:{preset}", "-f", fmt, "--generate",
+        done = subprocess.run([sys.executable, "-m", "hfexport", "export", f"tiny:{preset}", "-f", fmt, *flags,
                                "-o", str(folder / "export")], capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
 

@@ -28,7 +28,7 @@ from hfexport.errors import PrepareError
 from hfexport.presets import build_preset, tiny_processor
 from tests.harness import require_backend
 
-from .exports import cli_generation_exports
+from .exports import SPEECH_PACKAGE, cli_generation_exports
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 NEW_TOKENS = 12
@@ -88,9 +88,11 @@ def _hfexport(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def speech_export(shared_folder):
-    """`speech_export(fmt)`: `hfexport export tiny:whisper -f fmt --generate -o OUT` in a new process,
-    made once per test run (`shared_folder`)."""
-    return cli_generation_exports(shared_folder, "whisper", "speech")
+    """`speech_export(fmt)`: `hfexport export tiny:whisper -f fmt -o OUT` in a new process, the flagless
+    export (the speech package: the components `--generate` writes, and on OpenVINO the models
+    WhisperPipeline opens beside them), made once per test run and read by
+    tests/backends/openvino/test_whisper.py too (`shared_folder`)."""
+    return cli_generation_exports(shared_folder, "whisper", SPEECH_PACKAGE, generate=False)
 
 
 @pytest.mark.slow
@@ -124,20 +126,18 @@ def test_generate_from_an_audio_file_equals_generate(speech_export, whisper, fmt
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "runner"), [("onnx", "onnxruntime-genai"), ("executorch", "MultimodalRunner")])
-def test_the_flagless_export_is_the_components_where_the_runtimes_runner_cannot_open_it(whisper, fmt, runner,
-                                                                                      tmp_path):
-    """No task flag: `--task auto` picks `automatic-speech-recognition`, which writes the components
-    (OpenVINO's WhisperPipeline folder: tests/backends/openvino/test_whisper.py; onnxruntime-genai's
-    Whisper folder of an encoder of og's 3000 frames: tests/backends/onnx/test_whisper.py); the
-    manifest says why the runtime's runner does not open them (og: `tiny:whisper`'s encoder takes 32
-    frames; ExecuTorch's: executorch 1.4.1's Python package has no runner for an encoder-decoder's
-    speech), and `hfexport generate --audio` gives eager's tokens."""
-    require_backend(fmt)
-    pytest.importorskip("soundfile")
-    done = _hfexport("export", "tiny:whisper", "-f", fmt, "-o", str(tmp_path / "out"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    report = json.loads((tmp_path / "out" / "report.json").read_text())
+def test_the_flagless_export_is_the_components_where_the_runtimes_runner_cannot_open_it(speech_export, whisper, fmt,
+                                                                                      runner, tmp_path):
+    """No task flag (`speech_export`): `--task auto` picks `automatic-speech-recognition`, which writes
+    the components (OpenVINO's WhisperPipeline folder: tests/backends/openvino/test_whisper.py;
+    onnxruntime-genai's Whisper folder of an encoder of og's 3000 frames:
+    tests/backends/onnx/test_whisper.py); the manifest says why the runtime's runner does not open
+    them (og: `tiny:whisper`'s encoder takes 32 frames; ExecuTorch's: executorch 1.4.1's Python
+    package has no runner for an encoder-decoder's speech), and `hfexport generate --audio` gives
+    eager's tokens on another clip than the other tests'."""
+    folder = speech_export(fmt)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    report = json.loads((folder / "report.json").read_text())
     assert report["task"]["name"] == "automatic-speech-recognition"
     assert list(manifest["components"]) == ["encoder", "prefill", "decode"]
     entry = manifest["runtime_package"]
@@ -147,10 +147,24 @@ def test_the_flagless_export_is_the_components_where_the_runtimes_runner_cannot_
     if fmt == "executorch":
         assert "Seq2SeqRunner" in entry["why"] and "C++ only" in entry["why"], entry
     wav = _write_clip(tmp_path / "tone.wav", *CLIPS[0], seed=4)
-    done = _hfexport("generate", str(tmp_path / "out"), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS),
-                     "--json")
+    done = _hfexport("generate", str(folder), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS), "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["tokens"] == _eager(whisper, _features(whisper[1], wav))[0]
+
+
+@pytest.mark.slow
+def test_generate_on_a_speech_model_writes_the_flagless_exports_components(speech_export, tmp_path):
+    """`--generate` keeps its meaning on a speech model: the generation components, the programs the
+    flagless export writes (the same names, inputs and outputs), here on the format the other tests
+    read the flagless folder of."""
+    flagless = json.loads((speech_export("dynamo") / "manifest.json").read_text())["components"]
+    done = _hfexport("export", "tiny:whisper", "-f", "dynamo", "--generate", "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    components = json.loads((tmp_path / "out" / "manifest.json").read_text())["components"]
+    assert list(components) == list(flagless) == ["encoder", "prefill", "decode"]
+    for name, component in components.items():
+        assert component["inputs"] == flagless[name]["inputs"], name
+        assert component["outputs"] == flagless[name]["outputs"], name
 
 
 @pytest.mark.slow

@@ -86,7 +86,8 @@ def test_dynamic_bounds_come_from_the_config(qwen3_pte):
 
 @pytest.mark.slow
 def test_explicit_dims_win_over_derived_bounds():
-    model, _ = build_preset("llama")
+    # one layer: the bounds are the inputs', which layers do not change (the panel lowers the preset's two)
+    model, _ = build_preset("llama", num_hidden_layers=1)
     ids = torch.randint(3, 128, (2, 8), generator=torch.Generator().manual_seed(0))
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     config = ExecutorchConfig(dynamic_shapes=seed_dynamic_shapes(batch_max=4, seq_max=64),
@@ -249,8 +250,9 @@ def test_a_large_plan_is_named_at_export(monkeypatch, caplog):
 def test_max_sequence_length_bounds_the_sequence():
     """A sequence bound and a batch bound at the sample's own batch (2, which the capture once read
     as a range narrowed to the sample and refused): the plan takes both, and validation resizes the
-    batch inside 1..2 (it stepped past the bound, then gave up)."""
-    model, inputs = build_preset("llama")
+    batch inside 1..2 (it stepped past the bound, then gave up). One layer: the bounds are the
+    inputs', which layers do not change (the panel lowers the preset's two)."""
+    model, inputs = build_preset("llama", num_hidden_layers=1)
     config = ExecutorchConfig(dynamic=True, max_sequence_length=32, max_batch_size=2)
     et_program = ExecutorchExporter().export(model, inputs, config=config)
     bounds = record_of(et_program).details["dim_bounds"]
@@ -341,8 +343,8 @@ def test_a_one_token_prompt_is_traced_at_two_tokens():
     """A size-1 sequence left the dim orders of a Llama's rotary `cat` inputs ambiguous and the
     planned orders disagreed: every call failed, at every size ("input tensors have different dim
     orders", error 0x12; the fuzzer's first finding of its long run). Traced at two tokens, the
-    program takes one token, and more."""
-    model, inputs = build_preset("llama")
+    program takes one token, and more. One layer: each layer's rotary `cat` failed alike."""
+    model, inputs = build_preset("llama", num_hidden_layers=1)
     one = {k: v[:, :1] for k, v in inputs.items()}
     program = ExecutorchExporter().export(model, one, config=ExecutorchConfig(dynamic=True))
     report = validate(program, model, one)

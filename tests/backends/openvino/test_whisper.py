@@ -23,6 +23,7 @@ import pytest
 
 from hfexport.cli.main import main
 from hfexport.presets import build_preset, tiny_processor
+from tests.generation.exports import SPEECH_PACKAGE, cli_generation_exports
 from tests.harness import eager_transcription, require_backend, whisper_variation
 
 NEW_TOKENS = 12
@@ -83,16 +84,11 @@ def _hfexport(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def package(shared_folder) -> Path:
-    """`hfexport export tiny:whisper -f openvino -o OUT` in a new process, no task flag, made once."""
+    """`hfexport export tiny:whisper -f openvino -o OUT` in a new process, no task flag, made once per
+    test run (the folder tests/generation/test_audio.py reads too)."""
     require_backend("openvino")
     pytest.importorskip("openvino_genai")
-    pytest.importorskip("soundfile")
-
-    def write(folder: Path) -> None:
-        done = _hfexport("export", "tiny:whisper", "-f", "openvino", "-o", str(folder / "export"))
-        assert done.returncode == 0, done.stderr[-3000:]
-
-    return shared_folder("whisper-pipeline-openvino", write) / "export"
+    return cli_generation_exports(shared_folder, "whisper", SPEECH_PACKAGE, generate=False)("openvino")
 
 
 @pytest.fixture(scope="module")
