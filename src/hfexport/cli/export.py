@@ -81,9 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "<name>.onnx.data beside <name>.onnx (default: when they exceed 64 MiB)")
     parser.add_argument("--max-sequence-length", type=int, metavar="N", default=None,
                         help="with --format executorch: the longest sequence the program takes; memory planning "
-                        "sizes every intermediate for it (default: the config's position limit, max_position_embeddings or "
-                        "T5's n_positions; with "
-                        "--generate, the LLM-runner program's cache: default the model's positions up to 2048)")
+                        "sizes every intermediate for it (default: the config's position limit, "
+                        "max_position_embeddings or T5's n_positions; with --generate, the LLM-runner "
+                        "program's cache: default the model's positions up to 2048)")
     parser.add_argument("--max-batch-size", type=int, metavar="N", default=None,
                         help="with --format executorch: the largest batch the program takes (default 8)")
     parser.add_argument("--generate", action="store_true",

@@ -354,7 +354,8 @@ def test_a_one_token_prompt_is_traced_at_two_tokens():
 @pytest.mark.parametrize(("config", "expected"), [
     ({"n_positions": 512}, (512, "the model config's n_positions")),  # t5-small's config.json
     ({"n_positions": 96, "num_layers": 3, "num_heads": 2}, (96, "the model config's n_positions")),
-    ({"n_positions": None}, (4096, "no max_position_embeddings in the config: 4096")),
+    ({"n_positions": None}, (4096, "no position limit in the config (max_position_embeddings, "
+                                   "max_target_positions, n_positions): 4096")),
 ])
 def test_t5s_sequences_are_bounded_at_its_n_positions(config, expected):
     """T5's checkpoints name their position limit only as `n_positions`: without it their sequences

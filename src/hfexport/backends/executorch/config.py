@@ -34,8 +34,9 @@ class ExecutorchConfig(ExportConfig):
             the largest image the program accepts (1024 patches of 14 px: about 448x448).
         max_sequence_length: upper bound for sequence-like dimensions (tokens, decoder tokens,
             cache length); default: the model config's position limit (`max_position_embeddings`,
-            `max_target_positions`, or T5's `n_positions`; 4096 when it has none). Memory planning sizes every intermediate for it, so a model that
-            materializes its attention scores needs a bound it can afford.
+            `max_target_positions`, or T5's `n_positions`; 4096 when it has none). Memory
+            planning sizes every intermediate for it, so a model that materializes its attention
+            scores needs a bound it can afford.
         external_weights: keep the weights outside the program, in ExecuTorch's named-data file
             `<name>.ptd` beside `<name>.pte`: `True` always (the program's own `save("model.pte")`
             then writes `model.ptd` beside it; load the pair with

@@ -316,7 +316,8 @@ class ConfigBounds:
         elif positions:
             self.max_positions = (positions[0], f"the model config's {positions[1]}")
         else:
-            self.max_positions = (FALLBACK_MAX, f"no max_position_embeddings in the config: {FALLBACK_MAX}")
+            self.max_positions = (FALLBACK_MAX, f"no position limit in the config ({', '.join(POSITION_LIMITS)}): "
+                                                f"{FALLBACK_MAX}")
         self.max_batch = config.max_batch_size
         self.max_patches = config.max_image_patches
         self.static_cache = has_fixed_batch(inputs)
