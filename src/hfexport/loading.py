@@ -394,6 +394,12 @@ def _gguf_architectures() -> list[str]:
     return sorted(GGUF_SUPPORTED_ARCHITECTURES)
 
 
+def weight_bytes(model: torch.nn.Module) -> int:
+    """The bytes of `model`'s parameters and buffers in their own dtypes: what an fp32 export's file
+    holds besides its program (the report's `weight_bytes`, against which it weighs the artifact)."""
+    return sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+
+
 def mapped_share(model: torch.nn.Module, folder: str | os.PathLike) -> float | None:
     """The share of `model`'s weight bytes whose memory is mapped from the safetensors files in
     `folder` (1.0: none was copied); None where the process's mappings cannot be read (no

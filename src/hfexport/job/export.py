@@ -42,7 +42,7 @@ from ..folder.output_folder import claimed_folder, model_folder
 from ..generation.accuracy import DEFAULT_TOKENS, default_min_agreement, quantized_criteria
 from ..generation.components import package_task
 from ..generation.tasks import GenerationFlags, graph_component, resolve_task
-from ..loading import dtype_name
+from ..loading import dtype_name, weight_bytes
 from ..timing import Phases, fewer_collections, phase, recording
 from .options import STATIC_CACHE_OR_CONFIG, GenerationOptions, JobOptions, JudgingOptions, LoadingOptions
 from .runner_check import runner_check, skipped_entry
@@ -476,8 +476,7 @@ def _report(loaded: Any, config: ExportConfig, artifacts: dict[str, Any], report
         "generate": bool(generate),
         "export_seconds": round(sum(seconds.values()), 3),
         "quantize": quantize if isinstance(quantize, str) else (quantizer.scheme if quantizer is not None else None),
-        "weight_bytes": sum(t.numel() * t.element_size()
-                            for t in [*loaded.model.parameters(), *loaded.model.buffers()]),
+        "weight_bytes": weight_bytes(loaded.model),
         # the share mapped from the checkpoint, not copied (`loading.mapped_share`); None: not from a folder
         "weights_mapped": None if loaded.weights_mapped is None else round(loaded.weights_mapped, 4),
         # a GGUF file's quantization, the weights dequantized (`loading.gguf_weights`); None: a checkpoint
