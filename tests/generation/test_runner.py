@@ -59,6 +59,28 @@ def test_a_loaded_export_has_every_component_with_its_record(saved_generation):
 
 
 @pytest.mark.slow
+def test_the_executorch_t5_folder_plans_its_sequences_at_n_positions(saved_generation):
+    """The export job's T5 folder (validation on): every sequence bounded at the config's
+    `n_positions` (128), not the 4096 fallback whose encoder plan was 10 GiB, and every component
+    loads in ExecuTorch's runtime with a plan of a few MiB."""
+    from hfexport.presets import build_preset
+
+    require_backend("executorch")
+    saved = saved_generation("executorch", "t5")
+    limit = build_preset("t5")[0].config.n_positions
+    records = {name: entry["record"]
+               for name, entry in json.loads((saved.directory / "report.json").read_text())["components"].items()}
+    assert list(records) == ["encoder", "prefill", "decode"]
+    for name, record in records.items():
+        sequences = {axis: bound for axis, bound in record["dim_bounds"].items()
+                     if axis.endswith(("(sequence)", "(cache_length)"))}
+        assert sequences and all(bound == f"<= {limit}: the model config's n_positions"
+                                 for bound in sequences.values()), (name, sequences)
+        assert record["planned_memory"].endswith(" MiB"), (name, record["planned_memory"])  # measured 0.8-10.4
+    assert list(GenerationExport.load(saved.directory).components) == list(records)  # each loads in the runtime
+
+
+@pytest.mark.slow
 def test_a_static_export_records_its_cache(saved_generation):
     manifest = json.loads((saved_generation("dynamo", "llama-static").directory / "manifest.json").read_text())
     assert manifest["cache"] == "static" and manifest["max_cache_len"] == 32
