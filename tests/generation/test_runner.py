@@ -61,23 +61,28 @@ def test_a_loaded_export_has_every_component_with_its_record(saved_generation):
 @pytest.mark.slow
 def test_the_executorch_t5_folder_plans_its_sequences_at_n_positions(saved_generation):
     """The export job's T5 folder (validation on): every sequence bounded at the config's
-    `n_positions` (128), not the 4096 fallback whose encoder plan was 10 GiB, and every component
-    loads in ExecuTorch's runtime with a plan of a few MiB."""
-    from hfexport.presets import build_preset
-
+    `n_positions` (128), not the 4096 fallback whose encoder plan was 10 GiB, every component loads
+    in ExecuTorch's runtime with a plan of a few MiB, and a prompt far longer than the sample's
+    generates eager's tokens (the prefill's `encoder_outputs` were bounded at twice the sample, 14)."""
     require_backend("executorch")
     saved = saved_generation("executorch", "t5")
-    limit = build_preset("t5")[0].config.n_positions
+    limit = saved.model.config.n_positions
     records = {name: entry["record"]
                for name, entry in json.loads((saved.directory / "report.json").read_text())["components"].items()}
     assert list(records) == ["encoder", "prefill", "decode"]
     for name, record in records.items():
         sequences = {axis: bound for axis, bound in record["dim_bounds"].items()
-                     if axis.endswith(("(sequence)", "(cache_length)"))}
+                     if axis.endswith(("(sequence)", "(encoder_sequence)", "(cache_length)"))}
         assert sequences and all(bound == f"<= {limit}: the model config's n_positions"
                                  for bound in sequences.values()), (name, sequences)
         assert record["planned_memory"].endswith(" MiB"), (name, record["planned_memory"])  # measured 0.8-10.4
-    assert list(GenerationExport.load(saved.directory).components) == list(records)  # each loads in the runtime
+    assert any(axis.startswith("encoder_outputs.0[1]") for axis in records["prefill"]["dim_bounds"])
+    runner = GenerationRunner.load(saved.directory)
+    assert list(runner.export.components) == list(records)  # each loads in the runtime
+    prompt = torch.randint(3, saved.model.config.vocab_size, (1, limit - 8), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        eager = saved.model.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    assert runner.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS).tokens == eager[0, 1:].tolist()
 
 
 @pytest.mark.slow

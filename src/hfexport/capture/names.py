@@ -133,6 +133,8 @@ def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
         return ("sections", "batch", "sequence")  # multimodal rotary positions (Qwen2-VL: t, h, w [, text])
     if leaf_name.split(".")[-1] in _PATCH_INPUTS and rank == 2:
         return ("patches", "patch_features")
+    if _is_encoder_state(leaf_name.split(".")) and rank == 3:
+        return ("batch", "encoder_sequence", None)
     if leaf_name.split(".")[-1] in _HIDDEN_STATES and rank == 3:
         return _HIDDEN_STATES[leaf_name.split(".")[-1]]
     roles = _ROLES_BY_NAME.get(leaf_name.split(".")[-1], ())
@@ -143,6 +145,14 @@ def _roles(leaf_name: str, rank: int) -> tuple[str | None, ...]:
 _IMAGE_INPUTS = ("pixel_values", "pixel_values_videos")
 #: Encoder outputs a decoder reads: axis 1 is the encoder's sequence, the cross-attention length.
 _ENCODER_STATES = ("last_hidden_state", "encoder_hidden_states")
+#: A decoder component's `encoder_outputs` argument (a tuple or transformers' `BaseModelOutput`):
+#: its first leaf is the encoder's `last_hidden_state`.
+_ENCODER_OUTPUTS = "encoder_outputs"
+
+
+def _is_encoder_state(parts: list[str]) -> bool:
+    """Whether the leaf named by `parts` is an encoder's output states `[batch, encoder_sequence, hidden]`."""
+    return parts[-1] in _ENCODER_STATES or parts[0] == _ENCODER_OUTPUTS and parts[1:] == ["0"]
 #: The cache part holding keys/values over the encoder's tokens (transformers 5.24 `EncoderDecoderCache`).
 _CROSS_ATTENTION = "cross_attention"
 
@@ -245,7 +255,7 @@ def _same_size(names: list[str], shapes: list[tuple[int | str, ...]]) -> _Groups
                 batch.append(dim)
             if role == "cache_length" and _is_cross_attention(clean):
                 encoder.append(dim)
-            if axis == 1 and parts[-1] in _ENCODER_STATES and len(shape) == 3:
+            if axis == 1 and _is_encoder_state(parts) and len(shape) == 3:
                 encoder.append(dim)
     for symbols in (batch, encoder):
         if symbols:

@@ -374,6 +374,41 @@ def test_t5s_sequences_are_bounded_at_its_n_positions(config, expected):
     assert bounded.max_positions == (64, "ExecutorchConfig.max_sequence_length")
 
 
+@pytest.mark.parametrize("leaf", ["encoder_outputs.0", "encoder_outputs.last_hidden_state", "encoder_hidden_states"])
+@pytest.mark.parametrize(("config", "expected"), [
+    ({}, (128, "the model config's n_positions")),
+    ({"n_positions": 96, "d_model": 48, "num_heads": 3}, (96, "the model config's n_positions")),
+])
+def test_the_encoders_sequence_a_decoder_reads_is_bounded_at_the_position_limit(leaf, config, expected):
+    """A T5 prefill takes `encoder_outputs` as a tuple: its leaf `encoder_outputs.0` had no role,
+    so its sequence was bounded at twice the sample (14) and the folder refused prompts longer than
+    that. It is the encoder's sequence, bounded as the encoder's input is; an encoder naming its own
+    limit (`max_source_positions`, Whisper's) is bounded at that, and `max_sequence_length` wins."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    from hfexport.backends.executorch.exporter import ConfigBounds
+    from hfexport.capture.names import role_of
+
+    model, inputs = build_preset("t5", **config)
+    states = torch.zeros(1, 7, model.config.d_model)
+    inputs = {"decoder_input_ids": inputs["decoder_input_ids"][:, :1],  # a prefill's arguments
+              "encoder_outputs": BaseModelOutput(last_hidden_state=states) if "last" in leaf else (states,)}
+    if leaf == "encoder_hidden_states":
+        inputs = {"input_ids": inputs["decoder_input_ids"], "encoder_hidden_states": states}
+    assert role_of(leaf, 3, 1) == "encoder_sequence" and role_of(leaf, 3, 0) == "batch"
+    assert role_of("encoder_outputs.1", 3, 1) is None  # another field of the output: no role
+    bounds = ConfigBounds(model, inputs, ExecutorchConfig())
+    assert bounds(leaf, 1, 7) == (1, expected[0])
+    assert bounds.chosen[f"{leaf}[1] (encoder_sequence)"] == f"<= {expected[0]}: {expected[1]}"
+    assert ConfigBounds(model, inputs, ExecutorchConfig(max_sequence_length=64))(leaf, 1, 7) == (1, 64)
+    model.config.max_source_positions = 1500  # an encoder with a limit of its own
+    assert ConfigBounds(model, inputs, ExecutorchConfig())(leaf, 1, 7) == (1, 1500)
+    assert ConfigBounds(model, inputs, ExecutorchConfig())("input_ids", 1, 7) == (1, expected[0])
+    # a module without a config: twice the sample (the fallback on both sides of a cross-attention
+    # planned 48 GiB: test_a_view_is_planned_within_its_base)
+    assert ConfigBounds(torch.nn.Identity(), inputs, ExecutorchConfig())(leaf, 1, 7) == (1, 14)
+
+
 def test_the_text_embeddings_token_ids_are_bounded_as_a_sequence_not_twice_the_sample():
     """An image-text model's `text_embeddings` component (`nn.Embedding.forward(input)`): its ids'
     sequence axis is bounded as a sequence (a prompt over twice the sample's length failed in

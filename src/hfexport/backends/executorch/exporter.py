@@ -291,12 +291,15 @@ def _quantized_embedding(config: ExecutorchConfig) -> bool:
 #: checkpoints name theirs only as `n_positions` (t5-small's config.json: 512, its training length;
 #: T5's relative positions set no limit of their own), which `T5Config` keeps as a plain attribute.
 POSITION_LIMITS = ("max_position_embeddings", "max_target_positions", "n_positions")
+#: An encoder-decoder's encoder names its own limit where it differs from the decoder's (Whisper's
+#: `max_source_positions`, Speech2Text's); T5 and BART share one.
+ENCODER_POSITION_LIMITS = ("max_source_positions", *POSITION_LIMITS)
 
 
-def position_limit(model_config: Any) -> tuple[int, str] | None:
-    """`(positions, attribute)`: the first of `POSITION_LIMITS` the config (its text config first)
+def position_limit(model_config: Any, attributes: tuple[str, ...] = POSITION_LIMITS) -> tuple[int, str] | None:
+    """`(positions, attribute)`: the first of `attributes` the config (its text config first)
     gives, or None."""
-    for attribute in POSITION_LIMITS:
+    for attribute in attributes:
         for where in (text_config(model_config), model_config):
             if isinstance(value := getattr(where, attribute, None), int) and value > 0:
                 return value, attribute
@@ -306,18 +309,15 @@ def position_limit(model_config: Any) -> tuple[int, str] | None:
 class ConfigBounds:
     """Upper bounds for dynamic dims, which memory planning needs: the batch gets
     `ExecutorchConfig.max_batch_size`, sequence-like dims the model's position limit
-    (`position_limit`), others `FALLBACK_MAX`. `chosen` says what was picked and why."""
+    (`position_limit`; the encoder's sequence a decoder reads, the encoder's where the config names
+    one), others twice the sample. `chosen` says what was picked and why."""
 
     def __init__(self, model: torch.nn.Module, inputs: dict[str, Any], config: ExecutorchConfig):
         model_config = getattr(model, "config", None)  # a projector or an lm_head component has none
-        positions = position_limit(model_config)
-        if config.max_sequence_length is not None:
-            self.max_positions = (config.max_sequence_length, "ExecutorchConfig.max_sequence_length")
-        elif positions:
-            self.max_positions = (positions[0], f"the model config's {positions[1]}")
-        else:
-            self.max_positions = (FALLBACK_MAX, f"no position limit in the config ({', '.join(POSITION_LIMITS)}): "
-                                                f"{FALLBACK_MAX}")
+        self.max_positions = _sequence_bound(model_config, config, POSITION_LIMITS)
+        # without a limit in the config, the encoder's sequence keeps twice the sample: at the
+        # fallback on both sides, a cross-attention planned 48 GiB (tests' `_CrossAttention`)
+        self.max_encoder_positions = _sequence_bound(model_config, config, ENCODER_POSITION_LIMITS, fallback=False)
         self.max_batch = config.max_batch_size
         self.max_patches = config.max_image_patches
         self.static_cache = has_fixed_batch(inputs)
@@ -344,6 +344,8 @@ class ConfigBounds:
             upper, why = self.max_patches, "ExecutorchConfig.max_image_patches"
         elif role in ("sequence", "decoder_sequence", "cache_length"):
             upper, why = self.max_positions
+        elif role == "encoder_sequence" and self.max_encoder_positions:  # the encoder's output a decoder reads
+            upper, why = self.max_encoder_positions
         else:
             # Memory planning sizes every intermediate for the bounds; an image side or a feature
             # axis at 4096 planned terabytes for a ViT's attention (measured: DINOv2, AST).
@@ -351,6 +353,19 @@ class ConfigBounds:
         upper = max(upper, size)
         self.chosen[f"{name}[{axis}] ({role or 'dim'})"] = f"<= {upper}: {why}"
         return 1, upper
+
+
+def _sequence_bound(model_config: Any, config: ExecutorchConfig, attributes: tuple[str, ...], *,
+                    fallback: bool = True) -> tuple[int, str] | None:
+    """`(upper bound, why)` of a sequence: `ExecutorchConfig.max_sequence_length`, else the first
+    of `attributes` in the model's config, else `FALLBACK_MAX` (None where not `fallback`)."""
+    if config.max_sequence_length is not None:
+        return config.max_sequence_length, "ExecutorchConfig.max_sequence_length"
+    if positions := position_limit(model_config, attributes):
+        return positions[0], f"the model config's {positions[1]}"
+    if not fallback:
+        return None
+    return FALLBACK_MAX, f"no position limit in the config ({', '.join(attributes)}): {FALLBACK_MAX}"
 
 
 def _static_cache_length(inputs: dict[str, Any]) -> int | None:
@@ -411,13 +426,19 @@ def _check_plan_size(program: Any, captured: Capture, model: torch.nn.Module) ->
 
 
 def _rank_of(inputs: dict[str, Any], name: str) -> int:
-    head = name.split(".")[0]
+    """The rank of input leaf `name` (`input_ids`, `encoder_outputs.0`, a cache's `cache.0.keys`)."""
+    head, *path = name.split(".")
     value = inputs.get(head)
-    if isinstance(value, torch.Tensor):
-        return value.dim()
     if head == "cache" or is_cache_object(value):
         return 4
-    return 0
+    for part in path:  # a tuple's or a model output's field (transformers' `ModelOutput` is a dict)
+        if isinstance(value, (tuple, list)) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            return 0
+    return value.dim() if isinstance(value, torch.Tensor) else 0
 
 
 def kernel_libraries(artifact: Any) -> list[str]:
