@@ -1,7 +1,8 @@
 """`ExecutorchExporter`: the captured program lowered to an ExecuTorch `.pte` (XNNPACK by default).
 
 ```
-capture (shared) -> to_edge_transform_and_lower(fold weight-only math, [weights tagged], partitioner)
+capture (shared) -> to_edge_transform_and_lower(fold weight-only math, [weights tagged], dtypes checked once,
+                                                   partitioner; ExecuTorch's IR checks off: edge_check.py)
         -> to_executorch(views bounded by their base, memory planning, [external constants]) -> plan checks
 ```
 Ops the delegate cannot take stay on ExecuTorch's portable kernels; the record counts both. With
@@ -32,6 +33,7 @@ from .compat import data_payloads
 from .config import ExecutorchConfig
 from .copies import drop_identity_copies
 from .delegates import check_delegate, partitioners
+from .edge_check import COMPILE_CONFIG_OPTIONS, checked_dtypes
 from .external import external_reason, tag_delegated_weights, weights_tag
 from .folding import fold_weight_only_math
 from .planning import ViewsBoundedByBase, check_plan
@@ -64,7 +66,7 @@ class ExecutorchExporter(HfExporter):
     format = "executorch"
     config_class = ExecutorchConfig
     extra = "executorch"
-    fix_order = ("fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling")
+    fix_order = ("fix_split_outputs_as_slices", "fix_mean_last_dim_as_global_pooling")
 
     def export_components(self, components, config=None, **options):
         """As `HfExporter.export_components`; the LLM-runner programs (`llm.LlmProgram`,
@@ -121,14 +123,16 @@ class ExecutorchExporter(HfExporter):
 
     def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
                  config: ExecutorchConfig):
-        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+        from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
         external = external_reason(config, captured.program)
-        passes = [fold_weight_only_math(), drop_identity_copies(), *([tag_delegated_weights()] if external else [])]
+        passes = [fold_weight_only_math(), drop_identity_copies(), *([tag_delegated_weights()] if external else []),
+                  checked_dtypes()]
         edge = to_edge_transform_and_lower(_methods(captured, model), transform_passes=passes,
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)),
-                                           constant_methods=_constant_methods(model))
+                                           constant_methods=_constant_methods(model),
+                                           compile_config=EdgeCompileConfig(**COMPILE_CONFIG_OPTIONS))
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
             alloc_graph_output=config.alloc_graph_output,

@@ -19,7 +19,7 @@ import torch
 
 from ...workarounds import register_fx_node_fix, register_patch
 
-__all__ = ["fix_split_outputs_as_slices", "fix_sym_min_max_as_prim_ops", "fix_mean_last_dim_as_global_pooling",
+__all__ = ["fix_split_outputs_as_slices", "fix_mean_last_dim_as_global_pooling",
            "patch_lowering_shares_weights", "patch_xnnpack_idle_passes"]
 
 _SPLITS = {torch.ops.aten.split.Tensor, torch.ops.aten.split_with_sizes.default, torch.ops.aten.chunk.default}
@@ -74,31 +74,6 @@ def fix_split_outputs_as_slices(node: torch.fx.Node) -> bool:
         user.replace_all_uses_with(piece)
         graph.erase_node(user)
     graph.erase_node(node)
-    return True
-
-
-@register_fx_node_fix(
-    ("executorch",),
-    reason="torch.export records min/max of two symbolic sizes as the Python functions torch.sym_min / "
-    "torch.sym_max; ExecuTorch maps them to its prim ops only in to_executorch, but its edge verifier runs "
-    "first and rejects any plain Python function target (AssertionError, no message). Use the prim ops "
-    "from the start; remove once the edge verifier accepts torch.sym_min / torch.sym_max",
-    upstream="pytorch/executorch#11988 (open: sym_max support, seen failing in to_executorch; the edge "
-    "verifier's rejection is not described there); executorch 1.4.1 exir/verification/verifier.py: "
-    "check_valid_edge_op asserts a FunctionType target is 'alloc' (executorch_prim_ops_registry maps "
-    "torch.sym_min later)",
-    seen_with={"executorch": "1.4.1", "torch": "2.13.0"},
-    remove_when="executorch>1.4.1",
-)
-def fix_sym_min_max_as_prim_ops(node: torch.fx.Node) -> bool:
-    """Match a call of `torch.sym_min` / `torch.sym_max` → retarget it to `executorch_prim.sym_min` /
-    `sym_max.Scalar` (same arguments, same value)."""
-    if node.op != "call_function" or node.target not in (torch.sym_min, torch.sym_max):
-        return False
-    import executorch.exir.passes.executorch_prim_ops_registry  # noqa: F401 - registers executorch_prim
-
-    prim = torch.ops.executorch_prim
-    node.target = prim.sym_min.Scalar if node.target is torch.sym_min else prim.sym_max.Scalar
     return True
 
 
