@@ -63,7 +63,8 @@ def test_the_executorch_t5_folder_plans_its_sequences_at_n_positions(saved_gener
     """The export job's T5 folder (validation on): every sequence bounded at the config's
     `n_positions` (128), not the 4096 fallback whose encoder plan was 10 GiB, every component loads
     in ExecuTorch's runtime with a plan of a few MiB, and a prompt far longer than the sample's
-    generates eager's tokens (the prefill's `encoder_outputs` were bounded at twice the sample, 14)."""
+    generates eager's tokens. The prefill's and decode's `encoder_outputs` were bounded at twice the
+    sample (14) before; that folder generated these tokens too, so the bounds are what this checks."""
     require_backend("executorch")
     saved = saved_generation("executorch", "t5")
     limit = saved.model.config.n_positions
@@ -76,7 +77,9 @@ def test_the_executorch_t5_folder_plans_its_sequences_at_n_positions(saved_gener
         assert sequences and all(bound == f"<= {limit}: the model config's n_positions"
                                  for bound in sequences.values()), (name, sequences)
         assert record["planned_memory"].endswith(" MiB"), (name, record["planned_memory"])  # measured 0.8-10.4
-    assert any(axis.startswith("encoder_outputs.0[1]") for axis in records["prefill"]["dim_bounds"])
+    for name in ("prefill", "decode"):  # the encoder's states they read: `(dim) <= 14: twice the sample` before
+        assert records[name]["dim_bounds"].get("encoder_outputs.0[1] (encoder_sequence)") == \
+            f"<= {limit}: the model config's n_positions", records[name]["dim_bounds"]
     runner = GenerationRunner.load(saved.directory)
     assert list(runner.export.components) == list(records)  # each loads in the runtime
     prompt = torch.randint(3, saved.model.config.vocab_size, (1, limit - 8), generator=torch.Generator().manual_seed(5))

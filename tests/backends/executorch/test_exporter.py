@@ -399,15 +399,15 @@ def test_t5s_sequences_are_bounded_at_its_n_positions(config, expected):
     assert bounded.max_positions == (64, "ExecutorchConfig.max_sequence_length")
 
 
-@pytest.mark.parametrize("leaf", ["encoder_outputs.0", "encoder_outputs.last_hidden_state", "encoder_hidden_states"])
+@pytest.mark.parametrize("leaf", ["encoder_outputs.0", "model-output.0", "encoder_hidden_states"])
 @pytest.mark.parametrize(("config", "expected"), [
     ({}, (128, "the model config's n_positions")),
     ({"n_positions": 96, "d_model": 48, "num_heads": 3}, (96, "the model config's n_positions")),
 ])
 def test_the_encoders_sequence_a_decoder_reads_is_bounded_at_the_position_limit(leaf, config, expected):
     """A T5 prefill takes `encoder_outputs` as a tuple: its leaf `encoder_outputs.0` had no role,
-    so its sequence was bounded at twice the sample (14) and the folder refused prompts longer than
-    that. It is the encoder's sequence, bounded as the encoder's input is; an encoder naming its own
+    so its sequence was bounded and planned at twice the sample (14). It is the encoder's sequence,
+    bounded as the encoder's input is; an encoder naming its own
     limit (`max_source_positions`, Whisper's) is bounded at that, and `max_sequence_length` wins."""
     from transformers.modeling_outputs import BaseModelOutput
 
@@ -416,8 +416,11 @@ def test_the_encoders_sequence_a_decoder_reads_is_bounded_at_the_position_limit(
 
     model, inputs = build_preset("t5", **config)
     states = torch.zeros(1, 7, model.config.d_model)
-    inputs = {"decoder_input_ids": inputs["decoder_input_ids"][:, :1],  # a prefill's arguments
-              "encoder_outputs": BaseModelOutput(last_hidden_state=states) if "last" in leaf else (states,)}
+    # a prefill's arguments; the bounds name a ModelOutput's children by position, as a tuple's
+    # (`capture.dynamic._plan_for`): the export job's T5 prefill takes a `BaseModelOutput`
+    inputs = {"decoder_input_ids": inputs["decoder_input_ids"][:, :1],
+              "encoder_outputs": BaseModelOutput(last_hidden_state=states) if leaf == "model-output.0" else (states,)}
+    leaf = leaf.replace("model-output", "encoder_outputs")
     if leaf == "encoder_hidden_states":
         inputs = {"input_ids": inputs["decoder_input_ids"], "encoder_hidden_states": states}
     assert role_of(leaf, 3, 1) == "encoder_sequence" and role_of(leaf, 3, 0) == "batch"

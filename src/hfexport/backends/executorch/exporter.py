@@ -430,18 +430,23 @@ def _check_plan_size(program: Any, captured: Capture, model: torch.nn.Module) ->
 
 
 def _rank_of(inputs: dict[str, Any], name: str) -> int:
-    """The rank of input leaf `name` (`input_ids`, `encoder_outputs.0`, a cache's `cache.0.keys`)."""
+    """The rank of input leaf `name` as the bounds are asked for it (`capture.dynamic._plan_for`):
+    `input_ids`, `encoder_outputs.0` (a tuple's or a `ModelOutput`'s first child), `cache.0`."""
+    import torch.utils._pytree as pytree
+
     head, *path = name.split(".")
     value = inputs.get(head)
     if head == "cache" or is_cache_object(value):
         return 4
-    for part in path:  # a tuple's or a model output's field (transformers' `ModelOutput` is a dict)
-        if isinstance(value, (tuple, list)) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        elif isinstance(value, dict) and part in value:
-            value = value[part]
-        else:
+    for part in path:
+        if type(value) is dict:
+            value = value.get(part)
+            continue
+        if type(value) not in (list, tuple) and type(value) in pytree.SUPPORTED_NODES:  # a ModelOutput
+            value = pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)[0]
+        if not isinstance(value, (list, tuple)) or not part.isdigit() or int(part) >= len(value):
             return 0
+        value = value[int(part)]
     return value.dim() if isinstance(value, torch.Tensor) else 0
 
 
