@@ -23,8 +23,9 @@ __all__ = ["plan_dynamic_shapes", "size_oblivious_tracing", "grow_batch", "grown
            "shape_differences"]
 
 
-#: `bounds(leaf name, axis, sample size) -> (min, max)` or None for an unbounded `Dim.AUTO`.
-Bounds = Callable[[str, int, int], "tuple[int, int] | None"]
+#: `bounds(leaf name, axis, sample size, role) -> (min, max)` or None for an unbounded `Dim.AUTO`;
+#: `role` is the axis's `names.role_of` (None where it has none), read from the leaf as traced.
+Bounds = Callable[[str, int, int, "str | None"], "tuple[int, int] | None"]
 
 
 #: Roles whose size-1 sample, in a decode step (a cache that holds tokens), means "one token per
@@ -80,7 +81,7 @@ def _auto_shape(tensor: torch.Tensor, name: str, bounds: Bounds | None, fixed_ba
         if one_step or fixed_batch and (role == "batch" or axis == 0) or role in _MODEL_FIXED_ROLES:
             shape[axis] = torch.export.Dim.STATIC
             continue
-        limit = bounds(name, axis, int(size)) if bounds else None
+        limit = bounds(name, axis, int(size), role) if bounds else None
         shape[axis] = torch.export.Dim.AUTO(min=limit[0], max=limit[1]) if limit else torch.export.Dim.AUTO
     return shape
 

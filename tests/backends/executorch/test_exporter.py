@@ -394,7 +394,7 @@ def test_t5s_sequences_are_bounded_at_its_n_positions(config, expected):
     assert isinstance(model.config, T5Config)
     bounds = ConfigBounds(model, inputs, ExecutorchConfig())
     assert bounds.max_positions == expected and FALLBACK_MAX == 4096
-    assert bounds("input_ids", 1, inputs["input_ids"].shape[1])[1] == expected[0]
+    assert bounds("input_ids", 1, inputs["input_ids"].shape[1], "sequence")[1] == expected[0]
     bounded = ConfigBounds(model, inputs, ExecutorchConfig(max_sequence_length=64))
     assert bounded.max_positions == (64, "ExecutorchConfig.max_sequence_length")
 
@@ -405,36 +405,43 @@ def test_t5s_sequences_are_bounded_at_its_n_positions(config, expected):
     ({"n_positions": 96, "d_model": 48, "num_heads": 3}, (96, "the model config's n_positions")),
 ])
 def test_the_encoders_sequence_a_decoder_reads_is_bounded_at_the_position_limit(leaf, config, expected):
-    """A T5 prefill takes `encoder_outputs` as a tuple: its leaf `encoder_outputs.0` had no role,
-    so its sequence was bounded and planned at twice the sample (14). It is the encoder's sequence,
-    bounded as the encoder's input is; an encoder naming its own
-    limit (`max_source_positions`, Whisper's) is bounded at that, and `max_sequence_length` wins."""
+    """A T5 prefill takes `encoder_outputs` (the export job's: a `BaseModelOutput`, whose children the
+    capture names by position): its leaf `encoder_outputs.0` had no role, so its sequence was bounded
+    and planned at twice the sample (14). It is the encoder's sequence, bounded as the encoder's
+    input is; an encoder naming its own limit (`max_source_positions`, Whisper's) is bounded at that,
+    and `max_sequence_length` wins. The bounds get the role the capture read from the leaf as traced
+    (a first form looked the leaf's rank up again by name and missed a `ModelOutput`'s children)."""
     from transformers.modeling_outputs import BaseModelOutput
 
     from hfexport.backends.executorch.exporter import ConfigBounds
+    from hfexport.capture.dynamic import plan_dynamic_shapes
     from hfexport.capture.names import role_of
 
     model, inputs = build_preset("t5", **config)
     states = torch.zeros(1, 7, model.config.d_model)
-    # a prefill's arguments; the bounds name a ModelOutput's children by position, as a tuple's
-    # (`capture.dynamic._plan_for`): the export job's T5 prefill takes a `BaseModelOutput`
-    inputs = {"decoder_input_ids": inputs["decoder_input_ids"][:, :1],
+    inputs = {"decoder_input_ids": inputs["decoder_input_ids"][:, :1],  # a prefill's arguments
               "encoder_outputs": BaseModelOutput(last_hidden_state=states) if leaf == "model-output.0" else (states,)}
     leaf = leaf.replace("model-output", "encoder_outputs")
     if leaf == "encoder_hidden_states":
         inputs = {"input_ids": inputs["decoder_input_ids"], "encoder_hidden_states": states}
     assert role_of(leaf, 3, 1) == "encoder_sequence" and role_of(leaf, 3, 0) == "batch"
     assert role_of("encoder_outputs.1", 3, 1) is None  # another field of the output: no role
-    bounds = ConfigBounds(model, inputs, ExecutorchConfig())
-    assert bounds(leaf, 1, 7) == (1, expected[0])
-    assert bounds.chosen[f"{leaf}[1] (encoder_sequence)"] == f"<= {expected[0]}: {expected[1]}"
-    assert ConfigBounds(model, inputs, ExecutorchConfig(max_sequence_length=64))(leaf, 1, 7) == (1, 64)
+
+    def planned(model: torch.nn.Module, config: ExecutorchConfig) -> tuple[int, str]:
+        """The encoder sequence's bound as the capture asks for it: `(upper, why)`."""
+        bounds = ConfigBounds(model, inputs, config)
+        plan_dynamic_shapes(inputs, dynamic=True, dynamic_shapes=None, bounds=bounds)
+        upper, why = bounds.chosen[f"{leaf}[1] (encoder_sequence)"].removeprefix("<= ").split(": ", 1)
+        return int(upper), why
+
+    assert planned(model, ExecutorchConfig()) == expected
+    assert planned(model, ExecutorchConfig(max_sequence_length=64)) == (64, "ExecutorchConfig.max_sequence_length")
     model.config.max_source_positions = 1500  # an encoder with a limit of its own
-    assert ConfigBounds(model, inputs, ExecutorchConfig())(leaf, 1, 7) == (1, 1500)
-    assert ConfigBounds(model, inputs, ExecutorchConfig())("input_ids", 1, 7) == (1, expected[0])
+    assert planned(model, ExecutorchConfig()) == (1500, "the model config's max_source_positions")
+    assert ConfigBounds(model, inputs, ExecutorchConfig())("input_ids", 1, 7, "sequence") == (1, expected[0])
     # a module without a config: twice the sample (the fallback on both sides of a cross-attention
     # planned 48 GiB: test_a_view_is_planned_within_its_base)
-    assert ConfigBounds(torch.nn.Identity(), inputs, ExecutorchConfig())(leaf, 1, 7) == (1, 14)
+    assert planned(torch.nn.Identity(), ExecutorchConfig())[0] == 14
 
 
 def test_the_text_embeddings_token_ids_are_bounded_as_a_sequence_not_twice_the_sample():
@@ -446,7 +453,7 @@ def test_the_text_embeddings_token_ids_are_bounded_as_a_sequence_not_twice_the_s
 
     ids = torch.zeros(1, 12, dtype=torch.long)
     embedding = ConfigBounds(torch.nn.Embedding(128, 8), {"input": ids}, ExecutorchConfig())
-    assert embedding("input", 1, 12) == (1, FALLBACK_MAX)
-    assert embedding("input", 0, 1) == (1, ExecutorchConfig().max_batch_size)
+    assert embedding("input", 1, 12, None) == (1, FALLBACK_MAX)  # `input` of rank 2: no role of its own
+    assert embedding("input", 0, 1, None) == (1, ExecutorchConfig().max_batch_size)
     linear = ConfigBounds(torch.nn.Linear(256, 8), {"input": torch.zeros(1, 256)}, ExecutorchConfig())
-    assert linear("input", 1, 256) == (1, 512)
+    assert linear("input", 1, 256, None) == (1, 512)

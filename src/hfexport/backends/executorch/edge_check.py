@@ -17,10 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["COMPILE_CONFIG_OPTIONS", "checked_dtypes"]
+__all__ = ["edge_compile_config", "checked_dtypes"]
 
-#: `EdgeCompileConfig` options of every lowering (see the module note)
-COMPILE_CONFIG_OPTIONS = {"_check_ir_validity": False}
+
+def edge_compile_config() -> Any:
+    """The `EdgeCompileConfig` of every lowering: ExecuTorch's IR checks off (see the module note)."""
+    from executorch.exir import EdgeCompileConfig
+
+    return EdgeCompileConfig(_check_ir_validity=False)
 
 
 def checked_dtypes() -> Any:

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from ...capture.dynamic import grown_sample, has_fixed_batch
-from ...capture.names import ATTENDED_ROLE, role_of
+from ...capture.names import ATTENDED_ROLE
 from ...capture.prepare import model_name
-from ...capture.pytree import is_cache_object, is_static_cache
+from ...capture.pytree import is_static_cache
 from ...capture.record import ExportRecord
 from ...capture.trace import Capture
 from ...errors import ConversionError, PrepareError
@@ -33,7 +33,7 @@ from .compat import data_payloads
 from .config import ExecutorchConfig
 from .copies import drop_identity_copies
 from .delegates import check_delegate, partitioners
-from .edge_check import COMPILE_CONFIG_OPTIONS, checked_dtypes
+from .edge_check import checked_dtypes, edge_compile_config
 from .external import external_reason, tag_delegated_weights, weights_tag
 from .folding import fold_weight_only_math
 from .planning import ViewsBoundedByBase, check_plan
@@ -123,7 +123,7 @@ class ExecutorchExporter(HfExporter):
 
     def _convert(self, captured: Capture, record: ExportRecord, model: torch.nn.Module, inputs: dict[str, Any],
                  config: ExecutorchConfig):
-        from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+        from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
         from executorch.exir.passes import MemoryPlanningPass
 
         external = external_reason(config, captured.program)
@@ -132,7 +132,7 @@ class ExecutorchExporter(HfExporter):
         edge = to_edge_transform_and_lower(_methods(captured, model), transform_passes=passes,
                                            partitioner=partitioners(config.delegate, dynamic_quant=_dynamic_quant(captured.program)),
                                            constant_methods=_constant_methods(model),
-                                           compile_config=EdgeCompileConfig(**COMPILE_CONFIG_OPTIONS))
+                                           compile_config=edge_compile_config())
         planning = MemoryPlanningPass(
             alloc_graph_input=config.alloc_graph_input,
             alloc_graph_output=config.alloc_graph_output,
@@ -326,14 +326,13 @@ class ConfigBounds:
         self.max_patches = config.max_image_patches
         self.static_cache = has_fixed_batch(inputs)
         self.cache_length = _static_cache_length(inputs)
-        self.inputs = inputs
         self.chosen: dict[str, str] = {}
         # an image-text model's `text_embeddings` component: its one input (`input`, unnamed by its
         # role) is token ids `[batch, sequence]`, bounded as the language model's sequence is
         self.token_ids = isinstance(model, torch.nn.Embedding)
 
-    def __call__(self, name: str, axis: int, size: int) -> tuple[int, int]:
-        role = role_of(name, _rank_of(self.inputs, name), axis)
+    def __call__(self, name: str, axis: int, size: int, role: str | None) -> tuple[int, int]:
+        """`(1, upper)` for axis `axis` of input leaf `name`, whose role the capture read (`capture.dynamic.Bounds`)."""
         if role is None and self.token_ids and axis < 2:
             role = ("batch", "sequence")[axis]
         if role == "cache_length" and self.static_cache:
@@ -427,27 +426,6 @@ def _check_plan_size(program: Any, captured: Capture, model: torch.nn.Module) ->
         "--max-batch-size N; for an LLM's generation export, --static-cache N, the program ExecuTorch's LLM "
         "runner runs, which plans its prompt at N tokens)",
     )
-
-
-def _rank_of(inputs: dict[str, Any], name: str) -> int:
-    """The rank of input leaf `name` as the bounds are asked for it (`capture.dynamic._plan_for`):
-    `input_ids`, `encoder_outputs.0` (a tuple's or a `ModelOutput`'s first child), `cache.0`."""
-    import torch.utils._pytree as pytree
-
-    head, *path = name.split(".")
-    value = inputs.get(head)
-    if head == "cache" or is_cache_object(value):
-        return 4
-    for part in path:
-        if type(value) is dict:
-            value = value.get(part)
-            continue
-        if type(value) not in (list, tuple) and type(value) in pytree.SUPPORTED_NODES:  # a ModelOutput
-            value = pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)[0]
-        if not isinstance(value, (list, tuple)) or not part.isdigit() or int(part) >= len(value):
-            return 0
-        value = value[int(part)]
-    return value.dim() if isinstance(value, torch.Tensor) else 0
 
 
 def kernel_libraries(artifact: Any) -> list[str]:
